@@ -1,0 +1,104 @@
+//! The library's error type.
+//!
+//! Every fallible library call returns [`Error`]; the binary adds context (which
+//! command, which path, which server) and prints one line.
+
+use std::path::PathBuf;
+
+/// Result with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path could not be used as a pool.
+    #[error("{}: {problem}", path.display())]
+    Path {
+        /// The path the user gave.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The pool's media does not hold a valid BOOM-KV pool.
+    #[error("{}: {problem}", path.display())]
+    BadPool {
+        /// The pool file.
+        path: PathBuf,
+        /// What is wrong with its content.
+        problem: String,
+    },
+    /// An access outside a mapping or region.
+    #[error("access of {len} bytes at offset {offset} is outside the {limit}-byte range")]
+    OutOfBounds {
+        /// Start of the access.
+        offset: u64,
+        /// Length of the access.
+        len: u64,
+        /// Size of the range.
+        limit: u64,
+    },
+    /// Bytes that do not decode (wire message or media record).
+    #[error("corrupt {what}: {problem}")]
+    Corrupt {
+        /// What was being decoded.
+        what: &'static str,
+        /// Why it was rejected.
+        problem: String,
+    },
+    /// An argument or configuration the library cannot accept.
+    #[error("{0}")]
+    Invalid(String),
+    /// The pool has no free segment left.
+    #[error("pool full: no free segment (pool has {segments} segments of {segment_size} bytes)")]
+    PoolFull {
+        /// Segments in the pool.
+        segments: u64,
+        /// Bytes per segment.
+        segment_size: u64,
+    },
+    /// A key or value is over its limit.
+    #[error("{what} of {len} bytes is over the limit of {limit} bytes")]
+    TooLarge {
+        /// "key" or "value".
+        what: &'static str,
+        /// Its length.
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A transport-level failure (connection, completion error, timeout).
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The peer violated the protocol or answered with an error.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// An operation did not complete in time.
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(std::time::Duration, &'static str),
+}
+
+impl Error {
+    /// Shorthand for [`Error::Invalid`].
+    pub fn invalid(msg: impl Into<String>) -> Error {
+        Error::Invalid(msg.into())
+    }
+
+    /// Shorthand for [`Error::Corrupt`].
+    pub fn corrupt(what: &'static str, problem: impl Into<String>) -> Error {
+        Error::Corrupt { what, problem: problem.into() }
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), source }
+    }
+}

@@ -1,0 +1,1 @@
+//! The volatile index (in progress).

@@ -1,0 +1,1 @@
+//! The on-media format and the log (in progress).

@@ -1,0 +1,468 @@
+//! Persistent memory: the pool file and its mapping, write-back and fences, and the
+//! crash-simulating media.
+//!
+//! This module owns every `unsafe` block of the crate outside the verbs backend:
+//! mapping files and shared memory ([`map`]), executing `clwb`/`clflushopt`/`clflush`
+//! and `sfence` ([`flush`]). Everything above it uses the safe, bounds-checked
+//! [`Mapping`] and [`Media`] APIs.
+//!
+//! [`Media`] is what the log writes to. It is either a real pool (a file, a file in a
+//! directory, or a device-DAX node, mapped with `MAP_SYNC` where possible) or a
+//! simulated one ([`Media::simulated`]) whose durable image receives only cache lines
+//! that were written back and fenced; [`Media::crash_image`] then builds the pool that a
+//! power failure would leave behind.
+
+pub mod crashsim;
+pub mod flush;
+pub mod map;
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use crashsim::{CrashOptions, CrashSim};
+pub use flush::{FlushKind, CACHE_LINE};
+pub use map::{MapMode, Mapping};
+
+use crate::error::{Error, Result};
+
+/// File name used when `--pmem` names a directory.
+pub const POOL_FILE_NAME: &str = "boomkv.pool";
+
+/// Default pool size on creation: 1 GiB.
+pub const DEFAULT_POOL_SIZE: u64 = 1 << 30;
+
+/// How persistence is reached after cache lines are written back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Cache-line write-back + fence (true persistence on DAX, or with eADR).
+    Flush,
+    /// Write-back + fence, then `msync` of the touched pages (page-cache files on disk).
+    Msync,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "flush" => Ok(Durability::Flush),
+            "msync" => Ok(Durability::Msync),
+            o => Err(format!("unknown durability '{o}' (expected flush or msync)")),
+        }
+    }
+}
+
+/// Counters of write-back work, for reports.
+#[derive(Debug, Default)]
+pub struct FlushStats {
+    /// Cache lines written back.
+    pub lines: AtomicU64,
+    /// Fences executed.
+    pub fences: AtomicU64,
+    /// `msync` calls.
+    pub msyncs: AtomicU64,
+}
+
+/// A snapshot of [`FlushStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FlushCounts {
+    /// Cache lines written back.
+    pub lines: u64,
+    /// Fences executed.
+    pub fences: u64,
+    /// `msync` calls.
+    pub msyncs: u64,
+}
+
+/// Options for opening or creating a pool.
+#[derive(Clone, Debug)]
+pub struct MediaOptions {
+    /// Size when the pool is created; `None` keeps an existing pool's size (or uses the default).
+    pub create_size: Option<u64>,
+    /// Create the pool file if it does not exist.
+    pub create: bool,
+    /// Map copy-on-write so nothing reaches the file (for `inspect-log`, `recover --dry-run`).
+    pub read_only: bool,
+    /// Write-back instruction; `None` picks the best the CPU has.
+    pub flush: Option<FlushKind>,
+    /// How persistence is reached.
+    pub durability: Durability,
+}
+
+impl Default for MediaOptions {
+    fn default() -> Self {
+        MediaOptions { create_size: None, create: true, read_only: false, flush: None, durability: Durability::Flush }
+    }
+}
+
+/// The mapped persistent memory of one pool.
+pub struct Media {
+    path: PathBuf,
+    _file: Option<Arc<File>>,
+    shared_file: Option<Arc<File>>,
+    map: Mapping,
+    flush: FlushKind,
+    durability: Durability,
+    read_only: bool,
+    stats: FlushStats,
+    sim: Option<CrashSim>,
+}
+
+impl std::fmt::Debug for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Media")
+            .field("path", &self.path)
+            .field("len", &self.map.len())
+            .field("mode", &self.map.mode())
+            .field("flush", &self.flush)
+            .field("simulated", &self.sim.is_some())
+            .finish()
+    }
+}
+
+/// Turns the user's `--pmem` argument into the pool file path: a directory gets
+/// [`POOL_FILE_NAME`] inside it; a file or device node is used as it is.
+pub fn resolve_pool_path(arg: &Path) -> Result<PathBuf> {
+    match std::fs::metadata(arg) {
+        Ok(m) if m.is_dir() => Ok(arg.join(POOL_FILE_NAME)),
+        Ok(m) if m.is_file() || m.file_type().is_char_device() => Ok(arg.to_path_buf()),
+        Ok(_) => Err(Error::Path { path: arg.into(), problem: "not a file, directory or DAX device".into() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = arg.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if parent.is_dir() {
+                Ok(arg.to_path_buf())
+            } else {
+                Err(Error::Path { path: arg.into(), problem: format!("directory {} does not exist", parent.display()) })
+            }
+        }
+        Err(e) => Err(Error::Path { path: arg.into(), problem: e.to_string() }),
+    }
+}
+
+fn device_size(path: &Path, meta: &std::fs::Metadata) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+    let sys = format!("/sys/dev/char/{maj}:{min}/size");
+    std::fs::read_to_string(&sys)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .ok_or_else(|| Error::Path { path: path.into(), problem: format!("cannot read device size from {sys}") })
+}
+
+impl Media {
+    /// Opens the pool at `path` (already resolved by [`resolve_pool_path`]), creating it
+    /// with `opts.create_size` (or [`DEFAULT_POOL_SIZE`]) when it does not exist and
+    /// `opts.create` is set. Returns the media and whether the file was created.
+    pub fn open(path: &Path, opts: &MediaOptions) -> Result<(Media, bool)> {
+        let perr = |problem: String| Error::Path { path: path.into(), problem };
+        let exists = path.exists();
+        if !exists && !opts.create {
+            return Err(perr("no such pool file".into()));
+        }
+        if !exists && opts.read_only {
+            return Err(perr("no such pool file (nothing to inspect)".into()));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .create(!exists && opts.create)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| perr(format!("cannot open: {e}")))?;
+        let meta = file.metadata().map_err(|e| perr(e.to_string()))?;
+        let is_dev = meta.file_type().is_char_device();
+        let mut created = false;
+        let len = if is_dev {
+            device_size(path, &meta)?
+        } else if !exists || meta.len() == 0 {
+            let size = opts.create_size.unwrap_or(DEFAULT_POOL_SIZE);
+            if size < 1 << 20 {
+                return Err(perr(format!("pool size {size} is below the 1 MiB minimum")));
+            }
+            allocate(&file, size).map_err(|e| {
+                let _ = std::fs::remove_file(path);
+                perr(format!("cannot allocate {size} bytes: {e}"))
+            })?;
+            created = true;
+            size
+        } else {
+            let len = meta.len();
+            if let Some(want) = opts.create_size {
+                if want < len {
+                    return Err(perr(format!(
+                        "existing pool is {len} bytes; refusing to shrink it to {want} (that would lose data)"
+                    )));
+                }
+                if want > len {
+                    return Err(perr(format!(
+                        "existing pool is {len} bytes; growing it to {want} is not supported (omit --pool-size)"
+                    )));
+                }
+            }
+            len
+        };
+        let map = if opts.read_only {
+            map_private(&file, len as usize).map_err(|e| perr(e.to_string()))?
+        } else {
+            Mapping::map_file(&file, 0, len as usize, true).map_err(|e| perr(e.to_string()))?
+        };
+        let flush = pick_flush(opts.flush)?;
+        let file = Arc::new(file);
+        Ok((
+            Media {
+                path: path.into(),
+                shared_file: Some(file.clone()),
+                _file: Some(file),
+                map,
+                flush,
+                durability: opts.durability,
+                read_only: opts.read_only,
+                stats: FlushStats::default(),
+                sim: None,
+            },
+            created,
+        ))
+    }
+
+    /// A simulated pool of `len` bytes in shared memory (memfd, so the `shm` transport
+    /// can hand it to clients): the mapping is the live image, and a separate durable
+    /// image receives only lines written back and fenced.
+    pub fn simulated(len: u64, flush: FlushKind) -> Result<Media> {
+        Self::simulated_from(&vec![0u8; len as usize], flush)
+    }
+
+    /// A simulated pool whose live and durable images both start as `image` (for
+    /// recovering from a crash image, or crashing again).
+    pub fn simulated_from(image: &[u8], flush: FlushKind) -> Result<Media> {
+        let (file, map) = Mapping::memfd("boomkv-sim", image.len())?;
+        map.write(0, image)?;
+        let file = Arc::new(file);
+        Ok(Media {
+            path: PathBuf::from("<simulated>"),
+            shared_file: Some(file.clone()),
+            _file: Some(file),
+            map,
+            flush,
+            durability: Durability::Flush,
+            read_only: false,
+            stats: FlushStats::default(),
+            sim: Some(CrashSim::new(image.to_vec())),
+        })
+    }
+
+    /// The pool file's path (or `<simulated>`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The mapped bytes.
+    pub fn map(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// The pool file, for handing to a peer (shm transport) or registering (verbs).
+    pub fn file(&self) -> Option<&Arc<File>> {
+        self.shared_file.as_ref()
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Always false (pools are at least 1 MiB).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The write-back instruction in use.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.flush
+    }
+
+    /// How the mapping was made.
+    pub fn map_mode(&self) -> MapMode {
+        self.map.mode()
+    }
+
+    /// How persistence is reached.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Whether writes stay out of the file (copy-on-write mapping).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether this is the crash-simulating media.
+    pub fn is_simulated(&self) -> bool {
+        self.sim.is_some()
+    }
+
+    /// One sentence on what an acknowledged write survives with this media, for `serve`.
+    pub fn durability_statement(&self) -> String {
+        if self.sim.is_some() {
+            return "simulated media: durability is modelled by the crash simulator".into();
+        }
+        match (self.map.mode(), self.durability, self.flush) {
+            (_, _, FlushKind::None) if self.durability == Durability::Flush => {
+                "no cache-line write-back (--flush none): durable only on a platform with eADR".into()
+            }
+            (MapMode::DaxSync, _, f) => {
+                format!("DAX with MAP_SYNC: {f} + sfence makes writes durable against power loss")
+            }
+            (MapMode::PageCache, Durability::Msync, f) => {
+                format!("page-cache mapping: {f} + sfence, then msync: durable against power loss, slowly")
+            }
+            (MapMode::PageCache, Durability::Flush, f) => format!(
+                "page-cache mapping (no DAX): {f} + sfence survives a process crash but NOT power loss; use --durability msync for that"
+            ),
+            (MapMode::Volatile, _, _) => "volatile memory: nothing survives the process".into(),
+        }
+    }
+
+    /// Write-back and fence counters so far.
+    pub fn flush_counts(&self) -> FlushCounts {
+        FlushCounts {
+            lines: self.stats.lines.load(Ordering::Relaxed),
+            fences: self.stats.fences.load(Ordering::Relaxed),
+            msyncs: self.stats.msyncs.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Writes back the lines covering `[off, off + len)`; no fence.
+    pub fn flush(&self, off: u64, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let n = self.map.flush(self.flush, off, len)?;
+        let lines = if n == 0 { line_count(off, len) } else { n };
+        self.stats.lines.fetch_add(lines, Ordering::Relaxed);
+        if let Some(sim) = &self.sim {
+            sim.written_back(&self.map, off, len);
+        }
+        if self.durability == Durability::Msync && self.sim.is_none() && self.map.mode() == MapMode::PageCache {
+            self.map.msync(off, len)?;
+            self.stats.msyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Store fence: makes this thread's earlier write-backs durable.
+    pub fn fence(&self) {
+        flush::sfence();
+        self.stats.fences.fetch_add(1, Ordering::Relaxed);
+        if let Some(sim) = &self.sim {
+            sim.fenced();
+        }
+    }
+
+    /// Writes back `[off, off + len)` and fences.
+    pub fn persist(&self, off: u64, len: usize) -> Result<()> {
+        self.flush(off, len)?;
+        self.fence();
+        Ok(())
+    }
+
+    /// One aligned 8-byte store (never torn), not yet written back.
+    pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
+        self.map.atomic_u64(off)?.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    /// Aligned 8-byte load.
+    pub fn load_u64(&self, off: u64) -> Result<u64> {
+        Ok(self.map.atomic_u64(off)?.load(Ordering::Acquire))
+    }
+
+    /// Builds the pool a power failure at this instant would leave behind (simulated
+    /// media only): the durable image plus a seeded random subset of dirty lines,
+    /// optionally torn at 8-byte granularity.
+    pub fn crash_image(&self, opts: &CrashOptions) -> Result<Vec<u8>> {
+        let sim = self.sim.as_ref().ok_or_else(|| Error::invalid("crash_image needs simulated media"))?;
+        Ok(sim.crash_image(&self.map, opts))
+    }
+
+    /// The durable image of simulated media (what survives if no dirty line does).
+    pub fn durable_image(&self) -> Result<Vec<u8>> {
+        let sim = self.sim.as_ref().ok_or_else(|| Error::invalid("durable_image needs simulated media"))?;
+        Ok(sim.durable())
+    }
+}
+
+fn line_count(off: u64, len: usize) -> u64 {
+    let l = CACHE_LINE as u64;
+    (off + len as u64).div_ceil(l) - off / l
+}
+
+fn pick_flush(requested: Option<FlushKind>) -> Result<FlushKind> {
+    match requested {
+        None => Ok(FlushKind::detect()),
+        Some(k) if k.supported() => Ok(k),
+        Some(k) => Err(Error::invalid(format!("this CPU does not support {k}; try --flush {}", FlushKind::detect()))),
+    }
+}
+
+fn allocate(file: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an open fd.
+    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+    match r {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+fn map_private(file: &File, len: usize) -> Result<Mapping> {
+    map::Mapping::map_private_file(file, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_open_refuse_shrink_and_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = resolve_pool_path(dir.path()).unwrap();
+        assert_eq!(path, dir.path().join(POOL_FILE_NAME));
+        let opts = MediaOptions { create_size: Some(2 << 20), ..Default::default() };
+        let (m, created) = Media::open(&path, &opts).unwrap();
+        assert!(created);
+        assert_eq!(m.len(), 2 << 20);
+        m.map().write(64, b"abc").unwrap();
+        m.persist(64, 3).unwrap();
+        assert!(m.flush_counts().fences >= 1);
+        drop(m);
+        let small = MediaOptions { create_size: Some(1 << 20), ..Default::default() };
+        let e = Media::open(&path, &small).unwrap_err().to_string();
+        assert!(e.contains("refusing to shrink"), "{e}");
+        let ro = MediaOptions { read_only: true, create: false, ..Default::default() };
+        let (m, created) = Media::open(&path, &ro).unwrap();
+        assert!(!created);
+        assert_eq!(m.map().view(64, 3).unwrap(), b"abc");
+        m.map().write(64, b"xyz").unwrap();
+        drop(m);
+        let (m, _) = Media::open(&path, &ro).unwrap();
+        assert_eq!(m.map().view(64, 3).unwrap(), b"abc", "read-only writes must not reach the file");
+    }
+
+    #[test]
+    fn missing_directory_is_a_clear_error() {
+        let e = resolve_pool_path(Path::new("/nonexistent-dir-xyz/pool")).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn line_count_covers_partial_lines() {
+        assert_eq!(line_count(0, 64), 1);
+        assert_eq!(line_count(63, 2), 2);
+        assert_eq!(line_count(10, 200), 4);
+    }
+}
