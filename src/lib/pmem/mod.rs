@@ -103,7 +103,7 @@ pub struct Media {
     path: PathBuf,
     _file: Option<Arc<File>>,
     shared_file: Option<Arc<File>>,
-    map: Mapping,
+    map: Arc<Mapping>,
     flush: FlushKind,
     durability: Durability,
     read_only: bool,
@@ -217,7 +217,7 @@ impl Media {
                 path: path.into(),
                 shared_file: Some(file.clone()),
                 _file: Some(file),
-                map,
+                map: Arc::new(map),
                 flush,
                 durability: opts.durability,
                 read_only: opts.read_only,
@@ -245,7 +245,7 @@ impl Media {
             path: PathBuf::from("<simulated>"),
             shared_file: Some(file.clone()),
             _file: Some(file),
-            map,
+            map: Arc::new(map),
             flush,
             durability: Durability::Flush,
             read_only: false,
@@ -261,6 +261,11 @@ impl Media {
 
     /// The mapped bytes.
     pub fn map(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// The mapping, shared (for registering pool ranges with a transport).
+    pub fn map_arc(&self) -> &Arc<Mapping> {
         &self.map
     }
 
