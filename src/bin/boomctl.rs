@@ -1,22 +1,46 @@
 //! `boomctl`: the BOOM-KV command-line toolkit and benchmark suite.
+//!
+//! Each subcommand parses its arguments here and calls into the `boomkv` library;
+//! errors come back typed, get context, and are printed as one line on stderr.
+
+#[path = "boomctl/common.rs"]
+mod common;
+#[path = "boomctl/pool_cmds.rs"]
+mod pool_cmds;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-/// BOOM-KV: a persistent key-value store over RDMA-style one-sided writes into
-/// persistent memory, and the benchmarks that compare it with its baselines.
+/// BOOM-KV: a persistent key-value store whose clients write straight into the
+/// server's persistent memory with one-sided RDMA operations, and the benchmarks
+/// that compare it with the protocols it claims to beat.
 #[derive(Parser, Debug)]
-#[command(name = "boomctl", version, about, long_about = None)]
+#[command(name = "boomctl", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(clap::Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// Recover a pool offline and print a summary (keys, space, segments, damage).
+    Recover(pool_cmds::RecoverArgs),
+    /// Show a pool's header, segments and entries (read-only; works on crashed pools).
+    InspectLog(pool_cmds::InspectArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    let r = match cli.command {
+        Command::Recover(a) => pool_cmds::recover(a),
+        Command::InspectLog(a) => pool_cmds::inspect_log(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("boomctl: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

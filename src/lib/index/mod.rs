@@ -263,9 +263,10 @@ impl Index {
 
     /// Up to `n` live (non-deleted) keys from `start` on, in key order.
     pub fn scan(&self, start: &[u8], n: usize) -> Result<Vec<(Vec<u8>, Loc)>> {
-        let o = self.ordered.as_ref().ok_or_else(|| {
-            Error::invalid("scans need the ordered index: start the server with --index ordered")
-        })?;
+        let o = self
+            .ordered
+            .as_ref()
+            .ok_or_else(|| Error::invalid("scans need the ordered index: start the server with --index ordered"))?;
         let m = o.read().unwrap_or_else(|e| e.into_inner());
         Ok(m.range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
             .filter(|(_, l)| !l.tombstone)

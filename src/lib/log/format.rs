@@ -217,7 +217,10 @@ impl PoolHeader {
             return Err(bad(format!("segment count {} does not match the layout", h.segment_count)));
         }
         if h.pool_size > file_len {
-            return Err(bad(format!("header says {} bytes but the file has only {file_len} (truncated?)", h.pool_size)));
+            return Err(bad(format!(
+                "header says {} bytes but the file has only {file_len} (truncated?)",
+                h.pool_size
+            )));
         }
         Ok(h)
     }
@@ -392,8 +395,11 @@ pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, n
     if key.is_empty() || key.len() > MAX_KEY_LEN as usize {
         return Err(Error::TooLarge { what: "key", len: key.len() as u64, limit: MAX_KEY_LEN as u64 });
     }
-    let value_len = u32::try_from(value.len())
-        .map_err(|_| Error::TooLarge { what: "value", len: value.len() as u64, limit: u32::MAX as u64 })?;
+    let value_len = u32::try_from(value.len()).map_err(|_| Error::TooLarge {
+        what: "value",
+        len: value.len() as u64,
+        limit: u32::MAX as u64,
+    })?;
     out[4..6].copy_from_slice(&ENTRY_MAGIC.to_le_bytes());
     out[6..8].copy_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
     out[8..16].fill(0);
@@ -466,11 +472,7 @@ pub fn check_entry(slot: &[u8], offset: u64, segment_size: u64) -> std::result::
 
 /// Like [`check_entry`] but accepts `version_num` = 0: what the server checks of an entry
 /// a client has just written, before it assigns the version.
-pub fn check_entry_body(
-    slot: &[u8],
-    offset: u64,
-    segment_size: u64,
-) -> std::result::Result<EntryHeader, EntryFault> {
+pub fn check_entry_body(slot: &[u8], offset: u64, segment_size: u64) -> std::result::Result<EntryHeader, EntryFault> {
     if slot.len() < ENTRY_HEADER_SIZE as usize {
         return Err(EntryFault::HeaderOutOfBounds);
     }

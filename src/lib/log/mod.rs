@@ -1,7 +1,7 @@
 //! The log: a pool of segments, each client's persistent log of segments, entries,
 //! recovery and space accounting.
 //!
-//! - [`format`] defines every on-media byte (tables there).
+//! - [`format`](mod@format) defines every on-media byte (tables there).
 //! - [`Pool`] opens or creates a pool, allocates and links segments, and gives the
 //!   protocols the operations of the PUT path (validate an entry, assign its version,
 //!   write it back, bump `count`, index it).
@@ -9,6 +9,7 @@
 //! - [`space`] counts bytes appended, rewritten in place, live and garbage.
 
 pub mod format;
+pub mod inspect;
 pub mod recovery;
 pub mod space;
 pub mod writer;
@@ -61,14 +62,7 @@ pub struct SegMeta {
 
 impl SegMeta {
     fn free(generation: u64) -> SegMeta {
-        SegMeta {
-            state: SegmentState::Free,
-            owner: 0,
-            prev: NO_SEGMENT,
-            next: NO_SEGMENT,
-            log_seq: 0,
-            generation,
-        }
+        SegMeta { state: SegmentState::Free, owner: 0, prev: NO_SEGMENT, next: NO_SEGMENT, log_seq: 0, generation }
     }
 }
 
@@ -109,10 +103,8 @@ impl Pool {
         if opts.media.create && !opts.media.read_only && !path.exists() {
             // Validate the layout before creating anything, so bad options leave no file.
             let size = opts.media.create_size.unwrap_or(crate::pmem::DEFAULT_POOL_SIZE);
-            PoolHeader::new(size, opts.segment_size, [0; 16], 0).map_err(|e| Error::Path {
-                path: path.clone(),
-                problem: e.to_string(),
-            })?;
+            PoolHeader::new(size, opts.segment_size, [0; 16], 0)
+                .map_err(|e| Error::Path { path: path.clone(), problem: e.to_string() })?;
         }
         let (media, created) = Media::open(&path, &opts.media)?;
         if created {
@@ -225,13 +217,13 @@ impl Pool {
     }
 
     /// Allocates a free segment as the next segment of `owner`'s log after `prev`,
-    /// persisting it (see the allocation order in [`format`]) and linking `prev` to it.
+    /// persisting it (see the allocation order in [`format`](mod@format)) and linking `prev` to it.
     pub fn alloc_segment(&self, owner: u64, prev: Option<u64>) -> Result<u64> {
         let mut a = self.lock();
-        let id = a.free.pop().ok_or(Error::PoolFull {
-            segments: self.header.segment_count,
-            segment_size: self.header.segment_size,
-        })?;
+        let id = a
+            .free
+            .pop()
+            .ok_or(Error::PoolFull { segments: self.header.segment_count, segment_size: self.header.segment_size })?;
         let base = self.segment_offset(id);
         let log_seq = match prev {
             Some(p) => a.segs.get(p as usize).map(|m| m.log_seq + 1).unwrap_or(0),

@@ -79,7 +79,10 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
         problem: None,
     };
     let looks_allocated = matches!(state, Some(SegmentState::Active) | Some(SegmentState::Sealed));
-    match map.view(base, 64).map_err(|e| e.to_string()).and_then(|b| SegmentHeader::decode(b).map_err(|e| e.to_string()))
+    match map
+        .view(base, 64)
+        .map_err(|e| e.to_string())
+        .and_then(|b| SegmentHeader::decode(b).map_err(|e| e.to_string()))
     {
         Ok(h) if h.segment_id != id => {
             f.problem = Some(format!("header names segment {} but sits at {id}", h.segment_id));
@@ -89,10 +92,8 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
         Err(e) if looks_allocated => f.problem = Some(e),
         Err(_) => {}
     }
-    if looks_allocated || f.header.is_some() {
-        if state.is_none() {
-            f.problem.get_or_insert_with(|| format!("unknown state word {state_word:#x}"));
-        }
+    if f.header.is_some() && state.is_none() {
+        f.problem.get_or_insert_with(|| format!("unknown state word {state_word:#x}"));
     }
     f
 }
@@ -258,7 +259,8 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
             });
         }
     });
-    let found: Vec<SegmentFound> = found.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect();
+    let found: Vec<SegmentFound> =
+        found.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect();
     let mut report = RecoveryReport {
         entries_rejected: rejected.into_inner().unwrap_or_else(|e| e.into_inner()),
         problems: problems.into_inner().unwrap_or_else(|e| e.into_inner()),
@@ -307,7 +309,9 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
             }
             let meta_b = pool.seg_meta(b);
             if meta_b.map(|m| m.prev) != Some(a) {
-                report.problems.push(format!("client {owner}: segment {b} links back to {:?}, not {a}", meta_b.map(|m| m.prev)));
+                report
+                    .problems
+                    .push(format!("client {owner}: segment {b} links back to {:?}, not {a}", meta_b.map(|m| m.prev)));
             }
             if pool.seg_meta(a).map(|m| m.next) != Some(b) {
                 // The allocation of `b` persisted before the link from `a` did.

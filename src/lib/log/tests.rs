@@ -73,7 +73,8 @@ fn in_place_rewrite_is_recovered_and_counted() {
     assert_eq!(sp.entries_in_place, 1);
     assert_eq!(sp.entries_appended, 2);
     let img = pool.media().durable_image().unwrap();
-    let (p2, rep) = Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+    let (p2, rep) =
+        Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
     assert_eq!(value_of(&p2, b"k").unwrap(), vec![3u8; 90]);
     assert_eq!(rep.entries_valid, 2);
     // too big for the slot, or not a slot: refused

@@ -130,8 +130,13 @@ impl Pool {
         } else {
             self.note_in_place(len as u64);
         }
-        let loc =
-            Loc { segment: seg.id as u32, offset: offset as u32, len: len as u32, version, tombstone: h.is_tombstone() };
+        let loc = Loc {
+            segment: seg.id as u32,
+            offset: offset as u32,
+            len: len as u32,
+            version,
+            tombstone: h.is_tombstone(),
+        };
         let key = self
             .media()
             .map()

@@ -98,11 +98,7 @@ impl CpuFeatures {
             use std::arch::x86_64::{__cpuid, __cpuid_count};
             // Leaf 7 is only read when leaf 0 says it exists.
             let (l1, max) = (__cpuid(1), __cpuid(0).eax);
-            let ebx7 = if max >= 7 {
-                __cpuid_count(7, 0).ebx
-            } else {
-                0
-            };
+            let ebx7 = if max >= 7 { __cpuid_count(7, 0).ebx } else { 0 };
             CpuFeatures {
                 clflush: l1.edx & (1 << 19) != 0,
                 clflushopt: ebx7 & (1 << 23) != 0,
