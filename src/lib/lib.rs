@@ -26,5 +26,6 @@ pub mod index;
 pub mod log;
 pub mod pmem;
 pub mod units;
+pub mod wire;
 
 pub use error::{Error, Result};
