@@ -8,6 +8,7 @@
 //! - [`recovery`] scans a pool into the index; `recover` and `inspect-log` use it.
 //! - [`space`] counts bytes appended, rewritten in place, live and garbage.
 
+pub mod cleaner;
 pub mod format;
 pub mod inspect;
 pub mod recovery;
@@ -364,11 +365,25 @@ impl Pool {
         r
     }
 
+    /// Moves live-byte accounting from `old` to `new` (the cleaner relocated an entry).
+    pub fn move_live(&self, old: &Loc, new: &Loc) {
+        let slot = |l: &Loc| (l.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
+        self.seg_live[new.segment as usize].fetch_add(slot(new), Ordering::Relaxed);
+        let o = &self.seg_live[old.segment as usize];
+        let _ = o.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(slot(old))));
+    }
+
     /// Records that `bytes` of segment `seg` were appended (space accounting).
     pub fn note_append(&self, seg: u64, bytes: u64) {
         self.seg_used[seg as usize].fetch_add(bytes, Ordering::Relaxed);
         self.space.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
         self.space.entries_appended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records that the cleaner copied `bytes` into segment `seg` (not client traffic).
+    pub fn note_cleaner_copy(&self, seg: u64, bytes: u64) {
+        self.seg_used[seg as usize].fetch_add(bytes, Ordering::Relaxed);
+        self.space.bytes_cleaned.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Records that `bytes` were rewritten in place (space accounting).

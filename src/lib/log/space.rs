@@ -14,6 +14,8 @@ pub struct SpaceCounters {
     pub bytes_in_place: AtomicU64,
     /// Entries appended.
     pub entries_appended: AtomicU64,
+    /// Slot bytes the cleaner copied.
+    pub bytes_cleaned: AtomicU64,
     /// Entries rewritten in place.
     pub entries_in_place: AtomicU64,
 }
@@ -29,6 +31,8 @@ pub struct SpaceReport {
     pub entries_appended: u64,
     /// Entries rewritten in place since open.
     pub entries_in_place: u64,
+    /// Slot bytes the cleaner copied since open.
+    pub bytes_cleaned: u64,
     /// Logical bytes written since open: appended + in place.
     pub logical_bytes: u64,
     /// Bytes of entry slots in the pool (appended, including before open).
@@ -53,6 +57,7 @@ impl SpaceCounters {
             bytes_in_place: i,
             entries_appended: self.entries_appended.load(Ordering::Relaxed),
             entries_in_place: self.entries_in_place.load(Ordering::Relaxed),
+            bytes_cleaned: self.bytes_cleaned.load(Ordering::Relaxed),
             logical_bytes: a + i,
             pm_bytes_used: used,
             live_bytes: live.min(used),

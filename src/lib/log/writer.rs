@@ -34,6 +34,13 @@ impl ActiveSegment {
         ActiveSegment { id, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
     }
 
+    /// Records an appended, counted slot.
+    pub(crate) fn push_slot(&mut self, offset: u64, next: u64) {
+        self.count += 1;
+        self.slots.push((offset as u32, next as u32));
+        self.tail = next;
+    }
+
     /// The `next_offset` of the slot starting at `offset`, if it is one.
     pub fn slot_end(&self, offset: u64) -> Option<u64> {
         let o = u32::try_from(offset).ok()?;
@@ -123,9 +130,7 @@ impl Pool {
             if !count_first {
                 self.persist_count(seg.id, seg.count + 1)?;
             }
-            seg.count += 1;
-            seg.slots.push((offset as u32, h.next_offset as u32));
-            seg.tail = h.next_offset;
+            seg.push_slot(offset, h.next_offset);
             self.note_append(seg.id, h.next_offset - offset);
         } else {
             self.note_in_place(len as u64);
