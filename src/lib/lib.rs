@@ -25,6 +25,7 @@ pub mod error;
 pub mod index;
 pub mod log;
 pub mod pmem;
+pub mod server;
 pub mod units;
 pub mod wire;
 
