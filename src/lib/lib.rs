@@ -21,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod error;
 pub mod index;
 pub mod log;

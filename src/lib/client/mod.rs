@@ -1,0 +1,3 @@
+//! The client library (in progress): hybrid-update bookkeeping.
+
+pub mod hybrid;
