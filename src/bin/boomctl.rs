@@ -5,6 +5,8 @@
 
 #[path = "boomctl/common.rs"]
 mod common;
+#[path = "boomctl/kv_cmds.rs"]
+mod kv_cmds;
 #[path = "boomctl/pool_cmds.rs"]
 mod pool_cmds;
 
@@ -24,6 +26,16 @@ struct Cli {
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
+    /// Run a server on a pool (recovers it first).
+    Serve(kv_cmds::ServeArgs),
+    /// Store a value under a key.
+    Put(kv_cmds::PutArgs),
+    /// Print a key's value.
+    Get(kv_cmds::GetArgs),
+    /// Delete a key.
+    Del(kv_cmds::DelArgs),
+    /// Show a running server's statistics.
+    Stats(kv_cmds::StatsArgs),
     /// Recover a pool offline and print a summary (keys, space, segments, damage).
     Recover(pool_cmds::RecoverArgs),
     /// Show a pool's header, segments and entries (read-only; works on crashed pools).
@@ -33,6 +45,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
+        Command::Serve(a) => kv_cmds::serve(a),
+        Command::Put(a) => kv_cmds::put(a),
+        Command::Get(a) => kv_cmds::get(a),
+        Command::Del(a) => kv_cmds::del(a),
+        Command::Stats(a) => kv_cmds::stats(a),
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
     };

@@ -598,6 +598,18 @@ impl Msg {
     }
 }
 
+/// Whether `b` is an RpcPut message (checked without decoding, so the server can copy
+/// the entry straight from its receive buffer to PM).
+pub fn is_rpc_put(b: &[u8]) -> bool {
+    b.first() == Some(&op::RPC_PUT)
+}
+
+/// Whether `b` is an RpcValue message (checked without decoding, so a large value can
+/// be used in place).
+pub fn is_rpc_value(b: &[u8]) -> bool {
+    b.first() == Some(&op::RPC_VALUE)
+}
+
 /// The immediate of a BOOM PUT's `WRITE_WITH_IMM`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PutImm {

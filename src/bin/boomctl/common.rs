@@ -21,7 +21,6 @@ pub struct PmemArgs {
     pub pmem: PathBuf,
 }
 
-#[allow(dead_code)]
 /// How to create and map a pool (for commands that may create one).
 #[derive(clap::Args, Debug, Clone)]
 pub struct MediaArgs {
@@ -43,7 +42,6 @@ pub struct MediaArgs {
     pub index: IndexKind,
 }
 
-#[allow(dead_code)] // the server commands (issue 4) use these
 impl MediaArgs {
     /// Pool options for a read-write open that may create the pool.
     pub fn pool_options(&self) -> PoolOptions {

@@ -59,7 +59,7 @@ pub enum WriteMode {
 }
 
 /// A committed entry.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Committed {
     /// Its version.
     pub version: u64,
@@ -67,6 +67,10 @@ pub struct Committed {
     pub loc: Loc,
     /// What the index did with it.
     pub upsert: Upsert,
+    /// Its key.
+    pub key: Vec<u8>,
+    /// Its header.
+    pub header: EntryHeader,
 }
 
 /// Why a commit was refused (the entry is never counted or indexed).
@@ -112,6 +116,22 @@ impl Pool {
             _ => {}
         }
         let h = self.validate_entry(seg.id, offset).map_err(|fault| CommitError::Invalid { offset, fault })?;
+        self.commit_validated(seg, offset, mode, h, writeback)
+    }
+
+    /// [`Pool::commit`] for an entry whose header `h` was already validated (the server
+    /// built it itself, as the RPC baseline does). Placement is still checked.
+    pub fn commit_validated(
+        &self,
+        seg: &mut ActiveSegment,
+        offset: u64,
+        mode: WriteMode,
+        h: EntryHeader,
+        writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
+    ) -> std::result::Result<Committed, CommitError> {
+        if mode == WriteMode::Append && offset != seg.tail {
+            return Err(CommitError::Misplaced(format!("append at {offset}, tail is {}", seg.tail)));
+        }
         if mode == WriteMode::InPlace && seg.slot_end(offset) != Some(h.next_offset) {
             return Err(CommitError::Invalid { offset, fault: EntryFault::BadNextOffset });
         }
@@ -149,7 +169,7 @@ impl Pool {
             .map_err(CommitError::Media)?
             .to_vec();
         let upsert = self.index_entry(&key, loc);
-        Ok(Committed { version, loc, upsert })
+        Ok(Committed { version, loc, upsert, key, header: h })
     }
 
     /// The default write-back: lines of `[pool_off, pool_off + len)`, then a fence.
