@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::bench::measure::MeasurementInterval;
+use crate::bench::measure::{MeasurementInterval, Measurements};
 use crate::bench::report::parse_percentiles;
 use crate::error::{Error, Result};
 
@@ -145,6 +145,18 @@ pub enum Origin {
     },
     /// A `-p key=value` override (or [`WorkloadSpec::set`]).
     Override,
+}
+
+impl Origin {
+    /// Same file, or same built-in workload (lines aside)?
+    fn same_source(&self, other: &Origin) -> bool {
+        match (self, other) {
+            (Origin::File { path: a, .. }, Origin::File { path: b, .. }) => a == b,
+            (Origin::BuiltIn { mix: a, .. }, Origin::BuiltIn { mix: b, .. }) => a == b,
+            (Origin::Override, Origin::Override) => true,
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for Origin {
@@ -285,7 +297,9 @@ impl WorkloadSpec {
             Some(_) => {}
         }
         if let Some(previous) = self.props.get(&key) {
-            if previous.origin != Origin::Override && origin != Origin::Override && previous.value != value {
+            // Within one file a repeated key is likely a mistake; a later file or -p
+            // overriding an earlier one is how YCSB users layer settings.
+            if previous.origin.same_source(&origin) && previous.origin != Origin::Override && previous.value != value {
                 self.warnings.push(format!(
                     "{at}: property `{key}` set again (was `{}` at {}); the later value wins",
                     previous.value, previous.origin
@@ -408,6 +422,17 @@ impl WorkloadSpec {
     /// `measurement.interval` (default `op`).
     pub fn measurement_interval(&self) -> Result<MeasurementInterval> {
         Ok(self.get_with(names::MEASUREMENT_INTERVAL, |v| v.parse())?.unwrap_or(MeasurementInterval::Op))
+    }
+
+    /// `reportlatencyforeacherror` (default false).
+    pub fn latency_for_each_error(&self) -> Result<bool> {
+        self.get_bool(names::LATENCY_FOR_EACH_ERROR, false)
+    }
+
+    /// An empty [`Measurements`] configured by `measurement.interval` and
+    /// `reportlatencyforeacherror` (one per client thread).
+    pub fn new_measurements(&self) -> Result<Measurements> {
+        Ok(Measurements::new(self.measurement_interval()?).with_latency_for_each_error(self.latency_for_each_error()?))
     }
 }
 
@@ -672,6 +697,11 @@ mod tests {
         assert_eq!(spec.seed().unwrap(), None);
         spec.set(names::SEED, "42").unwrap();
         assert_eq!(spec.seed().unwrap(), Some(42));
+        spec.set("measurement.interval", "both").unwrap();
+        assert_eq!(spec.new_measurements().unwrap().interval(), MeasurementInterval::Both);
+        spec.set("measurement.interval", "never").unwrap();
+        let e = spec.new_measurements().unwrap_err().to_string();
+        assert!(e.contains("property `measurement.interval` = `never` (-p override)"), "{e}");
         let origin = WorkloadSpec::from_mix('b').unwrap().property("readproportion").unwrap().origin.to_string();
         assert!(origin.starts_with("built-in workloadb:"), "{origin}");
     }
@@ -681,8 +711,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("myworkload");
         std::fs::write(&path, "recordcount=10\nreadproportion=1\nbogus=1\n").unwrap();
-        let spec = WorkloadSpec::from_file(&path).unwrap();
+        let mut spec = WorkloadSpec::from_file(&path).unwrap();
         assert_eq!(spec.get("recordcount"), Some("10"));
+        assert_eq!(spec.warnings().len(), 1);
+        // A second file overriding the first is layering, not a mistake.
+        let more = dir.path().join("more");
+        std::fs::write(&more, "recordcount=20\n").unwrap();
+        spec.load_file(&more).unwrap();
+        assert_eq!(spec.get("recordcount"), Some("20"));
         assert_eq!(spec.warnings().len(), 1);
         assert!(spec.warnings()[0].contains("myworkload:3: unknown property `bogus`"));
         let e = WorkloadSpec::from_file(&dir.path().join("nope")).unwrap_err().to_string();
