@@ -22,6 +22,12 @@
 //! several client processes into one report with the same numbers a single process
 //! would print.
 //!
+//! A runner with several client threads: each thread records into its own
+//! [`Measurements`]; once per reporting interval it sends `m.take()` over a channel
+//! to one logger thread, which merges the snapshots of that interval, writes them
+//! with [`HlogWriter::write_interval`] and merges them into the run totals; at the
+//! end it writes [`HlogWriter::write_summary`] with the totals and the run time.
+//!
 //! ```
 //! use std::time::{Duration, SystemTime};
 //! use boomkv::bench::{hlog, measure::{Measurements, MeasurementInterval, Status}, report::RunInfo};
@@ -418,6 +424,13 @@ mod tests {
         one.merge(&tb).unwrap();
         let pct = [50.0, 95.0, 99.0, 99.9];
         assert_eq!(ycsb_text(&merged.measurements, &merged.run, &pct), ycsb_text(&one, &merged.run, &pct));
+    }
+
+    #[test]
+    fn writer_can_move_to_a_logger_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<HlogWriter<std::io::BufWriter<File>>>();
+        assert_send::<HlogFile>();
     }
 
     #[test]

@@ -639,6 +639,15 @@ mod tests {
     }
 
     #[test]
+    fn thread_safety() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        fn assert_send<T: Send>() {}
+        assert_send_sync::<CoreWorkload>();
+        assert_send::<OpStream>();
+        assert_send::<crate::bench::measure::Measurements>();
+    }
+
+    #[test]
     fn defaults_are_ycsbs() {
         let c = CoreConfig::from_spec(&WorkloadSpec::new("empty")).unwrap();
         assert_eq!(c.record_count, i32::MAX as u64);
