@@ -11,6 +11,8 @@
 //! - [`log`]: the on-media format (pool, segment and entry layouts), segment
 //!   allocation, recovery and space accounting.
 //! - [`index`]: the volatile index from key to entry location.
+//! - [`workload`]: YCSB-compatible workloads (generators, property files, op streams).
+//! - [`bench`](mod@bench): latency histograms and the YCSB text, CSV, JSON and HdrHistogram log reports.
 //!
 //! ## The durability promise
 //!
@@ -21,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod client;
 pub mod error;
 pub mod index;
@@ -29,5 +32,7 @@ pub mod pmem;
 pub mod server;
 pub mod units;
 pub mod wire;
+pub mod workload;
+
 
 pub use error::{Error, Result};
