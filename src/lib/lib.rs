@@ -34,5 +34,4 @@ pub mod units;
 pub mod wire;
 pub mod workload;
 
-
 pub use error::{Error, Result};

@@ -5,3 +5,4 @@
 pub mod hlog;
 pub mod measure;
 pub mod report;
+pub mod runner;
