@@ -25,5 +25,6 @@ pub mod error;
 pub mod index;
 pub mod log;
 pub mod pmem;
+pub mod transport;
 
 pub use error::{Error, Result};
