@@ -30,6 +30,7 @@ pub mod index;
 pub mod log;
 pub mod pmem;
 pub mod server;
+pub mod transport;
 pub mod units;
 pub mod wire;
 pub mod workload;

@@ -15,6 +15,7 @@
 pub mod crashsim;
 pub mod flush;
 pub mod map;
+pub mod shared;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileTypeExt;

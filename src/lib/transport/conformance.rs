@@ -1,0 +1,768 @@
+//! The conformance suite: one set of generic tests that every backend must pass.
+//!
+//! Each backend's test module invokes [`conformance_suite!`](crate::conformance_suite)
+//! with a constructor for a fresh transport (a fresh protection domain) and a fresh
+//! listening endpoint; the macro expands to one `#[test]` per case below. Servers bind
+//! loopback or a temporary Unix socket, and every wait is bounded.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// Bound for waits that must succeed.
+pub const T: Duration = Duration::from_secs(5);
+/// Region size of each side.
+pub const REGION: usize = 64 << 10;
+
+/// The configuration the suite runs with: a short RNR timeout keeps the RNR cases fast.
+pub fn test_config() -> TransportConfig {
+    TransportConfig { rnr_timeout: Duration::from_millis(100), spin: Duration::from_micros(20), ..Default::default() }
+}
+
+/// Expands to one test per conformance case for a backend.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! conformance_suite {
+    ($make:path, $ep:path) => {
+        $crate::conformance_suite!(@cases $make, $ep;
+            handshake_private_data_and_qp_numbers,
+            write_then_read_roundtrip,
+            write_imm_and_send_consume_receives,
+            completions_in_order_and_unsignaled_writes,
+            remote_access_errors_leave_other_qps_working,
+            local_protection_errors,
+            rnr_without_receive_fails_bounded,
+            rnr_retry_succeeds_when_receive_arrives,
+            message_longer_than_receive,
+            close_flushes_both_sides,
+            shared_recv_cq_tells_clients_apart,
+            wait_times_out,
+            stats_count_posted_operations,
+            server_callback_can_refuse,
+            try_accept_does_not_block,
+            qp_and_cq_work_from_worker_threads,
+            large_transfers,
+            deregistration_during_traffic,
+            peer_process_killed,
+        );
+        #[test]
+        #[ignore = "helper: run by peer_process_killed as a child process"]
+        fn conformance_child_peer() {
+            $crate::transport::conformance::child_peer($make);
+        }
+    };
+    (@cases $make:path, $ep:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::transport::conformance::$case($make, $ep, module_path!());
+            }
+        )*
+    };
+}
+
+/// A connected pair of queue pairs in two protection domains, each with a 64 KiB
+/// region (all access rights) whose descriptor went to the peer as private data.
+pub struct Pair<Tr: Transport> {
+    pub st: Tr,
+    pub ct: Tr,
+    pub listener: Tr::Listener,
+    pub s_send: Tr::Cq,
+    pub s_recv: Tr::Cq,
+    pub c_send: Tr::Cq,
+    pub c_recv: Tr::Cq,
+    pub sqp: Tr::Qp,
+    pub cqp: Tr::Qp,
+    pub smr: Tr::Mr,
+    pub cmr: Tr::Mr,
+    /// The server's region as the client knows it.
+    pub s_remote: RemoteRegion,
+    /// The client's region as the server knows it.
+    pub c_remote: RemoteRegion,
+}
+
+/// Connects a client of `ct` to `listener`, accepting on the server's queues.
+#[allow(clippy::too_many_arguments)]
+pub fn connect_one<Tr: Transport>(
+    ct: &Tr,
+    listener: &Tr::Listener,
+    s_send: &Tr::Cq,
+    s_recv: &Tr::Cq,
+    c_send: &Tr::Cq,
+    c_recv: &Tr::Cq,
+    client_private: &[u8],
+    server_private: &[u8],
+) -> (Tr::Qp, Tr::Qp, Vec<u8>, Vec<u8>) {
+    let ep = listener.endpoint();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| ct.connect(&ep, c_send, c_recv, client_private, T));
+        let mut got = Vec::new();
+        let sqp = listener
+            .accept(s_send, s_recv, T, |p| {
+                got = p.to_vec();
+                Ok(server_private.to_vec())
+            })
+            .expect("accept");
+        let (cqp, reply) = h.join().expect("client thread").expect("connect");
+        (sqp, cqp, got, reply)
+    })
+}
+
+/// Builds a [`Pair`].
+pub fn pair<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint) -> Pair<Tr> {
+    let (st, ct) = (make(), make());
+    let listener = st.listen(&ep()).expect("listen");
+    let (s_send, s_recv) = (st.create_cq().unwrap(), st.create_cq().unwrap());
+    let (c_send, c_recv) = (ct.create_cq().unwrap(), ct.create_cq().unwrap());
+    let smr = st.alloc_mr(REGION, Access::ALL).unwrap();
+    let cmr = ct.alloc_mr(REGION, Access::ALL).unwrap();
+    let (sqp, cqp, got, reply) = connect_one(
+        &ct,
+        &listener,
+        &s_send,
+        &s_recv,
+        &c_send,
+        &c_recv,
+        &cmr.remote().to_bytes(),
+        &smr.remote().to_bytes(),
+    );
+    let c_remote = RemoteRegion::from_bytes(&got).unwrap();
+    let s_remote = RemoteRegion::from_bytes(&reply).unwrap();
+    Pair { st, ct, listener, s_send, s_recv, c_send, c_recv, sqp, cqp, smr, cmr, s_remote, c_remote }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn ok<C: CompletionQueue>(cq: &C, what: &str) -> Completion {
+    cq.wait(T).unwrap_or_else(|e| panic!("{what}: {e}")).ok(what).unwrap()
+}
+
+fn expect_status<C: CompletionQueue>(cq: &C, status: WcStatus, what: &str) -> Completion {
+    let c = cq.wait(T).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(c.status, status, "{what}: {c:?}");
+    c
+}
+
+fn assert_quiet<C: CompletionQueue>(cq: &C, what: &str) {
+    match cq.wait(Duration::from_millis(30)) {
+        Err(Error::Timeout(..)) => {}
+        other => panic!("{what}: expected no completion, got {other:?}"),
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A full SEND round trip on a healthy pair (proves the pair works).
+fn ping<Tr: Transport>(p: &Pair<Tr>, tag: u8) {
+    p.sqp.post_recv(900, &p.smr, 60_000, 64).unwrap();
+    p.cqp.post_send_bytes(901, &[tag; 8]).unwrap();
+    let r = ok(&p.s_recv, "ping recv");
+    assert_eq!((r.wr_id, r.byte_len, r.qp_num), (900, 8, p.sqp.qp_num()));
+    let mut b = [0u8; 8];
+    p.smr.read(60_000, &mut b).unwrap();
+    assert_eq!(b, [tag; 8]);
+    assert_eq!(ok(&p.c_send, "ping send").wr_id, 901);
+}
+
+pub fn handshake_private_data_and_qp_numbers<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    assert_eq!(p.s_remote, p.smr.remote());
+    assert_eq!(p.c_remote, p.cmr.remote());
+    assert_eq!(p.sqp.peer_qp_num(), p.cqp.qp_num());
+    assert_eq!(p.cqp.peer_qp_num(), p.sqp.qp_num());
+    assert!(!p.sqp.is_error() && !p.cqp.is_error());
+    assert_eq!(p.listener.endpoint().backend(), p.st.backend());
+    ping(&p, 1);
+}
+
+pub fn write_then_read_roundtrip<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let data = pattern(1000, 7);
+    p.cmr.write(0, &data).unwrap();
+    p.cqp.post_write(1, &p.cmr, 0, 1000, p.s_remote.at(5000), p.s_remote.rkey, true).unwrap();
+    let c = ok(&p.c_send, "write");
+    assert_eq!((c.wr_id, c.opcode, c.byte_len, c.qp_num), (1, WcOpcode::Write, 1000, p.cqp.qp_num()));
+    let mut got = vec![0u8; 1000];
+    p.smr.read(5000, &mut got).unwrap();
+    assert_eq!(got, data, "WRITE must land in the server's region");
+    p.cqp.post_read(2, &p.cmr, 10_000, 1000, p.s_remote.at(5000), p.s_remote.rkey).unwrap();
+    let c = ok(&p.c_send, "read");
+    assert_eq!((c.wr_id, c.opcode, c.byte_len), (2, WcOpcode::Read, 1000));
+    p.cmr.read(10_000, &mut got).unwrap();
+    assert_eq!(got, data);
+    // The server also READs and WRITEs the client's memory.
+    p.smr.write(100, b"from server").unwrap();
+    p.sqp.post_write(3, &p.smr, 100, 11, p.c_remote.at(40_000), p.c_remote.rkey, true).unwrap();
+    ok(&p.s_send, "server write");
+    let mut b = [0u8; 11];
+    p.cmr.read(40_000, &mut b).unwrap();
+    assert_eq!(&b, b"from server");
+    // One-sided operations complete nothing at the target.
+    assert_quiet(&p.s_recv, "server recv cq after one-sided ops");
+    assert_quiet(&p.c_recv, "client recv cq after one-sided ops");
+}
+
+pub fn write_imm_and_send_consume_receives<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    for i in 0..4 {
+        p.sqp.post_recv(100 + i, &p.smr, 50_000 + i * 100, 100).unwrap();
+    }
+    let data = pattern(300, 3);
+    p.cmr.write(0, &data).unwrap();
+    p.cqp.post_write_imm(1, &p.cmr, 0, 300, p.s_remote.at(2000), p.s_remote.rkey, 0xfeed).unwrap();
+    let r = ok(&p.s_recv, "write_imm recv");
+    assert_eq!(
+        (r.wr_id, r.opcode, r.byte_len, r.imm, r.qp_num),
+        (100, WcOpcode::RecvWithImm, 300, Some(0xfeed), p.sqp.qp_num())
+    );
+    let mut got = vec![0u8; 300];
+    p.smr.read(2000, &mut got).unwrap();
+    assert_eq!(got, data, "the data is in place when the immediate arrives");
+    p.cqp.post_send_bytes(2, b"hello").unwrap();
+    let r = ok(&p.s_recv, "send recv");
+    assert_eq!((r.wr_id, r.opcode, r.byte_len, r.imm), (101, WcOpcode::Recv, 5, None));
+    let mut b = [0u8; 5];
+    p.smr.read(50_100, &mut b).unwrap();
+    assert_eq!(&b, b"hello");
+    p.cqp.post_send(3, &p.cmr, 10, 20).unwrap();
+    let r = ok(&p.s_recv, "post_send recv");
+    assert_eq!((r.wr_id, r.byte_len), (102, 20));
+    let mut b = [0u8; 20];
+    p.smr.read(50_200, &mut b).unwrap();
+    assert_eq!(&b[..], &data[10..30]);
+    // Zero-length WRITE_WITH_IMM: a pure notification.
+    p.cqp.post_write_imm(4, &p.cmr, 0, 0, p.s_remote.addr, p.s_remote.rkey, 9).unwrap();
+    let r = ok(&p.s_recv, "zero-length write_imm");
+    assert_eq!((r.wr_id, r.byte_len, r.imm), (103, 0, Some(9)));
+    let ids: Vec<u64> = (0..4).map(|_| ok(&p.c_send, "client send cq").wr_id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    let c = p.c_send.poll_one();
+    assert!(c.is_none(), "{c:?}");
+    assert_quiet(&p.c_recv, "client recv cq");
+}
+
+pub fn completions_in_order_and_unsignaled_writes<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let r = p.s_remote;
+    let mut expected = Vec::new();
+    for i in 0..60u64 {
+        let off = (i % 8) * 512;
+        p.cmr.write(off, &pattern(512, i as u8)).unwrap();
+        match i % 3 {
+            0 => p.cqp.post_write(i, &p.cmr, off, 512, r.at(off), r.rkey, false).unwrap(),
+            1 => {
+                p.cqp.post_write(i, &p.cmr, off, 512, r.at(off), r.rkey, true).unwrap();
+                expected.push(i);
+            }
+            _ => {
+                // Reads the block the unsignaled write just before it put there.
+                let prev = ((i - 2) % 8) * 512;
+                p.cqp.post_read(i, &p.cmr, 32_768 + (i / 3) * 512, 512, r.at(prev), r.rkey).unwrap();
+                expected.push(i);
+            }
+        }
+    }
+    let got: Vec<u64> = expected.iter().map(|_| ok(&p.c_send, "ordered").wr_id).collect();
+    assert_eq!(got, expected, "completions must arrive in posting order");
+    assert!(p.c_send.poll_one().is_none(), "unsignaled writes complete nothing");
+    for i in (2..60u64).step_by(3) {
+        let mut b = vec![0u8; 512];
+        p.cmr.read(32_768 + (i / 3) * 512, &mut b).unwrap();
+        assert_eq!(b, pattern(512, (i - 2) as u8), "READ {i} must see the unsignaled WRITE before it");
+    }
+}
+
+/// What a misbehaving client does in [`remote_access_errors_leave_other_qps_working`].
+#[derive(Debug, Clone, Copy)]
+enum Violation {
+    WriteOutOfBounds,
+    UnsignaledWriteOutOfBounds,
+    ReadOutOfBounds,
+    WriteBeforeRegion,
+    WrongRkey,
+    AfterDeregistration,
+    WriteToReadOnly,
+    ReadFromWriteOnly,
+    WriteImmOutOfBounds,
+}
+
+pub fn remote_access_errors_leave_other_qps_working<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    use Violation::*;
+    let st = make();
+    let listener = st.listen(&ep()).unwrap();
+    let (s_send, s_recv) = (st.create_cq().unwrap(), st.create_cq().unwrap());
+    let ro = st.alloc_mr(4096, Access::REMOTE_READ).unwrap();
+    let wo = st.alloc_mr(4096, Access::REMOTE_WRITE).unwrap();
+    let smr = st.alloc_mr(REGION, Access::ALL).unwrap();
+    // A bystander client that must keep working throughout.
+    let bt = make();
+    let (b_send, b_recv) = (bt.create_cq().unwrap(), bt.create_cq().unwrap());
+    let bmr = bt.alloc_mr(4096, Access::ALL).unwrap();
+    let (b_sqp, b_qp, _, _) = connect_one(&bt, &listener, &s_send, &s_recv, &b_send, &b_recv, b"", b"");
+    for (n, v) in [
+        WriteOutOfBounds,
+        UnsignaledWriteOutOfBounds,
+        ReadOutOfBounds,
+        WriteBeforeRegion,
+        WrongRkey,
+        AfterDeregistration,
+        WriteToReadOnly,
+        ReadFromWriteOnly,
+        WriteImmOutOfBounds,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ct = make();
+        let (c_send, c_recv) = (ct.create_cq().unwrap(), ct.create_cq().unwrap());
+        let cmr = ct.alloc_mr(REGION, Access::ALL).unwrap();
+        let (sqp, cqp, _, _) = connect_one(&ct, &listener, &s_send, &s_recv, &c_send, &c_recv, b"", b"");
+        sqp.post_recv(7, &smr, 0, 64).unwrap();
+        let r = smr.remote();
+        let doomed = st.alloc_mr(4096, Access::ALL).unwrap();
+        let wr = 1000 + n as u64;
+        match v {
+            WriteOutOfBounds => cqp.post_write(wr, &cmr, 0, 16, r.at(r.len - 8), r.rkey, true),
+            UnsignaledWriteOutOfBounds => cqp.post_write(wr, &cmr, 0, 16, r.at(r.len), r.rkey, false),
+            ReadOutOfBounds => cqp.post_read(wr, &cmr, 0, 16, r.at(r.len - 1), r.rkey),
+            WriteBeforeRegion => cqp.post_write(wr, &cmr, 0, 16, r.addr.wrapping_sub(16), r.rkey, true),
+            WrongRkey => cqp.post_write(wr, &cmr, 0, 16, r.addr, r.rkey ^ 0x10000, true),
+            AfterDeregistration => {
+                let d = doomed.remote();
+                // The region works, then stops working the moment it is deregistered.
+                cqp.post_write(wr - 500, &cmr, 0, 16, d.addr, d.rkey, true).unwrap();
+                ok(&c_send, "write before deregistration");
+                doomed.deregister();
+                cqp.post_write(wr, &cmr, 0, 16, d.addr, d.rkey, true)
+            }
+            WriteToReadOnly => cqp.post_write(wr, &cmr, 0, 16, ro.remote().addr, ro.remote().rkey, true),
+            ReadFromWriteOnly => cqp.post_read(wr, &cmr, 0, 16, wo.remote().addr, wo.remote().rkey),
+            WriteImmOutOfBounds => cqp.post_write_imm(wr, &cmr, 0, 16, r.at(r.len - 1), r.rkey, 1),
+        }
+        .unwrap();
+        let c = expect_status(&c_send, WcStatus::RemoteAccessError, &format!("{v:?}"));
+        assert_eq!(c.wr_id, wr, "{v:?}");
+        assert!(cqp.is_error(), "{v:?}: the violating qp goes to the error state");
+        assert!(cqp.post_send_bytes(1, b"x").is_err(), "{v:?}: posts fail after the error");
+        // The server's side of that connection is torn down too; its receive is flushed.
+        let f = expect_status(&s_recv, WcStatus::WrFlushError, &format!("{v:?} server flush"));
+        assert_eq!((f.wr_id, f.qp_num), (7, sqp.qp_num()), "{v:?}");
+        wait_until("server qp in error", || sqp.is_error());
+        // The bystander is unaffected.
+        b_sqp.post_recv(8, &smr, 100, 64).unwrap();
+        bmr.write(0, &[n as u8; 4]).unwrap();
+        b_qp.post_write_imm(9, &bmr, 0, 4, r.at(200), r.rkey, n as u32).unwrap();
+        let got = ok(&s_recv, "bystander");
+        assert_eq!((got.wr_id, got.imm, got.qp_num), (8, Some(n as u32), b_sqp.qp_num()), "{v:?}");
+        ok(&b_send, "bystander send cq");
+        assert!(!b_qp.is_error() && !b_sqp.is_error());
+        drop(doomed);
+    }
+    // Nothing changed outside the bounds the violations aimed at.
+    let mut b = [0u8; 8];
+    smr.read(r_len(&smr) - 8, &mut b).unwrap();
+    assert_eq!(b, [0u8; 8]);
+}
+
+fn r_len<M: MemoryRegion>(m: &M) -> u64 {
+    m.len()
+}
+
+pub fn local_protection_errors<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    // READ into a region without LOCAL_WRITE.
+    let p = pair(make, ep);
+    let ro_local = p.ct.alloc_mr(4096, Access::NONE).unwrap();
+    p.cqp.post_read(1, &ro_local, 0, 16, p.s_remote.addr, p.s_remote.rkey).unwrap();
+    let c = expect_status(&p.c_send, WcStatus::LocalProtectionError, "read into read-only");
+    assert_eq!((c.wr_id, c.opcode), (1, WcOpcode::Read));
+    assert!(p.cqp.is_error());
+    // A source beyond the local region.
+    let p = pair(make, ep);
+    p.cqp.post_write(2, &p.cmr, REGION as u64 - 4, 16, p.s_remote.addr, p.s_remote.rkey, false).unwrap();
+    let c = expect_status(&p.c_send, WcStatus::LocalProtectionError, "source out of bounds");
+    assert_eq!(c.wr_id, 2);
+    // A region of another protection domain.
+    let p = pair(make, ep);
+    let foreign = make().alloc_mr(4096, Access::ALL).unwrap();
+    p.cqp.post_send(3, &foreign, 0, 8).unwrap();
+    let c = expect_status(&p.c_send, WcStatus::LocalProtectionError, "foreign region");
+    assert_eq!(c.wr_id, 3);
+    // A receive buffer without LOCAL_WRITE.
+    let p = pair(make, ep);
+    let ro = p.st.alloc_mr(4096, Access::REMOTE_READ).unwrap();
+    p.sqp.post_recv(4, &ro, 0, 64).unwrap();
+    let c = expect_status(&p.s_recv, WcStatus::LocalProtectionError, "recv into read-only");
+    assert_eq!(c.wr_id, 4);
+}
+
+pub fn rnr_without_receive_fails_bounded<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let t0 = Instant::now();
+    p.cqp.post_send_bytes(1, b"nobody listens").unwrap();
+    let c = expect_status(&p.c_send, WcStatus::RnrRetryExceeded, "send without recv");
+    let took = t0.elapsed();
+    assert_eq!(c.wr_id, 1);
+    assert!(took >= test_config().rnr_timeout / 2, "gave up after {took:?}, before the RNR timeout");
+    assert!(took < T, "RNR took {took:?}");
+    assert!(p.cqp.is_error());
+    // WRITE_WITH_IMM needs a receive as well.
+    let p = pair(make, ep);
+    p.cqp.post_write_imm(2, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, 1).unwrap();
+    let c = expect_status(&p.c_send, WcStatus::RnrRetryExceeded, "write_imm without recv");
+    assert_eq!(c.wr_id, 2);
+}
+
+pub fn rnr_retry_succeeds_when_receive_arrives<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(10));
+            p.sqp.post_recv(5, &p.smr, 0, 64).unwrap();
+        });
+        p.cqp.post_send_bytes(1, b"late receiver").unwrap();
+        let c = ok(&p.c_send, "send retried until the receive arrived");
+        assert_eq!(c.wr_id, 1);
+    });
+    let r = ok(&p.s_recv, "late recv");
+    assert_eq!((r.wr_id, r.byte_len), (5, 13));
+}
+
+pub fn message_longer_than_receive<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    p.sqp.post_recv(5, &p.smr, 0, 4).unwrap();
+    p.cqp.post_send_bytes(1, b"ten bytes!").unwrap();
+    let c = expect_status(&p.c_send, WcStatus::RemoteInvalidRequest, "sender of oversized message");
+    assert_eq!(c.wr_id, 1);
+    let r = expect_status(&p.s_recv, WcStatus::LocalLengthError, "receiver of oversized message");
+    assert_eq!(r.wr_id, 5);
+    let mut b = [0u8; 8];
+    p.smr.read(4, &mut b).unwrap();
+    assert_eq!(b, [0u8; 8], "nothing written past the receive buffer");
+}
+
+pub fn close_flushes_both_sides<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    ping(&p, 3);
+    for i in 0..3 {
+        p.sqp.post_recv(10 + i, &p.smr, i * 64, 64).unwrap();
+    }
+    p.cqp.post_recv(20, &p.cmr, 0, 64).unwrap();
+    p.cqp.close();
+    assert!(p.cqp.is_error());
+    assert!(p.cqp.post_send_bytes(1, b"x").is_err());
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let c = expect_status(&p.s_recv, WcStatus::WrFlushError, "server flush after client close");
+        assert_eq!((c.qp_num, c.opcode), (p.sqp.qp_num(), WcOpcode::Recv));
+        ids.push(c.wr_id);
+    }
+    assert_eq!(ids, vec![10, 11, 12]);
+    let c = expect_status(&p.c_recv, WcStatus::WrFlushError, "client's own receive flushed");
+    assert_eq!(c.wr_id, 20);
+    wait_until("server qp in error", || p.sqp.is_error());
+    assert!(p.sqp.post_send_bytes(1, b"x").is_err());
+}
+
+pub fn shared_recv_cq_tells_clients_apart<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    const N: usize = 4;
+    let st = make();
+    let listener = st.listen(&ep()).unwrap();
+    let (s_send, s_recv) = (st.create_cq().unwrap(), st.create_cq().unwrap());
+    let smr = st.alloc_mr(N * 64, Access::ALL).unwrap();
+    let mut clients = Vec::new();
+    let mut server_qps = Vec::new();
+    for i in 0..N {
+        let ct = make();
+        let (c_send, c_recv) = (ct.create_cq().unwrap(), ct.create_cq().unwrap());
+        let cmr = ct.alloc_mr(64, Access::ALL).unwrap();
+        let (sqp, cqp, got, _) = connect_one(&ct, &listener, &s_send, &s_recv, &c_send, &c_recv, &[i as u8], b"");
+        assert_eq!(got, vec![i as u8]);
+        sqp.post_recv(i as u64, &smr, i as u64 * 64, 64).unwrap();
+        cqp.post_recv(0, &cmr, 0, 64).unwrap();
+        server_qps.push(sqp);
+        clients.push((ct, c_send, c_recv, cmr, cqp));
+    }
+    // One worker thread serves every client from the shared receive queue.
+    let worker = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut seen = Vec::new();
+            for _ in 0..N {
+                let c = ok(&s_recv, "shared recv cq");
+                let qp = server_qps.iter().find(|q| q.qp_num() == c.qp_num).expect("qp_num names an accepted qp");
+                let mut b = [0u8; 1];
+                smr.read(c.wr_id * 64, &mut b).unwrap();
+                assert_eq!(b[0] as u64, c.wr_id + 100);
+                qp.post_send_bytes(c.wr_id, &[b[0] + 1]).unwrap();
+                seen.push(c.qp_num);
+            }
+            seen
+        });
+        for (i, (_, _, _, _, cqp)) in clients.iter().enumerate().rev() {
+            cqp.post_send_bytes(1, &[i as u8 + 100]).unwrap();
+        }
+        h.join().unwrap()
+    });
+    let mut distinct = worker.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), N);
+    for (i, (_, c_send, c_recv, cmr, _)) in clients.iter().enumerate() {
+        ok(c_recv, "reply");
+        let mut b = [0u8; 1];
+        cmr.read(0, &mut b).unwrap();
+        assert_eq!(b[0], i as u8 + 101);
+        ok(c_send, "request send");
+    }
+    let mut drained = Vec::new();
+    while drained.len() < N {
+        ok(&s_send, "server replies");
+        drained.push(());
+    }
+}
+
+pub fn wait_times_out<Tr: Transport>(make: fn() -> Tr, _ep: fn() -> Endpoint, _: &str) {
+    let t = make();
+    let cq = t.create_cq().unwrap();
+    let t0 = Instant::now();
+    match cq.wait(Duration::from_millis(30)) {
+        Err(Error::Timeout(..)) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(25) && took < Duration::from_secs(2), "{took:?}");
+    assert!(cq.poll_one().is_none());
+}
+
+pub fn stats_count_posted_operations<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    p.sqp.post_recv(1, &p.smr, 0, 64).unwrap();
+    p.sqp.post_recv(2, &p.smr, 64, 64).unwrap();
+    let r = p.s_remote;
+    p.cqp.post_write(1, &p.cmr, 0, 8, r.at(1024), r.rkey, false).unwrap();
+    p.cqp.post_write(2, &p.cmr, 0, 8, r.at(1024), r.rkey, true).unwrap();
+    p.cqp.post_write_imm(3, &p.cmr, 0, 8, r.at(1024), r.rkey, 0).unwrap();
+    p.cqp.post_read(4, &p.cmr, 0, 8, r.at(1024), r.rkey).unwrap();
+    p.cqp.post_send_bytes(5, b"x").unwrap();
+    for _ in 0..4 {
+        ok(&p.c_send, "stats ops");
+    }
+    let s = p.cqp.stats();
+    assert_eq!(s, QpStats { sends: 1, writes: 2, writes_imm: 1, reads: 1, recvs: 0 });
+    assert_eq!(s.network_ops(), 5);
+    assert_eq!(p.sqp.stats(), QpStats { recvs: 2, ..Default::default() });
+}
+
+pub fn server_callback_can_refuse<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let st = make();
+    let listener = st.listen(&ep()).unwrap();
+    let cq = st.create_cq().unwrap();
+    let ct = make();
+    let ccq = ct.create_cq().unwrap();
+    let lep = listener.endpoint();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| ct.connect(&lep, &ccq, &ccq, b"let me in", T).map(|_| ()));
+        let e = listener.accept(&cq, &cq, T, |p| {
+            assert_eq!(p, b"let me in");
+            Err(Error::Protocol("unknown client id 42".into()))
+        });
+        assert!(matches!(e, Err(Error::Protocol(_))), "{e:?}");
+        let ce = h.join().unwrap().expect_err("refused client must fail to connect");
+        assert!(ce.to_string().contains("unknown client id 42"), "{ce}");
+    });
+    // The listener keeps serving.
+    let (sqp, cqp, _, reply) = connect_one(&ct, &listener, &cq, &cq, &ccq, &ccq, b"", b"ok");
+    assert_eq!(reply, b"ok");
+    assert!(!sqp.is_error() && !cqp.is_error());
+}
+
+pub fn try_accept_does_not_block<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let st = make();
+    let listener = st.listen(&ep()).unwrap();
+    let cq = st.create_cq().unwrap();
+    let t0 = Instant::now();
+    assert!(listener.try_accept(&cq, &cq, |_| Ok(vec![])).unwrap().is_none());
+    assert!(t0.elapsed() < Duration::from_millis(500));
+    let ct = make();
+    let ccq = ct.create_cq().unwrap();
+    let lep = listener.endpoint();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| ct.connect(&lep, &ccq, &ccq, b"", T));
+        let end = Instant::now() + T;
+        let qp = loop {
+            if let Some(qp) = listener.try_accept(&cq, &cq, |_| Ok(b"hi".to_vec())).unwrap() {
+                break qp;
+            }
+            assert!(Instant::now() < end, "try_accept never saw the client");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let (cqp, reply) = h.join().unwrap().unwrap();
+        assert_eq!(reply, b"hi");
+        assert!(!qp.is_error() && !cqp.is_error());
+    });
+}
+
+pub fn qp_and_cq_work_from_worker_threads<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let Pair { sqp, cqp, smr, cmr, s_recv, c_send, c_recv, s_send, s_remote, .. } = p;
+    let server = std::thread::spawn(move || {
+        for i in 0..100u64 {
+            sqp.post_recv(i, &smr, 0, 64).unwrap();
+            let c = s_recv.wait(T).unwrap().ok("worker recv").unwrap();
+            assert_eq!(c.imm, Some(i as u32));
+            sqp.post_send_bytes(i, &i.to_le_bytes()).unwrap();
+            ok(&s_send, "worker send");
+        }
+    });
+    let client = std::thread::spawn(move || {
+        for i in 0..100u64 {
+            cqp.post_recv(i, &cmr, 100, 64).unwrap();
+            cqp.post_write_imm(i, &cmr, 0, 8, s_remote.addr, s_remote.rkey, i as u32).unwrap();
+            let c = c_recv.wait(T).unwrap().ok("client recv").unwrap();
+            assert_eq!(c.wr_id, i);
+            let mut b = [0u8; 8];
+            cmr.read(100, &mut b).unwrap();
+            assert_eq!(u64::from_le_bytes(b), i);
+            ok(&c_send, "client send");
+        }
+    });
+    server.join().unwrap();
+    client.join().unwrap();
+}
+
+pub fn large_transfers<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    const BIG: usize = 4 << 20;
+    let src = p.ct.alloc_mr(BIG, Access::ALL).unwrap();
+    let dst = p.st.alloc_mr(BIG, Access::ALL).unwrap();
+    let data = pattern(BIG, 11);
+    src.write(0, &data).unwrap();
+    let d = dst.remote();
+    p.cqp.post_write(1, &src, 0, BIG as u32, d.addr, d.rkey, true).unwrap();
+    ok(&p.c_send, "big write");
+    let mut got = vec![0u8; BIG];
+    dst.read(0, &mut got).unwrap();
+    assert!(got == data, "4 MiB WRITE landed intact");
+    src.write(0, &vec![0u8; BIG]).unwrap();
+    p.cqp.post_read(2, &src, 0, BIG as u32, d.addr, d.rkey).unwrap();
+    ok(&p.c_send, "big read");
+    src.read(0, &mut got).unwrap();
+    assert!(got == data, "4 MiB READ came back intact");
+    p.sqp.post_recv(3, &dst, 0, BIG as u32).unwrap();
+    p.cqp.post_send(3, &src, 0, (BIG / 2) as u32).unwrap();
+    let r = ok(&p.s_recv, "big send");
+    assert_eq!(r.byte_len as usize, BIG / 2);
+    assert!(p.cqp.post_send_bytes(4, &vec![0u8; MAX_MESSAGE as usize + 1]).is_err(), "over MAX_MESSAGE");
+}
+
+pub fn deregistration_during_traffic<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    // A stream of writes into a region that is deregistered midway: every write that
+    // completed successfully landed before deregistration returned, and the first
+    // failure is a remote access error.
+    let p = pair(make, ep);
+    let target = p.st.alloc_mr(4096, Access::ALL).unwrap();
+    let r = target.remote();
+    p.cmr.write(0, &[0xab; 64]).unwrap();
+    let mut results = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(5));
+            target.deregister();
+            // Nothing lands after deregistration returned.
+            target.write(0, &[0u8; 64]).unwrap();
+        });
+        for i in 0..100_000u64 {
+            if p.cqp.post_write(i, &p.cmr, 0, 64, r.addr, r.rkey, true).is_err() {
+                break;
+            }
+            let c = p.c_send.wait(T).unwrap();
+            results.push(c.status);
+            if c.status != WcStatus::Success {
+                break;
+            }
+        }
+    });
+    assert_eq!(results.last(), Some(&WcStatus::RemoteAccessError), "writes must start failing");
+    std::thread::sleep(Duration::from_millis(20));
+    let mut b = [1u8; 64];
+    target.read(0, &mut b).unwrap();
+    assert_eq!(b, [0u8; 64], "no write landed after deregistration returned");
+}
+
+/// Environment variable that makes [`child_peer`] act.
+const CHILD_ENV: &str = "BOOMKV_CONFORMANCE_CHILD_EP";
+
+/// Child side of [`peer_process_killed`]: connects, announces itself, then waits to be
+/// killed (bounded, in case the parent dies first).
+pub fn child_peer<Tr: Transport>(make: fn() -> Tr) {
+    let Ok(ep) = std::env::var(CHILD_ENV) else { return };
+    let t = make();
+    let cq = t.create_cq().unwrap();
+    let mr = t.alloc_mr(4096, Access::ALL).unwrap();
+    mr.write(0, b"child memory").unwrap();
+    let (qp, _) = t.connect(&Endpoint::parse(&ep).unwrap(), &cq, &cq, &mr.remote().to_bytes(), T).unwrap();
+    qp.post_recv(1, &mr, 1024, 64).unwrap();
+    qp.post_send_bytes(2, b"ready").unwrap();
+    std::thread::sleep(Duration::from_secs(20));
+}
+
+pub fn peer_process_killed<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, module: &str) {
+    let st = make();
+    let listener = st.listen(&ep()).unwrap();
+    let (s_send, s_recv) = (st.create_cq().unwrap(), st.create_cq().unwrap());
+    let smr = st.alloc_mr(4096, Access::ALL).unwrap();
+    let test_name = format!("{}::conformance_child_peer", module.split_once("::").map_or(module, |(_, rest)| rest));
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &test_name, "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, listener.endpoint().to_string())
+        .env("BOOMKV_QUIET_TRANSPORT", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child_region = Vec::new();
+    let sqp = listener
+        .accept(&s_send, &s_recv, Duration::from_secs(20), |p| {
+            child_region = p.to_vec();
+            Ok(vec![])
+        })
+        .unwrap();
+    let cr = RemoteRegion::from_bytes(&child_region).unwrap();
+    sqp.post_recv(1, &smr, 0, 64).unwrap();
+    let r = ok(&s_recv, "child's hello");
+    assert_eq!(r.byte_len, 5);
+    // The child is alive: its memory answers one-sided READs.
+    sqp.post_read(2, &smr, 100, 12, cr.addr, cr.rkey).unwrap();
+    ok(&s_send, "read from the child");
+    let mut b = [0u8; 12];
+    smr.read(100, &mut b).unwrap();
+    assert_eq!(&b, b"child memory");
+    // Mid-operation: the server waits for a message that never comes; the child dies.
+    sqp.post_recv(3, &smr, 0, 64).unwrap();
+    sqp.post_recv(4, &smr, 64, 64).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    child.kill().unwrap();
+    let _ = child.wait();
+    let t0 = Instant::now();
+    let a = expect_status(&s_recv, WcStatus::WrFlushError, "receive flushed after the peer died");
+    let b = expect_status(&s_recv, WcStatus::WrFlushError, "second receive flushed");
+    assert_eq!((a.wr_id, b.wr_id), (3, 4));
+    assert!(t0.elapsed() < T);
+    wait_until("qp in error after peer death", || sqp.is_error());
+    assert!(sqp.post_read(5, &smr, 0, 8, cr.addr, cr.rkey).is_err());
+    // The survivor keeps serving new clients.
+    let ct = make();
+    let ccq = ct.create_cq().unwrap();
+    let (sqp2, cqp2, _, _) = connect_one(&ct, &listener, &s_send, &s_recv, &ccq, &ccq, b"", b"");
+    sqp2.post_recv(6, &smr, 0, 64).unwrap();
+    cqp2.post_send_bytes(7, b"alive").unwrap();
+    assert_eq!(ok(&s_recv, "new client after a death").wr_id, 6);
+}

@@ -1,0 +1,832 @@
+//! The transport seam: a small verbs-like interface that the protocols are written
+//! against, with a shared-memory backend ([`shm`]) for one host and a TCP backend
+//! ([`tcp`]) for any two hosts. A real ibverbs backend (`verbs`, feature `rdma`) comes
+//! later behind the same traits.
+//!
+//! This module owns the interface (the traits [`Transport`], [`QueuePair`],
+//! [`CompletionQueue`], [`Listener`], [`MemoryRegion`]), the value types that cross it
+//! ([`Completion`], [`RemoteRegion`], [`Access`], [`QpStats`]), address parsing
+//! ([`Endpoint`]), and the memory-region table both backends share ([`Mr`]).
+//!
+//! # The model, named after ibverbs
+//!
+//! | verbs                         | here                                              |
+//! |-------------------------------|---------------------------------------------------|
+//! | device + protection domain    | a [`Transport`] value (`ShmTransport`, `TcpTransport`); cheap to clone |
+//! | `ibv_reg_mr`                  | [`Transport::alloc_mr`], [`Transport::register`] -> [`Mr`] |
+//! | `(addr, len, rkey)`           | [`RemoteRegion`], from [`MemoryRegion::remote`]   |
+//! | `ibv_create_cq`               | [`Transport::create_cq`]                          |
+//! | `rdma_listen`/`rdma_connect` with private data | [`Transport::listen`] + [`Listener::accept`], [`Transport::connect`] |
+//! | RC QP, `ibv_post_send/recv`   | [`QueuePair`]: `post_send`, `post_send_bytes`, `post_recv`, `post_write`, `post_write_imm`, `post_read` |
+//! | `ibv_poll_cq`                 | [`CompletionQueue::poll`]; [`CompletionQueue::wait`] spins, then parks |
+//!
+//! Addresses: `remote_addr` is in the owner's address space, exactly like verbs: a
+//! region's [`RemoteRegion::addr`] is the virtual address of its first byte in the
+//! owner's process, and an operation names `addr + offset`. Lengths of one operation are
+//! `u32` and at most [`MAX_MESSAGE`].
+//!
+//! # Semantics every backend keeps
+//!
+//! - One-sided WRITE and READ touch only registered memory of the peer's protection
+//!   domain. The rkey must name a live region, `[addr, addr + len)` must lie inside it,
+//!   and the region must allow the access ([`Access::REMOTE_WRITE`] /
+//!   [`Access::REMOTE_READ`]). A violation completes the operation with
+//!   [`WcStatus::RemoteAccessError`] (even when it was posted unsignaled) and moves the
+//!   connection to the error state: both ends' queue pairs stop, their posted receives
+//!   complete with [`WcStatus::WrFlushError`], later posts return an error. Every other
+//!   queue pair keeps working.
+//! - One-sided operations run no application code at the target. Only WRITE_WITH_IMM
+//!   and SEND consume a posted RECV and produce a completion at the target.
+//! - Completions of one queue pair arrive in posting order (send side) and in arrival
+//!   order (receive side). An unsignaled WRITE produces no local completion but stays
+//!   ordered with the operations around it.
+//! - A SEND or WRITE_WITH_IMM that finds no posted RECV is retried for
+//!   [`TransportConfig::rnr_timeout`], then completes with [`WcStatus::RnrRetryExceeded`]
+//!   (connection to error). A message longer than the posted RECV completes with
+//!   [`WcStatus::RemoteInvalidRequest`] at the sender and [`WcStatus::LocalLengthError`]
+//!   at the receiver. Nothing is dropped silently.
+//! - A local buffer outside its region, from another protection domain, or without
+//!   [`Access::LOCAL_WRITE`] where the operation writes into it (READ, RECV) completes
+//!   with [`WcStatus::LocalProtectionError`].
+//! - Deregistering a region ([`MemoryRegion::deregister`], or dropping its last handle)
+//!   revokes remote access before it returns: an operation already copying finishes
+//!   first, every later one fails. Closing a queue pair (or the peer dying) moves the
+//!   connection to the error state; nothing posted afterwards reaches the peer.
+//! - Every blocking call has a timeout.
+//!
+//! # Connection set-up
+//!
+//! A listener/connector pair with an address string ([`Endpoint`]). The transport's
+//! own handshake carries a magic number and [`PROTOCOL_VERSION`] (a mismatch is refused
+//! with a reason both sides can print), the queue-pair numbers and queue depths, and
+//! for `shm` the shared-memory files of the queues, the receive completion queue's
+//! doorbell and the region table. The protocol's own handshake rides along as private
+//! data, like `rdma_cm`: the client's bytes reach the server's accept callback, whose
+//! answer comes back from [`Transport::connect`]. Initial region descriptors travel
+//! there as [`RemoteRegion::to_bytes`].
+//!
+//! # Which side pays which thread hop
+//!
+//! - `shm`: none. The initiator's thread does the copy into the mapped peer memory and
+//!   writes the completion into the peer's ring; the peer's polling thread sees it
+//!   directly. A per-connection control thread only answers rkey look-ups (first use
+//!   of a region) and notices a peer's death; it is never on the data path.
+//! - `tcp`: the thread waiting on a completion queue reads the sockets of the
+//!   connections attached to that queue itself (while spinning and while parked in
+//!   `epoll`), so a reply travels socket -> waiting thread with no hop, on the client
+//!   and on the server alike. A per-connection NIC thread applies incoming one-sided
+//!   operations, acknowledgements and deadlines only while no thread waits on that
+//!   connection's queues; it then takes at most a couple of milliseconds to notice
+//!   traffic that arrives while the application is busy. So an application that is in
+//!   `wait` pays no hop; one-sided operations aimed at a busy process pay the NIC
+//!   thread's hop and that bounded delay.
+//!
+//! See [`shm`] and [`tcp`] for the wire and memory layouts.
+
+pub mod region;
+// pub mod shm;
+pub mod tcp;
+
+#[cfg(test)]
+mod conformance;
+
+use std::fmt;
+use std::fs::File;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::pmem::Mapping;
+
+pub use region::Mr;
+// pub use shm::ShmTransport;
+pub use tcp::TcpTransport;
+
+/// Version of the transports' own handshake and framing. Peers must agree exactly.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Port used when a TCP address leaves it out.
+pub const DEFAULT_PORT: u16 = 7470;
+
+/// Largest payload of one operation (16 MiB).
+pub const MAX_MESSAGE: u32 = 1 << 24;
+
+/// Largest private data of a connection request or reply (64 KiB).
+pub const MAX_PRIVATE_DATA: usize = 1 << 16;
+
+/// Which backend an address or a `--transport` option selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Shared memory on one host.
+    Shm,
+    /// TCP between any two hosts.
+    Tcp,
+    /// Real ibverbs (not built yet).
+    Verbs,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Shm => "shm",
+            Backend::Tcp => "tcp",
+            Backend::Verbs => "verbs",
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "shm" => Ok(Backend::Shm),
+            "tcp" => Ok(Backend::Tcp),
+            "verbs" | "rdma" | "ib" => Ok(Backend::Verbs),
+            o => Err(Error::invalid(format!("unknown transport '{o}' (expected shm, tcp or verbs)"))),
+        }
+    }
+}
+
+/// A transport address.
+///
+/// Accepted spellings: `shm:/run/boomkv.sock` (also `shm:///run/boomkv.sock`, or a
+/// bare path starting with `/` or `.`), `tcp://10.0.0.5:7470`, `10.0.0.5:7470`,
+/// `[::1]:7470`, a bare host (port [`DEFAULT_PORT`]), and `verbs://10.0.0.5:7470`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// A Unix socket path for the `shm` backend.
+    Shm(PathBuf),
+    /// `host:port` for the `tcp` backend.
+    Tcp(String),
+    /// `host:port` of the verbs connection manager.
+    Verbs(String),
+}
+
+impl Endpoint {
+    /// Parses an address (see the type docs for the accepted forms).
+    pub fn parse(s: &str) -> Result<Endpoint> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(Error::invalid("empty transport address"));
+        }
+        if let Some(rest) = s.strip_prefix("shm:") {
+            let path = rest.strip_prefix("//").filter(|p| p.starts_with('/')).unwrap_or(rest);
+            if path.is_empty() {
+                return Err(Error::invalid(format!(
+                    "'{s}': shm address needs a socket path, e.g. shm:/run/boomkv.sock"
+                )));
+            }
+            return Ok(Endpoint::Shm(PathBuf::from(path)));
+        }
+        if let Some(rest) = s.strip_prefix("tcp://") {
+            return Ok(Endpoint::Tcp(host_port(s, rest)?));
+        }
+        if let Some(rest) = s.strip_prefix("verbs://").or_else(|| s.strip_prefix("rdma://")) {
+            return Ok(Endpoint::Verbs(host_port(s, rest)?));
+        }
+        if s.contains("://") {
+            return Err(Error::invalid(format!("'{s}': unknown address scheme (expected shm:, tcp:// or verbs://)")));
+        }
+        if s.starts_with('/') || s.starts_with('.') {
+            return Ok(Endpoint::Shm(PathBuf::from(s)));
+        }
+        Ok(Endpoint::Tcp(host_port(s, s)?))
+    }
+
+    /// The backend this address wants.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Endpoint::Shm(_) => Backend::Shm,
+            Endpoint::Tcp(_) => Backend::Tcp,
+            Endpoint::Verbs(_) => Backend::Verbs,
+        }
+    }
+
+    /// Parses `s` and checks it against a `--transport` choice, if one was given: a bare
+    /// `host:port` with `--transport verbs` becomes a verbs address, and a contradiction
+    /// (say `shm:/x` with `--transport tcp`) is an error.
+    pub fn parse_for(s: &str, transport: Option<Backend>) -> Result<Endpoint> {
+        let ep = Endpoint::parse(s)?;
+        match (transport, &ep) {
+            (None, _) => Ok(ep),
+            (Some(b), _) if b == ep.backend() => Ok(ep),
+            (Some(Backend::Verbs), Endpoint::Tcp(hp)) if !s.contains("://") => Ok(Endpoint::Verbs(hp.clone())),
+            (Some(b), _) => Err(Error::invalid(format!(
+                "address '{s}' is a {} address but --transport {b} was given",
+                ep.backend()
+            ))),
+        }
+    }
+}
+
+fn host_port(orig: &str, s: &str) -> Result<String> {
+    let bad = |why: &str| Error::invalid(format!("'{orig}': {why}"));
+    if s.is_empty() {
+        return Err(bad("missing host"));
+    }
+    if s.contains('/') {
+        return Err(bad("a TCP address is host:port, without a path"));
+    }
+    // `[v6]:port`, `[v6]`, `host:port`, `host`; a bare IPv6 address without brackets has
+    // several colons and cannot carry a port.
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, tail) = rest.split_once(']').ok_or_else(|| bad("unclosed '[' in IPv6 address"))?;
+        match tail {
+            "" => (format!("[{h}]"), None),
+            t => (format!("[{h}]"), Some(t.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?)),
+        }
+    } else if s.matches(':').count() > 1 {
+        (format!("[{s}]"), None)
+    } else if let Some((h, p)) = s.rsplit_once(':') {
+        (h.to_string(), Some(p))
+    } else {
+        (s.to_string(), None)
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad("missing host"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p.parse::<u16>().map_err(|_| bad("port is not a number in 0..=65535"))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Shm(p) => write!(f, "shm:{}", p.display()),
+            Endpoint::Tcp(hp) => write!(f, "tcp://{hp}"),
+            Endpoint::Verbs(hp) => write!(f, "verbs://{hp}"),
+        }
+    }
+}
+
+impl FromStr for Endpoint {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Endpoint::parse(s)
+    }
+}
+
+/// Access rights of a memory region, combined with `|`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u32);
+
+impl Access {
+    /// No rights beyond reading it locally (a source for SEND and WRITE).
+    pub const NONE: Access = Access(0);
+    /// The local side may write into it (READ destination, RECV buffer).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Peers may WRITE into it.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Peers may READ from it.
+    pub const REMOTE_READ: Access = Access(4);
+    /// Everything.
+    pub const ALL: Access = Access(7);
+
+    /// True when every right in `other` is in `self`.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw bits (for wire encodings).
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// From raw bits; unknown bits are dropped.
+    pub fn from_bits(bits: u32) -> Access {
+        Access(bits & Access::ALL.0)
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if self.contains(Access::LOCAL_WRITE) {
+            parts.push("LOCAL_WRITE");
+        }
+        if self.contains(Access::REMOTE_WRITE) {
+            parts.push("REMOTE_WRITE");
+        }
+        if self.contains(Access::REMOTE_READ) {
+            parts.push("REMOTE_READ");
+        }
+        if parts.is_empty() {
+            parts.push("NONE");
+        }
+        f.write_str(&parts.join("|"))
+    }
+}
+
+/// What a peer needs to reach a region with one-sided operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteRegion {
+    /// Address of the first byte in the owner's address space.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl RemoteRegion {
+    /// Length of [`RemoteRegion::to_bytes`]: `addr` (u64 LE), `len` (u64 LE), `rkey` (u32 LE).
+    pub const ENCODED_LEN: usize = 20;
+
+    /// The 20-byte little-endian encoding, for protocol messages.
+    pub fn to_bytes(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut b = [0u8; Self::ENCODED_LEN];
+        b[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_le_bytes());
+        b
+    }
+
+    /// Decodes [`RemoteRegion::to_bytes`] from the start of `b`.
+    pub fn from_bytes(b: &[u8]) -> Result<RemoteRegion> {
+        if b.len() < Self::ENCODED_LEN {
+            return Err(Error::corrupt("remote region", format!("{} bytes, need {}", b.len(), Self::ENCODED_LEN)));
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        Ok(RemoteRegion {
+            addr: u64_at(0),
+            len: u64_at(8),
+            rkey: u32::from_le_bytes(b[16..20].try_into().unwrap_or([0; 4])),
+        })
+    }
+
+    /// The address `off` bytes into the region (no bounds check: the target checks).
+    pub fn at(&self, off: u64) -> u64 {
+        self.addr.wrapping_add(off)
+    }
+}
+
+/// Status of a completion, as in verbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// The operation completed.
+    Success,
+    /// The local buffer was outside its region, in another protection domain, or lacked
+    /// the access the operation needs (`IBV_WC_LOC_PROT_ERR`).
+    LocalProtectionError,
+    /// A received message was longer than the posted receive buffer (`IBV_WC_LOC_LEN_ERR`).
+    LocalLengthError,
+    /// The target refused a one-sided access: bad rkey, out of bounds, access flags, or
+    /// a deregistered region (`IBV_WC_REM_ACCESS_ERR`).
+    RemoteAccessError,
+    /// The target could not take the message, e.g. longer than its receive buffer
+    /// (`IBV_WC_REM_INV_REQ_ERR`).
+    RemoteInvalidRequest,
+    /// No receive was posted at the target within the RNR timeout (`IBV_WC_RNR_RETRY_EXC_ERR`).
+    RnrRetryExceeded,
+    /// The queue pair went to the error state before this request completed
+    /// (`IBV_WC_WR_FLUSH_ERR`): the connection closed, the peer died, or an earlier
+    /// request failed.
+    WrFlushError,
+}
+
+impl WcStatus {
+    /// True for [`WcStatus::Success`].
+    pub fn is_ok(self) -> bool {
+        self == WcStatus::Success
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocalProtectionError => 1,
+            WcStatus::LocalLengthError => 2,
+            WcStatus::RemoteAccessError => 3,
+            WcStatus::RemoteInvalidRequest => 4,
+            WcStatus::RnrRetryExceeded => 5,
+            WcStatus::WrFlushError => 6,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<WcStatus> {
+        Some(match c {
+            0 => WcStatus::Success,
+            1 => WcStatus::LocalProtectionError,
+            2 => WcStatus::LocalLengthError,
+            3 => WcStatus::RemoteAccessError,
+            4 => WcStatus::RemoteInvalidRequest,
+            5 => WcStatus::RnrRetryExceeded,
+            6 => WcStatus::WrFlushError,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WcStatus::Success => "success",
+            WcStatus::LocalProtectionError => "local protection error",
+            WcStatus::LocalLengthError => "local length error",
+            WcStatus::RemoteAccessError => "remote access error",
+            WcStatus::RemoteInvalidRequest => "remote invalid request",
+            WcStatus::RnrRetryExceeded => "RNR retry exceeded",
+            WcStatus::WrFlushError => "flushed",
+        })
+    }
+}
+
+/// What completed, as in verbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// A SEND posted here (`IBV_WC_SEND`).
+    Send,
+    /// A WRITE or WRITE_WITH_IMM posted here (`IBV_WC_RDMA_WRITE`).
+    Write,
+    /// A READ posted here (`IBV_WC_RDMA_READ`).
+    Read,
+    /// A receive consumed by a peer's SEND (`IBV_WC_RECV`), or a flushed receive.
+    Recv,
+    /// A receive consumed by a peer's WRITE_WITH_IMM (`IBV_WC_RECV_RDMA_WITH_IMM`).
+    RecvWithImm,
+}
+
+impl WcOpcode {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            WcOpcode::Send => 0,
+            WcOpcode::Write => 1,
+            WcOpcode::Read => 2,
+            WcOpcode::Recv => 3,
+            WcOpcode::RecvWithImm => 4,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<WcOpcode> {
+        Some(match c {
+            0 => WcOpcode::Send,
+            1 => WcOpcode::Write,
+            2 => WcOpcode::Read,
+            3 => WcOpcode::Recv,
+            4 => WcOpcode::RecvWithImm,
+            _ => return None,
+        })
+    }
+}
+
+/// One work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The `wr_id` the work request was posted with.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) or transferred (sends, writes, reads).
+    pub byte_len: u32,
+    /// The immediate of a WRITE_WITH_IMM (receive side only).
+    pub imm: Option<u32>,
+    /// The local queue pair the work request belonged to.
+    pub qp_num: u32,
+}
+
+impl Completion {
+    /// Turns a failed completion into an error naming `what`.
+    pub fn ok(self, what: &str) -> Result<Completion> {
+        if self.status.is_ok() {
+            Ok(self)
+        } else {
+            Err(Error::Transport(format!(
+                "{what}: {:?} wr_id {} on qp {} completed with {}",
+                self.opcode, self.wr_id, self.qp_num, self.status
+            )))
+        }
+    }
+}
+
+/// Work requests posted on one queue pair, by kind (for tests that count transport
+/// operations per request).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// SENDs (including `post_send_bytes`).
+    pub sends: u64,
+    /// WRITEs without immediate.
+    pub writes: u64,
+    /// WRITE_WITH_IMMs.
+    pub writes_imm: u64,
+    /// READs.
+    pub reads: u64,
+    /// RECVs.
+    pub recvs: u64,
+}
+
+impl QpStats {
+    /// All operations that put bytes on the wire (everything but RECVs).
+    pub fn network_ops(&self) -> u64 {
+        self.sends + self.writes + self.writes_imm + self.reads
+    }
+}
+
+/// Counters behind [`QpStats`].
+#[derive(Debug, Default)]
+pub(crate) struct StatCounters {
+    pub sends: std::sync::atomic::AtomicU64,
+    pub writes: std::sync::atomic::AtomicU64,
+    pub writes_imm: std::sync::atomic::AtomicU64,
+    pub reads: std::sync::atomic::AtomicU64,
+    pub recvs: std::sync::atomic::AtomicU64,
+}
+
+impl StatCounters {
+    pub fn snapshot(&self) -> QpStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        QpStats {
+            sends: self.sends.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            writes_imm: self.writes_imm.load(Relaxed),
+            reads: self.reads.load(Relaxed),
+            recvs: self.recvs.load(Relaxed),
+        }
+    }
+}
+
+/// Tunables shared by the backends.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// Receive queue depth of each queue pair (posted RECVs outstanding at once).
+    pub rq_depth: u32,
+    /// Send queue depth: requests posted but not yet completed (tcp).
+    pub sq_depth: u32,
+    /// How long a SEND or WRITE_WITH_IMM waits for a RECV at the target before it fails
+    /// with [`WcStatus::RnrRetryExceeded`]. Zero fails at once.
+    pub rnr_timeout: Duration,
+    /// How long [`CompletionQueue::wait`] spins before it parks.
+    pub spin: Duration,
+    /// Upper bound for the handshake of one incoming connection in `accept`.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            rq_depth: 1024,
+            sq_depth: 4096,
+            rnr_timeout: Duration::from_millis(10),
+            spin: Duration::from_micros(100),
+            handshake_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A device plus protection domain: creates regions, completion queues, listeners and
+/// connections. Values are cheap to clone (an `Arc` inside) and can be shared by
+/// threads. Two transport values made by separate `new` calls are separate protection
+/// domains, like two processes.
+pub trait Transport: Clone + Send + Sync + 'static {
+    /// Memory region.
+    type Mr: MemoryRegion;
+    /// Completion queue.
+    type Cq: CompletionQueue;
+    /// Reliable-connected queue pair.
+    type Qp: QueuePair<Mr = Self::Mr>;
+    /// Listener for incoming connections.
+    type Listener: Listener<Qp = Self::Qp, Cq = Self::Cq>;
+
+    /// The backend.
+    fn backend(&self) -> Backend;
+
+    /// The configuration the transport was made with.
+    fn config(&self) -> &TransportConfig;
+
+    /// A new zeroed buffer of `len` bytes owned by the transport and registered with
+    /// `access` (shared memory for `shm`, so peers can map it).
+    fn alloc_mr(&self, len: usize, access: Access) -> Result<Self::Mr>;
+
+    /// Registers `[offset, offset + len)` of an existing mapping, e.g. one granted
+    /// segment of the pool. `file`, when given, is the file the mapping maps from file
+    /// offset 0 (as [`crate::pmem::Media::file`] and shared-memory files are); the
+    /// `shm` backend needs it for any region a peer touches (remote access, or a RECV
+    /// buffer) and hands it to peers.
+    fn register(
+        &self,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Self::Mr>;
+
+    /// A new completion queue. Any number of queue pairs may share one.
+    fn create_cq(&self) -> Result<Self::Cq>;
+
+    /// Listens on `ep` (`tcp://127.0.0.1:0` picks a free port; see [`Listener::endpoint`]).
+    fn listen(&self, ep: &Endpoint) -> Result<Self::Listener>;
+
+    /// Connects to a listener. Send completions go to `send_cq`, receive completions to
+    /// `recv_cq` (may be the same queue). `private_data` reaches the server's accept
+    /// callback; its answer is returned with the queue pair.
+    fn connect(
+        &self,
+        ep: &Endpoint,
+        send_cq: &Self::Cq,
+        recv_cq: &Self::Cq,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<(Self::Qp, Vec<u8>)>;
+}
+
+/// A registered memory region.
+pub trait MemoryRegion: Clone + fmt::Debug + Send + Sync + 'static {
+    /// The descriptor a peer needs for one-sided operations.
+    fn remote(&self) -> RemoteRegion;
+    /// Length in bytes.
+    fn len(&self) -> u64;
+    /// True for a zero-length region.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Access rights.
+    fn access(&self) -> Access;
+    /// Copies `buf.len()` bytes at `off` (region-relative) into `buf`.
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<()>;
+    /// Copies `data` into the region at `off` (region-relative).
+    fn write(&self, off: u64, data: &[u8]) -> Result<()>;
+    /// The underlying mapping and the offset of the region's first byte in it, for
+    /// owners that work on the memory directly (atomics, write-back).
+    fn mapping(&self) -> (&Arc<Mapping>, u64);
+    /// Revokes remote access now (idempotent). Dropping the last handle does the same.
+    fn deregister(&self);
+    /// False after [`MemoryRegion::deregister`].
+    fn is_registered(&self) -> bool;
+}
+
+/// A reliable-connected queue pair. All posts take `&self`; a queue pair may be moved
+/// to, and shared with, worker threads. Dropping it closes the connection.
+pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
+    /// Memory region type of the transport.
+    type Mr: MemoryRegion;
+
+    /// This queue pair's number (as reported in [`Completion::qp_num`]).
+    fn qp_num(&self) -> u32;
+    /// The peer's queue-pair number.
+    fn peer_qp_num(&self) -> u32;
+
+    /// SENDs `len` bytes at `off` of `mr`. Completes (signaled) once delivered.
+    fn post_send(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32) -> Result<()>;
+    /// SENDs `data`, copied at post time (like a verbs inline send); for small control
+    /// messages. Completes (signaled) like [`QueuePair::post_send`].
+    fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()>;
+    /// Posts a receive buffer of `len` bytes at `off` of `mr` (needs [`Access::LOCAL_WRITE`]).
+    fn post_recv(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32) -> Result<()>;
+    /// WRITEs `len` bytes at `off` of `mr` to the peer's `remote_addr` under `rkey`.
+    /// Unsignaled writes complete nothing locally unless they fail.
+    #[allow(clippy::too_many_arguments)]
+    fn post_write(
+        &self,
+        wr_id: u64,
+        mr: &Self::Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        signaled: bool,
+    ) -> Result<()>;
+    /// WRITE_WITH_IMM: like [`QueuePair::post_write`] (signaled), then consumes a RECV at
+    /// the peer, which completes with `imm`.
+    #[allow(clippy::too_many_arguments)]
+    fn post_write_imm(
+        &self,
+        wr_id: u64,
+        mr: &Self::Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<()>;
+    /// READs `len` bytes from the peer's `remote_addr` under `rkey` into `off` of `mr`
+    /// (needs [`Access::LOCAL_WRITE`]).
+    fn post_read(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()>;
+
+    /// True once the connection is in the error state (posts then return errors).
+    fn is_error(&self) -> bool;
+    /// Why the connection went to the error state.
+    fn error_reason(&self) -> Option<String>;
+    /// Work requests posted so far.
+    fn stats(&self) -> QpStats;
+    /// Closes the connection: the peer's posted receives are flushed; ours too.
+    fn close(&self);
+}
+
+/// A completion queue. Clones share the queue.
+pub trait CompletionQueue: Clone + fmt::Debug + Send + Sync + 'static {
+    /// Moves up to `max` completions into `out` (appending) without blocking; returns
+    /// how many.
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize;
+
+    /// One completion, or `None` without blocking.
+    fn poll_one(&self) -> Option<Completion> {
+        let mut v = Vec::with_capacity(1);
+        self.poll(&mut v, 1);
+        v.pop()
+    }
+
+    /// Waits for one completion: spins for [`TransportConfig::spin`], then parks until
+    /// one arrives. Returns [`Error::Timeout`] after `timeout`.
+    fn wait(&self, timeout: Duration) -> Result<Completion>;
+}
+
+/// Accepts incoming connections.
+pub trait Listener: Send + Sync + 'static {
+    /// Queue pair type.
+    type Qp;
+    /// Completion queue type.
+    type Cq;
+
+    /// The address clients connect to (with the real port when bound to port 0).
+    fn endpoint(&self) -> Endpoint;
+
+    /// Waits up to `timeout` for a client. Connection attempts that fail the transport
+    /// handshake (wrong version, garbage, a client that hangs up) are refused, logged
+    /// and skipped. For a good one, `on_connect` gets the client's private data and
+    /// returns the reply's private data; an error from it refuses the client (who is
+    /// told the reason) and is returned.
+    fn accept<F>(&self, send_cq: &Self::Cq, recv_cq: &Self::Cq, timeout: Duration, on_connect: F) -> Result<Self::Qp>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>;
+
+    /// Like [`Listener::accept`] but returns `Ok(None)` at once when no client is waiting.
+    fn try_accept<F>(&self, send_cq: &Self::Cq, recv_cq: &Self::Cq, on_connect: F) -> Result<Option<Self::Qp>>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>;
+}
+
+/// Logs a transport event that the user may need to see (a refused or broken
+/// connection) on standard error. Set `BOOMKV_QUIET_TRANSPORT=1` to silence it.
+pub(crate) fn log_event(msg: &str) {
+    static QUIET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*QUIET.get_or_init(|| std::env::var_os("BOOMKV_QUIET_TRANSPORT").is_some_and(|v| v != "0")) {
+        eprintln!("boomkv transport: {msg}");
+    }
+}
+
+/// A point in time `d` from now, saturating far in the future.
+pub(crate) fn deadline(d: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(d).unwrap_or(now + Duration::from_secs(86400 * 365))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_parsing() {
+        assert_eq!(Endpoint::parse("shm:/run/boomkv.sock").unwrap(), Endpoint::Shm("/run/boomkv.sock".into()));
+        assert_eq!(Endpoint::parse("shm:///run/b.sock").unwrap(), Endpoint::Shm("/run/b.sock".into()));
+        assert_eq!(Endpoint::parse("/tmp/x.sock").unwrap(), Endpoint::Shm("/tmp/x.sock".into()));
+        assert_eq!(Endpoint::parse("tcp://10.0.0.5:7470").unwrap(), Endpoint::Tcp("10.0.0.5:7470".into()));
+        assert_eq!(Endpoint::parse("10.0.0.5:7471").unwrap(), Endpoint::Tcp("10.0.0.5:7471".into()));
+        assert_eq!(Endpoint::parse("10.0.0.5").unwrap(), Endpoint::Tcp("10.0.0.5:7470".into()));
+        assert_eq!(Endpoint::parse("tcp://[::1]:9").unwrap(), Endpoint::Tcp("[::1]:9".into()));
+        assert_eq!(Endpoint::parse("::1").unwrap(), Endpoint::Tcp("[::1]:7470".into()));
+        assert_eq!(Endpoint::parse("verbs://h:1").unwrap(), Endpoint::Verbs("h:1".into()));
+        assert_eq!(Endpoint::parse("localhost:80").unwrap().backend(), Backend::Tcp);
+        for bad in ["", "shm:", "tcp://", "tcp://h:99999", "tcp://h:x", "ftp://h", "tcp://h:1/path", "[::1"] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad:?} should not parse");
+        }
+        for s in ["shm:/run/boomkv.sock", "tcp://10.0.0.5:7470", "verbs://h:1"] {
+            assert_eq!(Endpoint::parse(s).unwrap().to_string(), s);
+        }
+        assert_eq!(Endpoint::parse_for("h:1", Some(Backend::Verbs)).unwrap(), Endpoint::Verbs("h:1".into()));
+        assert!(Endpoint::parse_for("shm:/x", Some(Backend::Tcp)).is_err());
+        assert_eq!("TCP".parse::<Backend>().unwrap(), Backend::Tcp);
+    }
+
+    #[test]
+    fn remote_region_bytes_roundtrip() {
+        let r = RemoteRegion { addr: 0x7fff_0000_1234, len: 1 << 26, rkey: 0xdead_beef };
+        assert_eq!(RemoteRegion::from_bytes(&r.to_bytes()).unwrap(), r);
+        assert!(RemoteRegion::from_bytes(&[0u8; 19]).is_err());
+        assert_eq!(r.at(16), r.addr + 16);
+    }
+
+    #[test]
+    fn access_flags() {
+        let a = Access::LOCAL_WRITE | Access::REMOTE_READ;
+        assert!(a.contains(Access::REMOTE_READ) && !a.contains(Access::REMOTE_WRITE));
+        assert_eq!(format!("{a:?}"), "LOCAL_WRITE|REMOTE_READ");
+        assert_eq!(Access::from_bits(0xff), Access::ALL);
+        for c in 0..7 {
+            assert_eq!(WcStatus::from_code(c).unwrap().code(), c);
+        }
+        assert!(WcStatus::from_code(7).is_none() && WcOpcode::from_code(5).is_none());
+    }
+}

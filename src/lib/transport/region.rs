@@ -1,0 +1,406 @@
+//! Memory regions and the protection domain's region table, shared by both backends.
+//!
+//! A protection domain ([`Pd`]) owns a table of [`SLOTS`] 8-byte state words, one per
+//! region slot. A word holds `(rkey << 32) | users`: the rkey that is currently valid for
+//! the slot (0 when the slot is free or revoked) and how many one-sided operations are
+//! copying into or out of the region right now. An initiator (the `tcp` NIC thread, or a
+//! `shm` peer process that has the table mapped) brackets each copy with
+//! [`guard_enter`]/[`guard_exit`]: `enter` adds a user and checks the rkey in one atomic
+//! step. Revocation clears the rkey, then waits until the users drain, so once
+//! [`Mr::deregister`] returns no copy is running and none can start.
+//!
+//! For `shm` the table lives in a sealed shared-memory file handed to peers at connect
+//! time; for `tcp` it is private memory. Either way the rules are the same.
+//!
+//! An rkey is `(generation << 16) | slot` with a non-zero generation that advances
+//! every time the slot is reused, so a stale rkey never matches a newer region.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::pmem::Mapping;
+use crate::transport::{Access, MemoryRegion, RemoteRegion};
+
+/// Region slots per protection domain.
+pub const SLOTS: u32 = 1 << 16;
+
+/// Bytes of the region table.
+pub(crate) const TABLE_BYTES: usize = SLOTS as usize * 8;
+
+/// How long revocation waits for a copy in progress; a peer that stays inside a copy
+/// longer is presumed dead (its process cannot touch the memory any more).
+const REVOKE_WAIT: Duration = Duration::from_secs(1);
+
+static NEXT_PD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What the owner knows about one registered region.
+#[derive(Debug)]
+pub(crate) struct RegionInfo {
+    pub slot: u32,
+    pub rkey: u32,
+    pub mapping: Arc<Mapping>,
+    pub file: Option<Arc<File>>,
+    /// Offset of the region's first byte in `mapping` (and in `file`).
+    pub map_off: u64,
+    pub len: u64,
+    pub addr: u64,
+    pub access: Access,
+}
+
+impl RegionInfo {
+    /// Translates `[remote_addr, remote_addr + len)` into an offset in `mapping`, if it
+    /// lies inside the region.
+    pub fn translate(&self, remote_addr: u64, len: u64) -> Option<u64> {
+        let off = remote_addr.checked_sub(self.addr)?;
+        let end = off.checked_add(len)?;
+        (end <= self.len).then_some(self.map_off + off)
+    }
+}
+
+struct SlotAlloc {
+    free: Vec<u32>,
+    next_fresh: u32,
+    generation: Vec<u16>,
+}
+
+/// A protection domain: the region table and the registered regions.
+pub(crate) struct Pd {
+    pub id: u64,
+    pub table: Arc<Mapping>,
+    pub table_file: Option<Arc<File>>,
+    alloc: Mutex<SlotAlloc>,
+    infos: RwLock<Vec<Option<Arc<RegionInfo>>>>,
+}
+
+impl std::fmt::Debug for Pd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pd").field("id", &self.id).finish()
+    }
+}
+
+impl Pd {
+    /// A protection domain whose table is shared memory (`shared`) or private memory.
+    pub fn new(shared: bool) -> Result<Pd> {
+        let (table, table_file) = if shared {
+            let (f, m) = crate::pmem::shared::sealed_memfd("boomkv-pd", TABLE_BYTES)?;
+            (m, Some(Arc::new(f)))
+        } else {
+            (Mapping::anonymous(TABLE_BYTES)?, None)
+        };
+        Ok(Pd {
+            id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
+            table: Arc::new(table),
+            table_file,
+            alloc: Mutex::new(SlotAlloc { free: Vec::new(), next_fresh: 0, generation: Vec::new() }),
+            infos: RwLock::new(Vec::new()),
+        })
+    }
+
+    /// Registers `[offset, offset + len)` of `mapping`.
+    pub fn register(
+        self: &Arc<Self>,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        let ulen = usize::try_from(len).map_err(|_| Error::invalid("region too large"))?;
+        mapping.check(offset, ulen)?;
+        if let Some(f) = &file {
+            let flen = crate::pmem::shared::file_len(f)?;
+            if offset + len > flen {
+                return Err(Error::invalid(format!(
+                    "region [{offset}, {}) is beyond the end of its {flen}-byte file",
+                    offset + len
+                )));
+            }
+        }
+        let (slot, rkey) = {
+            let mut a = self.alloc.lock().map_err(|_| Error::Transport("region table lock poisoned".into()))?;
+            let slot = match a.free.pop() {
+                Some(s) => s,
+                None if a.next_fresh < SLOTS => {
+                    a.next_fresh += 1;
+                    a.generation.push(0);
+                    a.next_fresh - 1
+                }
+                None => return Err(Error::Transport(format!("protection domain is out of region slots ({SLOTS})"))),
+            };
+            let g = &mut a.generation[slot as usize];
+            *g = if *g == u16::MAX { 1 } else { *g + 1 };
+            (slot, ((*g as u32) << 16) | slot)
+        };
+        let info = Arc::new(RegionInfo {
+            slot,
+            rkey,
+            addr: mapping.as_ptr() as u64 + offset,
+            mapping,
+            file,
+            map_off: offset,
+            len,
+            access,
+        });
+        {
+            let mut infos = self.infos.write().map_err(|_| Error::Transport("region table lock poisoned".into()))?;
+            if infos.len() <= slot as usize {
+                infos.resize(slot as usize + 1, None);
+            }
+            infos[slot as usize] = Some(info.clone());
+        }
+        // Publish the rkey last, keeping any user count a stale initiator left behind.
+        let word = self.word(slot)?;
+        let mut cur = word.load(Ordering::Acquire);
+        loop {
+            let new = ((rkey as u64) << 32) | (cur & 0xffff_ffff);
+            match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        Ok(Mr {
+            inner: Arc::new(MrInner { pd: self.clone(), info, revoked: std::sync::atomic::AtomicBool::new(false) }),
+        })
+    }
+
+    fn word(&self, slot: u32) -> Result<&AtomicU64> {
+        self.table.atomic_u64(slot as u64 * 8)
+    }
+
+    /// The live region named by `rkey`, if any.
+    pub fn lookup(&self, rkey: u32) -> Option<Arc<RegionInfo>> {
+        let slot = rkey & 0xffff;
+        let infos = self.infos.read().ok()?;
+        infos.get(slot as usize)?.as_ref().filter(|i| i.rkey == rkey).cloned()
+    }
+
+    fn revoke(&self, info: &RegionInfo) {
+        let Ok(word) = self.word(info.slot) else { return };
+        let mut cur = word.load(Ordering::Acquire);
+        loop {
+            if (cur >> 32) as u32 != info.rkey {
+                break;
+            }
+            match word.compare_exchange_weak(cur, cur & 0xffff_ffff, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        // Wait for copies that entered before the rkey was cleared.
+        let until = Instant::now() + REVOKE_WAIT;
+        let mut drained = false;
+        while Instant::now() < until {
+            if word.load(Ordering::Acquire) & 0xffff_ffff == 0 {
+                drained = true;
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if let Ok(mut infos) = self.infos.write() {
+            if let Some(slot) = infos.get_mut(info.slot as usize) {
+                if slot.as_ref().is_some_and(|i| i.rkey == info.rkey) {
+                    *slot = None;
+                }
+            }
+        }
+        if drained {
+            if let Ok(mut a) = self.alloc.lock() {
+                a.free.push(info.slot);
+            }
+        } else {
+            // A user count that never drains belongs to a dead peer; keep the slot out of
+            // circulation rather than let a new region inherit it.
+            crate::transport::log_event(&format!(
+                "region slot {} still had users {REVOKE_WAIT:?} after revocation; retiring the slot",
+                info.slot
+            ));
+        }
+    }
+}
+
+/// Starts a one-sided access to the region in `slot` of a region table: adds a user and
+/// checks that `rkey` is still the slot's key. On `true` the caller must call
+/// [`guard_exit`] when its copy is done.
+pub(crate) fn guard_enter(table: &Mapping, slot: u32, rkey: u32) -> bool {
+    let Ok(word) = table.atomic_u64(slot as u64 * 8) else { return false };
+    let prev = word.fetch_add(1, Ordering::AcqRel);
+    if (prev >> 32) as u32 == rkey && rkey != 0 {
+        true
+    } else {
+        word.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+}
+
+/// Ends an access started by a successful [`guard_enter`].
+pub(crate) fn guard_exit(table: &Mapping, slot: u32) {
+    if let Ok(word) = table.atomic_u64(slot as u64 * 8) {
+        word.fetch_sub(1, Ordering::Release);
+    }
+}
+
+struct MrInner {
+    pd: Arc<Pd>,
+    info: Arc<RegionInfo>,
+    revoked: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        if !self.revoked.swap(true, Ordering::AcqRel) {
+            self.pd.revoke(&self.info);
+        }
+    }
+}
+
+/// A registered memory region (both backends). Clones share the registration; it is
+/// revoked by [`MemoryRegion::deregister`] or when the last clone drops.
+#[derive(Clone)]
+pub struct Mr {
+    inner: Arc<MrInner>,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner.info;
+        f.debug_struct("Mr")
+            .field("rkey", &format_args!("{:#x}", i.rkey))
+            .field("addr", &format_args!("{:#x}", i.addr))
+            .field("len", &i.len)
+            .field("access", &i.access)
+            .field("registered", &self.is_registered())
+            .finish()
+    }
+}
+
+impl Mr {
+    pub(crate) fn info(&self) -> &Arc<RegionInfo> {
+        &self.inner.info
+    }
+
+    pub(crate) fn pd_id(&self) -> u64 {
+        self.inner.pd.id
+    }
+
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.inner.info.rkey
+    }
+
+    /// Checks a local access of `len` bytes at region offset `off` needing `need`, as a
+    /// posting queue pair of protection domain `pd` does. `Err` means a local
+    /// protection error.
+    pub(crate) fn check_local(&self, pd: u64, off: u64, len: u32, need: Access) -> std::result::Result<u64, ()> {
+        let i = &self.inner.info;
+        if self.inner.pd.id != pd || !self.is_registered() || !i.access.contains(need) {
+            return Err(());
+        }
+        match off.checked_add(len as u64) {
+            Some(end) if end <= i.len => Ok(i.map_off + off),
+            _ => Err(()),
+        }
+    }
+}
+
+impl MemoryRegion for Mr {
+    fn remote(&self) -> RemoteRegion {
+        let i = &self.inner.info;
+        RemoteRegion { addr: i.addr, len: i.len, rkey: i.rkey }
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.info.len
+    }
+
+    fn access(&self) -> Access {
+        self.inner.info.access
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let i = &self.inner.info;
+        match off.checked_add(buf.len() as u64) {
+            Some(end) if end <= i.len => i.mapping.read(i.map_off + off, buf),
+            _ => Err(Error::OutOfBounds { offset: off, len: buf.len() as u64, limit: i.len }),
+        }
+    }
+
+    fn write(&self, off: u64, data: &[u8]) -> Result<()> {
+        let i = &self.inner.info;
+        match off.checked_add(data.len() as u64) {
+            Some(end) if end <= i.len => i.mapping.write(i.map_off + off, data),
+            _ => Err(Error::OutOfBounds { offset: off, len: data.len() as u64, limit: i.len }),
+        }
+    }
+
+    fn mapping(&self) -> (&Arc<Mapping>, u64) {
+        (&self.inner.info.mapping, self.inner.info.map_off)
+    }
+
+    fn deregister(&self) {
+        if !self.inner.revoked.swap(true, Ordering::AcqRel) {
+            self.inner.pd.revoke(&self.inner.info);
+        }
+    }
+
+    fn is_registered(&self) -> bool {
+        !self.inner.revoked.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_lookup_revoke() {
+        let pd = Arc::new(Pd::new(false).unwrap());
+        let m = Arc::new(Mapping::anonymous(8192).unwrap());
+        let mr = pd.register(m.clone(), None, 4096, 100, Access::ALL).unwrap();
+        let r = mr.remote();
+        assert_eq!(r.addr, m.as_ptr() as u64 + 4096);
+        let info = pd.lookup(r.rkey).unwrap();
+        assert_eq!(info.translate(r.addr + 10, 90), Some(4106));
+        assert_eq!(info.translate(r.addr + 10, 91), None);
+        assert_eq!(info.translate(r.addr - 1, 1), None);
+        assert!(guard_enter(&pd.table, info.slot, r.rkey));
+        guard_exit(&pd.table, info.slot);
+        assert!(!guard_enter(&pd.table, info.slot, r.rkey ^ 0x10000));
+        mr.write(0, b"hi").unwrap();
+        assert_eq!(m.view(4096, 2).unwrap(), b"hi");
+        assert!(mr.write(99, b"hi").is_err());
+        mr.deregister();
+        assert!(!guard_enter(&pd.table, info.slot, r.rkey));
+        assert!(pd.lookup(r.rkey).is_none());
+        // The slot is reused with a new generation; the old rkey stays dead.
+        let mr2 = pd.register(m, None, 0, 10, Access::ALL).unwrap();
+        assert_ne!(mr2.rkey(), r.rkey);
+        assert_eq!(mr2.rkey() & 0xffff, r.rkey & 0xffff);
+        assert!(!guard_enter(&pd.table, info.slot, r.rkey));
+        assert!(mr.check_local(pd.id, 0, 1, Access::NONE).is_err());
+        assert_eq!(mr2.check_local(pd.id, 2, 8, Access::LOCAL_WRITE), Ok(2));
+        assert!(mr2.check_local(pd.id, 2, 9, Access::NONE).is_err());
+        assert!(mr2.check_local(pd.id + 1, 0, 1, Access::NONE).is_err());
+    }
+
+    #[test]
+    fn revocation_waits_for_users() {
+        let pd = Arc::new(Pd::new(true).unwrap());
+        let m = Arc::new(Mapping::anonymous(4096).unwrap());
+        let mr = pd.register(m, None, 0, 4096, Access::ALL).unwrap();
+        let (slot, rkey) = (mr.info().slot, mr.rkey());
+        assert!(guard_enter(&pd.table, slot, rkey));
+        let pd2 = pd.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            guard_exit(&pd2.table, slot);
+            Instant::now()
+        });
+        mr.deregister();
+        let done = Instant::now();
+        let exited = h.join().unwrap();
+        assert!(done >= exited, "deregister returned while a copy was running");
+    }
+}

@@ -1,0 +1,1686 @@
+//! The `tcp` backend: verbs semantics over one TCP connection per queue pair, like
+//! soft-iWARP. The receiving side applies one-sided operations to its registered memory
+//! after checking rkey, bounds and access.
+//!
+//! # Framing
+//!
+//! After the handshake every frame is a fixed 40-byte little-endian header followed by
+//! `len` payload bytes:
+//!
+//! | offset | size | field                                                        |
+//! |--------|------|--------------------------------------------------------------|
+//! | 0      | 1    | opcode: 1 SEND, 2 WRITE, 3 WRITE_IMM, 4 READ_REQ, 5 READ_RESP, 6 ACK, 7 NAK |
+//! | 1      | 1    | flags: bit 0 = ACK_REQ (acknowledge at once); other bits 0   |
+//! | 2      | 1    | status (NAK: a [`WcStatus`] code), else 0                    |
+//! | 3      | 1    | reserved, 0                                                  |
+//! | 4      | 4    | `len`: payload bytes, at most [`MAX_MESSAGE`]                |
+//! | 8      | 8    | `psn`: request sequence number (requests), the request answered (READ_RESP, NAK) |
+//! | 16     | 8    | `ack`: how many of the receiver's requests the sender has executed |
+//! | 24     | 8    | remote address (WRITE, WRITE_IMM, READ_REQ)                  |
+//! | 32     | 4    | rkey (WRITE, WRITE_IMM, READ_REQ)                            |
+//! | 36     | 4    | immediate (WRITE_IMM) or read length (READ_REQ)              |
+//!
+//! Requests (SEND, WRITE, WRITE_IMM, READ_REQ) carry consecutive `psn`s from 0. The
+//! receiver executes them in order; every frame it sends carries the cumulative `ack`,
+//! which completes the sender's requests below it, in order. An explicit ACK frame is
+//! sent at once for requests flagged ACK_REQ (signaled WRITEs, and whenever the send
+//! queue is half full), otherwise when a frame of the other direction can carry it or
+//! after [`ACK_DELAY`]. A READ_RESP answers a READ_REQ with its data. A NAK fails one
+//! request (remote access error, RNR, invalid request) and closes the connection.
+//!
+//! A frame with an unknown opcode, non-zero reserved bits, an oversized or inconsistent
+//! length, an out-of-sequence psn, or an `ack` for requests never sent, and a stream
+//! that ends inside a frame, close the connection with a logged reason; the listener
+//! and other connections are unaffected.
+//!
+//! The handshake is a 24-byte header (`magic` u64 = "BOOMKVTC", `version` u16, `kind`
+//! u16: 1 hello, 2 accept, 3 reject; `qp_num` u32, reserved u32, `private_len` u32)
+//! followed by the private data (for a reject: the reason as UTF-8).
+//!
+//! # Threads
+//!
+//! Posting writes the frame to the socket from the posting thread (`TCP_NODELAY`).
+//! Incoming frames are executed by whichever thread holds the connection's receive
+//! lock: a thread waiting in [`CompletionQueue::wait`] on one of the connection's
+//! completion queues reads the socket itself (spinning on `epoll_wait(0)`, then parked
+//! in `epoll_wait`), so a reply reaches a waiting thread with no thread hop. The
+//! per-connection NIC thread covers the rest: it reads the socket when no thread waits
+//! on the connection's queues (so one-sided operations land while the application is
+//! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`]),
+//! sends delayed acknowledgements, enforces the RNR deadline, and drains a send
+//! backlog when the socket buffer was full.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use rustix::event::{epoll, EventfdFlags, PollFd, PollFlags};
+
+use super::region::{guard_enter, guard_exit, Pd};
+use super::{
+    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, Mr, QpStats,
+    QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE, MAX_PRIVATE_DATA,
+    PROTOCOL_VERSION,
+};
+use crate::error::{Error, Result};
+use crate::pmem::Mapping;
+
+/// Size of every frame header.
+pub(crate) const HDR: usize = 40;
+/// How long an acknowledgement may wait for a frame to ride on.
+pub const ACK_DELAY: Duration = Duration::from_micros(200);
+/// How often a NIC thread re-checks a connection that a waiting thread serves.
+pub const NIC_RECHECK: Duration = Duration::from_millis(2);
+
+const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVTC");
+const HELLO_LEN: usize = 24;
+const KIND_HELLO: u16 = 1;
+const KIND_ACCEPT: u16 = 2;
+const KIND_REJECT: u16 = 3;
+
+pub(crate) const OP_SEND: u8 = 1;
+pub(crate) const OP_WRITE: u8 = 2;
+pub(crate) const OP_WRITE_IMM: u8 = 3;
+pub(crate) const OP_READ_REQ: u8 = 4;
+pub(crate) const OP_READ_RESP: u8 = 5;
+pub(crate) const OP_ACK: u8 = 6;
+pub(crate) const OP_NAK: u8 = 7;
+const FLAG_ACK_REQ: u8 = 1;
+
+const RX_BUF: usize = 256 << 10;
+
+fn ts(d: Duration) -> rustix::time::Timespec {
+    rustix::time::Timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as i64, tv_nsec: d.subsec_nanos() as _ }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a transport lock leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A frame header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hdr {
+    pub op: u8,
+    pub flags: u8,
+    pub status: u8,
+    pub reserved: u8,
+    pub len: u32,
+    pub psn: u64,
+    pub ack: u64,
+    pub raddr: u64,
+    pub rkey: u32,
+    pub imm: u32,
+}
+
+impl Hdr {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[self.op, self.flags, self.status, self.reserved]);
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.psn.to_le_bytes());
+        out.extend_from_slice(&self.ack.to_le_bytes());
+        out.extend_from_slice(&self.raddr.to_le_bytes());
+        out.extend_from_slice(&self.rkey.to_le_bytes());
+        out.extend_from_slice(&self.imm.to_le_bytes());
+    }
+
+    pub fn decode(b: &[u8; HDR]) -> Hdr {
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| (u32_at(o) as u64) | ((u32_at(o + 4) as u64) << 32);
+        Hdr {
+            op: b[0],
+            flags: b[1],
+            status: b[2],
+            reserved: b[3],
+            len: u32_at(4),
+            psn: u64_at(8),
+            ack: u64_at(16),
+            raddr: u64_at(24),
+            rkey: u32_at(32),
+            imm: u32_at(36),
+        }
+    }
+}
+
+/// Encodes a handshake message.
+pub(crate) fn encode_hello(version: u16, kind: u16, qp_num: u32, private: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HELLO_LEN + private.len());
+    v.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    v.extend_from_slice(&kind.to_le_bytes());
+    v.extend_from_slice(&qp_num.to_le_bytes());
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.extend_from_slice(&(private.len() as u32).to_le_bytes());
+    v.extend_from_slice(private);
+    v
+}
+
+struct Hello {
+    version: u16,
+    kind: u16,
+    qp_num: u32,
+    private: Vec<u8>,
+}
+
+const HANDSHAKE_TIMED_OUT: &str = "handshake timed out";
+
+fn io_why(what: &str, e: std::io::Error) -> String {
+    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        HANDSHAKE_TIMED_OUT.into()
+    } else {
+        format!("{what}: {e}")
+    }
+}
+
+fn read_hello(s: &mut TcpStream) -> std::result::Result<Hello, String> {
+    let mut h = [0u8; HELLO_LEN];
+    s.read_exact(&mut h).map_err(|e| io_why("handshake", e))?;
+    let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+    let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or([0; 8]));
+    if magic != HELLO_MAGIC {
+        return Err("handshake: not a boomkv tcp transport peer (bad magic)".into());
+    }
+    let plen = u32_at(20) as usize;
+    if plen > MAX_PRIVATE_DATA {
+        return Err(format!("handshake: private data of {plen} bytes is over the {MAX_PRIVATE_DATA}-byte limit"));
+    }
+    let mut private = vec![0u8; plen];
+    s.read_exact(&mut private).map_err(|e| io_why("handshake: truncated private data", e))?;
+    Ok(Hello { version: u16_at(8), kind: u16_at(10), qp_num: u32_at(12), private })
+}
+
+// ---------------------------------------------------------------------------------------
+// Transport
+
+/// The TCP transport: a protection domain plus configuration. Cheap to clone.
+#[derive(Clone)]
+pub struct TcpTransport {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    pd: Arc<Pd>,
+    cfg: TransportConfig,
+    next_qp: AtomicU32,
+}
+
+impl std::fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransport").field("pd", &self.inner.pd.id).finish()
+    }
+}
+
+impl TcpTransport {
+    /// A new transport (a new protection domain) with the default configuration.
+    pub fn new() -> Result<TcpTransport> {
+        Self::with_config(TransportConfig::default())
+    }
+
+    /// A new transport with `cfg`.
+    pub fn with_config(cfg: TransportConfig) -> Result<TcpTransport> {
+        if cfg.rq_depth == 0 || cfg.sq_depth == 0 {
+            return Err(Error::invalid("queue depths must be at least 1"));
+        }
+        Ok(TcpTransport { inner: Arc::new(Shared { pd: Arc::new(Pd::new(false)?), cfg, next_qp: AtomicU32::new(1) }) })
+    }
+
+    fn new_conn(&self, sock: TcpStream, qp_num: u32, peer_qp: u32, send_cq: &TcpCq, recv_cq: &TcpCq) -> Result<TcpQp> {
+        sock.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", e))?;
+        sock.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
+        sock.set_read_timeout(None).map_err(|e| Error::io("set_read_timeout", e))?;
+        let nudge = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| Error::io("eventfd", e.into()))?;
+        let conn = Arc::new(Conn {
+            id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+            qp_num,
+            peer_qp_num: peer_qp,
+            sock,
+            pd: self.inner.pd.clone(),
+            cfg: self.inner.cfg.clone(),
+            send_cq: send_cq.inner.clone(),
+            recv_cq: recv_cq.inner.clone(),
+            rx: Mutex::new(Rx { buf: vec![0u8; RX_BUF], start: 0, end: 0, stall_until: None }),
+            sq: Mutex::new(Sq { next_psn: 0, outstanding: VecDeque::new() }),
+            tx: Mutex::new(Tx { out: Vec::with_capacity(64 << 10), sent: 0, ack_sent: 0 }),
+            rq: Mutex::new(VecDeque::new()),
+            rx_processed: AtomicU64::new(0),
+            owed_since: Mutex::new(None),
+            error: AtomicBool::new(false),
+            torn_down: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            nudge,
+            backlog: AtomicBool::new(false),
+            stats: StatCounters::default(),
+            nic_stop: AtomicBool::new(false),
+        });
+        send_cq.inner.attach(&conn)?;
+        if !Arc::ptr_eq(&send_cq.inner, &recv_cq.inner) {
+            recv_cq.inner.attach(&conn)?;
+        }
+        let c2 = conn.clone();
+        std::thread::Builder::new()
+            .name(format!("boomkv-nic-{qp_num}"))
+            .spawn(move || nic_thread(c2))
+            .map_err(|e| Error::io("spawn NIC thread", e))?;
+        Ok(TcpQp { conn })
+    }
+}
+
+impl Transport for TcpTransport {
+    type Mr = Mr;
+    type Cq = TcpCq;
+    type Qp = TcpQp;
+    type Listener = TcpListenerHandle;
+
+    fn backend(&self) -> Backend {
+        Backend::Tcp
+    }
+
+    fn config(&self) -> &TransportConfig {
+        &self.inner.cfg
+    }
+
+    fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        let m = Arc::new(Mapping::anonymous(len)?);
+        self.inner.pd.register(m, None, 0, len as u64, access)
+    }
+
+    fn register(
+        &self,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<std::fs::File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        self.inner.pd.register(mapping, file, offset, len, access)
+    }
+
+    fn create_cq(&self) -> Result<TcpCq> {
+        TcpCq::new(self.inner.cfg.spin)
+    }
+
+    fn listen(&self, ep: &Endpoint) -> Result<TcpListenerHandle> {
+        let Endpoint::Tcp(hp) = ep else {
+            return Err(Error::invalid(format!("tcp transport cannot listen on {ep}")));
+        };
+        let l = TcpListener::bind(hp.as_str()).map_err(|e| Error::io(format!("listen on {ep}"), e))?;
+        l.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
+        let local = l.local_addr().map_err(|e| Error::io("local_addr", e))?;
+        Ok(TcpListenerHandle { t: self.clone(), l, local: Endpoint::Tcp(local.to_string()) })
+    }
+
+    fn connect(
+        &self,
+        ep: &Endpoint,
+        send_cq: &TcpCq,
+        recv_cq: &TcpCq,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<(TcpQp, Vec<u8>)> {
+        let Endpoint::Tcp(hp) = ep else {
+            return Err(Error::invalid(format!("tcp transport cannot connect to {ep}")));
+        };
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::invalid(format!("private data over {MAX_PRIVATE_DATA} bytes")));
+        }
+        let end = deadline(timeout);
+        let addrs: Vec<_> =
+            hp.to_socket_addrs().map_err(|e| Error::Transport(format!("cannot resolve {ep}: {e}")))?.collect();
+        let mut last = None;
+        let mut sock = None;
+        for a in addrs {
+            let left = end.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            match TcpStream::connect_timeout(&a, left) {
+                Ok(s) => {
+                    sock = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let mut sock = sock.ok_or_else(|| {
+            Error::Transport(format!("cannot connect to {ep}: {}", last.map_or("no address".into(), |e| e.to_string())))
+        })?;
+        let left = end.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        sock.set_read_timeout(Some(left)).map_err(|e| Error::io("set_read_timeout", e))?;
+        sock.set_write_timeout(Some(left)).map_err(|e| Error::io("set_write_timeout", e))?;
+        let qp_num = self.inner.next_qp.fetch_add(1, Ordering::Relaxed);
+        sock.write_all(&encode_hello(PROTOCOL_VERSION, KIND_HELLO, qp_num, private_data))
+            .map_err(|e| Error::Transport(format!("{ep}: sending handshake: {e}")))?;
+        let h = read_hello(&mut sock).map_err(|e| {
+            if e == HANDSHAKE_TIMED_OUT {
+                Error::Timeout(timeout, "the tcp connection handshake")
+            } else {
+                Error::Transport(format!("{ep}: {e}"))
+            }
+        })?;
+        if h.kind == KIND_REJECT {
+            return Err(Error::Transport(format!(
+                "{ep} refused the connection: {}",
+                String::from_utf8_lossy(&h.private)
+            )));
+        }
+        if h.version != PROTOCOL_VERSION || h.kind != KIND_ACCEPT {
+            return Err(Error::Transport(format!(
+                "{ep}: unexpected handshake reply (version {}, kind {}; we speak version {PROTOCOL_VERSION})",
+                h.version, h.kind
+            )));
+        }
+        sock.set_write_timeout(None).map_err(|e| Error::io("set_write_timeout", e))?;
+        let qp = self.new_conn(sock, qp_num, h.qp_num, send_cq, recv_cq)?;
+        Ok((qp, h.private))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Listener
+
+/// A TCP listener.
+pub struct TcpListenerHandle {
+    t: TcpTransport,
+    l: TcpListener,
+    local: Endpoint,
+}
+
+enum Handshake {
+    Refused(String),
+    Rejected(Error),
+}
+
+impl TcpListenerHandle {
+    fn handshake<F>(
+        &self,
+        mut s: TcpStream,
+        send_cq: &TcpCq,
+        recv_cq: &TcpCq,
+        f: F,
+    ) -> std::result::Result<TcpQp, Handshake>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let cfg = &self.t.inner.cfg;
+        let setup = s
+            .set_nonblocking(false)
+            .and_then(|_| s.set_read_timeout(Some(cfg.handshake_timeout)))
+            .and_then(|_| s.set_write_timeout(Some(cfg.handshake_timeout)));
+        if let Err(e) = setup {
+            return Err(Handshake::Refused(format!("{peer}: {e}")));
+        }
+        let h = read_hello(&mut s).map_err(|e| Handshake::Refused(format!("{peer}: {e}")))?;
+        let qp_num = self.t.inner.next_qp.fetch_add(1, Ordering::Relaxed);
+        if h.version != PROTOCOL_VERSION || h.kind != KIND_HELLO {
+            let why = format!(
+                "transport protocol version {} (kind {}) is not supported; this server speaks version {PROTOCOL_VERSION}",
+                h.version, h.kind
+            );
+            let _ = s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_REJECT, qp_num, why.as_bytes()));
+            return Err(Handshake::Refused(format!("{peer}: {why}")));
+        }
+        let reply = match f(&h.private) {
+            Ok(r) if r.len() <= MAX_PRIVATE_DATA => r,
+            Ok(r) => {
+                let why = format!("server private data of {} bytes is over the limit", r.len());
+                let _ = s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_REJECT, qp_num, why.as_bytes()));
+                return Err(Handshake::Rejected(Error::invalid(why)));
+            }
+            Err(e) => {
+                let _ = s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_REJECT, qp_num, e.to_string().as_bytes()));
+                return Err(Handshake::Rejected(e));
+            }
+        };
+        if let Err(e) = s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_ACCEPT, qp_num, &reply)) {
+            return Err(Handshake::Refused(format!("{peer}: sending handshake reply: {e}")));
+        }
+        if let Err(e) = s.set_write_timeout(None) {
+            return Err(Handshake::Refused(format!("{peer}: {e}")));
+        }
+        self.t.new_conn(s, qp_num, h.qp_num, send_cq, recv_cq).map_err(|e| Handshake::Refused(format!("{peer}: {e}")))
+    }
+}
+
+impl Listener for TcpListenerHandle {
+    type Qp = TcpQp;
+    type Cq = TcpCq;
+
+    fn endpoint(&self) -> Endpoint {
+        self.local.clone()
+    }
+
+    fn accept<F>(&self, send_cq: &TcpCq, recv_cq: &TcpCq, timeout: Duration, on_connect: F) -> Result<TcpQp>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let end = deadline(timeout);
+        let mut f = Some(on_connect);
+        loop {
+            match self.l.accept() {
+                Ok((s, _)) => {
+                    let Some(cb) = f.take() else {
+                        return Err(Error::Transport("accept callback already used".into()));
+                    };
+                    // The callback runs only for a well-formed hello, so a refused attempt
+                    // before that point leaves it unused; keep it for the next client.
+                    let used = std::cell::Cell::new(false);
+                    let cb_cell = std::cell::RefCell::new(Some(cb));
+                    let r = self.handshake(s, send_cq, recv_cq, |p| {
+                        used.set(true);
+                        match cb_cell.borrow_mut().take() {
+                            Some(cb) => cb(p),
+                            None => Err(Error::Transport("accept callback already used".into())),
+                        }
+                    });
+                    match r {
+                        Ok(qp) => return Ok(qp),
+                        Err(Handshake::Rejected(e)) => return Err(e),
+                        Err(Handshake::Refused(why)) => {
+                            log_event(&format!("refused connection on {}: {why}", self.local));
+                            if !used.get() {
+                                f = cb_cell.into_inner();
+                            } else {
+                                return Err(Error::Transport(why));
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Per-connection failures (ECONNABORTED, EMFILE) must not end the server.
+                    log_event(&format!("accept on {}: {e}", self.local));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Err(Error::Timeout(timeout, "a tcp connection"));
+            }
+            let mut fds = [PollFd::new(&self.l, PollFlags::IN)];
+            let _ = rustix::event::poll(&mut fds, Some(&ts((end - now).min(Duration::from_millis(100)))));
+        }
+    }
+
+    fn try_accept<F>(&self, send_cq: &TcpCq, recv_cq: &TcpCq, on_connect: F) -> Result<Option<TcpQp>>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        match self.l.accept() {
+            Ok((s, _)) => match self.handshake(s, send_cq, recv_cq, on_connect) {
+                Ok(qp) => Ok(Some(qp)),
+                Err(Handshake::Rejected(e)) => Err(e),
+                Err(Handshake::Refused(why)) => {
+                    log_event(&format!("refused connection on {}: {why}", self.local));
+                    Ok(None)
+                }
+            },
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(None),
+            Err(e) => {
+                log_event(&format!("accept on {}: {e}", self.local));
+                Ok(None)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Completion queue
+
+/// A completion queue of the tcp backend. Clones share the queue.
+#[derive(Clone)]
+pub struct TcpCq {
+    inner: Arc<CqInner>,
+}
+
+struct CqInner {
+    q: Mutex<VecDeque<Completion>>,
+    len: AtomicUsize,
+    /// Threads inside `wait` (they serve the attached connections' sockets).
+    waiting: AtomicU32,
+    /// Threads parked in `epoll_wait` (pushes must write the eventfd).
+    parked: AtomicU32,
+    evfd: OwnedFd,
+    epfd: OwnedFd,
+    conns: Mutex<HashMap<u64, Weak<Conn>>>,
+    spin: Duration,
+}
+
+const EV_WAKE: u64 = u64::MAX;
+
+impl std::fmt::Debug for TcpCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpCq").field("queued", &self.inner.len.load(Ordering::Relaxed)).finish()
+    }
+}
+
+impl TcpCq {
+    fn new(spin: Duration) -> Result<TcpCq> {
+        let evfd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| Error::io("eventfd", e.into()))?;
+        let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e.into()))?;
+        epoll::add(&epfd, &evfd, epoll::EventData::new_u64(EV_WAKE), epoll::EventFlags::IN)
+            .map_err(|e| Error::io("epoll_ctl", e.into()))?;
+        Ok(TcpCq {
+            inner: Arc::new(CqInner {
+                q: Mutex::new(VecDeque::new()),
+                len: AtomicUsize::new(0),
+                waiting: AtomicU32::new(0),
+                parked: AtomicU32::new(0),
+                evfd,
+                epfd,
+                conns: Mutex::new(HashMap::new()),
+                spin,
+            }),
+        })
+    }
+}
+
+impl CqInner {
+    fn attach(&self, c: &Arc<Conn>) -> Result<()> {
+        lock(&self.conns).insert(c.id, Arc::downgrade(c));
+        epoll::add(&self.epfd, &c.sock, epoll::EventData::new_u64(c.id), epoll::EventFlags::IN)
+            .map_err(|e| Error::io("epoll_ctl(add)", e.into()))
+    }
+
+    fn detach(&self, c: &Conn) {
+        lock(&self.conns).remove(&c.id);
+        let _ = epoll::delete(&self.epfd, &c.sock);
+    }
+
+    fn push(&self, c: Completion) {
+        {
+            let mut q = lock(&self.q);
+            q.push_back(c);
+            self.len.store(q.len(), Ordering::Release);
+        }
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            let _ = rustix::io::write(&self.evfd, &1u64.to_ne_bytes());
+        }
+    }
+
+    fn pop_into(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        if self.len.load(Ordering::Acquire) == 0 || max == 0 {
+            return 0;
+        }
+        let mut q = lock(&self.q);
+        let n = max.min(q.len());
+        out.extend(q.drain(..n));
+        self.len.store(q.len(), Ordering::Release);
+        n
+    }
+
+    fn conn(&self, id: u64) -> Option<Arc<Conn>> {
+        lock(&self.conns).get(&id).and_then(Weak::upgrade)
+    }
+
+    /// Serves the sockets that `epoll` reports ready (`timeout` zero: just look).
+    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration) {
+        events.clear();
+        let t = ts(timeout);
+        if epoll::wait(&self.epfd, rustix::buffer::spare_capacity(events), Some(&t)).is_err() {
+            return;
+        }
+        for ev in events.iter() {
+            let id = ev.data.u64();
+            if id == EV_WAKE {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(&self.evfd, &mut b);
+            } else if let Some(c) = self.conn(id) {
+                c.progress();
+            }
+        }
+    }
+}
+
+struct WaitGuard<'a>(&'a AtomicU32);
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl CompletionQueue for TcpCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let n = self.inner.pop_into(out, max);
+        if n > 0 {
+            return n;
+        }
+        // Nobody may be reading the sockets right now (the NIC thread stands back while
+        // a thread waits); a poll loop must make progress on its own.
+        let conns: Vec<Arc<Conn>> = lock(&self.inner.conns).values().filter_map(Weak::upgrade).collect();
+        for c in conns {
+            c.progress();
+        }
+        self.inner.pop_into(out, max)
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<Completion> {
+        let inner = &self.inner;
+        let mut out = Vec::with_capacity(1);
+        if inner.pop_into(&mut out, 1) == 1 {
+            return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+        }
+        let start = Instant::now();
+        let end = deadline(timeout);
+        let spin_end = start + inner.spin.min(timeout);
+        inner.waiting.fetch_add(1, Ordering::SeqCst);
+        let _g = WaitGuard(&inner.waiting);
+        let mut events = Vec::with_capacity(64);
+        loop {
+            inner.serve_ready(&mut events, Duration::ZERO);
+            if inner.pop_into(&mut out, 1) == 1 {
+                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            }
+            if Instant::now() >= spin_end {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                return Err(Error::Timeout(timeout, "a completion"));
+            }
+            inner.parked.fetch_add(1, Ordering::SeqCst);
+            let _p = WaitGuard(&inner.parked);
+            if inner.pop_into(&mut out, 1) == 1 {
+                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            }
+            inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)));
+            drop(_p);
+            if inner.pop_into(&mut out, 1) == 1 {
+                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Connection (queue pair)
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+struct Rx {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Set while the frame at `start` waits for a RECV (RNR): give up at this instant.
+    stall_until: Option<Instant>,
+}
+
+struct Wqe {
+    psn: u64,
+    wr_id: u64,
+    opcode: WcOpcode,
+    signaled: bool,
+    len: u32,
+    /// READ: where the data goes.
+    read_to: Option<(Mr, u64)>,
+}
+
+struct Sq {
+    next_psn: u64,
+    outstanding: VecDeque<Wqe>,
+}
+
+struct Tx {
+    out: Vec<u8>,
+    sent: usize,
+    ack_sent: u64,
+}
+
+struct RecvWqe {
+    wr_id: u64,
+    mr: Mr,
+    map_off: u64,
+    len: u32,
+}
+
+struct Conn {
+    id: u64,
+    qp_num: u32,
+    peer_qp_num: u32,
+    sock: TcpStream,
+    pd: Arc<Pd>,
+    cfg: TransportConfig,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    rx: Mutex<Rx>,
+    sq: Mutex<Sq>,
+    tx: Mutex<Tx>,
+    rq: Mutex<VecDeque<RecvWqe>>,
+    /// Peer requests executed (the `ack` we owe).
+    rx_processed: AtomicU64,
+    /// Since when an acknowledgement is owed without ACK_REQ.
+    owed_since: Mutex<Option<Instant>>,
+    error: AtomicBool,
+    torn_down: AtomicBool,
+    reason: Mutex<Option<String>>,
+    nudge: OwnedFd,
+    backlog: AtomicBool,
+    stats: StatCounters,
+    nic_stop: AtomicBool,
+}
+
+/// Outcome of executing buffered frames.
+enum Step {
+    /// Need more bytes.
+    More,
+    /// The head frame waits for a RECV.
+    Stalled,
+}
+
+impl Conn {
+    fn is_error(&self) -> bool {
+        self.error.load(Ordering::Acquire)
+    }
+
+    /// Enters the error state (first reason wins) before an error completion is
+    /// pushed, so whoever sees that completion also sees the state. [`Conn::fail`]
+    /// does the teardown.
+    fn mark_error(&self, why: &str) {
+        let mut r = lock(&self.reason);
+        if r.is_none() {
+            *r = Some(why.to_string());
+        }
+        self.error.store(true, Ordering::Release);
+    }
+
+    fn attended(&self) -> bool {
+        self.send_cq.waiting.load(Ordering::SeqCst) > 0 || self.recv_cq.waiting.load(Ordering::SeqCst) > 0
+    }
+
+    fn wake_nic(&self) {
+        let _ = rustix::io::write(&self.nudge, &1u64.to_ne_bytes());
+    }
+
+    fn completion(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+    ) -> Completion {
+        Completion { wr_id, status, opcode, byte_len, imm, qp_num: self.qp_num }
+    }
+
+    /// Moves the connection to the error state: logs `why`, closes the socket, flushes
+    /// outstanding requests and posted receives. Call without holding `sq`, `tx` or `rq`.
+    fn fail(&self, why: String) {
+        self.fail_with(why, true)
+    }
+
+    /// [`Conn::fail`], logging only when `log` (an orderly close is not news).
+    fn fail_with(&self, why: String, log: bool) {
+        self.mark_error(&why);
+        if self.torn_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if log {
+            log_event(&format!("qp {} (peer qp {}): closing connection: {why}", self.qp_num, self.peer_qp_num));
+        }
+        let _ = self.sock.shutdown(Shutdown::Both);
+        self.send_cq.detach(self);
+        self.recv_cq.detach(self);
+        let flushed: Vec<Wqe> = lock(&self.sq).outstanding.drain(..).collect();
+        for w in flushed.into_iter().filter(|w| w.signaled) {
+            self.send_cq.push(self.completion(w.wr_id, WcStatus::WrFlushError, w.opcode, 0, None));
+        }
+        let recvs: Vec<RecvWqe> = lock(&self.rq).drain(..).collect();
+        for r in recvs {
+            self.recv_cq.push(self.completion(r.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, 0, None));
+        }
+        self.nic_stop.store(true, Ordering::Release);
+        self.wake_nic();
+    }
+
+    /// Appends a frame to the send buffer and tries to write it out. `payload` copies
+    /// the payload into the buffer. Call with `tx` held.
+    fn emit(
+        &self,
+        tx: &mut Tx,
+        mut hdr: Hdr,
+        payload_len: usize,
+        payload: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        hdr.ack = self.rx_processed.load(Ordering::Acquire);
+        hdr.len = payload_len as u32;
+        hdr.encode(&mut tx.out);
+        let start = tx.out.len();
+        tx.out.resize(start + payload_len, 0);
+        if let Err(e) = payload(&mut tx.out[start..]) {
+            tx.out.truncate(start - HDR);
+            return Err(e);
+        }
+        if hdr.ack > tx.ack_sent {
+            tx.ack_sent = hdr.ack;
+        }
+        self.flush_tx(tx)
+    }
+
+    fn flush_tx(&self, tx: &mut Tx) -> Result<()> {
+        while tx.sent < tx.out.len() {
+            match (&self.sock).write(&tx.out[tx.sent..]) {
+                Ok(0) => return Err(Error::Transport("connection closed while sending".into())),
+                Ok(n) => tx.sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if !self.backlog.swap(true, Ordering::AcqRel) {
+                        self.wake_nic();
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::Transport(format!("send failed: {e}"))),
+            }
+        }
+        tx.out.clear();
+        tx.sent = 0;
+        self.backlog.store(false, Ordering::Release);
+        if tx.out.capacity() > 4 << 20 {
+            tx.out.shrink_to(64 << 10);
+        }
+        Ok(())
+    }
+
+    fn send_ack(&self) -> Result<()> {
+        let mut tx = lock(&self.tx);
+        if self.rx_processed.load(Ordering::Acquire) > tx.ack_sent {
+            self.emit(&mut tx, Hdr { op: OP_ACK, ..Hdr::default() }, 0, |_| Ok(()))?;
+        }
+        *lock(&self.owed_since) = None;
+        Ok(())
+    }
+
+    fn send_nak(&self, psn: u64, status: WcStatus) {
+        let mut tx = lock(&self.tx);
+        let _ = self.emit(&mut tx, Hdr { op: OP_NAK, psn, status: status.code(), ..Hdr::default() }, 0, |_| Ok(()));
+    }
+
+    /// Completes our requests below `ack` (the peer executed them).
+    fn complete_acked(&self, ack: u64) -> std::result::Result<(), String> {
+        let mut sq = lock(&self.sq);
+        if ack > sq.next_psn {
+            return Err(format!("peer acknowledged request {ack} but only {} were sent", sq.next_psn));
+        }
+        while sq.outstanding.front().is_some_and(|w| w.psn < ack) {
+            let Some(w) = sq.outstanding.pop_front() else { break };
+            if w.read_to.is_some() {
+                return Err(format!("peer acknowledged READ {} without answering it", w.psn));
+            }
+            if w.signaled {
+                self.send_cq.push(self.completion(w.wr_id, WcStatus::Success, w.opcode, w.len, None));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and executes whatever the socket has, if no other thread is doing so.
+    fn progress(&self) {
+        if self.is_error() {
+            return;
+        }
+        let mut rx = match self.rx.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let r = self.drain(&mut rx);
+        drop(rx);
+        match r {
+            Ok(ack_now) => {
+                let overdue = lock(&self.owed_since).is_some_and(|t| t.elapsed() >= ACK_DELAY);
+                if ack_now || overdue {
+                    if let Err(e) = self.send_ack() {
+                        self.fail(e.to_string());
+                    }
+                }
+            }
+            Err(why) => {
+                let orderly = why == PEER_CLOSED;
+                self.fail_with(why, !orderly)
+            }
+        }
+    }
+
+    /// Reads until the socket is empty, executing complete frames. Returns whether a
+    /// request asked for an immediate acknowledgement.
+    fn drain(&self, rx: &mut Rx) -> std::result::Result<bool, String> {
+        let mut ack_now = false;
+        loop {
+            match self.execute(rx, &mut ack_now)? {
+                Step::Stalled => return Ok(ack_now),
+                Step::More => {}
+            }
+            if rx.end == rx.buf.len() {
+                if rx.start > 0 {
+                    rx.buf.copy_within(rx.start..rx.end, 0);
+                    rx.end -= rx.start;
+                    rx.start = 0;
+                } else {
+                    // `execute` grows the buffer for a large frame before asking for more.
+                    let n = rx.buf.len() * 2;
+                    rx.buf.resize(n, 0);
+                }
+            }
+            let end = rx.end;
+            match (&self.sock).read(&mut rx.buf[end..]) {
+                Ok(0) => {
+                    return Err(if rx.end > rx.start {
+                        format!(
+                            "peer closed the connection inside a frame ({} bytes of it received)",
+                            rx.end - rx.start
+                        )
+                    } else {
+                        PEER_CLOSED.into()
+                    })
+                }
+                Ok(n) => rx.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(ack_now),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("receive failed: {e}")),
+            }
+        }
+    }
+
+    /// Executes the complete frames in the buffer.
+    fn execute(&self, rx: &mut Rx, ack_now: &mut bool) -> std::result::Result<Step, String> {
+        loop {
+            let avail = rx.end - rx.start;
+            if avail < HDR {
+                if rx.start == rx.end {
+                    rx.start = 0;
+                    rx.end = 0;
+                    if rx.buf.len() > 4 * RX_BUF {
+                        rx.buf.truncate(RX_BUF);
+                        rx.buf.shrink_to_fit();
+                    }
+                }
+                return Ok(Step::More);
+            }
+            let mut hb = [0u8; HDR];
+            hb.copy_from_slice(&rx.buf[rx.start..rx.start + HDR]);
+            let h = Hdr::decode(&hb);
+            self.validate(&h)?;
+            let total = HDR + h.len as usize;
+            if avail < total {
+                if rx.buf.len() - rx.start < total {
+                    rx.buf.copy_within(rx.start..rx.end, 0);
+                    rx.end -= rx.start;
+                    rx.start = 0;
+                    if rx.buf.len() < total {
+                        rx.buf.resize(total.next_power_of_two(), 0);
+                    }
+                }
+                return Ok(Step::More);
+            }
+            self.complete_acked(h.ack)?;
+            let payload_at = rx.start + HDR;
+            let payload = &rx.buf[payload_at..payload_at + h.len as usize];
+            match self.execute_one(&h, payload, rx.stall_until)? {
+                Exec::Done => {
+                    rx.stall_until = None;
+                    rx.start += total;
+                    if h.flags & FLAG_ACK_REQ != 0 {
+                        *ack_now = true;
+                    }
+                }
+                Exec::NoRecv => {
+                    if rx.stall_until.is_none() {
+                        rx.stall_until = Some(deadline(self.cfg.rnr_timeout));
+                    }
+                    return Ok(Step::Stalled);
+                }
+            }
+        }
+    }
+
+    fn validate(&self, h: &Hdr) -> std::result::Result<(), String> {
+        if h.reserved != 0 || h.flags & !FLAG_ACK_REQ != 0 {
+            return Err(format!("malformed frame header (flags {:#x}, reserved {:#x})", h.flags, h.reserved));
+        }
+        if h.len > MAX_MESSAGE {
+            return Err(format!("frame length {} is over the {MAX_MESSAGE}-byte limit", h.len));
+        }
+        let expect = self.rx_processed.load(Ordering::Acquire);
+        match h.op {
+            OP_SEND | OP_WRITE | OP_WRITE_IMM | OP_READ_REQ => {
+                if h.psn != expect {
+                    return Err(format!("out-of-sequence request psn {} (expected {expect})", h.psn));
+                }
+                if h.op == OP_READ_REQ && (h.len != 0 || h.imm > MAX_MESSAGE) {
+                    return Err(format!("malformed READ request (len {}, read length {})", h.len, h.imm));
+                }
+            }
+            OP_READ_RESP => {}
+            OP_ACK | OP_NAK => {
+                if h.len != 0 {
+                    return Err(format!(
+                        "{} frame with a {}-byte payload",
+                        if h.op == OP_ACK { "ACK" } else { "NAK" },
+                        h.len
+                    ));
+                }
+            }
+            op => return Err(format!("unknown opcode {op}")),
+        }
+        Ok(())
+    }
+
+    fn execute_one(&self, h: &Hdr, payload: &[u8], stalled: Option<Instant>) -> std::result::Result<Exec, String> {
+        match h.op {
+            OP_SEND => {
+                let r = lock(&self.rq).pop_front();
+                let Some(r) = r else { return self.rnr(h, stalled) };
+                let status = if payload.len() > r.len as usize {
+                    self.mark_error("incoming SEND longer than the receive buffer");
+                    WcStatus::LocalLengthError
+                } else if !r.mr.is_registered() {
+                    WcStatus::LocalProtectionError
+                } else if r.mr.info().mapping.write(r.map_off, payload).is_err() {
+                    WcStatus::LocalProtectionError
+                } else {
+                    WcStatus::Success
+                };
+                self.recv_cq.push(self.completion(r.wr_id, status, WcOpcode::Recv, payload.len() as u32, None));
+                if status != WcStatus::Success {
+                    self.send_nak(h.psn, WcStatus::RemoteInvalidRequest);
+                    return Err(format!("incoming SEND of {} bytes: receive buffer {}", payload.len(), status));
+                }
+                self.executed();
+                Ok(Exec::Done)
+            }
+            OP_WRITE | OP_WRITE_IMM => {
+                if h.op == OP_WRITE_IMM && lock(&self.rq).is_empty() {
+                    return self.rnr(h, stalled);
+                }
+                if !self.apply_write(h.raddr, h.rkey, payload) {
+                    self.send_nak(h.psn, WcStatus::RemoteAccessError);
+                    return Err(format!(
+                        "remote access error: WRITE of {} bytes at {:#x} with rkey {:#x}",
+                        payload.len(),
+                        h.raddr,
+                        h.rkey
+                    ));
+                }
+                if h.op == OP_WRITE_IMM {
+                    let r = lock(&self.rq).pop_front();
+                    if let Some(r) = r {
+                        self.recv_cq.push(self.completion(
+                            r.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::RecvWithImm,
+                            payload.len() as u32,
+                            Some(h.imm),
+                        ));
+                    }
+                }
+                self.executed();
+                Ok(Exec::Done)
+            }
+            OP_READ_REQ => {
+                let len = h.imm as usize;
+                let region = self
+                    .pd
+                    .lookup(h.rkey)
+                    .filter(|i| i.access.contains(Access::REMOTE_READ))
+                    .and_then(|i| i.translate(h.raddr, len as u64).map(|off| (i, off)));
+                let ok = match region {
+                    Some((info, off)) if guard_enter(&self.pd.table, info.slot, info.rkey) => {
+                        // The response's `ack` does not cover the READ itself: the response
+                        // completes it at the initiator.
+                        let mut tx = lock(&self.tx);
+                        let r =
+                            self.emit(&mut tx, Hdr { op: OP_READ_RESP, psn: h.psn, ..Hdr::default() }, len, |dst| {
+                                info.mapping.read(off, dst)
+                            });
+                        drop(tx);
+                        guard_exit(&self.pd.table, info.slot);
+                        r.map_err(|e| e.to_string())?;
+                        self.executed();
+                        true
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    self.send_nak(h.psn, WcStatus::RemoteAccessError);
+                    return Err(format!(
+                        "remote access error: READ of {len} bytes at {:#x} with rkey {:#x}",
+                        h.raddr, h.rkey
+                    ));
+                }
+                Ok(Exec::Done)
+            }
+            OP_READ_RESP => {
+                let mut sq = lock(&self.sq);
+                // Requests before the READ were executed before it.
+                while sq.outstanding.front().is_some_and(|w| w.psn < h.psn) {
+                    let Some(w) = sq.outstanding.pop_front() else { break };
+                    if w.read_to.is_some() {
+                        return Err(format!("READ response for {} skipped READ {}", h.psn, w.psn));
+                    }
+                    if w.signaled {
+                        self.send_cq.push(self.completion(w.wr_id, WcStatus::Success, w.opcode, w.len, None));
+                    }
+                }
+                let Some(w) = sq.outstanding.pop_front() else {
+                    return Err(format!("READ response for psn {} with no READ outstanding", h.psn));
+                };
+                let Some((mr, off)) = w.read_to.as_ref().filter(|_| w.psn == h.psn) else {
+                    return Err(format!("READ response for psn {} does not match request {}", h.psn, w.psn));
+                };
+                if payload.len() != w.len as usize {
+                    return Err(format!("READ response of {} bytes for a {}-byte READ", payload.len(), w.len));
+                }
+                let status = if mr.is_registered() && mr.info().mapping.write(*off, payload).is_ok() {
+                    WcStatus::Success
+                } else {
+                    WcStatus::LocalProtectionError
+                };
+                self.send_cq.push(self.completion(w.wr_id, status, WcOpcode::Read, w.len, None));
+                Ok(Exec::Done)
+            }
+            OP_ACK => Ok(Exec::Done),
+            OP_NAK => {
+                let status = WcStatus::from_code(h.status).unwrap_or(WcStatus::RemoteInvalidRequest);
+                let mut sq = lock(&self.sq);
+                while sq.outstanding.front().is_some_and(|w| w.psn < h.psn) {
+                    let Some(w) = sq.outstanding.pop_front() else { break };
+                    if w.signaled && w.read_to.is_none() {
+                        self.send_cq.push(self.completion(w.wr_id, WcStatus::Success, w.opcode, w.len, None));
+                    }
+                }
+                self.mark_error(&format!("peer failed request {}: {status}", h.psn));
+                if let Some(w) = sq.outstanding.front().filter(|w| w.psn == h.psn) {
+                    // Errors complete even unsignaled requests.
+                    self.send_cq.push(self.completion(w.wr_id, status, w.opcode, 0, None));
+                    sq.outstanding.pop_front();
+                }
+                Err(format!("peer failed request {}: {status}", h.psn))
+            }
+            op => Err(format!("unknown opcode {op}")),
+        }
+    }
+
+    fn rnr(&self, h: &Hdr, stalled: Option<Instant>) -> std::result::Result<Exec, String> {
+        match stalled {
+            Some(t) if Instant::now() >= t => {
+                self.send_nak(h.psn, WcStatus::RnrRetryExceeded);
+                Err(format!("no receive posted for incoming request {} within {:?} (RNR)", h.psn, self.cfg.rnr_timeout))
+            }
+            _ => Ok(Exec::NoRecv),
+        }
+    }
+
+    fn executed(&self) {
+        self.rx_processed.fetch_add(1, Ordering::AcqRel);
+        let mut o = lock(&self.owed_since);
+        if o.is_none() {
+            *o = Some(Instant::now());
+        }
+    }
+
+    fn apply_write(&self, raddr: u64, rkey: u32, data: &[u8]) -> bool {
+        let Some(info) = self.pd.lookup(rkey).filter(|i| i.access.contains(Access::REMOTE_WRITE)) else {
+            return false;
+        };
+        let Some(off) = info.translate(raddr, data.len() as u64) else { return false };
+        if !guard_enter(&self.pd.table, info.slot, info.rkey) {
+            return false;
+        }
+        let ok = info.mapping.write(off, data).is_ok();
+        guard_exit(&self.pd.table, info.slot);
+        ok
+    }
+}
+
+const PEER_CLOSED: &str = "peer closed the connection";
+
+enum Exec {
+    Done,
+    NoRecv,
+}
+
+fn nic_thread(c: Arc<Conn>) {
+    loop {
+        if c.nic_stop.load(Ordering::Acquire) || c.is_error() {
+            return;
+        }
+        let attended = c.attended();
+        let stalled = lock(&c.rx).stall_until;
+        let owed = *lock(&c.owed_since);
+        let backlog = c.backlog.load(Ordering::Acquire);
+        let mut timeout = if attended { NIC_RECHECK } else { Duration::from_secs(1) };
+        if let Some(t) = stalled {
+            timeout = timeout.min(t.saturating_duration_since(Instant::now()).max(Duration::from_micros(50)));
+        }
+        if let Some(t) = owed {
+            timeout = timeout.min(ACK_DELAY.saturating_sub(t.elapsed()).max(Duration::from_micros(20)));
+        }
+        let mut flags = PollFlags::empty();
+        if !attended && stalled.is_none() {
+            flags |= PollFlags::IN;
+        }
+        if backlog {
+            flags |= PollFlags::OUT;
+        }
+        let mut fds = [PollFd::new(&c.sock, flags), PollFd::new(&c.nudge, PollFlags::IN)];
+        let _ = rustix::event::poll(&mut fds, Some(&ts(timeout)));
+        if fds[1].revents().contains(PollFlags::IN) {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&c.nudge, &mut b);
+        }
+        if c.backlog.load(Ordering::Acquire) {
+            let r = c.flush_tx(&mut lock(&c.tx));
+            if let Err(e) = r {
+                c.fail(e.to_string());
+                return;
+            }
+        }
+        c.progress();
+    }
+}
+
+/// A queue pair of the tcp backend. Dropping it closes the connection.
+pub struct TcpQp {
+    conn: Arc<Conn>,
+}
+
+impl std::fmt::Debug for TcpQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpQp").field("qp_num", &self.conn.qp_num).field("peer", &self.conn.peer_qp_num).finish()
+    }
+}
+
+impl Drop for TcpQp {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+enum Payload<'a> {
+    None,
+    Mr(&'a Mr, u64, u32),
+    Bytes(&'a [u8]),
+}
+
+impl TcpQp {
+    fn check_open(&self) -> Result<()> {
+        if self.conn.is_error() {
+            let why = lock(&self.conn.reason).clone().unwrap_or_default();
+            return Err(Error::Transport(format!("qp {} is in the error state: {why}", self.conn.qp_num)));
+        }
+        Ok(())
+    }
+
+    /// Completes a request that failed a local check and moves the connection to error.
+    fn local_error(&self, wr_id: u64, opcode: WcOpcode, why: &str) -> Result<()> {
+        let c = &self.conn;
+        // Earlier requests flush first; the failed one completes after them.
+        c.fail(format!("local protection error: {why}"));
+        c.send_cq.push(c.completion(wr_id, WcStatus::LocalProtectionError, opcode, 0, None));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &self,
+        op: u8,
+        wr_id: u64,
+        payload: Payload<'_>,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+        signaled: bool,
+        read_to: Option<(Mr, u64)>,
+        len: u32,
+    ) -> Result<()> {
+        let c = &self.conn;
+        let opcode = match op {
+            OP_SEND => WcOpcode::Send,
+            OP_READ_REQ => WcOpcode::Read,
+            _ => WcOpcode::Write,
+        };
+        // Resolve the local source now; a bad one fails like a verbs local protection error.
+        let src = match payload {
+            Payload::Mr(mr, off, l) => match mr.check_local(c.pd.id, off, l, Access::NONE) {
+                Ok(o) => Some((mr.info().mapping.clone(), o, l as usize)),
+                Err(()) => return self.local_error(wr_id, opcode, "source buffer outside its region or not ours"),
+            },
+            _ => None,
+        };
+        let plen = match (&payload, &src) {
+            (Payload::Bytes(b), _) => b.len(),
+            (_, Some((_, _, l))) => *l,
+            _ => 0,
+        };
+        let r = {
+            let mut sq = lock(&c.sq);
+            if sq.outstanding.len() >= c.cfg.sq_depth as usize {
+                return Err(Error::Transport(format!(
+                    "qp {}: send queue full ({} requests outstanding); poll the send completion queue",
+                    c.qp_num, c.cfg.sq_depth
+                )));
+            }
+            let psn = sq.next_psn;
+            sq.next_psn += 1;
+            let mut flags = 0;
+            if (op == OP_WRITE && signaled) || sq.outstanding.len() * 2 >= c.cfg.sq_depth as usize {
+                flags |= FLAG_ACK_REQ;
+            }
+            sq.outstanding.push_back(Wqe { psn, wr_id, opcode, signaled, len, read_to });
+            let mut tx = lock(&c.tx);
+            let hdr = Hdr { op, flags, psn, raddr, rkey, imm, ..Hdr::default() };
+            let r = match (&payload, &src) {
+                (Payload::Bytes(b), _) => c.emit(&mut tx, hdr, plen, |dst| {
+                    dst.copy_from_slice(b);
+                    Ok(())
+                }),
+                (_, Some((m, o, _))) => c.emit(&mut tx, hdr, plen, |dst| m.read(*o, dst)),
+                _ => {
+                    let mut h = hdr;
+                    if op == OP_READ_REQ {
+                        h.imm = len;
+                    }
+                    c.emit(&mut tx, h, 0, |_| Ok(()))
+                }
+            };
+            if r.is_ok() {
+                // Our frame carried the ack we owed.
+                if c.rx_processed.load(Ordering::Acquire) <= tx.ack_sent {
+                    *lock(&c.owed_since) = None;
+                }
+            }
+            r
+        };
+        if let Err(e) = r {
+            c.fail(e.to_string());
+        }
+        Ok(())
+    }
+}
+
+impl QueuePair for TcpQp {
+    type Mr = Mr;
+
+    fn qp_num(&self) -> u32 {
+        self.conn.qp_num
+    }
+
+    fn peer_qp_num(&self) -> u32 {
+        self.conn.peer_qp_num
+    }
+
+    fn post_send(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
+        self.check_open()?;
+        check_len(len)?;
+        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
+        self.post(OP_SEND, wr_id, Payload::Mr(mr, off, len), 0, 0, 0, true, None, len)
+    }
+
+    fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
+        self.check_open()?;
+        let len = u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?;
+        check_len(len)?;
+        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
+        self.post(OP_SEND, wr_id, Payload::Bytes(data), 0, 0, 0, true, None, len)
+    }
+
+    fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
+        self.check_open()?;
+        let c = &self.conn;
+        let map_off = match mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) {
+            Ok(o) => o,
+            Err(()) => {
+                c.fail(
+                    "local protection error: receive buffer outside its region, not ours, or not LOCAL_WRITE".into(),
+                );
+                c.recv_cq.push(c.completion(wr_id, WcStatus::LocalProtectionError, WcOpcode::Recv, 0, None));
+                return Ok(());
+            }
+        };
+        {
+            let mut rq = lock(&c.rq);
+            if rq.len() >= c.cfg.rq_depth as usize {
+                return Err(Error::Transport(format!("qp {}: receive queue full ({})", c.qp_num, c.cfg.rq_depth)));
+            }
+            rq.push_back(RecvWqe { wr_id, mr: mr.clone(), map_off, len });
+        }
+        c.stats.recvs.fetch_add(1, Ordering::Relaxed);
+        // A request may be waiting for exactly this receive.
+        if lock(&c.rx).stall_until.is_some() {
+            c.progress();
+        }
+        Ok(())
+    }
+
+    fn post_write(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        signaled: bool,
+    ) -> Result<()> {
+        self.check_open()?;
+        check_len(len)?;
+        self.conn.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.post(OP_WRITE, wr_id, Payload::Mr(mr, off, len), remote_addr, rkey, 0, signaled, None, len)
+    }
+
+    fn post_write_imm(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<()> {
+        self.check_open()?;
+        check_len(len)?;
+        self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
+        self.post(OP_WRITE_IMM, wr_id, Payload::Mr(mr, off, len), remote_addr, rkey, imm, true, None, len)
+    }
+
+    fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
+        self.check_open()?;
+        check_len(len)?;
+        self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
+        let c = &self.conn;
+        let map_off = match mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) {
+            Ok(o) => o,
+            Err(()) => {
+                return self.local_error(
+                    wr_id,
+                    WcOpcode::Read,
+                    "READ destination outside its region or not LOCAL_WRITE",
+                )
+            }
+        };
+        self.post(OP_READ_REQ, wr_id, Payload::None, remote_addr, rkey, 0, true, Some((mr.clone(), map_off)), len)
+    }
+
+    fn is_error(&self) -> bool {
+        self.conn.is_error()
+    }
+
+    fn error_reason(&self) -> Option<String> {
+        lock(&self.conn.reason).clone()
+    }
+
+    fn stats(&self) -> QpStats {
+        self.conn.stats.snapshot()
+    }
+
+    fn close(&self) {
+        // Acknowledge what we executed first, so the peer's requests that reached us
+        // complete successfully rather than flushed.
+        if !self.conn.is_error() {
+            self.conn.progress();
+            let _ = self.conn.send_ack();
+        }
+        self.conn.fail_with("closed locally".into(), false);
+    }
+}
+
+pub(crate) fn check_len(len: u32) -> Result<()> {
+    if len > MAX_MESSAGE {
+        return Err(Error::invalid(format!("message of {len} bytes is over the {MAX_MESSAGE}-byte limit")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::conformance;
+
+    fn make() -> TcpTransport {
+        TcpTransport::with_config(conformance::test_config()).unwrap()
+    }
+
+    fn ep() -> Endpoint {
+        Endpoint::parse("tcp://127.0.0.1:0").unwrap()
+    }
+
+    crate::conformance_suite!(make, ep);
+
+    /// Connects a raw socket through the handshake, returning the socket and the
+    /// listener-side queue pair (accepted on a thread).
+    fn raw_client(t: &TcpTransport, l: &TcpListenerHandle, cq: &TcpCq) -> (TcpStream, TcpQp) {
+        let Endpoint::Tcp(hp) = l.endpoint() else { unreachable!() };
+        let mut s = TcpStream::connect(hp).unwrap();
+        s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_HELLO, 99, b"raw")).unwrap();
+        let qp = l.accept(cq, cq, Duration::from_secs(5), |p| {
+            assert_eq!(p, b"raw");
+            Ok(b"ok".to_vec())
+        });
+        let qp = qp.unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let h = read_hello(&mut s).unwrap();
+        assert_eq!(h.kind, KIND_ACCEPT);
+        assert_eq!(h.private, b"ok");
+        let _ = t;
+        (s, qp)
+    }
+
+    fn wait_error(qp: &TcpQp) -> String {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !qp.is_error() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(qp.is_error(), "connection should have been closed");
+        qp.error_reason().unwrap_or_default()
+    }
+
+    fn frame(h: Hdr, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        Hdr { len: payload.len() as u32, ..h }.encode(&mut v);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn malformed_frames_close_only_that_connection() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (frame(Hdr { op: 42, ..Hdr::default() }, b""), "unknown opcode 42"),
+            (frame(Hdr { op: OP_SEND, reserved: 1, ..Hdr::default() }, b""), "malformed frame header"),
+            (
+                {
+                    let mut v = Vec::new();
+                    Hdr { op: OP_WRITE, len: MAX_MESSAGE + 1, ..Hdr::default() }.encode(&mut v);
+                    v
+                },
+                "over the",
+            ),
+            (frame(Hdr { op: OP_ACK, ..Hdr::default() }, b"xx"), "ACK frame with a 2-byte payload"),
+            (frame(Hdr { op: OP_WRITE, psn: 5, ..Hdr::default() }, b""), "out-of-sequence"),
+            (frame(Hdr { op: OP_ACK, ack: 3, ..Hdr::default() }, b""), "acknowledged request 3"),
+            (frame(Hdr { op: OP_READ_RESP, psn: 0, ..Hdr::default() }, b"x"), "no READ outstanding"),
+            (frame(Hdr { op: OP_SEND, ..Hdr::default() }, b"abc")[..HDR + 1].to_vec(), "inside a frame"),
+            (vec![1, 2, 3], "inside a frame"),
+        ];
+        for (bytes, want) in cases {
+            let (mut s, qp) = raw_client(&t, &l, &cq);
+            s.write_all(&bytes).unwrap();
+            if want == "inside a frame" {
+                s.shutdown(Shutdown::Write).unwrap();
+            }
+            let why = wait_error(&qp);
+            assert!(why.contains(want), "reason {why:?} should mention {want:?}");
+        }
+        // The listener still serves a real client.
+        let (ct, ccq) = (make(), make().create_cq().unwrap());
+        let lp = l.endpoint();
+        let h = std::thread::spawn(move || ct.connect(&lp, &ccq, &ccq, b"good", Duration::from_secs(5)));
+        let qp = l.accept(&cq, &cq, Duration::from_secs(5), |_| Ok(b"welcome".to_vec())).unwrap();
+        let (cqp, reply) = h.join().unwrap().unwrap();
+        assert_eq!(reply, b"welcome");
+        assert!(!qp.is_error() && !cqp.is_error());
+    }
+
+    #[test]
+    fn bad_handshakes_are_refused_and_listener_keeps_serving() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        let Endpoint::Tcp(hp) = l.endpoint() else { unreachable!() };
+        // Wrong version: refused with a reason the client can read.
+        let mut s = TcpStream::connect(&hp).unwrap();
+        s.write_all(&encode_hello(PROTOCOL_VERSION + 1, KIND_HELLO, 1, b"")).unwrap();
+        // Garbage, and an oversized private-data length.
+        let mut g = TcpStream::connect(&hp).unwrap();
+        g.write_all(&[0xffu8; HELLO_LEN]).unwrap();
+        let mut big = TcpStream::connect(&hp).unwrap();
+        let mut hello = encode_hello(PROTOCOL_VERSION, KIND_HELLO, 1, b"");
+        hello[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        big.write_all(&hello).unwrap();
+        let ct = make();
+        let ccq = ct.create_cq().unwrap();
+        let lp = l.endpoint();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            ct.connect(&lp, &ccq, &ccq, b"", Duration::from_secs(5))
+        });
+        let qp = l.accept(&cq, &cq, Duration::from_secs(10), |_| Ok(vec![])).unwrap();
+        let (cqp, _) = h.join().unwrap().unwrap();
+        assert!(!qp.is_error() && !cqp.is_error());
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let r = read_hello(&mut s).unwrap();
+        assert_eq!(r.kind, KIND_REJECT);
+        assert!(String::from_utf8_lossy(&r.private).contains("not supported"));
+    }
+
+    #[test]
+    fn frame_header_roundtrip() {
+        let h = Hdr {
+            op: 3,
+            flags: 1,
+            status: 0,
+            reserved: 0,
+            len: 7,
+            psn: 1 << 40,
+            ack: 9,
+            raddr: 0xabc,
+            rkey: 5,
+            imm: 6,
+        };
+        let mut v = Vec::new();
+        h.encode(&mut v);
+        assert_eq!(v.len(), HDR);
+        assert_eq!(Hdr::decode(v[..].try_into().unwrap()), h);
+    }
+}
