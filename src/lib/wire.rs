@@ -121,16 +121,9 @@ impl std::str::FromStr for Protocol {
     }
 }
 
-/// A remotely accessible region as carried on the wire: 20 bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RegionDesc {
-    /// Remote address.
-    pub addr: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// Remote key.
-    pub rkey: u32,
-}
+/// A remotely accessible region as carried on the wire: `addr` (u64), `len` (u64),
+/// `rkey` (u32), 20 bytes.
+pub type RegionDesc = crate::transport::RemoteRegion;
 
 /// Bytes of an encoded [`RegionDesc`].
 pub const REGION_DESC_LEN: usize = 20;

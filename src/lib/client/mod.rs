@@ -135,7 +135,7 @@ impl<T: Transport> Client<T> {
         let hello = Hello { protocol: opts.protocol, recv_size, response: resp_mr.remote() };
         let (qp, reply) = t
             .connect(ep, &cq, &cq, &hello.encode(), opts.timeout)
-            .map_err(|e| Error::Transport(format!("cannot connect to {ep}: {e}")))?;
+            ?;
         let (id, segment_size, max_value, server_recv) = match Welcome::decode(&reply)? {
             Welcome::Accepted { protocol, client_id, segment_size, max_value, recv_size, .. } => {
                 if protocol != opts.protocol {

@@ -374,7 +374,7 @@ impl<T: Transport> Server<T> {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("boomkv-worker-{i}"))
-                    .spawn(move || Worker { id: i, sh, ib, conns: HashMap::new(), buf: Vec::new() }.run())
+                    .spawn(move || Worker { id: i, sh, ib, conns: HashMap::new(), buf: Vec::new(), early: Vec::new() }.run())
                     .map_err(|e| Error::io("spawn worker", e))?,
             );
         }
@@ -604,6 +604,9 @@ struct Worker<T: Transport> {
     ib: Arc<Inbox<T>>,
     conns: HashMap<u32, Conn<T>>,
     buf: Vec<u8>,
+    /// Completions of connections the acceptor has not handed over yet: a client's
+    /// first request can complete between its receives being posted and the hand-over.
+    early: Vec<(bool, Completion, Instant)>,
 }
 
 impl<T: Transport> Worker<T> {
@@ -613,12 +616,7 @@ impl<T: Transport> Worker<T> {
         let mut last_sweep = Instant::now();
         loop {
             let stopping = self.sh.shutdown.load(Ordering::Acquire);
-            {
-                let mut new = self.ib.new.lock().unwrap_or_else(|e| e.into_inner());
-                for c in new.drain(..) {
-                    self.conns.insert(c.qp.qp_num(), c);
-                }
-            }
+            self.adopt_new();
             comps.clear();
             let n = self.ib.recv_cq.poll(&mut comps, 32);
             for c in comps.drain(..) {
@@ -653,6 +651,29 @@ impl<T: Transport> Worker<T> {
         let ids: Vec<u32> = self.conns.keys().copied().collect();
         for q in ids {
             self.drop_conn(q, "server shutting down");
+        }
+    }
+
+    fn adopt_new(&mut self) {
+        {
+            let mut new = self.ib.new.lock().unwrap_or_else(|e| e.into_inner());
+            for c in new.drain(..) {
+                self.conns.insert(c.qp.qp_num(), c);
+            }
+        }
+        if !self.early.is_empty() {
+            let early = std::mem::take(&mut self.early);
+            for (is_recv, c, since) in early {
+                if self.conns.contains_key(&c.qp_num) {
+                    if is_recv {
+                        self.on_recv(c)
+                    } else {
+                        self.on_send(c)
+                    }
+                } else if since.elapsed() < Duration::from_secs(5) {
+                    self.early.push((is_recv, c, since));
+                }
+            }
         }
     }
 
@@ -692,7 +713,10 @@ impl<T: Transport> Worker<T> {
     }
 
     fn on_send(&mut self, c: Completion) {
-        let Some(conn) = self.conns.get_mut(&c.qp_num) else { return };
+        let Some(conn) = self.conns.get_mut(&c.qp_num) else {
+            self.early.push((false, c, Instant::now()));
+            return;
+        };
         if let Some((key, v)) = conn.gets.remove(&c.wr_id) {
             self.sh.inflight.end(&key, v);
         }
@@ -702,10 +726,19 @@ impl<T: Transport> Worker<T> {
     }
 
     fn on_recv(&mut self, c: Completion) {
-        let Some(mut conn) = self.conns.remove(&c.qp_num) else { return };
+        let Some(mut conn) = self.conns.remove(&c.qp_num) else {
+            self.early.push((true, c, Instant::now()));
+            return;
+        };
         conn.last_active = Instant::now();
         if !c.status.is_ok() {
-            conn.dead.get_or_insert_with(|| format!("receive completed with {}", c.status));
+            let why = match conn.qp.error_reason() {
+                Some(r) if r.contains("peer closed") => "closed by the client".to_string(),
+                Some(r) => r,
+                None if c.status == crate::transport::WcStatus::WrFlushError => "closed by the client".to_string(),
+                None => format!("receive completed with {}", c.status),
+            };
+            conn.dead.get_or_insert(why);
             self.conns.insert(c.qp_num, conn);
             return;
         }
@@ -730,7 +763,8 @@ impl<T: Transport> Worker<T> {
             self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
             conn.dead.get_or_insert_with(|| format!("protocol error: {e}"));
         } else if let Err(e) = conn.qp.post_recv(slot, &conn.recv_mr, slot * conn.recv_size as u64, conn.recv_size) {
-            conn.dead.get_or_insert_with(|| format!("cannot repost receive: {e}"));
+            let why = if e.to_string().contains("peer closed") { "closed by the client".into() } else { format!("cannot repost receive: {e}") };
+            conn.dead.get_or_insert(why);
         }
         self.conns.insert(c.qp_num, conn);
     }
