@@ -225,8 +225,10 @@ fn connect<T: Transport>(t: &T, c: &ClientArgs) -> anyhow::Result<Client<T>> {
 
 /// Store a value.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  boomctl put user42 hello\n  boomctl put --server 10.0.0.5:7470 user42 --value-file photo.jpg\n  \
-echo hi | boomctl put user42 -")]
+#[command(
+    after_help = "Examples:\n  boomctl put user42 hello\n  boomctl put --server 10.0.0.5:7470 user42 --value-file photo.jpg\n  \
+echo hi | boomctl put user42 -"
+)]
 pub struct PutArgs {
     #[command(flatten)]
     client: ClientArgs,
@@ -340,9 +342,28 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let n = |k: &str| s[k].as_u64().unwrap_or(0);
     let sp = &s["space"];
     let sn = |k: &str| sp[k].as_u64().unwrap_or(0);
-    println!("uptime        {:.0} s, {} workers, flush {}, index {}", s["uptime_s"].as_f64().unwrap_or(0.0), n("workers"), s["flush_kind"].as_str().unwrap_or("?"), s["index"].as_str().unwrap_or("?"));
-    println!("clients       {} connected, {} since start, {} refused", n("clients"), n("clients_total"), n("clients_refused"));
-    println!("operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors", n("puts"), n("dels"), n("gets"), n("not_found"), n("scans"), n("errors"));
+    println!(
+        "uptime        {:.0} s, {} workers, flush {}, index {}",
+        s["uptime_s"].as_f64().unwrap_or(0.0),
+        n("workers"),
+        s["flush_kind"].as_str().unwrap_or("?"),
+        s["index"].as_str().unwrap_or("?")
+    );
+    println!(
+        "clients       {} connected, {} since start, {} refused",
+        n("clients"),
+        n("clients_total"),
+        n("clients_refused")
+    );
+    println!(
+        "operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors",
+        n("puts"),
+        n("dels"),
+        n("gets"),
+        n("not_found"),
+        n("scans"),
+        n("errors")
+    );
     println!("keys          {} indexed", n("index_entries"));
     println!(
         "space         {} appended, {} updated in place, {} live, {} garbage",
@@ -352,8 +373,20 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         human_bytes(sn("garbage_bytes"))
     );
     println!("segments      {} in use, {} free, {} granted", sn("segments_in_use"), n("free_segments"), n("grants"));
-    println!("write-back    {} lines, {} fences", s["flush"]["lines"].as_u64().unwrap_or(0), s["flush"]["fences"].as_u64().unwrap_or(0));
-    println!("cooperative   {} ranges, {} stolen", s["coop"]["ranges"].as_u64().unwrap_or(0), s["coop"]["steals"].as_u64().unwrap_or(0));
-    println!("cleaner       {} segments freed, {} entries moved", s["cleaner"]["segments_freed"].as_u64().unwrap_or(0), s["cleaner"]["entries_moved"].as_u64().unwrap_or(0));
+    println!(
+        "write-back    {} lines, {} fences",
+        s["flush"]["lines"].as_u64().unwrap_or(0),
+        s["flush"]["fences"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "cooperative   {} ranges, {} stolen",
+        s["coop"]["ranges"].as_u64().unwrap_or(0),
+        s["coop"]["steals"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "cleaner       {} segments freed, {} entries moved",
+        s["cleaner"]["segments_freed"].as_u64().unwrap_or(0),
+        s["cleaner"]["entries_moved"].as_u64().unwrap_or(0)
+    );
     Ok(())
 }

@@ -203,10 +203,12 @@ fn phase<T: Transport>(
     let barrier = Arc::new(std::sync::Barrier::new(threads + 1));
     for (i, mut c) in clients.into_iter().enumerate() {
         // Loading shares one key sequence (the stream ends it); the run splits the ops.
-        let per = if loading { u64::MAX } else { total / threads as u64 + u64::from((i as u64) < total % threads as u64) };
+        let per =
+            if loading { u64::MAX } else { total / threads as u64 + u64::from((i as u64) < total % threads as u64) };
         let mut stream = w.stream(opts.seed, i as u64);
         let (sh, values, tx, barrier) = (sh.clone(), values.clone(), tx.clone(), barrier.clone());
-        let (interval, measurement, warmup, duration) = (opts.interval, opts.measurement, opts.warmup_ops, opts.duration);
+        let (interval, measurement, warmup, duration) =
+            (opts.interval, opts.measurement, opts.warmup_ops, opts.duration);
         let rate = opts.target.map(|r| r / threads as f64).filter(|r| *r > 0.0);
         handles.push(std::thread::spawn(move || -> Result<()> {
             let mut m = Measurements::new(measurement);

@@ -133,17 +133,20 @@ impl<T: Transport> Client<T> {
         let recv_mr = t.alloc_mr((recv_size * RECV_SLOTS) as usize, Access::LOCAL_WRITE)?;
         let resp_mr = t.alloc_mr(opts.response_buffer.max(4096), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
         let hello = Hello { protocol: opts.protocol, recv_size, response: resp_mr.remote() };
-        let (qp, reply) = t
-            .connect(ep, &cq, &cq, &hello.encode(), opts.timeout)
-            ?;
+        let (qp, reply) = t.connect(ep, &cq, &cq, &hello.encode(), opts.timeout)?;
         let (id, segment_size, max_value, server_recv) = match Welcome::decode(&reply)? {
             Welcome::Accepted { protocol, client_id, segment_size, max_value, recv_size, .. } => {
                 if protocol != opts.protocol {
-                    return Err(Error::Protocol(format!("asked for {} but the server speaks {protocol}", opts.protocol)));
+                    return Err(Error::Protocol(format!(
+                        "asked for {} but the server speaks {protocol}",
+                        opts.protocol
+                    )));
                 }
                 (client_id, segment_size, max_value, recv_size)
             }
-            Welcome::Refused { reason } => return Err(Error::Protocol(format!("server refused the connection: {reason}"))),
+            Welcome::Refused { reason } => {
+                return Err(Error::Protocol(format!("server refused the connection: {reason}")))
+            }
         };
         for i in 0..RECV_SLOTS {
             qp.post_recv(i as u64, &recv_mr, (i * recv_size) as u64, recv_size)?;
@@ -245,9 +248,7 @@ impl<T: Transport> Client<T> {
         match self.wait_arrival(what)? {
             Arrival::Msg(Msg::Error { code, message }) => Err(server_error(code, message)),
             Arrival::Msg(m) => Ok(m),
-            Arrival::Data(_) | Arrival::RpcValue(_) => {
-                Err(Error::Protocol(format!("unexpected data during {what}")))
-            }
+            Arrival::Data(_) | Arrival::RpcValue(_) => Err(Error::Protocol(format!("unexpected data during {what}"))),
         }
     }
 
@@ -257,7 +258,11 @@ impl<T: Transport> Client<T> {
         m.encode_into(req, &mut b);
         if b.len() > self.server_recv as usize {
             self.buf = b;
-            return Err(Error::TooLarge { what: "request", len: self.buf.len() as u64, limit: self.server_recv as u64 });
+            return Err(Error::TooLarge {
+                what: "request",
+                len: self.buf.len() as u64,
+                limit: self.server_recv as u64,
+            });
         }
         let wr = self.wr();
         let r = self.qp.post_send_bytes(wr, &b);
@@ -481,7 +486,8 @@ impl<T: Transport> Client<T> {
             m => return Err(Error::Protocol(format!("expected a location, got {m:?}"))),
         };
         if len as u64 > self.resp_mr.len() {
-            self.resp_mr = self.t.alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            self.resp_mr =
+                self.t.alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
         }
         let wr = self.wr();
         self.qp.post_read(wr, &self.resp_mr, 0, len, addr, rkey)?;
@@ -524,7 +530,10 @@ impl<T: Transport> Client<T> {
     /// the server needs `--index ordered`).
     pub fn scan(&mut self, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if self.opts.protocol != Protocol::Boom {
-            return Err(Error::invalid(format!("scans are implemented for the boom protocol, not {}", self.opts.protocol)));
+            return Err(Error::invalid(format!(
+                "scans are implemented for the boom protocol, not {}",
+                self.opts.protocol
+            )));
         }
         loop {
             let buf = self.resp_mr.remote();
@@ -556,8 +565,9 @@ impl<T: Transport> Client<T> {
                     return Ok(out);
                 }
                 Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => {
-                    self.resp_mr =
-                        self.t.alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                    self.resp_mr = self
+                        .t
+                        .alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
                 }
                 Arrival::Data(d) => return Err(Error::Protocol(format!("scan failed: {:?}", d.status))),
                 Arrival::Msg(Msg::Error { code, message }) => return Err(server_error(code, message)),

@@ -374,7 +374,9 @@ impl<T: Transport> Server<T> {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("boomkv-worker-{i}"))
-                    .spawn(move || Worker { id: i, sh, ib, conns: HashMap::new(), buf: Vec::new(), early: Vec::new() }.run())
+                    .spawn(move || {
+                        Worker { id: i, sh, ib, conns: HashMap::new(), buf: Vec::new(), early: Vec::new() }.run()
+                    })
                     .map_err(|e| Error::io("spawn worker", e))?,
             );
         }
@@ -558,17 +560,17 @@ const WR_SEND: u64 = 1 << 63;
 
 impl<T: Transport> Conn<T> {
     fn new(sh: &Shared<T>, qp: T::Qp, hello: Hello, id: u64) -> Result<Conn<T>> {
-        let (recv_size, depth) =
-            if hello.protocol == Protocol::Rpc { (MAX_MESSAGE as u32, RPC_RECV_DEPTH) } else { (SMALL_RECV, RECV_DEPTH) };
+        let (recv_size, depth) = if hello.protocol == Protocol::Rpc {
+            (MAX_MESSAGE as u32, RPC_RECV_DEPTH)
+        } else {
+            (SMALL_RECV, RECV_DEPTH)
+        };
         let recv_mr = sh.t.alloc_mr((recv_size * depth) as usize, Access::LOCAL_WRITE)?;
         for i in 0..depth {
             qp.post_recv(i as u64, &recv_mr, (i * recv_size) as u64, recv_size)?;
         }
-        let send_mr = if hello.protocol == Protocol::Rpc {
-            Some(sh.t.alloc_mr(MAX_MESSAGE, Access::NONE)?)
-        } else {
-            None
-        };
+        let send_mr =
+            if hello.protocol == Protocol::Rpc { Some(sh.t.alloc_mr(MAX_MESSAGE, Access::NONE)?) } else { None };
         Ok(Conn {
             qp,
             id,
@@ -763,7 +765,11 @@ impl<T: Transport> Worker<T> {
             self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
             conn.dead.get_or_insert_with(|| format!("protocol error: {e}"));
         } else if let Err(e) = conn.qp.post_recv(slot, &conn.recv_mr, slot * conn.recv_size as u64, conn.recv_size) {
-            let why = if e.to_string().contains("peer closed") { "closed by the client".into() } else { format!("cannot repost receive: {e}") };
+            let why = if e.to_string().contains("peer closed") {
+                "closed by the client".into()
+            } else {
+                format!("cannot repost receive: {e}")
+            };
             conn.dead.get_or_insert(why);
         }
         self.conns.insert(c.qp_num, conn);
@@ -786,7 +792,13 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Commits the entry at `offset` of the client's segment and replies.
-    fn commit_and_reply(&mut self, conn: &mut Conn<T>, offset: u64, mode: WriteMode, pre: Option<EntryHeader>) -> Result<()> {
+    fn commit_and_reply(
+        &mut self,
+        conn: &mut Conn<T>,
+        offset: u64,
+        mode: WriteMode,
+        pre: Option<EntryHeader>,
+    ) -> Result<()> {
         let Some(seg) = conn.seg.as_mut() else {
             return self.error_reply(conn, 0, ErrorCode::BadRequest, "PUT before any segment was granted".into());
         };
@@ -884,13 +896,17 @@ impl<T: Transport> Worker<T> {
             },
             (Protocol::Rpc, Msg::RpcPut { entry }) => self.rpc_put(conn, &entry),
             (Protocol::Rpc, Msg::RpcGet { key }) => self.rpc_get(conn, &key, req),
-            (p, m) => {
-                self.error_reply(conn, req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request"))
-            }
+            (p, m) => self.error_reply(conn, req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request")),
         }
     }
 
-    fn data_imm(&mut self, conn: &mut Conn<T>, buf: &crate::wire::RegionDesc, status: DataStatus, len: u32) -> Result<()> {
+    fn data_imm(
+        &mut self,
+        conn: &mut Conn<T>,
+        buf: &crate::wire::RegionDesc,
+        status: DataStatus,
+        len: u32,
+    ) -> Result<()> {
         let wr = conn.wr();
         let imm = DataImm { status, len }.encode();
         conn.qp.post_write_imm(wr, &conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
@@ -914,7 +930,13 @@ impl<T: Transport> Worker<T> {
         conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm)
     }
 
-    fn boom_scan(&mut self, conn: &mut Conn<T>, start: Vec<u8>, count: u32, buf: crate::wire::RegionDesc) -> Result<()> {
+    fn boom_scan(
+        &mut self,
+        conn: &mut Conn<T>,
+        start: Vec<u8>,
+        count: u32,
+        buf: crate::wire::RegionDesc,
+    ) -> Result<()> {
         let items = match self.sh.pool.index().scan(&start, count.min(10_000) as usize) {
             Ok(v) => v,
             Err(e) => return self.error_reply(conn, 0, ErrorCode::NoScan, e.to_string()),
@@ -938,7 +960,12 @@ impl<T: Transport> Worker<T> {
     fn rdmp_alloc(&mut self, conn: &mut Conn<T>, len: u32, req: u32) -> Result<()> {
         let slot = (len as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
         if slot > self.sh.pool.segment_size() - fmt::SEGMENT_HEADER_SIZE || len < ENTRY_HEADER_SIZE as u32 + 1 {
-            return self.error_reply(conn, req, ErrorCode::TooLarge, format!("object of {len} bytes does not fit a segment"));
+            return self.error_reply(
+                conn,
+                req,
+                ErrorCode::TooLarge,
+                format!("object of {len} bytes does not fit a segment"),
+            );
         }
         let fits = conn.seg.as_ref().is_some_and(|s| s.tail + slot <= self.sh.pool.segment_size());
         if !fits {
