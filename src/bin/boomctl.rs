@@ -9,6 +9,8 @@ mod common;
 mod kv_cmds;
 #[path = "boomctl/pool_cmds.rs"]
 mod pool_cmds;
+#[path = "boomctl/ycsb_cmd.rs"]
+mod ycsb_cmd;
 
 use std::process::ExitCode;
 
@@ -36,6 +38,10 @@ enum Command {
     Del(kv_cmds::DelArgs),
     /// Show a running server's statistics.
     Stats(kv_cmds::StatsArgs),
+    /// Load a YCSB workload's records into a running server.
+    Load(ycsb_cmd::LoadArgs),
+    /// Run a YCSB workload (embedded server unless --server) and print YCSB's report.
+    Ycsb(ycsb_cmd::YcsbArgs),
     /// Recover a pool offline and print a summary (keys, space, segments, damage).
     Recover(pool_cmds::RecoverArgs),
     /// Show a pool's header, segments and entries (read-only; works on crashed pools).
@@ -50,6 +56,8 @@ fn main() -> ExitCode {
         Command::Get(a) => kv_cmds::get(a),
         Command::Del(a) => kv_cmds::del(a),
         Command::Stats(a) => kv_cmds::stats(a),
+        Command::Load(a) => ycsb_cmd::load(a),
+        Command::Ycsb(a) => ycsb_cmd::ycsb(a),
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
     };
