@@ -11,6 +11,9 @@
 //! - [`log`]: the on-media format (pool, segment and entry layouts), segment
 //!   allocation, recovery and space accounting.
 //! - [`index`]: the volatile index from key to entry location.
+//! - [`transport`]: the verbs-like seam the protocols run on, with `shm` (one host)
+//!   and `tcp` (any two hosts) backends.
+//! - [`bench`]: benchmarks; so far the transport floor ([`bench::floor`]).
 //!
 //! ## The durability promise
 //!
@@ -21,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod error;
 pub mod index;
 pub mod log;
