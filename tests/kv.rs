@@ -10,7 +10,7 @@ use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
-use boomkv::transport::{Endpoint, TcpTransport, Transport};
+use boomkv::transport::{Endpoint, ShmTransport, TcpTransport, Transport};
 use boomkv::wire::Protocol;
 
 fn open_pool(dir: &Path, size: u64, seg: u64) -> Arc<Pool> {
@@ -39,6 +39,21 @@ impl Backend for TcpTransport {
     fn listen_at(_: &Path) -> Endpoint {
         Endpoint::parse("127.0.0.1:0").unwrap()
     }
+}
+
+impl Backend for ShmTransport {
+    fn make() -> Self {
+        ShmTransport::new().unwrap()
+    }
+    fn listen_at(dir: &Path) -> Endpoint {
+        Endpoint::Shm(dir.join(format!("s{}.sock", rand_suffix())))
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
 }
 
 struct Fixture<T: Backend> {
@@ -269,3 +284,4 @@ macro_rules! suite {
 }
 
 suite!(tcp, TcpTransport);
+suite!(shm, ShmTransport);

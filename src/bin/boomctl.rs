@@ -3,6 +3,8 @@
 //! Each subcommand parses its arguments here and calls into the `boomkv` library;
 //! errors come back typed, get context, and are printed as one line on stderr.
 
+#[path = "boomctl/bench_transport.rs"]
+mod bench_transport;
 #[path = "boomctl/common.rs"]
 mod common;
 #[path = "boomctl/kv_cmds.rs"]
@@ -46,6 +48,9 @@ enum Command {
     Recover(pool_cmds::RecoverArgs),
     /// Show a pool's header, segments and entries (read-only; works on crashed pools).
     InspectLog(pool_cmds::InspectArgs),
+    /// Measure the transport floor: latency and message rate of each transport backend
+    /// next to a cache-line ping-pong and a plain TCP ping-pong.
+    BenchTransport(bench_transport::BenchTransportArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +65,7 @@ fn main() -> ExitCode {
         Command::Ycsb(a) => ycsb_cmd::ycsb(a),
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
+        Command::BenchTransport(a) => bench_transport::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,6 +13,8 @@
 //! - [`index`]: the volatile index from key to entry location.
 //! - [`workload`]: YCSB-compatible workloads (generators, property files, op streams).
 //! - [`bench`](mod@bench): latency histograms and the YCSB text, CSV, JSON and HdrHistogram log reports.
+//! - [`transport`]: the verbs-like seam the protocols run on, with `shm` (one host)
+//!   and `tcp` (any two hosts) backends.
 //!
 //! ## The durability promise
 //!

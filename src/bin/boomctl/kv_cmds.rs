@@ -11,7 +11,7 @@ use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
 use boomkv::log::Pool;
 use boomkv::server::{Server, ServerConfig, ServerCore};
-use boomkv::transport::{Backend, Endpoint, TcpTransport, Transport};
+use boomkv::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
 use boomkv::units::human_bytes;
 use boomkv::wire::Protocol;
 
@@ -28,7 +28,8 @@ macro_rules! with_transport {
     ($b:expr, $t:ident => $body:expr) => {
         match $b {
             boomkv::transport::Backend::Shm => {
-                anyhow::bail!("TEMP: shm backend not merged yet")
+                let $t = boomkv::transport::ShmTransport::new()?;
+                $body
             }
             boomkv::transport::Backend::Tcp => {
                 let $t = boomkv::transport::TcpTransport::new()?;
@@ -146,11 +147,12 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop.clone()).context("cannot install signal handlers")?;
     }
     let mut eps = Vec::new();
-    let s1: Option<Server<TcpTransport>> = if shm.is_empty() {
+    let s1 = if shm.is_empty() {
         None
     } else {
-        let s: Option<Server<TcpTransport>> = None;
-        bail!("TEMP: shm backend not merged yet {shm:?} {s:?}", s = s.is_some());
+        let s = Server::start_on(ShmTransport::new()?, core.clone(), &shm)?;
+        eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+        Some(s)
     };
     let s2 = if tcp.is_empty() {
         None

@@ -84,7 +84,7 @@
 //! See [`shm`] and [`tcp`] for the wire and memory layouts.
 
 pub mod region;
-// pub mod shm;
+pub mod shm;
 pub mod tcp;
 
 #[cfg(test)]
@@ -101,7 +101,7 @@ use crate::error::{Error, Result};
 use crate::pmem::Mapping;
 
 pub use region::Mr;
-// pub use shm::ShmTransport;
+pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
 
 /// Version of the transports' own handshake and framing. Peers must agree exactly.

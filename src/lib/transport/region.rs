@@ -281,10 +281,6 @@ impl Mr {
         &self.inner.info
     }
 
-    pub(crate) fn pd_id(&self) -> u64 {
-        self.inner.pd.id
-    }
-
     /// The remote key.
     pub fn rkey(&self) -> u32 {
         self.inner.info.rkey

@@ -1,0 +1,679 @@
+//! The transport floor benchmark: what each backend costs before any protocol runs.
+//!
+//! For every backend and message size it measures, between a client thread and a server
+//! thread (pinned to different cores unless told otherwise):
+//!
+//! - `write`: WRITE latency, from post to the local completion (signaled).
+//! - `write_imm_reply`: WRITE_WITH_IMM of `#bytes` plus a 16-byte SEND reply from the
+//!   server, round trip (the shape of a BOOM PUT).
+//! - `send_recv`: SEND of `#bytes` answered by a SEND of `#bytes`, round trip.
+//! - `read`: READ latency, from post to the local completion.
+//! - `msg_rate`: back-to-back WRITEs, one in 64 signaled: message rate and bandwidth.
+//!
+//! Next to them, in the same run, the hardware floors they are judged against: a raw
+//! cross-core cache-line ping-pong (two threads bouncing one atomic), and a plain TCP
+//! request/reply ping-pong of 64 bytes over loopback (blocking `read`/`write`,
+//! `TCP_NODELAY`). The run ends with the two checks of issue 3: the shm 64 B
+//! WRITE_WITH_IMM + reply median at most 3x the cache-line ping-pong median, and the tcp
+//! 64 B round-trip medians at most 1.5x the plain TCP median.
+//!
+//! Latencies are printed like perftest (`#bytes #iterations t_min t_max t_typical t_avg
+//! t_stdev 99% 99.9%`, microseconds, `t_typical` the median) and can be written as CSV.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::LatencySummary;
+use crate::error::{Error, Result};
+use crate::transport::{
+    Access, Backend, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, RemoteRegion, ShmTransport,
+    TcpTransport, Transport, WcOpcode,
+};
+
+/// Size of the server's reply to a WRITE_WITH_IMM.
+pub const REPLY_BYTES: u32 = 16;
+/// Default message sizes: 32 B .. 16 KiB.
+pub const DEFAULT_SIZES: [usize; 10] = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
+/// Limit of the shm check: WRITE_WITH_IMM + reply p50 over cache-line ping-pong p50.
+pub const SHM_LIMIT: f64 = 3.0;
+/// Limit of the tcp check: round trip p50 over plain TCP ping-pong p50.
+pub const TCP_LIMIT: f64 = 1.5;
+
+const STOP: u32 = u32::MAX;
+const RECV_SLOTS: u64 = 64;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct FloorOptions {
+    /// Backends to measure.
+    pub backends: Vec<Backend>,
+    /// Message sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Timed iterations per test and size.
+    pub iters: usize,
+    /// Untimed iterations before each timed series.
+    pub warmup: usize,
+    /// Pin the client and server threads to CPUs 0 and 1.
+    pub pin: bool,
+    /// Directory for the shm backend's Unix socket.
+    pub socket_dir: PathBuf,
+}
+
+impl Default for FloorOptions {
+    fn default() -> Self {
+        FloorOptions {
+            backends: vec![Backend::Shm, Backend::Tcp],
+            sizes: DEFAULT_SIZES.to_vec(),
+            iters: 20_000,
+            warmup: 1_000,
+            pin: true,
+            socket_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+/// The measurements of the floor benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FloorTest {
+    /// WRITE, post to completion.
+    Write,
+    /// WRITE_WITH_IMM plus a 16-byte SEND reply, round trip.
+    WriteImmReply,
+    /// SEND answered by SEND, round trip.
+    SendRecv,
+    /// READ, post to completion.
+    Read,
+    /// Back-to-back WRITEs.
+    MsgRate,
+    /// Two threads bouncing one cache line, round trip.
+    CacheLinePingPong,
+    /// Plain TCP request/reply over loopback, round trip.
+    TcpPingPong,
+}
+
+impl FloorTest {
+    /// Short name (CSV).
+    pub fn name(self) -> &'static str {
+        match self {
+            FloorTest::Write => "write",
+            FloorTest::WriteImmReply => "write_imm_reply",
+            FloorTest::SendRecv => "send_recv",
+            FloorTest::Read => "read",
+            FloorTest::MsgRate => "msg_rate",
+            FloorTest::CacheLinePingPong => "cacheline_pingpong",
+            FloorTest::TcpPingPong => "tcp_pingpong",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            FloorTest::Write => "WRITE latency (post to local completion)",
+            FloorTest::WriteImmReply => "WRITE_WITH_IMM + 16 B SEND reply, round trip",
+            FloorTest::SendRecv => "SEND/RECV ping-pong, round trip",
+            FloorTest::Read => "READ latency (post to local completion)",
+            FloorTest::MsgRate => "WRITE message rate (1 in 64 signaled)",
+            FloorTest::CacheLinePingPong => "raw cross-core cache-line ping-pong, round trip",
+            FloorTest::TcpPingPong => {
+                "plain TCP request/reply over loopback (blocking read/write, TCP_NODELAY), round trip"
+            }
+        }
+    }
+}
+
+/// One latency series.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LatencyRow {
+    /// `shm`, `tcp`, or `baseline`.
+    pub backend: String,
+    /// What was measured.
+    pub test: FloorTest,
+    /// Message size.
+    pub bytes: usize,
+    /// The statistics.
+    pub summary: LatencySummary,
+}
+
+/// One message-rate series.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RateRow {
+    /// `shm` or `tcp`.
+    pub backend: String,
+    /// Message size.
+    pub bytes: usize,
+    /// Messages sent.
+    pub iters: usize,
+    /// Payload bandwidth in MB/s (10^6 bytes).
+    pub mb_per_s: f64,
+    /// Messages per second, in millions.
+    pub mpps: f64,
+}
+
+/// A pass/fail comparison against a baseline.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Check {
+    /// What is compared.
+    pub what: String,
+    /// The measured median, microseconds.
+    pub measured_us: f64,
+    /// The baseline median, microseconds.
+    pub baseline_us: f64,
+    /// `measured / baseline`.
+    pub ratio: f64,
+    /// The allowed ratio.
+    pub limit: f64,
+}
+
+impl Check {
+    /// True when within the limit.
+    pub fn passed(&self) -> bool {
+        self.ratio <= self.limit
+    }
+}
+
+/// Everything one run measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FloorReport {
+    /// Latency series, baselines included.
+    pub latency: Vec<LatencyRow>,
+    /// Message-rate series.
+    pub rates: Vec<RateRow>,
+    /// The issue's checks.
+    pub checks: Vec<Check>,
+}
+
+impl FloorReport {
+    fn median(&self, backend: &str, test: FloorTest, bytes: usize) -> Option<f64> {
+        self.latency
+            .iter()
+            .find(|r| r.backend == backend && r.test == test && r.bytes == bytes)
+            .map(|r| r.summary.median)
+    }
+
+    /// Writes every series as CSV (one header line, then one line per series).
+    pub fn write_csv(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            w,
+            "backend,test,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us,bw_mb_per_s,msg_rate_mpps"
+        )?;
+        for r in &self.latency {
+            let s = &r.summary;
+            writeln!(
+                w,
+                "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},,",
+                r.backend,
+                r.test.name(),
+                r.bytes,
+                s.count,
+                s.min,
+                s.max,
+                s.median,
+                s.avg,
+                s.stdev,
+                s.p99,
+                s.p999
+            )?;
+        }
+        for r in &self.rates {
+            writeln!(w, "{},msg_rate,{},{},,,,,,,,{:.2},{:.4}", r.backend, r.bytes, r.iters, r.mb_per_s, r.mpps)?;
+        }
+        Ok(())
+    }
+}
+
+fn pin(enabled: bool, cpu: usize) {
+    if !enabled || std::thread::available_parallelism().map_or(1, |n| n.get()) <= cpu {
+        return;
+    }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}
+
+fn print_header(out: &mut dyn Write, backend: &str, test: FloorTest) -> Result<()> {
+    let io = |e| Error::io("writing the report", e);
+    writeln!(out, "{}", "-".repeat(120)).map_err(io)?;
+    writeln!(out, " [{backend}] {}", test.title()).map_err(io)?;
+    if test == FloorTest::MsgRate {
+        writeln!(out, " {:<10} {:<12} {:>20} {:>16}", "#bytes", "#iterations", "BW average[MB/sec]", "MsgRate[Mpps]")
+            .map_err(io)?;
+    } else {
+        writeln!(
+            out,
+            " {:<10} {:<12} {:>12} {:>12} {:>16} {:>12} {:>14} {:>22} {:>24}",
+            "#bytes",
+            "#iterations",
+            "t_min[usec]",
+            "t_max[usec]",
+            "t_typical[usec]",
+            "t_avg[usec]",
+            "t_stdev[usec]",
+            "99% percentile[usec]",
+            "99.9% percentile[usec]"
+        )
+        .map_err(io)?;
+    }
+    Ok(())
+}
+
+fn print_row(out: &mut dyn Write, bytes: usize, s: &LatencySummary) -> Result<()> {
+    writeln!(
+        out,
+        " {:<10} {:<12} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>22.2} {:>24.2}",
+        bytes, s.count, s.min, s.max, s.median, s.avg, s.stdev, s.p99, s.p999
+    )
+    .map_err(|e| Error::io("writing the report", e))?;
+    out.flush().map_err(|e| Error::io("writing the report", e))
+}
+
+/// Round trips of two threads bouncing one cache line (the hardware floor of any
+/// shared-memory message). Nanosecond samples.
+pub fn cacheline_pingpong(iters: usize, warmup: usize, pin_threads: bool) -> Vec<u64> {
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    let l2 = line.clone();
+    let total = (iters + warmup) as u64;
+    let echo = std::thread::spawn(move || {
+        pin(pin_threads, 1);
+        let mut expect = 1u64;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while expect < 2 * total {
+            let mut spins = 0u32;
+            while l2.0.load(Ordering::Acquire) != expect {
+                std::hint::spin_loop();
+                spins = spins.wrapping_add(1);
+                if spins == 0 && Instant::now() > deadline {
+                    return;
+                }
+            }
+            l2.0.store(expect + 1, Ordering::Release);
+            expect += 2;
+        }
+    });
+    pin(pin_threads, 0);
+    let mut samples = Vec::with_capacity(iters);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for i in 0..total {
+        let t0 = Instant::now();
+        line.0.store(2 * i + 1, Ordering::Release);
+        let mut spins = 0u32;
+        while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins == 0 && Instant::now() > deadline {
+                return samples;
+            }
+        }
+        let dt = t0.elapsed().as_nanos() as u64;
+        if i >= warmup as u64 {
+            samples.push(dt);
+        }
+    }
+    let _ = echo.join();
+    samples
+}
+
+/// Round trips of a plain TCP request/reply of `bytes` over loopback: blocking
+/// `write_all`/`read_exact`, `TCP_NODELAY`, one echo thread. Nanosecond samples.
+pub fn tcp_pingpong(bytes: usize, iters: usize, warmup: usize, pin_threads: bool) -> Result<Vec<u64>> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("baseline listen", e))?;
+    let addr = l.local_addr().map_err(|e| Error::io("baseline listen", e))?;
+    let total = iters + warmup;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(pin_threads, 1);
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(WAIT))?;
+        let mut buf = vec![0u8; bytes];
+        for _ in 0..total {
+            s.read_exact(&mut buf)?;
+            s.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    pin(pin_threads, 0);
+    let mut s = TcpStream::connect(addr).map_err(|e| Error::io("baseline connect", e))?;
+    s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", e))?;
+    s.set_read_timeout(Some(WAIT)).map_err(|e| Error::io("baseline", e))?;
+    let mut buf = vec![7u8; bytes];
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..total {
+        let t0 = Instant::now();
+        s.write_all(&buf).map_err(|e| Error::io("baseline write", e))?;
+        s.read_exact(&mut buf).map_err(|e| Error::io("baseline read", e))?;
+        if i >= warmup {
+            samples.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    echo.join()
+        .map_err(|_| Error::Transport("baseline echo thread panicked".into()))?
+        .map_err(|e| Error::io("echo", e))?;
+    Ok(samples)
+}
+
+/// Runs the floor benchmark, printing tables to `out` as it goes.
+pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
+    if opts.iters == 0 || opts.sizes.is_empty() {
+        return Err(Error::invalid("need at least one iteration and one size"));
+    }
+    if let Some(&s) = opts.sizes.iter().find(|&&s| s == 0 || s > 1 << 24) {
+        return Err(Error::invalid(format!("message size {s} is outside 1..=16 MiB")));
+    }
+    let mut sizes = opts.sizes.clone();
+    if !sizes.contains(&64) {
+        // The checks compare 64-byte round trips.
+        sizes.push(64);
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut report = FloorReport::default();
+    let io = |e| Error::io("writing the report", e);
+    for &b in &opts.backends {
+        match b {
+            Backend::Shm => {
+                let mut v = cacheline_pingpong(opts.iters, opts.warmup, opts.pin);
+                let s = LatencySummary::from_ns(&mut v);
+                print_header(out, "baseline", FloorTest::CacheLinePingPong)?;
+                print_row(out, 64, &s)?;
+                report.latency.push(LatencyRow {
+                    backend: "baseline".into(),
+                    test: FloorTest::CacheLinePingPong,
+                    bytes: 64,
+                    summary: s,
+                });
+                let path = opts.socket_dir.join(format!("boomkv-floor-{}.sock", std::process::id()));
+                let ep = Endpoint::Shm(path);
+                run_backend(ShmTransport::new()?, ShmTransport::new()?, &ep, opts, &sizes, out, &mut report)?;
+            }
+            Backend::Tcp => {
+                let mut v = tcp_pingpong(64, opts.iters, opts.warmup, opts.pin)?;
+                let s = LatencySummary::from_ns(&mut v);
+                print_header(out, "baseline", FloorTest::TcpPingPong)?;
+                print_row(out, 64, &s)?;
+                report.latency.push(LatencyRow {
+                    backend: "baseline".into(),
+                    test: FloorTest::TcpPingPong,
+                    bytes: 64,
+                    summary: s,
+                });
+                let ep = Endpoint::parse("tcp://127.0.0.1:0")?;
+                run_backend(TcpTransport::new()?, TcpTransport::new()?, &ep, opts, &sizes, out, &mut report)?;
+            }
+            Backend::Verbs => return Err(Error::invalid("the verbs backend is not built yet")),
+        }
+    }
+    // The checks.
+    let base_cl = report.median("baseline", FloorTest::CacheLinePingPong, 64);
+    let base_tcp = report.median("baseline", FloorTest::TcpPingPong, 64);
+    if let (Some(b), Some(m)) = (base_cl, report.median("shm", FloorTest::WriteImmReply, 64)) {
+        report.checks.push(Check {
+            what: "shm 64 B WRITE_WITH_IMM + reply p50 vs cache-line ping-pong p50".into(),
+            measured_us: m,
+            baseline_us: b,
+            ratio: m / b,
+            limit: SHM_LIMIT,
+        });
+    }
+    if let Some(b) = base_tcp {
+        for (test, what) in [
+            (FloorTest::WriteImmReply, "tcp 64 B WRITE_WITH_IMM + reply p50 vs plain TCP ping-pong p50"),
+            (FloorTest::SendRecv, "tcp 64 B SEND/RECV round trip p50 vs plain TCP ping-pong p50"),
+        ] {
+            if let Some(m) = report.median("tcp", test, 64) {
+                report.checks.push(Check {
+                    what: what.into(),
+                    measured_us: m,
+                    baseline_us: b,
+                    ratio: m / b,
+                    limit: TCP_LIMIT,
+                });
+            }
+        }
+    }
+    writeln!(out, "{}", "-".repeat(120)).map_err(io)?;
+    for c in &report.checks {
+        writeln!(
+            out,
+            " check: {}: {:.2} us / {:.2} us = {:.2}x (limit {:.1}x): {}",
+            c.what,
+            c.measured_us,
+            c.baseline_us,
+            c.ratio,
+            c.limit,
+            if c.passed() { "PASS" } else { "FAIL" }
+        )
+        .map_err(io)?;
+    }
+    Ok(report)
+}
+
+/// The server half: answers WRITE_WITH_IMM with a `imm`-byte SEND and a SEND with a
+/// SEND of the same length, until the client sends the stop immediate or leaves.
+fn serve<T: Transport>(t: T, listener: T::Listener, max: usize, pin_thread: bool) -> Result<()> {
+    pin(pin_thread, 1);
+    let (scq, rcq) = (t.create_cq()?, t.create_cq()?);
+    let region = t.alloc_mr(max, Access::ALL)?;
+    let recv = t.alloc_mr(RECV_SLOTS as usize * max, Access::LOCAL_WRITE)?;
+    let send = t.alloc_mr(max, Access::NONE)?;
+    let qp = listener.accept(&scq, &rcq, WAIT, |_| Ok(region.remote().to_bytes().to_vec()))?;
+    for i in 0..RECV_SLOTS {
+        qp.post_recv(i, &recv, i * max as u64, max as u32)?;
+    }
+    let mut sent = 0u64;
+    let mut done = Vec::new();
+    loop {
+        let c = rcq.wait(WAIT)?;
+        if !c.status.is_ok() {
+            // The client went away.
+            return Ok(());
+        }
+        let reply = match c.opcode {
+            WcOpcode::RecvWithImm if c.imm == Some(STOP) => return Ok(()),
+            WcOpcode::RecvWithImm => c.imm.unwrap_or(0),
+            _ => c.byte_len,
+        };
+        qp.post_recv(c.wr_id, &recv, c.wr_id * max as u64, max as u32)?;
+        qp.post_send(sent, &send, 0, reply.min(max as u32))?;
+        sent += 1;
+        done.clear();
+        scq.poll(&mut done, 64);
+        if let Some(bad) = done.iter().find(|c| !c.status.is_ok()) {
+            return Err(Error::Transport(format!("benchmark server: reply failed: {}", bad.status)));
+        }
+    }
+}
+
+struct Client<'a, T: Transport> {
+    qp: T::Qp,
+    scq: T::Cq,
+    rcq: T::Cq,
+    local: T::Mr,
+    remote: RemoteRegion,
+    max: usize,
+    scratch: &'a mut Vec<crate::transport::Completion>,
+}
+
+impl<T: Transport> Client<'_, T> {
+    fn drain_send(&mut self) -> Result<()> {
+        self.scratch.clear();
+        self.scq.poll(self.scratch, 256);
+        match self.scratch.iter().find(|c| !c.status.is_ok()) {
+            Some(c) => Err(Error::Transport(format!("benchmark client: {:?} failed: {}", c.opcode, c.status))),
+            None => Ok(()),
+        }
+    }
+
+    /// One timed operation of `test` with `bytes`; returns nanoseconds.
+    fn once(&mut self, test: FloorTest, bytes: u32, i: u64) -> Result<u64> {
+        let r = self.remote;
+        let reply_at = self.max as u64;
+        Ok(match test {
+            FloorTest::Write => {
+                let t0 = Instant::now();
+                self.qp.post_write(i, &self.local, 0, bytes, r.addr, r.rkey, true)?;
+                self.scq.wait(WAIT)?.ok("WRITE")?;
+                t0.elapsed().as_nanos() as u64
+            }
+            FloorTest::Read => {
+                let t0 = Instant::now();
+                self.qp.post_read(i, &self.local, reply_at, bytes, r.addr, r.rkey)?;
+                self.scq.wait(WAIT)?.ok("READ")?;
+                t0.elapsed().as_nanos() as u64
+            }
+            FloorTest::WriteImmReply => {
+                self.qp.post_recv(i, &self.local, reply_at, self.max as u32)?;
+                let t0 = Instant::now();
+                self.qp.post_write_imm(i, &self.local, 0, bytes, r.addr, r.rkey, REPLY_BYTES)?;
+                self.rcq.wait(WAIT)?.ok("reply")?;
+                let dt = t0.elapsed().as_nanos() as u64;
+                self.drain_send()?;
+                dt
+            }
+            FloorTest::SendRecv => {
+                self.qp.post_recv(i, &self.local, reply_at, self.max as u32)?;
+                let t0 = Instant::now();
+                self.qp.post_send(i, &self.local, 0, bytes)?;
+                self.rcq.wait(WAIT)?.ok("reply")?;
+                let dt = t0.elapsed().as_nanos() as u64;
+                self.drain_send()?;
+                dt
+            }
+            _ => 0,
+        })
+    }
+
+    fn rate(&mut self, bytes: u32, n: usize) -> Result<Duration> {
+        let r = self.remote;
+        let t0 = Instant::now();
+        let mut outstanding = 0usize;
+        for i in 0..n {
+            let signaled = i % 64 == 63 || i + 1 == n;
+            self.qp.post_write(i as u64, &self.local, 0, bytes, r.addr, r.rkey, signaled)?;
+            if signaled {
+                outstanding += 1;
+            }
+            while outstanding > 16 {
+                self.scq.wait(WAIT)?.ok("WRITE")?;
+                outstanding -= 1;
+            }
+        }
+        while outstanding > 0 {
+            self.scq.wait(WAIT)?.ok("WRITE")?;
+            outstanding -= 1;
+        }
+        Ok(t0.elapsed())
+    }
+}
+
+fn run_backend<T: Transport>(
+    server_t: T,
+    client_t: T,
+    ep: &Endpoint,
+    opts: &FloorOptions,
+    sizes: &[usize],
+    out: &mut dyn Write,
+    report: &mut FloorReport,
+) -> Result<()> {
+    let name = server_t.backend().to_string();
+    let max = sizes.iter().copied().max().unwrap_or(64).max(REPLY_BYTES as usize);
+    let listener = server_t.listen(ep)?;
+    let lep = listener.endpoint();
+    let pin_threads = opts.pin;
+    let server = std::thread::Builder::new()
+        .name("floor-server".into())
+        .spawn(move || serve(server_t, listener, max, pin_threads))
+        .map_err(|e| Error::io("spawning the benchmark server", e))?;
+    pin(opts.pin, 0);
+    let (scq, rcq) = (client_t.create_cq()?, client_t.create_cq()?);
+    let local = client_t.alloc_mr(2 * max, Access::ALL)?;
+    local.write(0, &vec![0x5a; max])?;
+    let (qp, private) = client_t.connect(&lep, &scq, &rcq, b"floor", WAIT)?;
+    let remote = RemoteRegion::from_bytes(&private)?;
+    let mut scratch = Vec::with_capacity(256);
+    let mut c = Client::<T> { qp, scq, rcq, local, remote, max, scratch: &mut scratch };
+    let result = (|| -> Result<()> {
+        for test in [FloorTest::Write, FloorTest::WriteImmReply, FloorTest::SendRecv, FloorTest::Read] {
+            print_header(out, &name, test)?;
+            for &bytes in sizes {
+                for i in 0..opts.warmup {
+                    c.once(test, bytes as u32, i as u64)?;
+                }
+                let mut v = Vec::with_capacity(opts.iters);
+                for i in 0..opts.iters {
+                    v.push(c.once(test, bytes as u32, i as u64)?);
+                }
+                let s = LatencySummary::from_ns(&mut v);
+                print_row(out, bytes, &s)?;
+                report.latency.push(LatencyRow { backend: name.clone(), test, bytes, summary: s });
+            }
+        }
+        print_header(out, &name, FloorTest::MsgRate)?;
+        for &bytes in sizes {
+            c.rate(bytes as u32, opts.warmup.max(64))?;
+            let d = c.rate(bytes as u32, opts.iters)?.as_secs_f64().max(1e-9);
+            let row = RateRow {
+                backend: name.clone(),
+                bytes,
+                iters: opts.iters,
+                mb_per_s: (bytes * opts.iters) as f64 / d / 1e6,
+                mpps: opts.iters as f64 / d / 1e6,
+            };
+            writeln!(out, " {:<10} {:<12} {:>20.2} {:>16.4}", bytes, opts.iters, row.mb_per_s, row.mpps)
+                .map_err(|e| Error::io("writing the report", e))?;
+            report.rates.push(row);
+        }
+        // Stop the server: it needs a posted receive, which it always has.
+        c.qp.post_write_imm(u64::MAX, &c.local, 0, 0, remote.addr, remote.rkey, STOP)?;
+        c.scq.wait(WAIT)?.ok("stop")?;
+        Ok(())
+    })();
+    drop(c);
+    let served = server.join().map_err(|_| Error::Transport("benchmark server panicked".into()))?;
+    result?;
+    served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_runs_small_and_reports_everything() {
+        let opts = FloorOptions {
+            sizes: vec![32, 4096],
+            iters: 50,
+            warmup: 5,
+            pin: false,
+            socket_dir: std::env::temp_dir(),
+            ..FloorOptions::default()
+        };
+        let mut out = Vec::new();
+        let r = run(&opts, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("t_typical[usec]") && text.contains("check: shm 64 B"), "{text}");
+        // 2 backends x 4 tests x 3 sizes (64 added for the checks) + 2 baselines.
+        assert_eq!(r.latency.len(), 2 * 4 * 3 + 2);
+        assert_eq!(r.rates.len(), 2 * 3);
+        assert_eq!(r.checks.len(), 3);
+        assert!(r.latency.iter().all(|l| l.summary.count == 50 && l.summary.min > 0.0));
+        let mut csv = Vec::new();
+        r.write_csv(&mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        assert_eq!(csv.lines().count(), 1 + r.latency.len() + r.rates.len());
+        assert!(csv.lines().all(|l| l.split(',').count() == 13), "{csv}");
+    }
+
+    #[test]
+    fn baselines_measure_something() {
+        let v = cacheline_pingpong(100, 10, false);
+        assert_eq!(v.len(), 100);
+        let v = tcp_pingpong(64, 20, 2, false).unwrap();
+        assert_eq!(v.len(), 20);
+    }
+}

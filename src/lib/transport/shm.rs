@@ -1,0 +1,1680 @@
+//! The `shm` backend: verbs semantics between threads or processes of one host, through
+//! shared memory. The fast path for benchmarks on one machine.
+//!
+//! Every queue and every region a peer touches is a shared-memory file (a sealed memfd,
+//! or the pool file) handed over a `SOCK_SEQPACKET` Unix socket with `SCM_RIGHTS` and
+//! mapped by the peer. A one-sided operation is a copy by the initiator's thread into or
+//! out of its mapping of the peer's region; a SEND or WRITE_WITH_IMM then writes a
+//! completion into the peer's ring and rings the peer's doorbell. Nothing runs on the
+//! target side, and nothing crosses a thread on the data path.
+//!
+//! # Shared memory of one connection
+//!
+//! Each side creates a *queue-pair page* for the direction it receives, and the peer
+//! maps it. All words are little-endian `u64`, updated atomically:
+//!
+//! | offset              | written by | field                                          |
+//! |---------------------|------------|------------------------------------------------|
+//! | 0                   | owner      | magic `"BOOMKVQP"`                              |
+//! | 8                   | owner      | ring depth `D` (receive queue and completion ring) |
+//! | 64                  | peer       | receives consumed so far                        |
+//! | 128                 | owner      | ring completions polled so far                  |
+//! | 256 + 64 i          | owner      | receive slot `i`: `seq`, `addr`, `len \| rkey << 32` |
+//! | 256 + 64 (D + i)    | peer       | completion slot `i`: `seq`, `byte_len \| imm << 32`, `opcode \| status << 8 \| has_imm << 16` |
+//!
+//! A slot is valid when its `seq` equals its index plus one (indices count from 0 and
+//! never wrap in practice); `seq` is stored last with release ordering. Each slot is a
+//! cache line of its own. The k-th completion in the ring consumes the k-th posted
+//! receive, so the ring carries no `wr_id`: the owner keeps those.
+//!
+//! A completion queue's *doorbell* is a page with a futex word at 0 and a waiter count
+//! at 64. A producer that finds waiters bumps the word and wakes them, so a waiting
+//! thread parks in `futex_wait` instead of spinning. The protection domain's region
+//! table (see [`super::region`]) is shared the same way; initiators check and count
+//! their copies in it, which is what makes deregistration immediate.
+//!
+//! # Control socket
+//!
+//! Besides the handshake (magic, [`PROTOCOL_VERSION`], queue-pair numbers, ring depth,
+//! private data, and the page, doorbell and table files), the socket carries rkey
+//! look-ups: the first time an initiator uses an rkey it asks the owner, whose control
+//! thread answers with the region's bounds, access and file (or "no such region"). The
+//! initiator maps the region and caches it. When the socket reports end of file (the
+//! peer closed the queue pair, hit an error, or died), the connection goes to the error
+//! state and the posted receives are flushed once every completion the peer wrote has
+//! been polled.
+//!
+//! Peers on one host are trusted not to truncate the files they were given: the
+//! transport's own files are sealed against shrinking and checked for that seal, and a
+//! region's file is checked to be long enough before it is mapped.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+
+use super::region::{guard_enter, guard_exit, Pd, TABLE_BYTES};
+use super::{
+    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, Mr, QpStats,
+    QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_PRIVATE_DATA, PROTOCOL_VERSION,
+};
+use crate::error::{Error, Result};
+use crate::pmem::shared::{file_len, futex_wait, futex_wake, is_shrink_sealed, sealed_memfd};
+use crate::pmem::Mapping;
+
+const QP_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVQP");
+const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVSH");
+const OFF_DEPTH: u64 = 8;
+const OFF_RQ_CONSUMED: u64 = 64;
+const OFF_CQ_POLLED: u64 = 128;
+const OFF_RINGS: u64 = 256;
+const SLOT: u64 = 64;
+const MAX_DEPTH: u32 = 1 << 16;
+const DOORBELL_BYTES: usize = 4096;
+const DB_WAITERS: u64 = 64;
+
+const MSG_HELLO: u8 = 1;
+const MSG_ACCEPT: u8 = 2;
+const MSG_REJECT: u8 = 3;
+const MSG_RESOLVE: u8 = 4;
+const MSG_RESOLVED: u8 = 5;
+const MAX_CTL_MSG: usize = MAX_PRIVATE_DATA + 256;
+
+/// How long an initiator waits for the owner to answer an rkey look-up.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn ts(d: Duration) -> rustix::time::Timespec {
+    rustix::time::Timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as i64, tv_nsec: d.subsec_nanos() as _ }
+}
+
+fn page_bytes(depth: u32) -> usize {
+    (OFF_RINGS + 2 * depth as u64 * SLOT) as usize
+}
+
+fn rq_slot(depth: u32, k: u64) -> u64 {
+    OFF_RINGS + (k % depth as u64) * SLOT
+}
+
+fn cq_slot(depth: u32, k: u64) -> u64 {
+    OFF_RINGS + (depth as u64 + k % depth as u64) * SLOT
+}
+
+/// Word `off` of a transport-made mapping. Offsets are constants inside mappings whose
+/// size was checked at creation or hand-over, so this cannot fail; a zero word stands in
+/// should it ever.
+fn word(m: &Mapping, off: u64) -> &AtomicU64 {
+    static ZERO: AtomicU64 = AtomicU64::new(0);
+    m.atomic_u64(off).unwrap_or(&ZERO)
+}
+
+fn word32(m: &Mapping, off: u64) -> &AtomicU32 {
+    static ZERO: AtomicU32 = AtomicU32::new(0);
+    m.atomic_u32(off).unwrap_or(&ZERO)
+}
+
+fn ring_doorbell(db: &Mapping) {
+    fence(Ordering::SeqCst);
+    if word32(db, DB_WAITERS).load(Ordering::SeqCst) > 0 {
+        let seq = word32(db, 0);
+        seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake(seq, u32::MAX);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Control socket messages
+
+struct Msg {
+    bytes: Vec<u8>,
+    files: Vec<File>,
+}
+
+fn send_msg(sock: &OwnedFd, bytes: &[u8], files: &[&File]) -> std::io::Result<()> {
+    let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("too many descriptors for one message"));
+    }
+    let n = rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut anc, SendFlags::NOSIGNAL)?;
+    if n != bytes.len() {
+        return Err(std::io::Error::other("short control message"));
+    }
+    Ok(())
+}
+
+/// Receives one message; `Ok(None)` at end of file.
+fn recv_msg(sock: &OwnedFd) -> std::result::Result<Option<Msg>, String> {
+    let mut buf = vec![0u8; MAX_CTL_MSG];
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let r = loop {
+        match rustix::net::recvmsg(sock, &mut [IoSliceMut::new(&mut buf)], &mut anc, RecvFlags::CMSG_CLOEXEC) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r,
+        }
+    };
+    let r = r.map_err(|e| format!("control socket: {e}"))?;
+    let mut files = Vec::new();
+    for m in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = m {
+            files.extend(fds.map(File::from));
+        }
+    }
+    if r.bytes == 0 {
+        return Ok(None);
+    }
+    if r.flags.contains(rustix::net::ReturnFlags::TRUNC) || r.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
+        return Err("control message too large".into());
+    }
+    buf.truncate(r.bytes);
+    Ok(Some(Msg { bytes: buf, files }))
+}
+
+fn wait_readable(sock: &OwnedFd, until: Instant) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        let mut fds = [PollFd::new(sock, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts(until - now))) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A little-endian reader over a message that fails instead of panicking.
+struct Rd<'a>(&'a [u8]);
+
+impl Rd<'_> {
+    fn take(&mut self, n: usize) -> std::result::Result<&[u8], String> {
+        if self.0.len() < n {
+            return Err("truncated control message".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> std::result::Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> std::result::Result<u16, String> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> std::result::Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> std::result::Result<u64, String> {
+        Ok(self.u32()? as u64 | (self.u32()? as u64) << 32)
+    }
+}
+
+/// HELLO / ACCEPT: type, magic, version, qp_num, depth, private.
+fn encode_hello(kind: u8, version: u16, qp_num: u32, depth: u32, private: &[u8]) -> Vec<u8> {
+    let mut v = vec![kind];
+    v.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    v.extend_from_slice(&qp_num.to_le_bytes());
+    v.extend_from_slice(&depth.to_le_bytes());
+    v.extend_from_slice(&(private.len() as u32).to_le_bytes());
+    v.extend_from_slice(private);
+    v
+}
+
+struct Hello {
+    version: u16,
+    qp_num: u32,
+    depth: u32,
+    private: Vec<u8>,
+}
+
+fn decode_hello(b: &[u8]) -> std::result::Result<Hello, String> {
+    let mut r = Rd(b);
+    let _kind = r.u8()?;
+    if r.u64()? != HELLO_MAGIC {
+        return Err("not a boomkv shm transport peer (bad magic)".into());
+    }
+    let version = r.u16()?;
+    let qp_num = r.u32()?;
+    let depth = r.u32()?;
+    let plen = r.u32()? as usize;
+    if plen > MAX_PRIVATE_DATA {
+        return Err(format!("private data of {plen} bytes is over the limit"));
+    }
+    let private = r.take(plen)?.to_vec();
+    Ok(Hello { version, qp_num, depth, private })
+}
+
+// ---------------------------------------------------------------------------------------
+// Transport
+
+/// The shared-memory transport: a protection domain whose region table is shared
+/// memory, plus configuration. Cheap to clone.
+#[derive(Clone)]
+pub struct ShmTransport {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    pd: Arc<Pd>,
+    cfg: TransportConfig,
+    next_qp: AtomicU32,
+}
+
+impl std::fmt::Debug for ShmTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTransport").field("pd", &self.inner.pd.id).finish()
+    }
+}
+
+impl ShmTransport {
+    /// A new transport (a new protection domain) with the default configuration.
+    pub fn new() -> Result<ShmTransport> {
+        Self::with_config(TransportConfig::default())
+    }
+
+    /// A new transport with `cfg`.
+    pub fn with_config(cfg: TransportConfig) -> Result<ShmTransport> {
+        if cfg.rq_depth == 0 || cfg.rq_depth > MAX_DEPTH {
+            return Err(Error::invalid(format!("rq_depth must be in 1..={MAX_DEPTH}")));
+        }
+        Ok(ShmTransport { inner: Arc::new(Shared { pd: Arc::new(Pd::new(true)?), cfg, next_qp: AtomicU32::new(1) }) })
+    }
+
+    fn table_file(&self) -> Result<&File> {
+        self.inner.pd.table_file.as_deref().ok_or_else(|| Error::Transport("shm region table has no file".into()))
+    }
+
+    /// The files this side hands to the peer: its queue-pair page, its receive
+    /// completion queue's doorbell, its region table.
+    fn own_files<'a>(&'a self, page: &'a File, recv_cq: &'a ShmCq) -> Result<[&'a File; 3]> {
+        Ok([page, &recv_cq.inner.doorbell_file, self.table_file()?])
+    }
+
+    /// Maps and checks the files a peer sent in its handshake.
+    fn map_peer_files(peer: &Hello, files: Vec<File>) -> std::result::Result<PeerFiles, String> {
+        let [pf, dbf, tf]: [File; 3] = files
+            .try_into()
+            .map_err(|v: Vec<File>| format!("expected 3 shared-memory files in the handshake, got {}", v.len()))?;
+        if peer.depth == 0 || peer.depth > MAX_DEPTH {
+            return Err(format!("peer ring depth {} is out of range", peer.depth));
+        }
+        let page = map_peer(&pf, page_bytes(peer.depth), "queue-pair page")?;
+        if word(&page, 0).load(Ordering::Acquire) != QP_MAGIC
+            || word(&page, OFF_DEPTH).load(Ordering::Acquire) != peer.depth as u64
+        {
+            return Err("peer queue-pair page has a bad header".into());
+        }
+        let db = map_peer(&dbf, DOORBELL_BYTES, "doorbell")?;
+        let table = map_peer(&tf, TABLE_BYTES, "region table")?;
+        Ok(PeerFiles { page, db, table })
+    }
+
+    /// Builds the queue pair once both sides' files are known.
+    #[allow(clippy::too_many_arguments)]
+    fn build_qp(
+        &self,
+        sock: OwnedFd,
+        qp_num: u32,
+        own_page: Arc<Mapping>,
+        peer: &Hello,
+        pf: PeerFiles,
+        send_cq: &ShmCq,
+        recv_cq: &ShmCq,
+    ) -> std::result::Result<ShmQp, String> {
+        let PeerFiles { page: peer_page, db: peer_db, table: peer_table } = pf;
+        let state = Arc::new(QpState {
+            error: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            quiesced: AtomicBool::new(false),
+            torn_down: AtomicBool::new(false),
+        });
+        let depth = self.inner.cfg.rq_depth;
+        let recv = Arc::new(RecvSide {
+            qp_num,
+            page: own_page,
+            depth,
+            polled_hint: AtomicU64::new(0),
+            rq: Mutex::new(RqLocal { posted: 0, polled: 0, wrs: VecDeque::new() }),
+            state: state.clone(),
+            flushed: AtomicBool::new(false),
+        });
+        let conn = Arc::new(Conn {
+            qp_num,
+            peer_qp_num: peer.qp_num,
+            t: self.clone(),
+            sock,
+            state,
+            recv: recv.clone(),
+            send_cq: send_cq.inner.clone(),
+            recv_cq: recv_cq.inner.clone(),
+            send: Mutex::new(SendSide {
+                peer_page: Arc::new(peer_page),
+                peer_depth: peer.depth,
+                peer_db,
+                peer_table: Arc::new(peer_table),
+                rq_next: 0,
+                cq_next: 0,
+                cq_polled: 0,
+                regions: Vec::new(),
+            }),
+            pending: Mutex::new(Pending { next: 1, answers: HashMap::new(), closed: false }),
+            pending_cv: Condvar::new(),
+            stats: StatCounters::default(),
+        });
+        recv_cq.inner.attach(recv);
+        let c2 = conn.clone();
+        std::thread::Builder::new()
+            .name(format!("boomkv-shm-{qp_num}"))
+            .spawn(move || control_thread(c2))
+            .map_err(|e| format!("spawning the control thread: {e}"))?;
+        Ok(ShmQp { conn })
+    }
+
+    fn new_page(&self) -> Result<(File, Arc<Mapping>)> {
+        let depth = self.inner.cfg.rq_depth;
+        let (f, m) = sealed_memfd("boomkv-qp", page_bytes(depth))?;
+        word(&m, 0).store(QP_MAGIC, Ordering::Release);
+        word(&m, OFF_DEPTH).store(depth as u64, Ordering::Release);
+        Ok((f, Arc::new(m)))
+    }
+}
+
+struct PeerFiles {
+    page: Mapping,
+    db: Mapping,
+    table: Mapping,
+}
+
+fn map_peer(f: &File, need: usize, what: &str) -> std::result::Result<Mapping, String> {
+    if !is_shrink_sealed(f) {
+        return Err(format!("peer's {what} file is not sealed against shrinking"));
+    }
+    let len = file_len(f).map_err(|e| e.to_string())?;
+    if len < need as u64 {
+        return Err(format!("peer's {what} file has {len} bytes, need {need}"));
+    }
+    Mapping::map_file(f, 0, need, false).map_err(|e| format!("mapping the peer's {what}: {e}"))
+}
+
+impl Transport for ShmTransport {
+    type Mr = Mr;
+    type Cq = ShmCq;
+    type Qp = ShmQp;
+    type Listener = ShmListener;
+
+    fn backend(&self) -> Backend {
+        Backend::Shm
+    }
+
+    fn config(&self) -> &TransportConfig {
+        &self.inner.cfg
+    }
+
+    fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        let (f, m) = sealed_memfd("boomkv-mr", len.max(1))?;
+        self.inner.pd.register(Arc::new(m), Some(Arc::new(f)), 0, len as u64, access)
+    }
+
+    fn register(
+        &self,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        if file.is_none() && (access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE)) {
+            return Err(Error::invalid("shm transport: a region with remote access needs the file behind its mapping"));
+        }
+        self.inner.pd.register(mapping, file, offset, len, access)
+    }
+
+    fn create_cq(&self) -> Result<ShmCq> {
+        ShmCq::new(self.inner.cfg.spin)
+    }
+
+    fn listen(&self, ep: &Endpoint) -> Result<ShmListener> {
+        let Endpoint::Shm(path) = ep else {
+            return Err(Error::invalid(format!("shm transport cannot listen on {ep}")));
+        };
+        let sock = seqpacket()?;
+        let addr = SocketAddrUnix::new(path.as_path()).map_err(|e| Error::io(format!("{ep}"), e.into()))?;
+        if path.exists() {
+            // A socket file nobody answers on is left over from a dead server.
+            let probe = seqpacket()?;
+            if rustix::net::connect(&probe, &addr).is_ok() {
+                return Err(Error::Transport(format!("{ep} is in use by a running server")));
+            }
+            let _ = std::fs::remove_file(path);
+        }
+        rustix::net::bind(&sock, &addr).map_err(|e| Error::io(format!("bind {ep}"), e.into()))?;
+        rustix::net::listen(&sock, 128).map_err(|e| Error::io(format!("listen {ep}"), e.into()))?;
+        Ok(ShmListener { t: self.clone(), sock, path: path.clone() })
+    }
+
+    fn connect(
+        &self,
+        ep: &Endpoint,
+        send_cq: &ShmCq,
+        recv_cq: &ShmCq,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<(ShmQp, Vec<u8>)> {
+        let Endpoint::Shm(path) = ep else {
+            return Err(Error::invalid(format!("shm transport cannot connect to {ep}")));
+        };
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::invalid(format!("private data over {MAX_PRIVATE_DATA} bytes")));
+        }
+        let until = deadline(timeout);
+        let sock = seqpacket()?;
+        let addr = SocketAddrUnix::new(path.as_path()).map_err(|e| Error::io(format!("{ep}"), e.into()))?;
+        rustix::net::connect(&sock, &addr).map_err(|e| Error::Transport(format!("cannot connect to {ep}: {e}")))?;
+        let qp_num = self.inner.next_qp.fetch_add(1, Ordering::Relaxed);
+        let (pf, page) = self.new_page()?;
+        let hello = encode_hello(MSG_HELLO, PROTOCOL_VERSION, qp_num, self.inner.cfg.rq_depth, private_data);
+        send_msg(&sock, &hello, &self.own_files(&pf, recv_cq)?)
+            .map_err(|e| Error::Transport(format!("{ep}: sending handshake: {e}")))?;
+        if !wait_readable(&sock, until) {
+            return Err(Error::Timeout(timeout, "the shm connection handshake"));
+        }
+        let msg = recv_msg(&sock)
+            .map_err(|e| Error::Transport(format!("{ep}: {e}")))?
+            .ok_or_else(|| Error::Transport(format!("{ep} closed the connection during the handshake")))?;
+        match msg.bytes.first() {
+            Some(&MSG_REJECT) => {
+                return Err(Error::Transport(format!(
+                    "{ep} refused the connection: {}",
+                    String::from_utf8_lossy(&msg.bytes[1..])
+                )))
+            }
+            Some(&MSG_ACCEPT) => {}
+            _ => return Err(Error::Transport(format!("{ep}: unexpected handshake reply"))),
+        }
+        let h = decode_hello(&msg.bytes).map_err(|e| Error::Transport(format!("{ep}: {e}")))?;
+        if h.version != PROTOCOL_VERSION {
+            return Err(Error::Transport(format!(
+                "{ep} speaks transport protocol version {}, we speak {PROTOCOL_VERSION}",
+                h.version
+            )));
+        }
+        let private = h.private.clone();
+        let pf = Self::map_peer_files(&h, msg.files).map_err(|e| Error::Transport(format!("{ep}: {e}")))?;
+        let qp = self
+            .build_qp(sock, qp_num, page, &h, pf, send_cq, recv_cq)
+            .map_err(|e| Error::Transport(format!("{ep}: {e}")))?;
+        Ok((qp, private))
+    }
+}
+
+fn seqpacket() -> Result<OwnedFd> {
+    rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+        .map_err(|e| Error::io("socket(AF_UNIX, SOCK_SEQPACKET)", e.into()))
+}
+
+// ---------------------------------------------------------------------------------------
+// Listener
+
+/// A listener on a Unix socket path. Removes the socket file when dropped.
+pub struct ShmListener {
+    t: ShmTransport,
+    sock: OwnedFd,
+    path: PathBuf,
+}
+
+impl Drop for ShmListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+enum Handshake {
+    Refused(String),
+    Rejected(Error),
+}
+
+impl ShmListener {
+    fn handshake<F>(
+        &self,
+        sock: OwnedFd,
+        send_cq: &ShmCq,
+        recv_cq: &ShmCq,
+        f: F,
+    ) -> std::result::Result<ShmQp, Handshake>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let cfg = &self.t.inner.cfg;
+        if !wait_readable(&sock, deadline(cfg.handshake_timeout)) {
+            return Err(Handshake::Refused("handshake timed out".into()));
+        }
+        let msg = match recv_msg(&sock) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Err(Handshake::Refused("client hung up during the handshake".into())),
+            Err(e) => return Err(Handshake::Refused(e)),
+        };
+        let reject = |why: &str| {
+            let mut v = vec![MSG_REJECT];
+            v.extend_from_slice(why.as_bytes());
+            let _ = send_msg(&sock, &v, &[]);
+        };
+        if msg.bytes.first() != Some(&MSG_HELLO) {
+            reject("expected a hello");
+            return Err(Handshake::Refused("first message is not a hello".into()));
+        }
+        let h = decode_hello(&msg.bytes).map_err(Handshake::Refused)?;
+        if h.version != PROTOCOL_VERSION {
+            let why = format!(
+                "transport protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
+                h.version
+            );
+            reject(&why);
+            return Err(Handshake::Refused(why));
+        }
+        let peer_files = match ShmTransport::map_peer_files(&h, msg.files) {
+            Ok(p) => p,
+            Err(why) => {
+                reject(&why);
+                return Err(Handshake::Refused(why));
+            }
+        };
+        let qp_num = self.t.inner.next_qp.fetch_add(1, Ordering::Relaxed);
+        let (pf, page) = self.t.new_page().map_err(|e| Handshake::Refused(e.to_string()))?;
+        let reply = match f(&h.private) {
+            Ok(r) if r.len() <= MAX_PRIVATE_DATA => r,
+            Ok(r) => {
+                let why = format!("server private data of {} bytes is over the limit", r.len());
+                reject(&why);
+                return Err(Handshake::Rejected(Error::invalid(why)));
+            }
+            Err(e) => {
+                reject(&e.to_string());
+                return Err(Handshake::Rejected(e));
+            }
+        };
+        let accept = encode_hello(MSG_ACCEPT, PROTOCOL_VERSION, qp_num, self.t.inner.cfg.rq_depth, &reply);
+        let files = self.t.own_files(&pf, recv_cq).map_err(|e| Handshake::Refused(e.to_string()))?;
+        send_msg(&sock, &accept, &files)
+            .map_err(|e| Handshake::Refused(format!("sending the handshake reply: {e}")))?;
+        self.t.build_qp(sock, qp_num, page, &h, peer_files, send_cq, recv_cq).map_err(Handshake::Refused)
+    }
+
+    fn accept_fd(&self) -> Option<OwnedFd> {
+        rustix::net::accept_with(&self.sock, SocketFlags::CLOEXEC).ok()
+    }
+}
+
+impl Listener for ShmListener {
+    type Qp = ShmQp;
+    type Cq = ShmCq;
+
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::Shm(self.path.clone())
+    }
+
+    fn accept<F>(&self, send_cq: &ShmCq, recv_cq: &ShmCq, timeout: Duration, on_connect: F) -> Result<ShmQp>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let until = deadline(timeout);
+        let mut f = Some(on_connect);
+        loop {
+            if wait_readable(&self.sock, until) {
+                if let Some(sock) = self.accept_fd() {
+                    let used = std::cell::Cell::new(false);
+                    let cb = std::cell::RefCell::new(f.take());
+                    let r = self.handshake(sock, send_cq, recv_cq, |p| {
+                        used.set(true);
+                        match cb.borrow_mut().take() {
+                            Some(cb) => cb(p),
+                            None => Err(Error::Transport("accept callback already used".into())),
+                        }
+                    });
+                    match r {
+                        Ok(qp) => return Ok(qp),
+                        Err(Handshake::Rejected(e)) => return Err(e),
+                        Err(Handshake::Refused(why)) => {
+                            log_event(&format!("refused connection on {}: {why}", self.endpoint()));
+                            if used.get() {
+                                return Err(Error::Transport(why));
+                            }
+                            f = cb.into_inner();
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= until {
+                return Err(Error::Timeout(timeout, "an shm connection"));
+            }
+        }
+    }
+
+    fn try_accept<F>(&self, send_cq: &ShmCq, recv_cq: &ShmCq, on_connect: F) -> Result<Option<ShmQp>>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+        if !matches!(rustix::event::poll(&mut fds, Some(&ts(Duration::ZERO))), Ok(n) if n > 0) {
+            return Ok(None);
+        }
+        let Some(sock) = self.accept_fd() else { return Ok(None) };
+        match self.handshake(sock, send_cq, recv_cq, on_connect) {
+            Ok(qp) => Ok(Some(qp)),
+            Err(Handshake::Rejected(e)) => Err(e),
+            Err(Handshake::Refused(why)) => {
+                log_event(&format!("refused connection on {}: {why}", self.endpoint()));
+                Ok(None)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Completion queue
+
+/// A completion queue of the shm backend. Clones share the queue.
+#[derive(Clone)]
+pub struct ShmCq {
+    inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for ShmCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmCq").field("local", &self.inner.local_len.load(Ordering::Relaxed)).finish()
+    }
+}
+
+struct CqInner {
+    doorbell: Mapping,
+    doorbell_file: File,
+    /// Completions produced in this process (send side, flushes, local errors).
+    local: Mutex<VecDeque<Completion>>,
+    local_len: AtomicUsize,
+    /// Receive rings of the queue pairs attached to this queue.
+    rings: Mutex<Vec<Arc<RecvSide>>>,
+    rings_gen: AtomicU64,
+    poller: Mutex<Poller>,
+    spin: Duration,
+}
+
+struct Poller {
+    snapshot: Vec<Arc<RecvSide>>,
+    gen: u64,
+    next: usize,
+}
+
+impl ShmCq {
+    fn new(spin: Duration) -> Result<ShmCq> {
+        let (f, m) = sealed_memfd("boomkv-cq", DOORBELL_BYTES)?;
+        Ok(ShmCq {
+            inner: Arc::new(CqInner {
+                doorbell: m,
+                doorbell_file: f,
+                local: Mutex::new(VecDeque::new()),
+                local_len: AtomicUsize::new(0),
+                rings: Mutex::new(Vec::new()),
+                rings_gen: AtomicU64::new(1),
+                poller: Mutex::new(Poller { snapshot: Vec::new(), gen: 0, next: 0 }),
+                spin,
+            }),
+        })
+    }
+}
+
+impl CqInner {
+    fn attach(&self, r: Arc<RecvSide>) {
+        lock(&self.rings).push(r);
+        self.rings_gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn push(&self, c: Completion) {
+        {
+            let mut q = lock(&self.local);
+            q.push_back(c);
+            self.local_len.store(q.len(), Ordering::Release);
+        }
+        ring_doorbell(&self.doorbell);
+    }
+
+    /// Wakes waiters so they look again (a connection changed state).
+    fn kick(&self) {
+        let seq = word32(&self.doorbell, 0);
+        seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake(seq, u32::MAX);
+    }
+
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let start = out.len();
+        let mut p = lock(&self.poller);
+        if self.local_len.load(Ordering::Acquire) > 0 {
+            let mut q = lock(&self.local);
+            let n = max.min(q.len());
+            out.extend(q.drain(..n));
+            self.local_len.store(q.len(), Ordering::Release);
+        }
+        let gen = self.rings_gen.load(Ordering::Acquire);
+        if gen != p.gen {
+            p.snapshot = lock(&self.rings).clone();
+            p.gen = gen;
+        }
+        let n = p.snapshot.len();
+        let mut finished = false;
+        for i in 0..n {
+            if out.len() - start >= max {
+                break;
+            }
+            let idx = (p.next + i) % n;
+            let done = p.snapshot[idx].drain(out, max - (out.len() - start));
+            finished |= done;
+        }
+        if n > 0 {
+            p.next = (p.next + 1) % n;
+        }
+        if finished {
+            let mut rings = lock(&self.rings);
+            rings.retain(|r| !r.flushed.load(Ordering::Acquire));
+            self.rings_gen.fetch_add(1, Ordering::AcqRel);
+        }
+        out.len() - start
+    }
+}
+
+impl CompletionQueue for ShmCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        self.inner.poll(out, max)
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<Completion> {
+        let inner = &self.inner;
+        let mut out = Vec::with_capacity(1);
+        if inner.poll(&mut out, 1) == 1 {
+            return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+        }
+        let start = Instant::now();
+        let end = deadline(timeout);
+        let spin_end = start + inner.spin.min(timeout);
+        // Spin: the clock is read only every few rounds; polling is a handful of loads.
+        'spin: loop {
+            for _ in 0..64 {
+                if inner.poll(&mut out, 1) == 1 {
+                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                }
+                std::hint::spin_loop();
+            }
+            if Instant::now() >= spin_end {
+                break 'spin;
+            }
+        }
+        let seq = word32(&inner.doorbell, 0);
+        let waiters = word32(&inner.doorbell, DB_WAITERS);
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                return Err(Error::Timeout(timeout, "a completion"));
+            }
+            waiters.fetch_add(1, Ordering::SeqCst);
+            let s = seq.load(Ordering::SeqCst);
+            if inner.poll(&mut out, 1) == 1 {
+                waiters.fetch_sub(1, Ordering::SeqCst);
+                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            }
+            futex_wait(seq, s, (end - now).min(Duration::from_millis(100)));
+            waiters.fetch_sub(1, Ordering::SeqCst);
+            if inner.poll(&mut out, 1) == 1 {
+                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Queue pair
+
+struct QpState {
+    error: AtomicBool,
+    reason: Mutex<Option<String>>,
+    /// The peer will write nothing more into our rings.
+    quiesced: AtomicBool,
+    torn_down: AtomicBool,
+}
+
+impl QpState {
+    fn mark_error(&self, why: &str) {
+        let mut r = lock(&self.reason);
+        if r.is_none() {
+            *r = Some(why.to_string());
+        }
+        self.error.store(true, Ordering::Release);
+    }
+
+    fn is_error(&self) -> bool {
+        self.error.load(Ordering::Acquire)
+    }
+}
+
+struct RqLocal {
+    posted: u64,
+    polled: u64,
+    wrs: VecDeque<(u64, Mr)>,
+}
+
+/// The receive direction of a queue pair: our page, our posted receives.
+struct RecvSide {
+    qp_num: u32,
+    page: Arc<Mapping>,
+    depth: u32,
+    /// Mirror of `rq.polled` so an empty ring is seen without taking the lock.
+    polled_hint: AtomicU64,
+    rq: Mutex<RqLocal>,
+    state: Arc<QpState>,
+    flushed: AtomicBool,
+}
+
+impl RecvSide {
+    /// Moves completions from the ring into `out`. Returns true once the queue pair is
+    /// finished (flushed) and can be detached.
+    fn drain(&self, out: &mut Vec<Completion>, max: usize) -> bool {
+        if self.flushed.load(Ordering::Acquire) {
+            return true;
+        }
+        let quiesced = self.state.quiesced.load(Ordering::Acquire);
+        let k = self.polled_hint.load(Ordering::Acquire);
+        let ready = word(&self.page, cq_slot(self.depth, k)).load(Ordering::Acquire) == k + 1;
+        if !ready && !quiesced {
+            return false;
+        }
+        let mut rq = lock(&self.rq);
+        let mut taken = 0;
+        while taken < max {
+            let k = rq.polled;
+            let off = cq_slot(self.depth, k);
+            if word(&self.page, off).load(Ordering::Acquire) != k + 1 {
+                break;
+            }
+            let w1 = word(&self.page, off + 8).load(Ordering::Relaxed);
+            let w2 = word(&self.page, off + 16).load(Ordering::Relaxed);
+            rq.polled += 1;
+            self.polled_hint.store(rq.polled, Ordering::Release);
+            word(&self.page, OFF_CQ_POLLED).store(rq.polled, Ordering::Release);
+            let Some((wr_id, _mr)) = rq.wrs.pop_front() else {
+                self.state.mark_error("peer completed a receive that was never posted");
+                continue;
+            };
+            let opcode = WcOpcode::from_code(w2 as u8).filter(|o| matches!(o, WcOpcode::Recv | WcOpcode::RecvWithImm));
+            let status = WcStatus::from_code((w2 >> 8) as u8);
+            let (Some(opcode), Some(status)) = (opcode, status) else {
+                self.state.mark_error("peer wrote a malformed completion");
+                out.push(Completion {
+                    wr_id,
+                    status: WcStatus::WrFlushError,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.qp_num,
+                });
+                taken += 1;
+                continue;
+            };
+            let imm = ((w2 >> 16) & 1 == 1).then_some((w1 >> 32) as u32);
+            out.push(Completion { wr_id, status, opcode, byte_len: w1 as u32, imm, qp_num: self.qp_num });
+            taken += 1;
+        }
+        if taken < max && quiesced {
+            // The peer is gone and its last completion has been taken: flush the rest.
+            while taken < max {
+                let Some((wr_id, _)) = rq.wrs.pop_front() else { break };
+                out.push(Completion {
+                    wr_id,
+                    status: WcStatus::WrFlushError,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.qp_num,
+                });
+                taken += 1;
+            }
+            if rq.wrs.is_empty() {
+                self.flushed.store(true, Ordering::Release);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// A peer region mapped into this process.
+struct PeerRegion {
+    rkey: u32,
+    slot: u32,
+    addr: u64,
+    len: u64,
+    access: Access,
+    mapping: Mapping,
+    /// Offset of the region's first byte in `mapping`.
+    base: u64,
+}
+
+impl PeerRegion {
+    fn translate(&self, raddr: u64, len: u64) -> Option<u64> {
+        let off = raddr.checked_sub(self.addr)?;
+        (off.checked_add(len)? <= self.len).then_some(self.base + off)
+    }
+}
+
+/// The send direction: the peer's page, doorbell and region table.
+struct SendSide {
+    peer_page: Arc<Mapping>,
+    peer_depth: u32,
+    peer_db: Mapping,
+    peer_table: Arc<Mapping>,
+    rq_next: u64,
+    cq_next: u64,
+    /// Last known count of ring completions the peer has polled.
+    cq_polled: u64,
+    regions: Vec<Option<Arc<PeerRegion>>>,
+}
+
+struct Pending {
+    next: u64,
+    answers: HashMap<u64, Answer>,
+    closed: bool,
+}
+
+enum Answer {
+    Waiting,
+    NotFound,
+    Found(Resolved, File),
+}
+
+struct Resolved {
+    rkey: u32,
+    access: Access,
+    addr: u64,
+    len: u64,
+    file_off: u64,
+}
+
+struct Conn {
+    qp_num: u32,
+    peer_qp_num: u32,
+    t: ShmTransport,
+    sock: OwnedFd,
+    state: Arc<QpState>,
+    recv: Arc<RecvSide>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    send: Mutex<SendSide>,
+    pending: Mutex<Pending>,
+    pending_cv: Condvar,
+    stats: StatCounters,
+}
+
+impl Conn {
+    fn completion(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> Completion {
+        Completion { wr_id, status, opcode, byte_len, imm: None, qp_num: self.qp_num }
+    }
+
+    /// Error state, then tell the peer by closing the socket. The control thread sees
+    /// the end of file and finishes the teardown. Call without holding `send`.
+    fn fail(&self, why: &str, log: bool) {
+        self.state.mark_error(why);
+        if self.state.torn_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if log {
+            log_event(&format!("qp {} (peer qp {}): closing connection: {why}", self.qp_num, self.peer_qp_num));
+        }
+        // Taking the send lock waits out a post in progress: nothing reaches the peer
+        // after this point.
+        drop(lock(&self.send));
+        let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Both);
+    }
+
+    /// Asks the peer for the region behind `rkey` and maps it.
+    fn resolve(&self, rkey: u32) -> Option<Arc<PeerRegion>> {
+        let id = {
+            let mut p = lock(&self.pending);
+            if p.closed {
+                return None;
+            }
+            let id = p.next;
+            p.next += 1;
+            p.answers.insert(id, Answer::Waiting);
+            id
+        };
+        let mut msg = vec![MSG_RESOLVE];
+        msg.extend_from_slice(&id.to_le_bytes());
+        msg.extend_from_slice(&rkey.to_le_bytes());
+        if send_msg(&self.sock, &msg, &[]).is_err() {
+            lock(&self.pending).answers.remove(&id);
+            return None;
+        }
+        let until = Instant::now() + RESOLVE_TIMEOUT;
+        let mut p = lock(&self.pending);
+        let answer = loop {
+            match p.answers.get(&id) {
+                Some(Answer::Waiting) => {}
+                _ => match p.answers.remove(&id) {
+                    Some(Answer::Found(r, f)) => break Some((r, f)),
+                    _ => break None,
+                },
+            }
+            let now = Instant::now();
+            if p.closed || now >= until {
+                p.answers.remove(&id);
+                break None;
+            }
+            p = self.pending_cv.wait_timeout(p, until - now).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+        };
+        drop(p);
+        let (r, file) = answer?;
+        if r.rkey != rkey {
+            return None;
+        }
+        let flen = file_len(&file).ok()?;
+        if r.file_off.checked_add(r.len)? > flen {
+            return None;
+        }
+        let page = crate::pmem::map::page_size() as u64;
+        let start = r.file_off / page * page;
+        let map_len = (r.file_off + r.len - start).max(1);
+        let mapping = Mapping::map_file(&file, start, map_len as usize, false).ok()?;
+        Some(Arc::new(PeerRegion {
+            rkey,
+            slot: rkey & 0xffff,
+            addr: r.addr,
+            len: r.len,
+            access: r.access,
+            mapping,
+            base: r.file_off - start,
+        }))
+    }
+
+    /// The peer region for `rkey`, from the cache or a look-up.
+    fn region(&self, s: &mut SendSide, rkey: u32) -> Option<Arc<PeerRegion>> {
+        let slot = (rkey & 0xffff) as usize;
+        if let Some(Some(r)) = s.regions.get(slot) {
+            if r.rkey == rkey {
+                return Some(r.clone());
+            }
+        }
+        let r = self.resolve(rkey)?;
+        if s.regions.len() <= slot {
+            s.regions.resize(slot + 1, None);
+        }
+        s.regions[slot] = Some(r.clone());
+        Some(r)
+    }
+
+    /// Copies between our `local` and the peer's `[raddr, raddr + len)` under `rkey`,
+    /// checking `need`. False is a remote access error.
+    fn one_sided(
+        &self,
+        s: &mut SendSide,
+        rkey: u32,
+        raddr: u64,
+        len: u32,
+        need: Access,
+        local: (&Mapping, u64),
+        to_peer: bool,
+    ) -> bool {
+        let Some(r) = self.region(s, rkey) else { return false };
+        let Some(off) = r.translate(raddr, len as u64).filter(|_| r.access.contains(need)) else { return false };
+        if !guard_enter(&s.peer_table, r.slot, rkey) {
+            // Revoked: forget the mapping.
+            if let Some(e) = s.regions.get_mut(r.slot as usize) {
+                *e = None;
+            }
+            return false;
+        }
+        let ok = if to_peer {
+            local.0.copy_to(local.1, &r.mapping, off, len as usize).is_ok()
+        } else {
+            r.mapping.copy_to(off, local.0, local.1, len as usize).is_ok()
+        };
+        guard_exit(&s.peer_table, r.slot);
+        ok
+    }
+
+    /// The next posted receive of the peer, waiting up to the RNR timeout.
+    fn next_recv(&self, s: &mut SendSide) -> Option<(u64, u32, u32)> {
+        let off = rq_slot(s.peer_depth, s.rq_next);
+        let mut until = None;
+        loop {
+            if word(&s.peer_page, off).load(Ordering::Acquire) == s.rq_next + 1 {
+                let addr = word(&s.peer_page, off + 8).load(Ordering::Relaxed);
+                let lk = word(&s.peer_page, off + 16).load(Ordering::Relaxed);
+                s.rq_next += 1;
+                word(&s.peer_page, OFF_RQ_CONSUMED).store(s.rq_next, Ordering::Release);
+                return Some((addr, lk as u32, (lk >> 32) as u32));
+            }
+            if self.state.is_error() || self.state.quiesced.load(Ordering::Acquire) {
+                return None;
+            }
+            let now = Instant::now();
+            let u = *until.get_or_insert_with(|| now + self.t.inner.cfg.rnr_timeout);
+            if now >= u {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Writes a completion into the peer's ring and rings its doorbell.
+    fn produce(&self, s: &mut SendSide, byte_len: u32, imm: Option<u32>, status: WcStatus) -> bool {
+        if s.cq_next - s.cq_polled >= s.peer_depth as u64 {
+            s.cq_polled = word(&s.peer_page, OFF_CQ_POLLED).load(Ordering::Acquire);
+            if s.cq_next - s.cq_polled >= s.peer_depth as u64 {
+                return false;
+            }
+        }
+        let off = cq_slot(s.peer_depth, s.cq_next);
+        let opcode = if imm.is_some() { WcOpcode::RecvWithImm } else { WcOpcode::Recv };
+        word(&s.peer_page, off + 8).store(byte_len as u64 | (imm.unwrap_or(0) as u64) << 32, Ordering::Relaxed);
+        word(&s.peer_page, off + 16).store(
+            opcode.code() as u64 | (status.code() as u64) << 8 | (imm.is_some() as u64) << 16,
+            Ordering::Relaxed,
+        );
+        word(&s.peer_page, off).store(s.cq_next + 1, Ordering::Release);
+        s.cq_next += 1;
+        ring_doorbell(&s.peer_db);
+        true
+    }
+}
+
+/// Serves the control socket: answers rkey look-ups, delivers answers to ours, and on
+/// end of file finishes the teardown.
+fn control_thread(c: Arc<Conn>) {
+    let why = loop {
+        let msg = match recv_msg(&c.sock) {
+            Ok(Some(m)) => m,
+            Ok(None) => break None,
+            Err(e) => break Some(e),
+        };
+        let mut r = Rd(&msg.bytes);
+        let res = match r.u8() {
+            Ok(MSG_RESOLVE) => answer_resolve(&c, &mut r),
+            Ok(MSG_RESOLVED) => take_resolved(&c, &mut r, msg.files),
+            Ok(t) => Err(format!("unknown control message type {t}")),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = res {
+            break Some(e);
+        }
+    };
+    {
+        let mut p = lock(&c.pending);
+        p.closed = true;
+        c.pending_cv.notify_all();
+    }
+    let orderly = why.is_none();
+    c.fail(
+        why.as_deref().unwrap_or("peer closed the connection"),
+        !orderly && !c.state.torn_down.load(Ordering::Acquire),
+    );
+    c.state.quiesced.store(true, Ordering::Release);
+    c.recv_cq.kick();
+    c.send_cq.kick();
+}
+
+fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
+    let id = r.u64()?;
+    let rkey = r.u32()?;
+    let mut reply = vec![MSG_RESOLVED];
+    reply.extend_from_slice(&id.to_le_bytes());
+    let info = c.t.inner.pd.lookup(rkey).filter(|i| i.file.is_some());
+    let sent = match &info {
+        Some(i) => {
+            reply.push(0);
+            reply.extend_from_slice(&i.rkey.to_le_bytes());
+            reply.extend_from_slice(&i.access.bits().to_le_bytes());
+            reply.extend_from_slice(&i.addr.to_le_bytes());
+            reply.extend_from_slice(&i.len.to_le_bytes());
+            reply.extend_from_slice(&i.map_off.to_le_bytes());
+            match &i.file {
+                Some(f) => send_msg(&c.sock, &reply, &[f]),
+                None => Ok(()),
+            }
+        }
+        None => {
+            reply.push(1);
+            send_msg(&c.sock, &reply, &[])
+        }
+    };
+    sent.map_err(|e| format!("answering an rkey look-up: {e}"))
+}
+
+fn take_resolved(c: &Conn, r: &mut Rd<'_>, files: Vec<File>) -> std::result::Result<(), String> {
+    let id = r.u64()?;
+    let status = r.u8()?;
+    let answer = if status == 0 {
+        let rkey = r.u32()?;
+        let access = Access::from_bits(r.u32()?);
+        let addr = r.u64()?;
+        let len = r.u64()?;
+        let file_off = r.u64()?;
+        let file = files.into_iter().next().ok_or("rkey answer without its file")?;
+        Answer::Found(Resolved { rkey, access, addr, len, file_off }, file)
+    } else {
+        Answer::NotFound
+    };
+    let mut p = lock(&c.pending);
+    if let Some(slot) = p.answers.get_mut(&id) {
+        *slot = answer;
+        c.pending_cv.notify_all();
+    }
+    Ok(())
+}
+
+/// A queue pair of the shm backend. Dropping it closes the connection.
+pub struct ShmQp {
+    conn: Arc<Conn>,
+}
+
+impl std::fmt::Debug for ShmQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmQp").field("qp_num", &self.conn.qp_num).field("peer", &self.conn.peer_qp_num).finish()
+    }
+}
+
+impl Drop for ShmQp {
+    fn drop(&mut self) {
+        self.conn.fail("closed locally", false);
+    }
+}
+
+/// The local part of a send-side work request.
+enum Src<'a> {
+    Mr(&'a Mr, u64, u32),
+    Bytes(&'a [u8]),
+}
+
+impl ShmQp {
+    fn check_open(&self) -> Result<()> {
+        if self.conn.state.is_error() {
+            let why = lock(&self.conn.state.reason).clone().unwrap_or_default();
+            return Err(Error::Transport(format!("qp {} is in the error state: {why}", self.conn.qp_num)));
+        }
+        Ok(())
+    }
+
+    fn complete(&self, signaled: bool, wr_id: u64, opcode: WcOpcode, len: u32) {
+        if signaled {
+            self.conn.send_cq.push(self.conn.completion(wr_id, WcStatus::Success, opcode, len));
+        }
+    }
+
+    /// Fails a request: error state first, then the error completion, then teardown.
+    fn error(&self, wr_id: u64, opcode: WcOpcode, status: WcStatus, why: String) -> Result<()> {
+        let c = &self.conn;
+        c.state.mark_error(&why);
+        c.send_cq.push(c.completion(wr_id, status, opcode, 0));
+        c.fail(&why, true);
+        Ok(())
+    }
+
+    /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete.
+    fn two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<()> {
+        let c = &self.conn;
+        let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
+        let local = match &src {
+            Src::Mr(mr, off, len) => match mr.check_local(c.t.inner.pd.id, *off, *len, Access::NONE) {
+                Ok(o) => Some((mr.info().mapping.clone(), o, *len)),
+                Err(()) => {
+                    return self.error(
+                        wr_id,
+                        opcode,
+                        WcStatus::LocalProtectionError,
+                        "local protection error: source buffer outside its region or not ours".into(),
+                    )
+                }
+            },
+            _ => None,
+        };
+        let len = match (&src, &local) {
+            (Src::Bytes(b), _) => b.len() as u32,
+            (_, Some(l)) => l.2,
+            _ => 0,
+        };
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return self.check_open();
+        }
+        let Some((raddr, rlen, rkey)) = c.next_recv(&mut s) else {
+            drop(s);
+            if c.state.is_error() {
+                return self.check_open();
+            }
+            return self.error(
+                wr_id,
+                opcode,
+                WcStatus::RnrRetryExceeded,
+                format!("no receive posted at the peer within {:?} (RNR)", c.t.inner.cfg.rnr_timeout),
+            );
+        };
+        if let Some((waddr, wkey, imm)) = write {
+            let l = local.as_ref().map(|(m, o, _)| (&**m, *o));
+            let placed = match l {
+                Some(l) => c.one_sided(&mut s, wkey, waddr, len, Access::REMOTE_WRITE, l, true),
+                None => false,
+            };
+            if !placed {
+                // The receive is consumed but the message was refused; the peer flushes it.
+                drop(s);
+                return self.error(
+                    wr_id,
+                    opcode,
+                    WcStatus::RemoteAccessError,
+                    format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}"),
+                );
+            }
+            let ok = c.produce(&mut s, len, Some(imm), WcStatus::Success);
+            drop(s);
+            if !ok {
+                return self.error(
+                    wr_id,
+                    opcode,
+                    WcStatus::RemoteInvalidRequest,
+                    "peer completion ring overrun".into(),
+                );
+            }
+            self.complete(true, wr_id, opcode, len);
+            return Ok(());
+        }
+        // SEND: copy into the peer's receive buffer.
+        if len > rlen {
+            c.produce(&mut s, len, None, WcStatus::LocalLengthError);
+            drop(s);
+            return self.error(
+                wr_id,
+                opcode,
+                WcStatus::RemoteInvalidRequest,
+                format!("SEND of {len} bytes into a {rlen}-byte receive buffer"),
+            );
+        }
+        let placed = match (&src, &local) {
+            (Src::Bytes(b), _) => self.place_bytes(&mut s, rkey, raddr, b),
+            (_, Some((m, o, _))) => c.one_sided(&mut s, rkey, raddr, len, Access::LOCAL_WRITE, (m, *o), true),
+            _ => true,
+        };
+        let status = if placed { WcStatus::Success } else { WcStatus::LocalProtectionError };
+        let ok = c.produce(&mut s, len, None, status);
+        drop(s);
+        if !placed || !ok {
+            return self.error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer receive buffer unusable".into());
+        }
+        self.complete(true, wr_id, opcode, len);
+        Ok(())
+    }
+
+    fn place_bytes(&self, s: &mut SendSide, rkey: u32, raddr: u64, data: &[u8]) -> bool {
+        let c = &self.conn;
+        let Some(r) = c.region(s, rkey) else { return false };
+        let Some(off) = r.translate(raddr, data.len() as u64).filter(|_| r.access.contains(Access::LOCAL_WRITE)) else {
+            return false;
+        };
+        if !guard_enter(&s.peer_table, r.slot, rkey) {
+            return false;
+        }
+        let ok = r.mapping.write(off, data).is_ok();
+        guard_exit(&s.peer_table, r.slot);
+        ok
+    }
+}
+
+impl QueuePair for ShmQp {
+    type Mr = Mr;
+
+    fn qp_num(&self) -> u32 {
+        self.conn.qp_num
+    }
+
+    fn peer_qp_num(&self) -> u32 {
+        self.conn.peer_qp_num
+    }
+
+    fn post_send(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
+        self.check_open()?;
+        super::tcp::check_len(len)?;
+        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
+        self.two_sided(wr_id, Src::Mr(mr, off, len), None)
+    }
+
+    fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
+        self.check_open()?;
+        super::tcp::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
+        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
+        self.two_sided(wr_id, Src::Bytes(data), None)
+    }
+
+    fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
+        self.check_open()?;
+        let c = &self.conn;
+        let rs = &c.recv;
+        if mr.check_local(c.t.inner.pd.id, off, len, Access::LOCAL_WRITE).is_err() {
+            c.state.mark_error("local protection error: receive buffer");
+            c.recv_cq.push(c.completion(wr_id, WcStatus::LocalProtectionError, WcOpcode::Recv, 0));
+            c.fail("local protection error: receive buffer outside its region, not ours, or not LOCAL_WRITE", true);
+            return Ok(());
+        }
+        if mr.info().file.is_none() {
+            return Err(Error::invalid(
+                "shm transport: a receive buffer must be file-backed (alloc_mr, or register with a file)",
+            ));
+        }
+        let mut rq = lock(&rs.rq);
+        if rq.posted - rq.polled >= rs.depth as u64 {
+            let consumed = word(&rs.page, OFF_RQ_CONSUMED).load(Ordering::Acquire);
+            if rq.posted.saturating_sub(consumed) >= rs.depth as u64 {
+                return Err(Error::Transport(format!("qp {}: receive queue full ({})", c.qp_num, rs.depth)));
+            }
+        }
+        let slot = rq_slot(rs.depth, rq.posted);
+        let addr = mr.remote().addr + off;
+        word(&rs.page, slot + 8).store(addr, Ordering::Relaxed);
+        word(&rs.page, slot + 16).store(len as u64 | (mr.rkey() as u64) << 32, Ordering::Relaxed);
+        word(&rs.page, slot).store(rq.posted + 1, Ordering::Release);
+        rq.posted += 1;
+        rq.wrs.push_back((wr_id, mr.clone()));
+        drop(rq);
+        c.stats.recvs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn post_write(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        signaled: bool,
+    ) -> Result<()> {
+        self.check_open()?;
+        super::tcp::check_len(len)?;
+        let c = &self.conn;
+        c.stats.writes.fetch_add(1, Ordering::Relaxed);
+        let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, len, Access::NONE) else {
+            return self.error(
+                wr_id,
+                WcOpcode::Write,
+                WcStatus::LocalProtectionError,
+                "local protection error: WRITE source outside its region or not ours".into(),
+            );
+        };
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return self.check_open();
+        }
+        let ok = c.one_sided(&mut s, rkey, remote_addr, len, Access::REMOTE_WRITE, (&mr.info().mapping, loff), true);
+        drop(s);
+        if !ok {
+            return self.error(
+                wr_id,
+                WcOpcode::Write,
+                WcStatus::RemoteAccessError,
+                format!("remote access error: WRITE of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
+            );
+        }
+        self.complete(signaled, wr_id, WcOpcode::Write, len);
+        Ok(())
+    }
+
+    fn post_write_imm(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<()> {
+        self.check_open()?;
+        super::tcp::check_len(len)?;
+        self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
+        self.two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)))
+    }
+
+    fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
+        self.check_open()?;
+        super::tcp::check_len(len)?;
+        let c = &self.conn;
+        c.stats.reads.fetch_add(1, Ordering::Relaxed);
+        let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, len, Access::LOCAL_WRITE) else {
+            return self.error(
+                wr_id,
+                WcOpcode::Read,
+                WcStatus::LocalProtectionError,
+                "local protection error: READ destination outside its region or not LOCAL_WRITE".into(),
+            );
+        };
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return self.check_open();
+        }
+        let ok = c.one_sided(&mut s, rkey, remote_addr, len, Access::REMOTE_READ, (&mr.info().mapping, loff), false);
+        drop(s);
+        if !ok {
+            return self.error(
+                wr_id,
+                WcOpcode::Read,
+                WcStatus::RemoteAccessError,
+                format!("remote access error: READ of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
+            );
+        }
+        self.complete(true, wr_id, WcOpcode::Read, len);
+        Ok(())
+    }
+
+    fn is_error(&self) -> bool {
+        self.conn.state.is_error()
+    }
+
+    fn error_reason(&self) -> Option<String> {
+        lock(&self.conn.state.reason).clone()
+    }
+
+    fn stats(&self) -> QpStats {
+        self.conn.stats.snapshot()
+    }
+
+    fn close(&self) {
+        self.conn.fail("closed locally", false);
+    }
+}
+
+/// True when `p` can be used as an shm endpoint path (for tests and tools).
+pub fn socket_path_ok(p: &Path) -> bool {
+    p.as_os_str().len() < 100
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::conformance;
+
+    fn make() -> ShmTransport {
+        ShmTransport::with_config(conformance::test_config()).unwrap()
+    }
+
+    fn ep() -> Endpoint {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!("boomkv-shm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Endpoint::Shm(dir.join(format!("s{}.sock", N.fetch_add(1, Ordering::Relaxed))))
+    }
+
+    crate::conformance_suite!(make, ep);
+
+    #[test]
+    fn version_mismatch_and_garbage_are_refused() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        let Endpoint::Shm(path) = l.endpoint() else { unreachable!() };
+        let addr = SocketAddrUnix::new(path.as_path()).unwrap();
+        let bad = seqpacket().unwrap();
+        rustix::net::connect(&bad, &addr).unwrap();
+        send_msg(&bad, &encode_hello(MSG_HELLO, PROTOCOL_VERSION + 1, 1, 16, b""), &[]).unwrap();
+        let junk = seqpacket().unwrap();
+        rustix::net::connect(&junk, &addr).unwrap();
+        send_msg(&junk, b"\x01garbage", &[]).unwrap();
+        let nofiles = seqpacket().unwrap();
+        rustix::net::connect(&nofiles, &addr).unwrap();
+        send_msg(&nofiles, &encode_hello(MSG_HELLO, PROTOCOL_VERSION, 1, 16, b""), &[]).unwrap();
+        let ct = make();
+        let ccq = ct.create_cq().unwrap();
+        let lep = l.endpoint();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                ct.connect(&lep, &ccq, &ccq, b"", Duration::from_secs(5))
+            });
+            let qp = l.accept(&cq, &cq, Duration::from_secs(10), |_| Ok(vec![])).unwrap();
+            let (cqp, _) = h.join().unwrap().unwrap();
+            assert!(!qp.is_error() && !cqp.is_error());
+        });
+        assert!(wait_readable(&bad, deadline(Duration::from_secs(5))));
+        let m = recv_msg(&bad).unwrap().unwrap();
+        assert_eq!(m.bytes[0], MSG_REJECT);
+        assert!(String::from_utf8_lossy(&m.bytes[1..]).contains("not supported"));
+    }
+
+    #[test]
+    fn stale_socket_file_is_replaced_and_live_one_is_refused() {
+        let e = ep();
+        let Endpoint::Shm(path) = &e else { unreachable!() };
+        std::fs::write(path, b"").unwrap();
+        let t = make();
+        let l = t.listen(&e).unwrap();
+        assert!(t.listen(&e).is_err(), "a second listener on a live path must fail");
+        drop(l);
+        assert!(!path.exists());
+    }
+}
