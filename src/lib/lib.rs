@@ -13,7 +13,7 @@
 //! - [`index`]: the volatile index from key to entry location.
 //! - [`transport`]: the verbs-like seam the protocols run on, with `shm` (one host)
 //!   and `tcp` (any two hosts) backends.
-//! - [`bench`]: benchmarks; so far the transport floor ([`bench::floor`]).
+//! - [`bench`](mod@bench): benchmarks; so far the transport floor ([`bench::floor`]).
 //!
 //! ## The durability promise
 //!

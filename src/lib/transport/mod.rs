@@ -578,7 +578,9 @@ impl Default for TransportConfig {
         TransportConfig {
             rq_depth: 1024,
             sq_depth: 4096,
-            rnr_timeout: Duration::from_millis(10),
+            // Generous, like verbs RNR retry: a peer that posts its receives right after
+            // connecting must not fail a request that raced ahead on a loaded machine.
+            rnr_timeout: Duration::from_secs(1),
             spin: Duration::from_micros(100),
             handshake_timeout: Duration::from_secs(5),
         }

@@ -1081,9 +1081,7 @@ impl Conn {
                 let status = if payload.len() > r.len as usize {
                     self.mark_error("incoming SEND longer than the receive buffer");
                     WcStatus::LocalLengthError
-                } else if !r.mr.is_registered() {
-                    WcStatus::LocalProtectionError
-                } else if r.mr.info().mapping.write(r.map_off, payload).is_err() {
+                } else if !r.mr.is_registered() || r.mr.info().mapping.write(r.map_off, payload).is_err() {
                     WcStatus::LocalProtectionError
                 } else {
                     WcStatus::Success
