@@ -1,16 +1,28 @@
 //! `boomctl`: the BOOM-KV command-line toolkit and benchmark suite.
+//!
+//! Each subcommand parses its arguments here and calls into the `boomkv` library;
+//! errors come back typed, get context, and are printed as one line on stderr.
+
+#[path = "boomctl/bench_transport.rs"]
+mod bench_transport;
+#[path = "boomctl/common.rs"]
+mod common;
+#[path = "boomctl/kv_cmds.rs"]
+mod kv_cmds;
+#[path = "boomctl/pool_cmds.rs"]
+mod pool_cmds;
+#[path = "boomctl/ycsb_cmd.rs"]
+mod ycsb_cmd;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-#[path = "boomctl/bench_transport.rs"]
-mod bench_transport;
-
-/// BOOM-KV: a persistent key-value store over RDMA-style one-sided writes into
-/// persistent memory, and the benchmarks that compare it with its baselines.
+/// BOOM-KV: a persistent key-value store whose clients write straight into the
+/// server's persistent memory with one-sided RDMA operations, and the benchmarks
+/// that compare it with the protocols it claims to beat.
 #[derive(Parser, Debug)]
-#[command(name = "boomctl", version, about, long_about = None)]
+#[command(name = "boomctl", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,6 +30,24 @@ struct Cli {
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
+    /// Run a server on a pool (recovers it first).
+    Serve(kv_cmds::ServeArgs),
+    /// Store a value under a key.
+    Put(kv_cmds::PutArgs),
+    /// Print a key's value.
+    Get(kv_cmds::GetArgs),
+    /// Delete a key.
+    Del(kv_cmds::DelArgs),
+    /// Show a running server's statistics.
+    Stats(kv_cmds::StatsArgs),
+    /// Load a YCSB workload's records into a running server.
+    Load(ycsb_cmd::LoadArgs),
+    /// Run a YCSB workload (embedded server unless --server) and print YCSB's report.
+    Ycsb(ycsb_cmd::YcsbArgs),
+    /// Recover a pool offline and print a summary (keys, space, segments, damage).
+    Recover(pool_cmds::RecoverArgs),
+    /// Show a pool's header, segments and entries (read-only; works on crashed pools).
+    InspectLog(pool_cmds::InspectArgs),
     /// Measure the transport floor: latency and message rate of each transport backend
     /// next to a cache-line ping-pong and a plain TCP ping-pong.
     BenchTransport(bench_transport::BenchTransportArgs),
@@ -25,13 +55,22 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::BenchTransport(args) => bench_transport::run(args),
+    let r = match cli.command {
+        Command::Serve(a) => kv_cmds::serve(a),
+        Command::Put(a) => kv_cmds::put(a),
+        Command::Get(a) => kv_cmds::get(a),
+        Command::Del(a) => kv_cmds::del(a),
+        Command::Stats(a) => kv_cmds::stats(a),
+        Command::Load(a) => ycsb_cmd::load(a),
+        Command::Ycsb(a) => ycsb_cmd::ycsb(a),
+        Command::Recover(a) => pool_cmds::recover(a),
+        Command::InspectLog(a) => pool_cmds::inspect_log(a),
+        Command::BenchTransport(a) => bench_transport::run(a),
     };
-    match result {
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("boomctl: {e:#}");
+            eprintln!("boomctl: error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -11,9 +11,10 @@
 //! - [`log`]: the on-media format (pool, segment and entry layouts), segment
 //!   allocation, recovery and space accounting.
 //! - [`index`]: the volatile index from key to entry location.
+//! - [`workload`]: YCSB-compatible workloads (generators, property files, op streams).
+//! - [`bench`](mod@bench): latency histograms and the YCSB text, CSV, JSON and HdrHistogram log reports.
 //! - [`transport`]: the verbs-like seam the protocols run on, with `shm` (one host)
 //!   and `tcp` (any two hosts) backends.
-//! - [`bench`](mod@bench): benchmarks; so far the transport floor ([`bench::floor`]).
 //!
 //! ## The durability promise
 //!
@@ -25,10 +26,15 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod client;
 pub mod error;
 pub mod index;
 pub mod log;
 pub mod pmem;
+pub mod server;
 pub mod transport;
+pub mod units;
+pub mod wire;
+pub mod workload;
 
 pub use error::{Error, Result};

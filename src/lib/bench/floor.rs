@@ -27,62 +27,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::LatencySummary;
 use crate::error::{Error, Result};
 use crate::transport::{
     Access, Backend, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, RemoteRegion, ShmTransport,
     TcpTransport, Transport, WcOpcode,
 };
-
-/// Statistics of one latency sample, in microseconds (perftest's columns).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct LatencySummary {
-    /// Samples.
-    pub count: usize,
-    /// Smallest.
-    pub min: f64,
-    /// Largest.
-    pub max: f64,
-    /// Median (perftest's `t_typical`).
-    pub median: f64,
-    /// Mean.
-    pub avg: f64,
-    /// Standard deviation.
-    pub stdev: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// 99.9th percentile.
-    pub p999: f64,
-}
-
-impl LatencySummary {
-    /// Summarizes samples given in nanoseconds (sorts them in place). Empty input gives
-    /// all zeros.
-    pub fn from_ns(samples: &mut [u64]) -> LatencySummary {
-        if samples.is_empty() {
-            return LatencySummary::default();
-        }
-        samples.sort_unstable();
-        let n = samples.len();
-        let us = |ns: u64| ns as f64 / 1000.0;
-        let pct = |p: f64| {
-            // Nearest rank: the smallest sample with at least p of the samples at or below it.
-            let rank = ((p * n as f64).ceil() as usize).clamp(1, n);
-            us(samples[rank - 1])
-        };
-        let avg = samples.iter().map(|&s| s as f64).sum::<f64>() / n as f64;
-        let var = samples.iter().map(|&s| (s as f64 - avg).powi(2)).sum::<f64>() / n as f64;
-        LatencySummary {
-            count: n,
-            min: us(samples[0]),
-            max: us(samples[n - 1]),
-            median: pct(0.5),
-            avg: avg / 1000.0,
-            stdev: var.sqrt() / 1000.0,
-            p99: pct(0.99),
-            p999: pct(0.999),
-        }
-    }
-}
 
 /// Size of the server's reply to a WRITE_WITH_IMM.
 pub const REPLY_BYTES: u32 = 16;
@@ -804,18 +754,6 @@ mod tests {
         let csv = String::from_utf8(csv).unwrap();
         assert_eq!(csv.lines().count(), 1 + r.latency.len() + r.rates.len());
         assert!(csv.lines().all(|l| l.split(',').count() == 13), "{csv}");
-    }
-
-    #[test]
-    fn summary_of_known_samples() {
-        let mut v: Vec<u64> = (1..=1000).rev().map(|i| i * 1000).collect();
-        let s = LatencySummary::from_ns(&mut v);
-        assert_eq!(s.count, 1000);
-        assert_eq!((s.min, s.max, s.median), (1.0, 1000.0, 500.0));
-        assert_eq!((s.p99, s.p999), (990.0, 999.0));
-        assert!((s.avg - 500.5).abs() < 1e-9);
-        assert!((s.stdev - 288.6749).abs() < 1e-3);
-        assert_eq!(LatencySummary::from_ns(&mut []), LatencySummary::default());
     }
 
     #[test]

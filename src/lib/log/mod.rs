@@ -1,1 +1,464 @@
-//! The on-media format and the log (in progress).
+//! The log: a pool of segments, each client's persistent log of segments, entries,
+//! recovery and space accounting.
+//!
+//! - [`format`](mod@format) defines every on-media byte (tables there).
+//! - [`Pool`] opens or creates a pool, allocates and links segments, and gives the
+//!   protocols the operations of the PUT path (validate an entry, assign its version,
+//!   write it back, bump `count`, index it).
+//! - [`recovery`] scans a pool into the index; `recover` and `inspect-log` use it.
+//! - [`space`] counts bytes appended, rewritten in place, live and garbage.
+
+pub mod cleaner;
+pub mod format;
+pub mod inspect;
+pub mod recovery;
+pub mod space;
+pub mod writer;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+use crate::index::{Index, IndexKind, KeySource, Loc, Upsert};
+use crate::pmem::{resolve_pool_path, Media, MediaOptions};
+use format::*;
+pub use recovery::RecoveryReport;
+pub use space::{SpaceCounters, SpaceReport};
+pub use writer::{ActiveSegment, CommitError, Committed, LocalWriter, WriteMode};
+
+/// How to open a pool.
+#[derive(Clone, Debug)]
+pub struct PoolOptions {
+    /// Media options (size on creation, read-only, flush instruction, durability).
+    pub media: MediaOptions,
+    /// Segment size for a new pool (an existing pool keeps its own).
+    pub segment_size: u64,
+    /// Index variant to rebuild.
+    pub index: IndexKind,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions { media: MediaOptions::default(), segment_size: DEFAULT_SEGMENT_SIZE, index: IndexKind::Hash }
+    }
+}
+
+/// What the allocator knows of one segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SegMeta {
+    /// Life-cycle state.
+    pub state: SegmentState,
+    /// Owning client (0 for free segments).
+    pub owner: u64,
+    /// Previous segment of the owner's log.
+    pub prev: u64,
+    /// Next segment of the owner's log.
+    pub next: u64,
+    /// Position in the owner's log.
+    pub log_seq: u64,
+    /// Allocation generation.
+    pub generation: u64,
+}
+
+impl SegMeta {
+    fn free(generation: u64) -> SegMeta {
+        SegMeta { state: SegmentState::Free, owner: 0, prev: NO_SEGMENT, next: NO_SEGMENT, log_seq: 0, generation }
+    }
+}
+
+struct Allocator {
+    /// Free segment ids, highest first so `pop` hands out the lowest.
+    free: Vec<u64>,
+    segs: Vec<SegMeta>,
+}
+
+/// An open pool: media, header, allocator, index and counters.
+pub struct Pool {
+    media: Media,
+    header: PoolHeader,
+    alloc: Mutex<Allocator>,
+    index: Index,
+    next_version: AtomicU64,
+    next_client: AtomicU64,
+    seg_used: Vec<AtomicU64>,
+    seg_live: Vec<AtomicU64>,
+    space: SpaceCounters,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("media", &self.media).field("header", &self.header).finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Pool {
+    /// Opens the pool that `--pmem ARG` names (a directory, a file or a DAX device),
+    /// creating and formatting it if it does not exist (unless read-only), then recovers.
+    pub fn open(arg: &Path, opts: &PoolOptions) -> Result<(Pool, RecoveryReport)> {
+        let path = resolve_pool_path(arg)?;
+        if opts.media.create && !opts.media.read_only && !path.exists() {
+            // Validate the layout before creating anything, so bad options leave no file.
+            let size = opts.media.create_size.unwrap_or(crate::pmem::DEFAULT_POOL_SIZE);
+            PoolHeader::new(size, opts.segment_size, [0; 16], 0)
+                .map_err(|e| Error::Path { path: path.clone(), problem: e.to_string() })?;
+        }
+        let (media, created) = Media::open(&path, &opts.media)?;
+        if created {
+            Self::format(&media, opts.segment_size).inspect_err(|_| {
+                let _ = std::fs::remove_file(&path);
+            })?;
+        }
+        Self::from_media(media, opts.index)
+    }
+
+    /// Writes a fresh pool header (with a new uuid) to `media`, whose segments must be zero.
+    pub fn format(media: &Media, segment_size: u64) -> Result<PoolHeader> {
+        let mut uuid = [0u8; 16];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut uuid);
+        let h = PoolHeader::new(media.len(), segment_size, uuid, now_secs())
+            .map_err(|e| Error::Path { path: media.path().into(), problem: e.to_string() })?;
+        media.map().write(0, &h.encode())?;
+        media.persist(0, 80)?;
+        Ok(h)
+    }
+
+    /// Decodes the header of `media` and recovers its contents.
+    pub fn from_media(media: Media, index: IndexKind) -> Result<(Pool, RecoveryReport)> {
+        let hb = media.map().view(0, 80.min(media.len() as usize))?;
+        let header = PoolHeader::decode(hb, media.len())
+            .map_err(|e| Error::BadPool { path: media.path().into(), problem: e.to_string() })?;
+        let n = header.segment_count as usize;
+        let pool = Pool {
+            alloc: Mutex::new(Allocator { free: Vec::new(), segs: vec![SegMeta::free(0); n] }),
+            index: Index::new(index),
+            next_version: AtomicU64::new(1),
+            next_client: AtomicU64::new(1),
+            seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            space: SpaceCounters::default(),
+            media,
+            header,
+        };
+        let report = recovery::recover(&pool)?;
+        Ok((pool, report))
+    }
+
+    /// The media.
+    pub fn media(&self) -> &Media {
+        &self.media
+    }
+
+    /// The pool header.
+    pub fn header(&self) -> &PoolHeader {
+        &self.header
+    }
+
+    /// Bytes per segment.
+    pub fn segment_size(&self) -> u64 {
+        self.header.segment_size
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> u64 {
+        self.header.segment_count
+    }
+
+    /// Pool offset of segment `id`.
+    pub fn segment_offset(&self, id: u64) -> u64 {
+        self.header.segment_offset(id)
+    }
+
+    /// The index.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Space counters.
+    pub fn space(&self) -> &SpaceCounters {
+        &self.space
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Allocator> {
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the allocator's view of segment `id`.
+    pub fn seg_meta(&self, id: u64) -> Option<SegMeta> {
+        self.lock().segs.get(id as usize).copied()
+    }
+
+    /// All segments' metadata.
+    pub fn seg_metas(&self) -> Vec<SegMeta> {
+        self.lock().segs.clone()
+    }
+
+    /// Segments not allocated.
+    pub fn free_segments(&self) -> u64 {
+        self.lock().free.len() as u64
+    }
+
+    /// Takes the next version number (versions start at 1 and never repeat).
+    pub fn next_version(&self) -> u64 {
+        self.next_version.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// The version the next PUT would get.
+    pub fn peek_version(&self) -> u64 {
+        self.next_version.load(Ordering::Acquire)
+    }
+
+    /// A client id never used in this pool.
+    pub fn new_client_id(&self) -> u64 {
+        self.next_client.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Allocates a free segment as the next segment of `owner`'s log after `prev`,
+    /// persisting it (see the allocation order in [`format`](mod@format)) and linking `prev` to it.
+    pub fn alloc_segment(&self, owner: u64, prev: Option<u64>) -> Result<u64> {
+        let mut a = self.lock();
+        let id = a
+            .free
+            .pop()
+            .ok_or(Error::PoolFull { segments: self.header.segment_count, segment_size: self.header.segment_size })?;
+        let base = self.segment_offset(id);
+        let log_seq = match prev {
+            Some(p) => a.segs.get(p as usize).map(|m| m.log_seq + 1).unwrap_or(0),
+            None => 0,
+        };
+        let generation = a.segs[id as usize].generation + 1;
+        let m = &self.media;
+        let r = (|| -> Result<()> {
+            m.store_u64(base + SEG_STATE_OFF, SegmentState::Free.to_word())?;
+            m.store_u64(base + SEG_COUNT_OFF, 0)?;
+            m.store_u64(base + SEG_NEXT_OFF, NO_SEGMENT)?;
+            m.persist(base + SEG_COUNT_OFF, 24)?;
+            let h = SegmentHeader { segment_id: id, owner, prev: prev.unwrap_or(NO_SEGMENT), log_seq, generation };
+            m.map().write(base, &h.encode())?;
+            m.persist(base, 64)?;
+            m.store_u64(base + SEG_STATE_OFF, SegmentState::Active.to_word())?;
+            m.persist(base + SEG_STATE_OFF, 8)?;
+            if let Some(p) = prev {
+                let pb = self.segment_offset(p);
+                m.store_u64(pb + SEG_NEXT_OFF, id)?;
+                m.persist(pb + SEG_NEXT_OFF, 8)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            a.free.push(id);
+            return Err(e);
+        }
+        a.segs[id as usize] = SegMeta {
+            state: SegmentState::Active,
+            owner,
+            prev: prev.unwrap_or(NO_SEGMENT),
+            next: NO_SEGMENT,
+            log_seq,
+            generation,
+        };
+        if let Some(p) = prev {
+            if let Some(pm) = a.segs.get_mut(p as usize) {
+                pm.next = id;
+            }
+        }
+        self.seg_used[id as usize].store(0, Ordering::Relaxed);
+        self.seg_live[id as usize].store(0, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Marks an active segment sealed (no more appends).
+    pub fn seal_segment(&self, id: u64) -> Result<()> {
+        let mut a = self.lock();
+        let meta = a.segs.get_mut(id as usize).ok_or_else(|| Error::invalid(format!("no segment {id}")))?;
+        if meta.state != SegmentState::Active {
+            return Ok(());
+        }
+        let base = self.header.segment_offset(id);
+        self.media.store_u64(base + SEG_STATE_OFF, SegmentState::Sealed.to_word())?;
+        self.media.persist(base + SEG_STATE_OFF, 8)?;
+        meta.state = SegmentState::Sealed;
+        Ok(())
+    }
+
+    /// Returns a segment to the free list (the cleaner, after moving its live entries).
+    pub fn free_segment(&self, id: u64) -> Result<()> {
+        let mut a = self.lock();
+        let meta = a.segs.get_mut(id as usize).ok_or_else(|| Error::invalid(format!("no segment {id}")))?;
+        if meta.state == SegmentState::Free {
+            return Ok(());
+        }
+        let base = self.header.segment_offset(id);
+        self.media.store_u64(base + SEG_STATE_OFF, SegmentState::Free.to_word())?;
+        self.media.persist(base + SEG_STATE_OFF, 8)?;
+        *meta = SegMeta::free(meta.generation);
+        a.free.push(id);
+        a.free.sort_unstable_by(|x, y| y.cmp(x));
+        self.seg_used[id as usize].store(0, Ordering::Relaxed);
+        self.seg_live[id as usize].store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The durable `count` of segment `id`.
+    pub fn segment_count_word(&self, id: u64) -> Result<u64> {
+        self.media.load_u64(self.segment_offset(id) + SEG_COUNT_OFF)
+    }
+
+    /// Stores and persists `count` of segment `id` (one aligned 8-byte store).
+    pub fn persist_count(&self, id: u64, count: u64) -> Result<()> {
+        let off = self.segment_offset(id) + SEG_COUNT_OFF;
+        self.media.store_u64(off, count)?;
+        self.media.persist(off, 8)
+    }
+
+    /// Validates the entry a client wrote at `offset` of segment `seg` (not yet versioned).
+    pub fn validate_entry(&self, seg: u64, offset: u64) -> std::result::Result<EntryHeader, EntryFault> {
+        let size = self.segment_size();
+        if seg >= self.segment_count() || offset >= size {
+            return Err(EntryFault::HeaderOutOfBounds);
+        }
+        let slot = self
+            .media
+            .map()
+            .view(self.segment_offset(seg) + offset, (size - offset) as usize)
+            .map_err(|_| EntryFault::HeaderOutOfBounds)?;
+        check_entry_body(slot, offset, size)
+    }
+
+    /// Stores `version` into the entry at `offset` of `seg` (one aligned 8-byte store; not
+    /// yet written back).
+    pub fn store_version(&self, seg: u64, offset: u64, version: u64) -> Result<()> {
+        let off = self.segment_offset(seg) + offset + ENTRY_VERSION_OFF;
+        #[cfg(feature = "planted-bugs")]
+        if crate::log::planted::torn_version() {
+            // Planted bug: two 4-byte stores that can tear across a crash.
+            self.media.map().write(off, &(version as u32).to_le_bytes())?;
+            return self.media.map().write(off + 4, &((version >> 32) as u32).to_le_bytes());
+        }
+        self.media.store_u64(off, version)
+    }
+
+    /// Pool offset of byte `offset` of segment `seg`.
+    pub fn pool_offset(&self, seg: u64, offset: u64) -> u64 {
+        self.segment_offset(seg) + offset
+    }
+
+    /// Installs a durable entry in the index and updates live/garbage accounting.
+    /// Returns what the index did.
+    pub fn index_entry(&self, key: &[u8], loc: Loc) -> Upsert {
+        let r = self.index.upsert(key, loc, self);
+        let slot = |l: &Loc| (l.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
+        match r {
+            Upsert::Inserted => {
+                self.seg_live[loc.segment as usize].fetch_add(slot(&loc), Ordering::Relaxed);
+            }
+            Upsert::Replaced(old) => {
+                self.seg_live[loc.segment as usize].fetch_add(slot(&loc), Ordering::Relaxed);
+                self.seg_live[old.segment as usize].fetch_sub(slot(&old), Ordering::Relaxed);
+            }
+            Upsert::Stale(_) => {}
+        }
+        r
+    }
+
+    /// Moves live-byte accounting from `old` to `new` (the cleaner relocated an entry).
+    pub fn move_live(&self, old: &Loc, new: &Loc) {
+        let slot = |l: &Loc| (l.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
+        self.seg_live[new.segment as usize].fetch_add(slot(new), Ordering::Relaxed);
+        let o = &self.seg_live[old.segment as usize];
+        let _ = o.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(slot(old))));
+    }
+
+    /// Records that `bytes` of segment `seg` were appended (space accounting).
+    pub fn note_append(&self, seg: u64, bytes: u64) {
+        self.seg_used[seg as usize].fetch_add(bytes, Ordering::Relaxed);
+        self.space.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
+        self.space.entries_appended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records that the cleaner copied `bytes` into segment `seg` (not client traffic).
+    pub fn note_cleaner_copy(&self, seg: u64, bytes: u64) {
+        self.seg_used[seg as usize].fetch_add(bytes, Ordering::Relaxed);
+        self.space.bytes_cleaned.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Records that `bytes` were rewritten in place (space accounting).
+    pub fn note_in_place(&self, bytes: u64) {
+        self.space.bytes_in_place.fetch_add(bytes, Ordering::Relaxed);
+        self.space.entries_in_place.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads the entry at `loc` (header + key + value) into a new buffer.
+    pub fn read_entry(&self, loc: &Loc) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; loc.len as usize];
+        self.media.map().read(self.segment_offset(loc.segment as u64) + loc.offset as u64, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Looks `key` up; `None` if absent or deleted.
+    pub fn lookup(&self, key: &[u8]) -> Option<Loc> {
+        self.index.get(key, self).filter(|l| !l.tombstone)
+    }
+
+    /// Bytes of segment `id` holding entries (appended slots).
+    pub fn segment_used(&self, id: u64) -> u64 {
+        self.seg_used.get(id as usize).map(|a| a.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// Bytes of segment `id` holding the newest entry of some key.
+    pub fn segment_live(&self, id: u64) -> u64 {
+        self.seg_live.get(id as usize).map(|a| a.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// The space report now.
+    pub fn space_report(&self) -> SpaceReport {
+        let metas = self.seg_metas();
+        let in_use = metas.iter().filter(|m| m.state != SegmentState::Free).count() as u64;
+        let used: u64 = self.seg_used.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+        let live: u64 = self.seg_live.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+        self.space.report(in_use, self.segment_size(), used, live)
+    }
+}
+
+impl KeySource for Pool {
+    fn key_matches(&self, loc: &Loc, key: &[u8]) -> bool {
+        let base = self.segment_offset(loc.segment as u64) + loc.offset as u64;
+        let m = self.media.map();
+        match m.view(base + 16, 4) {
+            Ok(b) if u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == key.len() => {}
+            _ => return false,
+        }
+        m.view(base + ENTRY_HEADER_SIZE, key.len()).is_ok_and(|k| k == key)
+    }
+}
+
+#[cfg(feature = "planted-bugs")]
+pub mod planted {
+    //! Test-only switches that plant known durability bugs (feature `planted-bugs`),
+    //! so the crash checker can show it catches them. Set through environment
+    //! variables read once: `BOOMKV_PLANT=skip-writeback|count-first|torn-version`.
+
+    fn plant() -> &'static str {
+        static P: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        P.get_or_init(|| std::env::var("BOOMKV_PLANT").unwrap_or_default())
+    }
+    /// Skip the write-back of the entry's lines.
+    pub fn skip_writeback() -> bool {
+        plant() == "skip-writeback"
+    }
+    /// Persist `count` before the entry is written back.
+    pub fn count_before_entry() -> bool {
+        plant() == "count-first"
+    }
+    /// Store `version_num` as two 4-byte writes.
+    pub fn torn_version() -> bool {
+        plant() == "torn-version"
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -186,7 +186,7 @@ mod tests {
             for w in line.chunks(8) {
                 assert!(w.iter().all(|&b| b == w[0]), "a word tore");
             }
-            if line.iter().any(|&b| b == 3) && line.iter().any(|&b| b == 0) {
+            if line.contains(&3) && line.contains(&0) {
                 mixed += 1;
             }
         }

@@ -96,14 +96,9 @@ impl CpuFeatures {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{__cpuid, __cpuid_count};
-            // SAFETY: CPUID exists on every x86_64 CPU; leaf 7 is only read when leaf 0 says it exists.
-            let (l1, max) = unsafe { (__cpuid(1), __cpuid(0).eax) };
-            let ebx7 = if max >= 7 {
-                // SAFETY: as above, leaf 7 is within the maximum leaf.
-                unsafe { __cpuid_count(7, 0).ebx }
-            } else {
-                0
-            };
+            // Leaf 7 is only read when leaf 0 says it exists.
+            let (l1, max) = (__cpuid(1), __cpuid(0).eax);
+            let ebx7 = if max >= 7 { __cpuid_count(7, 0).ebx } else { 0 };
             CpuFeatures {
                 clflush: l1.edx & (1 << 19) != 0,
                 clflushopt: ebx7 & (1 << 23) != 0,

@@ -285,6 +285,28 @@ pub fn page_size() -> usize {
     }
 }
 
+impl Mapping {
+    /// Maps `len` bytes of `file` privately (copy-on-write): reads see the file, writes
+    /// stay in this process. Used to inspect a pool without changing it.
+    pub fn map_private_file(file: &File, len: usize) -> Result<Mapping> {
+        // SAFETY: a fresh private mapping at a kernel-chosen address; the fd is open.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::Io { context: "mmap(private)".into(), source: std::io::Error::last_os_error() });
+        }
+        Ok(Mapping { ptr: nonnull(p)?, len: len.max(1), mode: MapMode::Volatile })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,27 +333,5 @@ mod tests {
         assert_eq!(b.view(10, 2).unwrap(), b"xy");
         a.copy_to(4096 + 10, &a, 0, 2).unwrap();
         assert_eq!(a.view(0, 2).unwrap(), b"xy");
-    }
-}
-
-impl Mapping {
-    /// Maps `len` bytes of `file` privately (copy-on-write): reads see the file, writes
-    /// stay in this process. Used to inspect a pool without changing it.
-    pub fn map_private_file(file: &File, len: usize) -> Result<Mapping> {
-        // SAFETY: a fresh private mapping at a kernel-chosen address; the fd is open.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len.max(1),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::Io { context: "mmap(private)".into(), source: std::io::Error::last_os_error() });
-        }
-        Ok(Mapping { ptr: nonnull(p)?, len: len.max(1), mode: MapMode::Volatile })
     }
 }

@@ -180,12 +180,20 @@ impl Media {
         let len = if is_dev {
             device_size(path, &meta)?
         } else if !exists || meta.len() == 0 {
+            if opts.read_only || !opts.create {
+                return Err(perr("empty file: not a BOOM-KV pool".into()));
+            }
             let size = opts.create_size.unwrap_or(DEFAULT_POOL_SIZE);
             if size < 1 << 20 {
+                if !exists {
+                    let _ = std::fs::remove_file(path);
+                }
                 return Err(perr(format!("pool size {size} is below the 1 MiB minimum")));
             }
             allocate(&file, size).map_err(|e| {
-                let _ = std::fs::remove_file(path);
+                if !exists {
+                    let _ = std::fs::remove_file(path);
+                }
                 perr(format!("cannot allocate {size} bytes: {e}"))
             })?;
             created = true;

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Formatting, lints and docs, all with warnings denied.
+set -euo pipefail
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet

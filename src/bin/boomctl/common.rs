@@ -1,0 +1,76 @@
+//! Arguments shared by several subcommands, and output helpers.
+
+use std::path::PathBuf;
+
+use boomkv::index::IndexKind;
+use boomkv::log::PoolOptions;
+use boomkv::pmem::{Durability, FlushKind, MediaOptions};
+use boomkv::units::parse_bytes;
+
+/// Parses a byte size for clap (`2k`, `64M`, `1G`).
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    parse_bytes(s).map_err(|e| e.to_string())
+}
+
+/// Where the pool is and how to map it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PmemArgs {
+    /// Pool location: a directory (the pool is DIR/boomkv.pool), a pool file, or a
+    /// device-DAX node such as /dev/dax0.0.
+    #[arg(long, value_name = "PATH")]
+    pub pmem: PathBuf,
+}
+
+/// How to create and map a pool (for commands that may create one).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MediaArgs {
+    /// Size of a NEW pool (an existing pool keeps its size; shrinking is refused).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub pool_size: Option<u64>,
+    /// Segment size of a NEW pool: the unit a client is granted (paper default 64M).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "64M")]
+    pub segment_size: u64,
+    /// Cache-line write-back instruction [default: the best this CPU has].
+    #[arg(long, value_name = "clwb|clflushopt|clflush|none")]
+    pub flush: Option<FlushKind>,
+    /// How durability is reached: `flush` (write-back + fence; enough on DAX or eADR) or
+    /// `msync` (also msync the pages: needed for power-loss durability off DAX; slow).
+    #[arg(long, value_name = "flush|msync", default_value = "flush")]
+    pub durability: Durability,
+    /// Index to rebuild: `hash` (point lookups) or `ordered` (also scans, YCSB E).
+    #[arg(long, value_name = "hash|ordered", default_value = "hash")]
+    pub index: IndexKind,
+}
+
+impl MediaArgs {
+    /// Pool options for a read-write open that may create the pool.
+    pub fn pool_options(&self) -> PoolOptions {
+        PoolOptions {
+            media: MediaOptions {
+                create_size: self.pool_size,
+                create: true,
+                read_only: false,
+                flush: self.flush,
+                durability: self.durability,
+            },
+            segment_size: self.segment_size,
+            index: self.index,
+        }
+    }
+}
+
+/// Pool options for looking at an existing pool without changing it.
+pub fn read_only_options(index: IndexKind) -> PoolOptions {
+    PoolOptions {
+        media: MediaOptions { create: false, read_only: true, flush: Some(FlushKind::None), ..Default::default() },
+        index,
+        ..Default::default()
+    }
+}
+
+/// Writes `v` as pretty JSON to stdout.
+pub fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(v)?;
+    println!("{s}");
+    Ok(())
+}

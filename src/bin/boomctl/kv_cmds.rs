@@ -1,0 +1,394 @@
+//! `serve`, `put`, `get`, `del`, `stats`: the server and its command-line clients.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use boomkv::client::hybrid::UpdateMode;
+use boomkv::client::{Client, ClientOptions};
+use boomkv::log::Pool;
+use boomkv::server::{Server, ServerConfig, ServerCore};
+use boomkv::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
+use boomkv::units::human_bytes;
+use boomkv::wire::Protocol;
+
+use crate::common::{size_arg, MediaArgs, PmemArgs};
+
+/// The shm socket used when no address is given.
+pub const DEFAULT_SHM: &str = "shm:/tmp/boomkv.sock";
+/// The TCP address served by default.
+pub const DEFAULT_TCP: &str = "127.0.0.1:7470";
+
+/// Runs `$body` with `$t` bound to a transport of the backend `$b`.
+#[macro_export]
+macro_rules! with_transport {
+    ($b:expr, $t:ident => $body:expr) => {
+        match $b {
+            boomkv::transport::Backend::Shm => {
+                let $t = boomkv::transport::ShmTransport::new()?;
+                $body
+            }
+            boomkv::transport::Backend::Tcp => {
+                let $t = boomkv::transport::TcpTransport::new()?;
+                $body
+            }
+            boomkv::transport::Backend::Verbs => {
+                anyhow::bail!("this boomctl was built without RDMA support: rebuild with --features rdma, or use an shm: or tcp:// address")
+            }
+        }
+    };
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// Run a BOOM-KV server on a pool.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0\n  \
+boomctl serve --pmem /tmp/pool --pool-size 4G --listen tcp://0.0.0.0:7470 --workers 4\n\n\
+Clients choose the protocol (boom, rdmp or rpc) when they connect; --protocol limits it.\n\
+SIGINT or SIGTERM stops the server cleanly: requests in hand finish, then it exits 0.")]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pmem: PmemArgs,
+    #[command(flatten)]
+    media: MediaArgs,
+    /// Address to listen on (repeatable): shm:/path for same-host clients, host:port or
+    /// tcp://host:port for TCP. Binding a non-loopback address is your explicit choice.
+    /// [default: shm:/tmp/boomkv.sock and 127.0.0.1:7470]
+    #[arg(long, value_name = "ADDR")]
+    listen: Vec<String>,
+    /// Polling worker threads per transport [default: 1 on machines with up to 4 cores].
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Cooperative write-back: idle workers help write back large entries.
+    #[arg(long, value_enum, default_value = "on")]
+    coop_writeback: OnOff,
+    /// Clients connected at once; more are refused with a clear error.
+    #[arg(long, default_value_t = 256)]
+    max_clients: usize,
+    /// Disconnect a client idle for this many seconds (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    idle_timeout: u64,
+    /// Largest value accepted.
+    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "1M")]
+    max_value: u64,
+    /// Segments one client may hold at once (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    segment_quota: u64,
+    /// Accept only this protocol (repeatable) [default: all three].
+    #[arg(long, value_name = "boom|rdmp|rpc")]
+    protocol: Vec<Protocol>,
+    /// Do not run the cleaner (garbage then only grows).
+    #[arg(long)]
+    no_cleaner: bool,
+    /// Print a stats line every this many seconds (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    stats_interval: u64,
+    /// Do not log client connects and disconnects.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let max_value = u32::try_from(a.max_value).ok().filter(|v| *v <= 1 << 30).context("--max-value is over 1 GiB")?;
+    let (pool, rep) = Pool::open(&a.pmem.pmem, &a.media.pool_options())?;
+    let seg = pool.segment_size();
+    if (max_value as u64) + 1024 + 64 > seg {
+        bail!("--max-value {} does not fit a {} segment", human_bytes(max_value as u64), human_bytes(seg));
+    }
+    let media = pool.media();
+    eprintln!(
+        "boomctl serve: pool {} ({}, {} segments of {}), recovered {} keys in {:.1} ms",
+        media.path().display(),
+        human_bytes(media.len()),
+        pool.segment_count(),
+        human_bytes(seg),
+        rep.keys,
+        rep.elapsed_ms
+    );
+    eprintln!("boomctl serve: durability: {}", media.durability_statement());
+    for p in &rep.problems {
+        eprintln!("boomctl serve: recovery: {p}");
+    }
+    let cfg = ServerConfig {
+        workers: a.workers.unwrap_or_else(boomkv::server::default_workers),
+        coop_writeback: matches!(a.coop_writeback, OnOff::On),
+        max_clients: a.max_clients,
+        idle_timeout: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
+        max_value,
+        segment_quota: a.segment_quota,
+        protocols: a.protocol.clone(),
+        cleaner: !a.no_cleaner,
+        stats_interval: (a.stats_interval > 0).then(|| Duration::from_secs(a.stats_interval)),
+        log_clients: !a.quiet,
+        ..Default::default()
+    };
+    let listen = if a.listen.is_empty() { vec![DEFAULT_SHM.to_string(), DEFAULT_TCP.to_string()] } else { a.listen };
+    let mut shm = Vec::new();
+    let mut tcp = Vec::new();
+    for l in &listen {
+        let ep = Endpoint::parse(l).with_context(|| format!("--listen {l}"))?;
+        match ep.backend() {
+            Backend::Shm => shm.push(ep),
+            Backend::Tcp => tcp.push(ep),
+            Backend::Verbs => bail!("--listen {l}: this boomctl was built without RDMA support (--features rdma)"),
+        }
+    }
+    let core = ServerCore::new(Arc::new(pool), cfg)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("cannot install signal handlers")?;
+    }
+    let mut eps = Vec::new();
+    let s1 = if shm.is_empty() {
+        None
+    } else {
+        let s = Server::start_on(ShmTransport::new()?, core.clone(), &shm)?;
+        eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+        Some(s)
+    };
+    let s2 = if tcp.is_empty() {
+        None
+    } else {
+        let s = Server::start_on(TcpTransport::new()?, core.clone(), &tcp)?;
+        eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+        Some(s)
+    };
+    eprintln!(
+        "boomctl serve: listening on {} ({} worker{} per transport, flush {})",
+        eps.join(", "),
+        core.config().workers,
+        if core.config().workers == 1 { "" } else { "s" },
+        media_flush(&core)
+    );
+    while !stop.load(Ordering::Relaxed) && !core.is_stopping() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("boomctl serve: shutting down");
+    core.request_shutdown();
+    drop(s1);
+    drop(s2);
+    let st = core.stats();
+    core.shutdown();
+    eprintln!(
+        "boomctl serve: stopped after {:.0} s: {} puts, {} dels, {} gets, {} keys",
+        st.uptime_s, st.puts, st.dels, st.gets, st.index_entries
+    );
+    Ok(())
+}
+
+fn media_flush(core: &ServerCore) -> String {
+    core.pool().media().flush_kind().to_string()
+}
+
+/// Where the server is and how to talk to it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Server address: shm:/path, host:port or tcp://host:port.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_SHM)]
+    pub server: String,
+    /// Transport, if the address does not say (shm, tcp or verbs).
+    #[arg(long, value_name = "shm|tcp|verbs")]
+    pub transport: Option<Backend>,
+    /// Protocol: boom (one round trip), rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
+    #[arg(long, value_name = "boom|rdmp|rpc", default_value = "boom")]
+    pub protocol: Protocol,
+    /// Seconds to wait for the server before giving up.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub timeout: u64,
+}
+
+impl ClientArgs {
+    pub fn endpoint(&self) -> anyhow::Result<Endpoint> {
+        Endpoint::parse_for(&self.server, self.transport).with_context(|| format!("--server {}", self.server))
+    }
+
+    pub fn options(&self) -> ClientOptions {
+        ClientOptions {
+            protocol: self.protocol,
+            update_mode: UpdateMode::Hybrid,
+            timeout: Duration::from_secs(self.timeout.max(1)),
+            ..Default::default()
+        }
+    }
+}
+
+fn connect<T: Transport>(t: &T, c: &ClientArgs) -> anyhow::Result<Client<T>> {
+    let ep = c.endpoint()?;
+    Client::connect(t, &ep, c.options()).with_context(|| format!("server {ep}"))
+}
+
+/// Store a value.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Examples:\n  boomctl put user42 hello\n  boomctl put --server 10.0.0.5:7470 user42 --value-file photo.jpg\n  \
+echo hi | boomctl put user42 -"
+)]
+pub struct PutArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// The key (1 to 1024 bytes).
+    key: String,
+    /// The value; `-` reads it from standard input.
+    #[arg(conflicts_with = "value_file")]
+    value: Option<String>,
+    /// Read the value from this file.
+    #[arg(long, value_name = "FILE")]
+    value_file: Option<PathBuf>,
+}
+
+pub fn put(a: PutArgs) -> anyhow::Result<()> {
+    let value = match (&a.value, &a.value_file) {
+        (Some(v), _) if v == "-" => {
+            let mut b = Vec::new();
+            std::io::stdin().read_to_end(&mut b).context("reading the value from standard input")?;
+            b
+        }
+        (Some(v), _) => v.clone().into_bytes(),
+        (None, Some(f)) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, None) => bail!("give a VALUE, `-` for standard input, or --value-file FILE"),
+    };
+    let b = a.client.endpoint()?.backend();
+    with_transport!(b, t => {
+        let mut c = connect(&t, &a.client)?;
+        let info = c.put(a.key.as_bytes(), &value).with_context(|| format!("PUT {}", a.key))?;
+        eprintln!("stored {} ({} bytes, version {})", a.key, value.len(), info.version);
+        Ok(())
+    })
+}
+
+/// Fetch a value (raw bytes to standard output).
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Exit status: 0 found, 1 not found or error.")]
+pub struct GetArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// The key.
+    key: String,
+    /// Print the value as hex.
+    #[arg(long, conflicts_with = "json")]
+    hex: bool,
+    /// Print {"key", "value" (UTF-8 or null), "value_hex", "len"} as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn get(a: GetArgs) -> anyhow::Result<()> {
+    let b = a.client.endpoint()?.backend();
+    let v = with_transport!(b, t => {
+        let mut c = connect(&t, &a.client)?;
+        c.get(a.key.as_bytes()).with_context(|| format!("GET {}", a.key))?
+    });
+    let Some(v) = v else { bail!("key not found: {}", a.key) };
+    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let j = serde_json::json!({
+            "key": a.key, "len": v.len(), "value": std::str::from_utf8(&v).ok(), "value_hex": hex,
+        });
+        writeln!(out, "{j}")?;
+    } else if a.hex {
+        writeln!(out, "{hex}")?;
+    } else {
+        out.write_all(&v)?;
+    }
+    Ok(())
+}
+
+/// Delete a key (a durable tombstone).
+#[derive(clap::Args, Debug)]
+pub struct DelArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// The key.
+    key: String,
+}
+
+pub fn del(a: DelArgs) -> anyhow::Result<()> {
+    let b = a.client.endpoint()?.backend();
+    with_transport!(b, t => {
+        let mut c = connect(&t, &a.client)?;
+        let info = c.delete(a.key.as_bytes()).with_context(|| format!("DEL {}", a.key))?;
+        eprintln!("deleted {} (version {})", a.key, info.version);
+        Ok(())
+    })
+}
+
+/// Show a running server's statistics.
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Print the raw JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
+    let b = a.client.endpoint()?.backend();
+    let s = with_transport!(b, t => {
+        let mut c = connect(&t, &a.client)?;
+        c.stats()?
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let sp = &s["space"];
+    let sn = |k: &str| sp[k].as_u64().unwrap_or(0);
+    println!(
+        "uptime        {:.0} s, {} workers, flush {}, index {}",
+        s["uptime_s"].as_f64().unwrap_or(0.0),
+        n("workers"),
+        s["flush_kind"].as_str().unwrap_or("?"),
+        s["index"].as_str().unwrap_or("?")
+    );
+    println!(
+        "clients       {} connected, {} since start, {} refused",
+        n("clients"),
+        n("clients_total"),
+        n("clients_refused")
+    );
+    println!(
+        "operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors",
+        n("puts"),
+        n("dels"),
+        n("gets"),
+        n("not_found"),
+        n("scans"),
+        n("errors")
+    );
+    println!("keys          {} indexed", n("index_entries"));
+    println!(
+        "space         {} appended, {} updated in place, {} live, {} garbage",
+        human_bytes(sn("bytes_appended")),
+        human_bytes(sn("bytes_in_place")),
+        human_bytes(sn("live_bytes")),
+        human_bytes(sn("garbage_bytes"))
+    );
+    println!("segments      {} in use, {} free, {} granted", sn("segments_in_use"), n("free_segments"), n("grants"));
+    println!(
+        "write-back    {} lines, {} fences",
+        s["flush"]["lines"].as_u64().unwrap_or(0),
+        s["flush"]["fences"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "cooperative   {} ranges, {} stolen",
+        s["coop"]["ranges"].as_u64().unwrap_or(0),
+        s["coop"]["steals"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "cleaner       {} segments freed, {} entries moved",
+        s["cleaner"]["segments_freed"].as_u64().unwrap_or(0),
+        s["cleaner"]["entries_moved"].as_u64().unwrap_or(0)
+    );
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! An embedded server on a temporary pool, for benchmark runs without `--server`.
+//!
+//! The pool lives in a fresh directory under `/dev/shm` when it exists (memory, like
+//! persistent memory) or the system temp directory, or under a directory the user
+//! names; the directory and everything in it are removed when the [`Embedded`] server
+//! is dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::index::IndexKind;
+use crate::log::{Pool, PoolOptions};
+use crate::pmem::{FlushKind, MediaOptions};
+use crate::server::{Server, ServerConfig};
+use crate::transport::{Backend, Endpoint, Transport};
+
+/// Where and how to make the temporary pool.
+#[derive(Clone, Debug)]
+pub struct EmbeddedOptions {
+    /// Parent directory of the temporary pool directory.
+    pub parent: Option<PathBuf>,
+    /// Pool size.
+    pub pool_size: u64,
+    /// Segment size.
+    pub segment_size: u64,
+    /// Index variant.
+    pub index: IndexKind,
+    /// Write-back instruction (`None`: the best the CPU has).
+    pub flush: Option<FlushKind>,
+    /// Server settings.
+    pub server: ServerConfig,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            parent: None,
+            pool_size: 512 << 20,
+            segment_size: 64 << 20,
+            index: IndexKind::Hash,
+            flush: None,
+            server: ServerConfig { log_clients: false, ..Default::default() },
+        }
+    }
+}
+
+/// A server on a temporary pool.
+pub struct Embedded<T: Transport> {
+    server: Option<Server<T>>,
+    ep: Endpoint,
+    dir: tempfile::TempDir,
+}
+
+fn default_parent() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let usable = std::fs::metadata(shm).map(|m| m.is_dir() && !m.permissions().readonly()).unwrap_or(false);
+    if usable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+impl<T: Transport> Embedded<T> {
+    /// Creates the pool and starts serving it over `t` (`backend` says which address to use).
+    pub fn start(t: T, backend: Backend, o: &EmbeddedOptions) -> Result<Embedded<T>> {
+        let parent = o.parent.clone().unwrap_or_else(default_parent);
+        let dir = tempfile::Builder::new()
+            .prefix("boomkv-")
+            .tempdir_in(&parent)
+            .map_err(|e| Error::io(format!("cannot create a temporary pool directory in {}", parent.display()), e))?;
+        let opts = PoolOptions {
+            media: MediaOptions { create_size: Some(o.pool_size), flush: o.flush, ..Default::default() },
+            segment_size: o.segment_size,
+            index: o.index,
+        };
+        let (pool, _) = Pool::open(dir.path(), &opts)?;
+        let listen = match backend {
+            Backend::Shm => Endpoint::Shm(dir.path().join("boomkv.sock")),
+            Backend::Tcp => Endpoint::parse("127.0.0.1:0")?,
+            Backend::Verbs => return Err(Error::invalid("an embedded server runs over shm or tcp, not verbs")),
+        };
+        let server = Server::start(t, Arc::new(pool), &[listen], o.server.clone())?;
+        let ep = server.endpoints()[0].clone();
+        Ok(Embedded { server: Some(server), ep, dir })
+    }
+
+    /// The address to connect to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The server.
+    pub fn server(&self) -> Option<&Server<T>> {
+        self.server.as_ref()
+    }
+
+    /// The temporary directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl<T: Transport> Drop for Embedded<T> {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! HdrHistogram interval logs (`.hlog`): write one per client process, read them
+//! back, merge several into one report.
+//!
+//! The format is HdrHistogram's interval log (log format 1.3), written with the
+//! `hdrhistogram` crate's `IntervalLogWriter` and its `V2DeflateSerializer`, so
+//! HdrHistogram's own Java tools read it:
+//!
+//! ```text
+//! java -cp /usr/share/java/hdrhistogram.jar org.HdrHistogram.HistogramLogProcessor \
+//!      -i run.hlog -tag READ -outputValueUnitRatio 1000
+//! ```
+//!
+//! Each line after the header is one interval of one measurement name (the tag:
+//! `READ`, `UPDATE`, `Intended-READ`...). Values are latencies in **nanoseconds**
+//! (HistogramLogProcessor's default `-outputValueUnitRatio 1000000` shows them in
+//! milliseconds; use 1000 for microseconds). Timestamps are seconds since the
+//! `BaseTime` header, which is the run's start.
+//!
+//! At the end, [`HlogWriter::write_summary`] adds comment lines (ignored by the Java
+//! tools) that carry what histograms cannot: the run time, the operation count and
+//! the `Return=` status counts per tag. With them, [`merge_hlogs`] turns the logs of
+//! several client processes into one report with the same numbers a single process
+//! would print.
+//!
+//! A runner with several client threads: each thread records into its own
+//! [`Measurements`]; once per reporting interval it sends `m.take()` over a channel
+//! to one logger thread, which merges the snapshots of that interval, writes them
+//! with [`HlogWriter::write_interval`] and merges them into the run totals; at the
+//! end it writes [`HlogWriter::write_summary`] with the totals and the run time.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use boomkv::bench::{hlog, measure::{Measurements, MeasurementInterval, Status}, report::RunInfo};
+//! let start = SystemTime::now();
+//! let mut log = hlog::HlogWriter::new(Vec::new(), start)?;
+//! let mut interval = Measurements::new(MeasurementInterval::Op);
+//! interval.record("READ", Duration::from_micros(8), Status::Ok);
+//! log.write_interval(&interval, start, Duration::from_secs(1))?;
+//! log.write_summary(&interval, &RunInfo { runtime: Duration::from_secs(1), operations: 1 })?;
+//! let bytes = log.finish()?;
+//! let file = hlog::HlogFile::parse(&bytes, "in memory")?;
+//! let merged = hlog::merge_hlogs(&[file])?;
+//! assert_eq!(merged.measurements.get("READ").unwrap().status_count(Status::Ok), 1);
+//! # Ok::<(), boomkv::Error>(())
+//! ```
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag};
+use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+
+use super::measure::{MeasurementInterval, Measurements, Status, INTENDED_PREFIX};
+use super::report::RunInfo;
+use crate::error::{Error, Result};
+
+/// The log format version the header announces (what HdrHistogram 2.1.x writes).
+pub const LOG_FORMAT_VERSION: &str = "1.3";
+
+/// Tag given to untagged intervals when reading logs written by other tools.
+pub const UNTAGGED: &str = "UNTAGGED";
+
+const RUN_COMMENT: &str = "boomkv-run:";
+const STATUS_COMMENT: &str = "boomkv-status:";
+
+/// Writes an interval log.
+pub struct HlogWriter<W: Write> {
+    out: W,
+    serializer: V2DeflateSerializer,
+    base: SystemTime,
+}
+
+impl HlogWriter<BufWriter<File>> {
+    /// Creates (truncates) `path` and writes the header; `start` is the run's start.
+    pub fn create(path: &Path, start: SystemTime) -> Result<HlogWriter<BufWriter<File>>> {
+        let file = File::create(path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        HlogWriter::new(BufWriter::new(file), start)
+    }
+}
+
+fn io_err(e: std::io::Error) -> Error {
+    Error::io("writing HdrHistogram log", e)
+}
+
+impl<W: Write> HlogWriter<W> {
+    /// Writes the header to `out`: a comment, the format version, `StartTime` and
+    /// `BaseTime` (both `start`) and the column legend, as Java's
+    /// `HistogramLogWriter` does.
+    pub fn new(mut out: W, start: SystemTime) -> Result<HlogWriter<W>> {
+        let mut serializer = V2DeflateSerializer::new();
+        IntervalLogWriterBuilder::new()
+            .add_comment(&format!("[Logged with boomkv {}; latencies in nanoseconds]", env!("CARGO_PKG_VERSION")))
+            .add_comment(&format!("[Histogram log format version {LOG_FORMAT_VERSION}]"))
+            .with_start_time(start)
+            .with_base_time(start)
+            .begin_log_with(&mut out, &mut serializer)
+            .map_err(io_err)?;
+        out.write_all(b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n")
+            .map_err(io_err)?;
+        Ok(HlogWriter { out, serializer, base: start })
+    }
+
+    /// Writes one interval histogram (nanoseconds) tagged `tag`.
+    pub fn write_histogram(
+        &mut self,
+        tag: &str,
+        histogram: &Histogram<u64>,
+        interval_start: SystemTime,
+        duration: Duration,
+    ) -> Result<()> {
+        let tag = Tag::new(tag).ok_or_else(|| {
+            Error::invalid(format!("`{tag}` cannot be an HdrHistogram log tag (no commas, spaces or line breaks)"))
+        })?;
+        let offset = interval_start.duration_since(self.base).unwrap_or(Duration::ZERO);
+        // A builder without headers writes nothing; it only lends us the crate's line writer.
+        let mut writer =
+            IntervalLogWriterBuilder::new().begin_log_with(&mut self.out, &mut self.serializer).map_err(io_err)?;
+        writer
+            .write_histogram(histogram, offset, duration, Some(tag))
+            .map_err(|e| Error::invalid(format!("writing HdrHistogram log interval: {e}")))
+    }
+
+    /// Writes every non-empty series of `interval` (one line per series).
+    pub fn write_interval(
+        &mut self,
+        interval: &Measurements,
+        interval_start: SystemTime,
+        duration: Duration,
+    ) -> Result<()> {
+        for (name, series) in interval.series() {
+            if !series.histogram().is_empty() {
+                self.write_histogram(name, series.histogram(), interval_start, duration)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the run summary as comment lines: run time, operation count and the
+    /// status counts of every series of `totals`.
+    pub fn write_summary(&mut self, totals: &Measurements, run: &RunInfo) -> Result<()> {
+        writeln!(self.out, "#{RUN_COMMENT} runtime_ms={} operations={}", run.runtime_ms(), run.operations)
+            .map_err(io_err)?;
+        for (name, series) in totals.series() {
+            let counts: Vec<String> = series.statuses().map(|(s, n)| format!("{s}={n}")).collect();
+            if !counts.is_empty() {
+                writeln!(self.out, "#{STATUS_COMMENT} tag={name} {}", counts.join(" ")).map_err(io_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and returns the underlying writer.
+    pub fn finish(mut self) -> Result<W> {
+        self.out.flush().map_err(io_err)?;
+        Ok(self.out)
+    }
+}
+
+/// One interval read back from a log.
+#[derive(Clone, Debug)]
+pub struct HlogInterval {
+    /// The tag (measurement name), [`UNTAGGED`] if the line had none.
+    pub tag: String,
+    /// Start of the interval, seconds since the Unix epoch.
+    pub start: Duration,
+    /// Length of the interval.
+    pub duration: Duration,
+    /// The latencies (nanoseconds for boomkv's logs).
+    pub histogram: Histogram<u64>,
+}
+
+/// A parsed interval log.
+#[derive(Clone, Debug)]
+pub struct HlogFile {
+    /// Where it came from (for messages).
+    pub source: String,
+    /// `StartTime` header, since the Unix epoch.
+    pub start_time: Option<Duration>,
+    /// The intervals, in file order.
+    pub intervals: Vec<HlogInterval>,
+    /// The run summary, if the log has one (logs written by boomkv do).
+    pub run: Option<RunInfo>,
+    /// Status counts per tag from the summary.
+    pub statuses: Vec<(String, Status, u64)>,
+}
+
+impl HlogFile {
+    /// Reads and parses the log at `path`.
+    pub fn read(path: &Path) -> Result<HlogFile> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        HlogFile::parse(&bytes, &path.display().to_string())
+    }
+
+    /// Parses a log; `source` names it in errors.
+    pub fn parse(bytes: &[u8], source: &str) -> Result<HlogFile> {
+        let bad = |why: String| Error::corrupt("HdrHistogram log", format!("{source}: {why}"));
+        let mut start_time = None;
+        let mut base_time = None;
+        let mut raw = Vec::new();
+        for entry in IntervalLogIterator::new(bytes) {
+            match entry.map_err(|e| bad(format!("unparsable line: {e:?}")))? {
+                LogEntry::StartTime(t) => start_time = Some(t),
+                LogEntry::BaseTime(t) => base_time = Some(t),
+                LogEntry::Interval(h) => {
+                    let decoded = base64::engine::general_purpose::STANDARD
+                        .decode(h.encoded_histogram())
+                        .map_err(|e| bad(format!("interval at {:?}: bad base64: {e}", h.start_timestamp())))?;
+                    let histogram: Histogram<u64> = Deserializer::new()
+                        .deserialize(&mut decoded.as_slice())
+                        .map_err(|e| bad(format!("interval at {:?}: bad histogram: {e:?}", h.start_timestamp())))?;
+                    let tag = h.tag().map(|t| t.as_str().to_string()).unwrap_or_else(|| UNTAGGED.to_string());
+                    raw.push((tag, h.start_timestamp(), h.duration(), histogram));
+                }
+            }
+        }
+        // Interval timestamps: relative to BaseTime; else to StartTime when clearly
+        // not absolute (Java HistogramLogReader's one-year heuristic); else absolute.
+        const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+        let offset = match (base_time, start_time) {
+            (Some(b), _) => b,
+            (None, Some(s)) if raw.first().is_some_and(|(_, ts, _, _)| *ts + YEAR < s) => s,
+            _ => Duration::ZERO,
+        };
+        let intervals = raw
+            .into_iter()
+            .map(|(tag, ts, duration, histogram)| HlogInterval { tag, start: offset + ts, duration, histogram })
+            .collect();
+
+        let mut run = None;
+        let mut statuses = Vec::new();
+        let text = String::from_utf8_lossy(bytes);
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix('#').and_then(|l| l.strip_prefix(RUN_COMMENT)) {
+                let field = |name: &str| -> Result<u64> {
+                    rest.split_whitespace()
+                        .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(|| bad(format!("summary line without {name}: `{line}`")))
+                };
+                run = Some(RunInfo {
+                    runtime: Duration::from_millis(field("runtime_ms")?),
+                    operations: field("operations")?,
+                });
+            } else if let Some(rest) = line.strip_prefix('#').and_then(|l| l.strip_prefix(STATUS_COMMENT)) {
+                let mut parts = rest.split_whitespace();
+                let tag = parts
+                    .next()
+                    .and_then(|t| t.strip_prefix("tag="))
+                    .ok_or_else(|| bad(format!("status line without tag: `{line}`")))?;
+                for kv in parts {
+                    let (name, n) = kv.split_once('=').ok_or_else(|| bad(format!("bad status count `{kv}`")))?;
+                    let status = Status::from_name(name).ok_or_else(|| bad(format!("unknown status `{name}`")))?;
+                    let n: u64 = n.parse().map_err(|_| bad(format!("bad status count `{kv}`")))?;
+                    statuses.push((tag.to_string(), status, n));
+                }
+            }
+        }
+        Ok(HlogFile { source: source.to_string(), start_time, intervals, run, statuses })
+    }
+
+    /// All intervals merged per tag, plus the summary's status counts.
+    pub fn totals(&self) -> Result<Measurements> {
+        let mut m = Measurements::new(MeasurementInterval::Op);
+        for i in &self.intervals {
+            m.add_histogram(&i.tag, &i.histogram)
+                .map_err(|e| Error::corrupt("HdrHistogram log", format!("{}: tag {}: {e}", self.source, i.tag)))?;
+        }
+        for (tag, status, n) in &self.statuses {
+            m.add_status_count(tag, *status, *n);
+        }
+        Ok(m)
+    }
+
+    /// The run's wall-clock span, since the Unix epoch: from `StartTime` (else the
+    /// first interval) for the summary's run time (else to the end of the last
+    /// interval).
+    pub fn span(&self) -> Option<(Duration, Duration)> {
+        let first = self.intervals.iter().map(|i| i.start).min();
+        let start = self.start_time.or(first)?;
+        let end = match &self.run {
+            Some(run) => start + run.runtime,
+            None => self.intervals.iter().map(|i| i.start + i.duration).max().unwrap_or(start),
+        };
+        Some((start, end))
+    }
+}
+
+/// Several client processes' logs merged into one run.
+#[derive(Clone, Debug)]
+pub struct MergedRun {
+    /// Histograms merged per tag, status counts summed.
+    pub measurements: Measurements,
+    /// Run time from the earliest start to the latest end; operations summed.
+    pub run: RunInfo,
+    /// Number of logs merged.
+    pub logs: usize,
+}
+
+/// Merges parsed logs: histograms per tag across all intervals of all logs, status
+/// counts and operation counts summed, run time = union of the runs' spans.
+///
+/// For a log without a boomkv summary, its operations are counted as the
+/// histogram counts of its tags other than `Intended-*` (failed operations included,
+/// `READ-MODIFY-WRITE` counted as a separate operation).
+pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
+    if files.is_empty() {
+        return Err(Error::invalid("no HdrHistogram logs to merge"));
+    }
+    let mut measurements = Measurements::new(MeasurementInterval::Op);
+    let mut operations = 0;
+    let mut span: Option<(Duration, Duration)> = None;
+    for f in files {
+        let totals = f.totals()?;
+        measurements.merge(&totals)?;
+        operations += match &f.run {
+            Some(run) => run.operations,
+            None => totals
+                .series()
+                .iter()
+                .filter(|(n, _)| !n.starts_with(INTENDED_PREFIX))
+                .map(|(_, s)| s.histogram().len())
+                .sum(),
+        };
+        if let Some((s, e)) = f.span() {
+            span = Some(match span {
+                None => (s, e),
+                Some((s0, e0)) => (s0.min(s), e0.max(e)),
+            });
+        }
+    }
+    let runtime = span.map(|(s, e)| e.saturating_sub(s)).unwrap_or(Duration::ZERO);
+    Ok(MergedRun { measurements, run: RunInfo { runtime, operations }, logs: files.len() })
+}
+
+/// Reads and merges the logs at `paths`.
+pub fn merge_hlog_files(paths: &[PathBuf]) -> Result<MergedRun> {
+    let files = paths.iter().map(|p| HlogFile::read(p)).collect::<Result<Vec<_>>>()?;
+    merge_hlogs(&files)
+}
+
+/// Seconds since the Unix epoch of `t` (0 before the epoch).
+pub fn epoch(t: SystemTime) -> Duration {
+    t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::ycsb_text;
+
+    fn record_run(m: &mut Measurements, seed: u64, n: u64) {
+        for i in 0..n {
+            let us = 1 + (i * 7919 + seed * 104_729) % 500;
+            let status = if i % 50 == 0 { Status::NotFound } else { Status::Ok };
+            m.record("READ", Duration::from_micros(us), status);
+            if i % 10 == 0 {
+                m.record("UPDATE", Duration::from_micros(us * 3), Status::Ok);
+            }
+        }
+    }
+
+    /// Writes a log of `intervals` one-second intervals; returns its bytes and totals.
+    fn write_log(start: SystemTime, seed: u64, intervals: u64) -> (Vec<u8>, Measurements) {
+        let mut log = HlogWriter::new(Vec::new(), start).unwrap();
+        let mut totals = Measurements::new(MeasurementInterval::Both);
+        let mut current = Measurements::new(MeasurementInterval::Both);
+        for k in 0..intervals {
+            record_run(&mut current, seed + k, 1000);
+            let interval = current.take();
+            log.write_interval(&interval, start + Duration::from_secs(k), Duration::from_secs(1)).unwrap();
+            totals.merge(&interval).unwrap();
+        }
+        let run = RunInfo { runtime: Duration::from_millis(intervals * 1000), operations: intervals * 1100 };
+        log.write_summary(&totals, &run).unwrap();
+        (log.finish().unwrap(), totals)
+    }
+
+    #[test]
+    fn round_trip_through_our_reader() {
+        let start = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let (bytes, totals) = write_log(start, 1, 3);
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.starts_with("#[Logged with boomkv"), "{text}");
+        assert!(
+            text.contains("#[Histogram log format version 1.3]\n#[StartTime: 1700000000.000 (seconds since epoch)]\n")
+        );
+        assert!(text
+            .contains("\n\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n"));
+        assert!(text.contains("\nTag=READ,1.000,1.000,"));
+        assert!(text.contains("\nTag=Intended-READ,2.000,1.000,"));
+
+        let file = HlogFile::parse(&bytes, "test").unwrap();
+        assert_eq!(file.start_time, Some(epoch(start)));
+        // READ, READ-FAILED, UPDATE, Intended-READ, Intended-READ-FAILED, Intended-UPDATE per interval.
+        assert_eq!(file.intervals.len(), 3 * 6);
+        assert_eq!(file.intervals[6].start, epoch(start) + Duration::from_secs(1));
+        assert_eq!(file.run, Some(RunInfo { runtime: Duration::from_secs(3), operations: 3300 }));
+        let back = file.totals().unwrap();
+        for (name, series) in totals.series() {
+            let b = back.get(name).unwrap();
+            assert_eq!(b.histogram(), series.histogram(), "{name}");
+            for s in Status::ALL {
+                assert_eq!(b.status_count(s), series.status_count(s), "{name} {s}");
+            }
+        }
+        assert_eq!(file.span(), Some((epoch(start), epoch(start) + Duration::from_secs(3))));
+    }
+
+    #[test]
+    fn merging_processes_equals_one_process() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let (a, ta) = write_log(t0, 10, 2);
+        let (b, tb) = write_log(t0 + Duration::from_millis(500), 20, 3);
+        let merged = merge_hlogs(&[HlogFile::parse(&a, "a").unwrap(), HlogFile::parse(&b, "b").unwrap()]).unwrap();
+        assert_eq!(merged.logs, 2);
+        assert_eq!(merged.run.operations, 2200 + 3300);
+        assert_eq!(merged.run.runtime, Duration::from_millis(3500));
+        let mut one = Measurements::new(MeasurementInterval::Both);
+        one.merge(&ta).unwrap();
+        one.merge(&tb).unwrap();
+        let pct = [50.0, 95.0, 99.0, 99.9];
+        assert_eq!(ycsb_text(&merged.measurements, &merged.run, &pct), ycsb_text(&one, &merged.run, &pct));
+    }
+
+    #[test]
+    fn writer_can_move_to_a_logger_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<HlogWriter<std::io::BufWriter<File>>>();
+        assert_send::<HlogFile>();
+    }
+
+    #[test]
+    fn files_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.hlog");
+        let start = SystemTime::now();
+        let mut log = HlogWriter::create(&path, start).unwrap();
+        let mut m = Measurements::new(MeasurementInterval::Op);
+        record_run(&mut m, 3, 100);
+        log.write_interval(&m, start, Duration::from_millis(250)).unwrap();
+        assert!(log.write_histogram("BAD TAG", m.get("READ").unwrap().histogram(), start, Duration::ZERO).is_err());
+        log.finish().unwrap();
+        let merged = merge_hlog_files(std::slice::from_ref(&path)).unwrap();
+        // No summary: operations from histogram counts (READ, READ-FAILED, UPDATE).
+        assert_eq!(merged.run.operations, 110);
+        assert_eq!(merged.run.runtime, Duration::from_millis(250));
+
+        std::fs::write(&path, "Tag=READ,0.0,1.0,5.0,notbase64!!\n").unwrap();
+        let e = HlogFile::read(&path).unwrap_err().to_string();
+        assert!(e.contains("client.hlog") && e.contains("bad base64"), "{e}");
+        assert!(merge_hlogs(&[]).is_err());
+        assert!(merge_hlog_files(&[dir.path().join("missing.hlog")]).is_err());
+    }
+}

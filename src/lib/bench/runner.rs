@@ -1,0 +1,361 @@
+//! The YCSB runner: `load` and `run` phases with client threads, throttling with
+//! coordinated-omission correction, interval logging and progress.
+//!
+//! Each thread has its own [`Client`] (its own connection) and its own op stream; it
+//! records into its own [`Measurements`] and hands a snapshot to the collector once per
+//! interval. The collector merges snapshots into the run totals, writes them to the
+//! interval log (`--hdr-log`) and drives the progress display.
+//!
+//! With a target throughput, thread `i` of `n` issues its `k`-th operation at
+//! `start + k * n / target`; the latency from that intended time is recorded too (as
+//! YCSB's `measurement.interval=both` does), so stalls are not hidden.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::bench::hlog::HlogWriter;
+use crate::bench::measure::{MeasurementInterval, Measurements, Status};
+use crate::bench::report::RunInfo;
+use crate::client::{Client, ClientOptions};
+use crate::error::{Error, Result};
+use crate::transport::{Endpoint, Transport};
+use crate::workload::{CoreWorkload, Op, OpKind};
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A live bar on standard error (a terminal).
+    Bar,
+    /// A status line every 10 s on standard error (not a terminal).
+    Lines,
+    /// Nothing.
+    Quiet,
+}
+
+impl Progress {
+    /// A bar on a terminal, lines otherwise, nothing when `quiet`.
+    pub fn auto(quiet: bool) -> Progress {
+        use std::io::IsTerminal;
+        if quiet {
+            Progress::Quiet
+        } else if std::io::stderr().is_terminal() {
+            Progress::Bar
+        } else {
+            Progress::Lines
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Client threads, one connection each.
+    pub threads: usize,
+    /// Operations in all (run phase), split over the threads.
+    pub ops: u64,
+    /// Stop after this long even if operations remain.
+    pub duration: Option<Duration>,
+    /// Target throughput in ops/s over all threads.
+    pub target: Option<f64>,
+    /// Unmeasured operations per thread before the measured phase.
+    pub warmup_ops: u64,
+    /// Seed of the op streams.
+    pub seed: u64,
+    /// Progress display.
+    pub progress: Progress,
+    /// Interval log to write.
+    pub hlog: Option<PathBuf>,
+    /// Reporting interval (interval log, status lines).
+    pub interval: Duration,
+    /// What latencies to record.
+    pub measurement: MeasurementInterval,
+    /// A label for progress output ("load", "run", "boom 2k").
+    pub label: String,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            threads: 1,
+            ops: 1000,
+            duration: None,
+            target: None,
+            warmup_ops: 0,
+            seed: 1,
+            progress: Progress::Quiet,
+            hlog: None,
+            interval: Duration::from_secs(1),
+            measurement: MeasurementInterval::Op,
+            label: "run".into(),
+        }
+    }
+}
+
+/// The outcome of a phase.
+#[derive(Debug)]
+pub struct RunResult {
+    /// Everything recorded.
+    pub measurements: Measurements,
+    /// Run time and operation count.
+    pub run: RunInfo,
+    /// Operations that failed.
+    pub errors: u64,
+}
+
+/// A source of values: a fixed random buffer, sliced.
+fn value_buffer(max: usize, seed: u64) -> Vec<u8> {
+    use rand::{RngCore, SeedableRng};
+    let mut v = vec![0u8; max.max(1)];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+struct Shared {
+    done: AtomicU64,
+    errors: AtomicU64,
+    stop: AtomicBool,
+    fatal: std::sync::Mutex<Option<String>>,
+}
+
+fn execute<T: Transport>(c: &mut Client<T>, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> (Status, Option<String>) {
+    let key = op.key.as_bytes();
+    let val = &values[..op.value_len.min(values.len())];
+    let r: Result<Status> = match op.kind {
+        OpKind::Read => c.get_into(key, buf).map(|f| if f { Status::Ok } else { Status::NotFound }),
+        OpKind::Update | OpKind::Insert => c.put(key, val).map(|_| Status::Ok),
+        OpKind::Scan => c.scan(key, op.scan_len as u32).map(|_| Status::Ok),
+        OpKind::ReadModifyWrite => c.get_into(key, buf).and_then(|_| c.put(key, val)).map(|_| Status::Ok),
+    };
+    match r {
+        Ok(s) => (s, None),
+        Err(e) => (Status::Error, Some(e.to_string())),
+    }
+}
+
+/// Errors that make every further operation pointless.
+fn is_fatal(msg: &str) -> bool {
+    msg.contains("ordered index")
+        || msg.contains("connection lost")
+        || msg.contains("pool full")
+        || msg.contains("scans are implemented")
+}
+
+fn record(m: &mut Measurements, op: &Op, status: Status, lat: Duration, intended: Duration) {
+    if op.kind == OpKind::ReadModifyWrite {
+        // YCSB records a read-modify-write under READ, UPDATE and READ-MODIFY-WRITE.
+        m.record_intended("READ", lat, intended, status);
+        m.record_intended("UPDATE", lat, intended, status);
+    }
+    m.record_intended(op.kind.name(), lat, intended, status);
+}
+
+/// Loads the workload's records (`recordcount` keys from `insertstart`).
+pub fn load<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+) -> Result<RunResult> {
+    let total = w.config().insert_count;
+    phase(t, ep, copts, w, opts, total, true)
+}
+
+/// Runs the transaction phase.
+pub fn run<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+) -> Result<RunResult> {
+    phase(t, ep, copts, w, opts, opts.ops, false)
+}
+
+fn phase<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+    total: u64,
+    loading: bool,
+) -> Result<RunResult> {
+    let threads = opts.threads.max(1);
+    let max_value = w.config().value_size.max() as usize;
+    let values = Arc::new(value_buffer(max_value, opts.seed ^ 0x5EED));
+    let sh = Arc::new(Shared {
+        done: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        fatal: std::sync::Mutex::new(None),
+    });
+    // Connect every client first, so connection set-up is not measured.
+    let mut clients = Vec::new();
+    for _ in 0..threads {
+        clients.push(Client::connect(t, ep, copts.clone())?);
+    }
+    let (tx, rx) = mpsc::channel::<Measurements>();
+    let mut handles = Vec::new();
+    let barrier = Arc::new(std::sync::Barrier::new(threads + 1));
+    for (i, mut c) in clients.into_iter().enumerate() {
+        // Loading shares one key sequence (the stream ends it); the run splits the ops.
+        let per =
+            if loading { u64::MAX } else { total / threads as u64 + u64::from((i as u64) < total % threads as u64) };
+        let mut stream = w.stream(opts.seed, i as u64);
+        let (sh, values, tx, barrier) = (sh.clone(), values.clone(), tx.clone(), barrier.clone());
+        let (interval, measurement, warmup, duration) =
+            (opts.interval, opts.measurement, opts.warmup_ops, opts.duration);
+        let rate = opts.target.map(|r| r / threads as f64).filter(|r| *r > 0.0);
+        handles.push(std::thread::spawn(move || -> Result<()> {
+            let mut m = Measurements::new(measurement);
+            let mut buf = Vec::new();
+            if !loading {
+                for _ in 0..warmup {
+                    let op = stream.next_op();
+                    let _ = execute(&mut c, &op, &values, &mut buf);
+                    stream.complete(&op)?;
+                }
+            }
+            barrier.wait();
+            let t0 = Instant::now();
+            let mut last_send = t0;
+            let mut k = 0u64;
+            while k < per && !sh.stop.load(Ordering::Relaxed) {
+                let op = if loading {
+                    match stream.next_load_op() {
+                        Some(op) => op,
+                        None => break,
+                    }
+                } else {
+                    stream.next_op()
+                };
+                let intended = match rate {
+                    Some(r) => {
+                        let at = t0 + Duration::from_secs_f64(k as f64 / r);
+                        let now = Instant::now();
+                        if at > now {
+                            std::thread::sleep(at - now);
+                        }
+                        at
+                    }
+                    None => Instant::now(),
+                };
+                let s = Instant::now();
+                let (status, err) = execute(&mut c, &op, &values, &mut buf);
+                let end = Instant::now();
+                record(&mut m, &op, status, end - s, end - intended);
+                stream.complete(&op)?;
+                if let Some(e) = err {
+                    sh.errors.fetch_add(1, Ordering::Relaxed);
+                    if is_fatal(&e) {
+                        sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                        sh.stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                sh.done.fetch_add(1, Ordering::Relaxed);
+                k += 1;
+                if end.duration_since(last_send) >= interval {
+                    last_send = end;
+                    let _ = tx.send(m.take());
+                }
+                if duration.is_some_and(|d| end.duration_since(t0) >= d) {
+                    break;
+                }
+            }
+            let _ = tx.send(m.take());
+            Ok(())
+        }));
+    }
+    drop(tx);
+    barrier.wait();
+    let t0 = Instant::now();
+    let start_measured = SystemTime::now();
+    let mut hlog = match &opts.hlog {
+        Some(p) => Some(HlogWriter::create(p, start_measured)?),
+        None => None,
+    };
+    let mut totals = Measurements::new(opts.measurement);
+    let mut interval = Measurements::new(opts.measurement);
+    let bar = progress_bar(opts.progress, total, &opts.label);
+    let mut last_tick = Instant::now();
+    let mut last_line = Instant::now();
+    let mut last_done = 0u64;
+    let mut interval_start = start_measured;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => interval.merge(&m)?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if last_tick.elapsed() >= opts.interval {
+            let now = SystemTime::now();
+            if let Some(h) = hlog.as_mut() {
+                h.write_interval(&interval, interval_start, now.duration_since(interval_start).unwrap_or_default())?;
+            }
+            totals.merge(&interval.take())?;
+            interval_start = now;
+            last_tick = Instant::now();
+        }
+        let done = sh.done.load(Ordering::Relaxed);
+        if let Some(b) = &bar {
+            b.set_position(done);
+        } else if opts.progress == Progress::Lines && last_line.elapsed() >= Duration::from_secs(10) {
+            let el = t0.elapsed().as_secs_f64();
+            let rate = (done - last_done) as f64 / last_line.elapsed().as_secs_f64();
+            eprintln!("{} {:.0} sec: {done} operations; {rate:.1} current ops/sec", opts.label, el);
+            last_line = Instant::now();
+            last_done = done;
+        }
+    }
+    let runtime = t0.elapsed();
+    let mut first_err: Option<Error> = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(Error::invalid("a client thread panicked"));
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let now = SystemTime::now();
+    if let Some(h) = hlog.as_mut() {
+        h.write_interval(&interval, interval_start, now.duration_since(interval_start).unwrap_or_default())?;
+    }
+    totals.merge(&interval)?;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    if let Some(f) = sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(Error::Protocol(f));
+    }
+    let run = RunInfo { runtime, operations: sh.done.load(Ordering::Relaxed) };
+    if let Some(mut h) = hlog {
+        h.write_summary(&totals, &run)?;
+        h.finish()?;
+    }
+    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed) })
+}
+
+fn progress_bar(p: Progress, total: u64, label: &str) -> Option<indicatif::ProgressBar> {
+    if p != Progress::Bar {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(total);
+    let style = indicatif::ProgressStyle::with_template(
+        "{prefix:>8} [{elapsed_precise}] {wide_bar} {pos}/{len} ops {per_sec} eta {eta}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    b.set_style(style);
+    b.set_prefix(label.to_string());
+    Some(b)
+}

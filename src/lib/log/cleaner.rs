@@ -1,0 +1,206 @@
+//! The cleaner: compacts sealed segments whose live fraction is low.
+//!
+//! For a victim segment, every entry the index still points to is copied, with its
+//! version unchanged, to the cleaner's own log (segments owned by
+//! [`CLEANER_OWNER`](super::format::CLEANER_OWNER)), written back and counted, then
+//! swapped into the index only if the index still points at the original (a concurrent
+//! PUT wins). When all live entries have moved, the victim is freed.
+//!
+//! Crash safety at any point: until the victim's `state = free` is persisted both copies
+//! are valid and carry the same version, so recovery keeps one of them (either is the
+//! same value); after it, only the copy remains, already durable and counted. Live
+//! tombstones are copied too, so a deleted key cannot come back from an older entry in
+//! another segment.
+
+use super::format::*;
+use super::writer::ActiveSegment;
+use super::Pool;
+use crate::error::{Error, Result};
+use crate::index::Loc;
+
+/// What one cleaning pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CleanStats {
+    /// Segments freed.
+    pub segments_freed: u64,
+    /// Entries copied.
+    pub entries_moved: u64,
+    /// Bytes copied.
+    pub bytes_moved: u64,
+    /// Garbage bytes reclaimed.
+    pub bytes_reclaimed: u64,
+}
+
+impl CleanStats {
+    fn add(&mut self, o: CleanStats) {
+        self.segments_freed += o.segments_freed;
+        self.entries_moved += o.entries_moved;
+        self.bytes_moved += o.bytes_moved;
+        self.bytes_reclaimed += o.bytes_reclaimed;
+    }
+}
+
+/// The cleaner's output log.
+#[derive(Debug, Default)]
+pub struct Cleaner {
+    seg: Option<ActiveSegment>,
+    buf: Vec<u8>,
+}
+
+impl Cleaner {
+    /// A cleaner with no output segment yet.
+    pub fn new() -> Cleaner {
+        Cleaner::default()
+    }
+
+    /// Sealed segments whose live bytes are at most `max_live` of their used bytes,
+    /// emptiest first (at most `n`).
+    pub fn victims(&self, pool: &Pool, max_live: f64, n: usize) -> Vec<u64> {
+        let own = self.seg.as_ref().map(|s| s.id);
+        let mut v: Vec<(f64, u64)> = pool
+            .seg_metas()
+            .iter()
+            .enumerate()
+            .filter(|(id, m)| m.state == SegmentState::Sealed && Some(*id as u64) != own)
+            .filter_map(|(id, _)| {
+                let used = pool.segment_used(id as u64);
+                let live = pool.segment_live(id as u64);
+                let frac = if used == 0 { 0.0 } else { live as f64 / used as f64 };
+                (frac <= max_live).then_some((frac, id as u64))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v.into_iter().take(n).map(|(_, id)| id).collect()
+    }
+
+    /// Cleans up to `n` victims with live fraction at most `max_live`.
+    pub fn run(&mut self, pool: &Pool, max_live: f64, n: usize) -> Result<CleanStats> {
+        let mut total = CleanStats::default();
+        for id in self.victims(pool, max_live, n) {
+            total.add(self.clean_segment(pool, id)?);
+        }
+        Ok(total)
+    }
+
+    /// Moves the live entries of sealed segment `id` and frees it.
+    pub fn clean_segment(&mut self, pool: &Pool, id: u64) -> Result<CleanStats> {
+        let meta = pool.seg_meta(id).ok_or_else(|| Error::invalid(format!("no segment {id}")))?;
+        if meta.state != SegmentState::Sealed {
+            return Err(Error::invalid(format!("segment {id} is not sealed")));
+        }
+        let ph = pool.header().clone();
+        let count = pool.segment_count_word(id)?;
+        let used = pool.segment_used(id);
+        // Collect first: the walk borrows the mapping, the copies write to it.
+        let mut live: Vec<(Loc, Vec<u8>)> = Vec::new();
+        super::recovery::walk_segment(pool.media().map(), &ph, id, count, |e, slot| {
+            if let Ok(h) = &e.result {
+                let key = &slot[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize];
+                if let Some(cur) = pool.index().get(key, pool) {
+                    if cur.segment as u64 == id && cur.offset as u64 == e.offset && cur.version == h.version {
+                        live.push((cur, key.to_vec()));
+                    }
+                }
+            }
+        });
+        let mut st = CleanStats::default();
+        for (old, key) in live {
+            let new = self.copy_entry(pool, &old)?;
+            if pool.index().replace_exact(&key, &old, Some(new), pool) {
+                pool.move_live(&old, &new);
+            }
+            st.entries_moved += 1;
+            st.bytes_moved += old.len as u64;
+        }
+        st.bytes_reclaimed = used.saturating_sub(st.bytes_moved);
+        pool.free_segment(id)?;
+        st.segments_freed = 1;
+        Ok(st)
+    }
+
+    fn copy_entry(&mut self, pool: &Pool, old: &Loc) -> Result<Loc> {
+        let len = old.len as usize;
+        let slot = (old.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
+        let need_new = match &self.seg {
+            None => true,
+            Some(s) => s.tail + slot > pool.segment_size(),
+        };
+        if need_new {
+            self.seg = Some(pool.grant_segment(CLEANER_OWNER, self.seg.as_ref())?);
+        }
+        let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no cleaner segment"))?;
+        self.buf.resize(len, 0);
+        pool.media().map().read(pool.pool_offset(old.segment as u64, old.offset as u64), &mut self.buf)?;
+        // Same entry, new slot: only next_offset (inside the checksum) changes.
+        let next = seg.tail + slot;
+        self.buf[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].copy_from_slice(&next.to_le_bytes());
+        let c = entry_checksum(&self.buf);
+        self.buf[0..4].copy_from_slice(&c.to_le_bytes());
+        let dst = pool.pool_offset(seg.id, seg.tail);
+        pool.media().map().write(dst, &self.buf)?;
+        pool.writeback(dst, len)?;
+        let new = Loc { segment: seg.id as u32, offset: seg.tail as u32, ..*old };
+        seg.push_slot(seg.tail, next);
+        pool.persist_count(seg.id, seg.count)?;
+        pool.note_cleaner_copy(seg.id, slot);
+        Ok(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::LocalWriter;
+    use crate::pmem::{FlushKind, Media};
+
+    #[test]
+    fn cleaning_frees_segments_and_keeps_every_value() {
+        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let mut w = LocalWriter::new(&pool);
+        for round in 0..6u8 {
+            for i in 0..100u32 {
+                if round < 5 || i % 10 == 0 {
+                    w.append(format!("k{i}").as_bytes(), &vec![round; 500], false).unwrap();
+                }
+            }
+        }
+        w.append(b"k3", b"", true).unwrap();
+        let before = pool.space_report();
+        let free_before = pool.free_segments();
+        let mut c = Cleaner::new();
+        let st = c.run(&pool, 0.5, 100).unwrap();
+        assert!(st.segments_freed >= 3, "{st:?}");
+        assert!(pool.free_segments() > free_before);
+        let after = pool.space_report();
+        assert!(after.garbage_bytes < before.garbage_bytes, "{before:?} {after:?}");
+        let check = |p: &Pool| {
+            for i in 0..100u32 {
+                let k = format!("k{i}");
+                let want: Option<u8> = if i == 3 {
+                    None
+                } else if i % 10 == 0 {
+                    Some(5)
+                } else {
+                    Some(4)
+                };
+                let got = p.lookup(k.as_bytes()).map(|l| p.read_entry(&l).unwrap()[40]);
+                assert_eq!(got.map(|_| ()), want.map(|_| ()), "{k}");
+                if let Some(l) = p.lookup(k.as_bytes()) {
+                    let e = p.read_entry(&l).unwrap();
+                    let kl = k.len();
+                    assert_eq!(e[32 + kl], want.unwrap(), "{k}");
+                }
+            }
+        };
+        check(&pool);
+        // and the same after a restart from what is durable
+        let img = pool.media().durable_image().unwrap();
+        let (p2, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+        check(&p2);
+        assert_eq!(rep.tombstones, 1, "the tombstone of k3 survives cleaning");
+    }
+}

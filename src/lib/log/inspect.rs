@@ -1,0 +1,210 @@
+//! What `boomctl inspect-log` shows: the pool header, every segment and optionally every
+//! entry, decoded by the same walker recovery uses.
+
+use super::format::*;
+use super::recovery::{read_segment, walk_segment, RecoveryReport};
+use super::Pool;
+
+/// Which parts of the pool to show.
+#[derive(Clone, Debug, Default)]
+pub struct InspectFilter {
+    /// Only this segment.
+    pub segment: Option<u64>,
+    /// Only entries with this key (implies entries).
+    pub key: Option<Vec<u8>>,
+    /// Only segments owned by this client.
+    pub client: Option<u64>,
+    /// List entries, not only segments.
+    pub entries: bool,
+    /// Include free segments.
+    pub free: bool,
+}
+
+/// One segment as found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SegmentRow {
+    /// Segment id.
+    pub id: u64,
+    /// free, active, sealed, or damaged.
+    pub state: String,
+    /// Owning client.
+    pub owner: Option<u64>,
+    /// Position in the owner's log.
+    pub log_seq: Option<u64>,
+    /// Previous segment in the owner's log.
+    pub prev: Option<u64>,
+    /// Next segment in the owner's log.
+    pub next: Option<u64>,
+    /// Durable appended slots.
+    pub count: u64,
+    /// Bytes of slots.
+    pub used_bytes: u64,
+    /// Bytes of newest entries.
+    pub live_bytes: u64,
+    /// Used bytes not live.
+    pub garbage_bytes: u64,
+    /// Used bytes as a percentage of the segment's data area.
+    pub fill_percent: f64,
+    /// Damage found.
+    pub problem: Option<String>,
+}
+
+/// One slot as found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EntryRow {
+    /// Segment id.
+    pub segment: u64,
+    /// Slot index within the segment.
+    pub slot: u64,
+    /// Segment offset.
+    pub offset: u64,
+    /// Stored next_offset.
+    pub next_offset: u64,
+    /// Stored version (0 if none or unreadable).
+    pub version: u64,
+    /// Key, printable (non-printable bytes as `\xNN`).
+    pub key: String,
+    /// Value bytes.
+    pub value_len: u64,
+    /// A DELETE.
+    pub tombstone: bool,
+    /// Whether the checksum (and every other check) passed.
+    pub checksum_ok: bool,
+    /// Why the slot was rejected.
+    pub fault: Option<String>,
+    /// live, deleted (live tombstone), superseded, or rejected.
+    pub status: &'static str,
+}
+
+/// The whole picture.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Inspection {
+    /// Pool path.
+    pub path: String,
+    /// Pool header.
+    pub header: PoolHeader,
+    /// Pool uuid as hex.
+    pub uuid: String,
+    /// What recovery found.
+    pub recovery: RecoveryReport,
+    /// Segments shown.
+    pub segments: Vec<SegmentRow>,
+    /// Entries shown (with `entries` or `key`).
+    pub entries: Vec<EntryRow>,
+}
+
+/// Renders key bytes printable.
+pub fn printable_key(k: &[u8]) -> String {
+    let mut s = String::new();
+    for &b in k.iter().take(128) {
+        if b.is_ascii_graphic() || b == b' ' {
+            if b == b'\\' {
+                s.push('\\');
+            }
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if k.len() > 128 {
+        s.push_str("...");
+    }
+    s
+}
+
+/// Builds the inspection of a recovered pool.
+pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Inspection {
+    let ph = pool.header().clone();
+    let map = pool.media().map();
+    let mut segments = Vec::new();
+    let mut entries = Vec::new();
+    let data = (ph.segment_size - SEGMENT_HEADER_SIZE) as f64;
+    for id in 0..ph.segment_count {
+        if f.segment.is_some_and(|s| s != id) {
+            continue;
+        }
+        let sf = read_segment(map, &ph, id);
+        let in_use = sf.in_use();
+        if !in_use && sf.problem.is_none() && !f.free && f.segment.is_none() {
+            continue;
+        }
+        if f.client.is_some() && sf.header.map(|h| h.owner) != f.client {
+            continue;
+        }
+        let state = match (&sf.problem, sf.state) {
+            (Some(_), _) => "damaged".to_string(),
+            (None, Some(s)) if in_use => format!("{s:?}").to_lowercase(),
+            _ => "free".to_string(),
+        };
+        let mut problem = sf.problem.clone();
+        let (used, live) = if in_use {
+            let (end, damage) = walk_segment(map, &ph, id, sf.count, |e, slot| {
+                if !(f.entries || f.key.is_some()) {
+                    return;
+                }
+                let kl = u32::from_le_bytes(slot[16..20].try_into().unwrap_or([0; 4])) as usize;
+                let key_bytes = slot.get(32..32 + kl.min(MAX_KEY_LEN as usize)).unwrap_or(&[]);
+                if f.key.as_deref().is_some_and(|k| k != key_bytes) {
+                    return;
+                }
+                let version = u64::from_le_bytes(slot[8..16].try_into().unwrap_or([0; 8]));
+                let (status, value_len, tombstone) = match &e.result {
+                    Ok(h) => {
+                        let cur = pool.index().get(key_bytes, pool);
+                        let is_live = cur.is_some_and(|l| l.segment as u64 == id && l.offset as u64 == e.offset);
+                        let st = match (is_live, h.is_tombstone()) {
+                            (true, false) => "live",
+                            (true, true) => "deleted",
+                            _ => "superseded",
+                        };
+                        (st, h.value_len as u64, h.is_tombstone())
+                    }
+                    Err(_) => ("rejected", 0, false),
+                };
+                entries.push(EntryRow {
+                    segment: id,
+                    slot: e.slot,
+                    offset: e.offset,
+                    next_offset: e.next_offset,
+                    version,
+                    key: printable_key(key_bytes),
+                    value_len,
+                    tombstone,
+                    checksum_ok: e.result.is_ok(),
+                    fault: e.result.as_ref().err().map(|x| x.to_string()),
+                    status,
+                });
+            });
+            if damage.is_some() {
+                problem = damage;
+            }
+            (end - SEGMENT_HEADER_SIZE, pool.segment_live(id))
+        } else {
+            (0, 0)
+        };
+        let h = sf.header;
+        let link = |v: u64| if v == NO_SEGMENT { None } else { Some(v) };
+        segments.push(SegmentRow {
+            id,
+            state,
+            owner: h.map(|h| h.owner),
+            log_seq: h.map(|h| h.log_seq),
+            prev: h.and_then(|h| link(h.prev)),
+            next: if in_use { link(sf.next) } else { None },
+            count: if in_use { sf.count } else { 0 },
+            used_bytes: used,
+            live_bytes: live.min(used),
+            garbage_bytes: used.saturating_sub(live),
+            fill_percent: used as f64 * 100.0 / data,
+            problem,
+        });
+    }
+    Inspection {
+        path: pool.media().path().display().to_string(),
+        uuid: ph.uuid_hex(),
+        header: ph,
+        recovery: recovery.clone(),
+        segments,
+        entries,
+    }
+}

@@ -1,0 +1,273 @@
+//! The commit path of a PUT or DELETE, shared by every protocol, and a local writer.
+//!
+//! A client's entry lands in its active segment (by one-sided WRITE, or copied there by
+//! the RPC baseline); [`Pool::commit`] then makes it durable and visible in the order the
+//! crash promise needs: validate, assign `version_num` (one 8-byte store), write the
+//! entry's lines back and fence, then for an append store and persist `count`, and only
+//! then index it. The caller replies after `commit` returns.
+//!
+//! [`LocalWriter`] plays client and server at once (no transport): tests, the crash
+//! checker and `recover --bench` use it to fill pools.
+
+use super::format::*;
+use super::Pool;
+use crate::error::{Error, Result};
+use crate::index::{Loc, Upsert};
+
+/// The server's view of a client's active segment.
+#[derive(Clone, Debug)]
+pub struct ActiveSegment {
+    /// Segment id.
+    pub id: u64,
+    /// Segment offset where the next append must start.
+    pub tail: u64,
+    /// Appended (counted) slots.
+    pub count: u64,
+    /// `(offset, next_offset)` of every appended slot, in order, so in-place rewrites
+    /// can be checked against real slot boundaries.
+    slots: Vec<(u32, u32)>,
+}
+
+impl ActiveSegment {
+    /// A freshly allocated, empty segment.
+    pub fn new(id: u64) -> ActiveSegment {
+        ActiveSegment { id, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
+    }
+
+    /// Records an appended, counted slot.
+    pub(crate) fn push_slot(&mut self, offset: u64, next: u64) {
+        self.count += 1;
+        self.slots.push((offset as u32, next as u32));
+        self.tail = next;
+    }
+
+    /// The `next_offset` of the slot starting at `offset`, if it is one.
+    pub fn slot_end(&self, offset: u64) -> Option<u64> {
+        let o = u32::try_from(offset).ok()?;
+        self.slots.binary_search_by_key(&o, |s| s.0).ok().map(|i| self.slots[i].1 as u64)
+    }
+}
+
+/// How an entry was written into its segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// At the segment's tail, as a new slot.
+    Append,
+    /// Over an older slot of the same segment.
+    InPlace,
+}
+
+/// A committed entry.
+#[derive(Clone, Debug)]
+pub struct Committed {
+    /// Its version.
+    pub version: u64,
+    /// Where it lives.
+    pub loc: Loc,
+    /// What the index did with it.
+    pub upsert: Upsert,
+    /// Its key.
+    pub key: Vec<u8>,
+    /// Its header.
+    pub header: EntryHeader,
+}
+
+/// Why a commit was refused (the entry is never counted or indexed).
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The entry is malformed.
+    #[error("invalid entry at offset {offset}: {fault}")]
+    Invalid {
+        /// Segment offset.
+        offset: u64,
+        /// What is wrong.
+        fault: EntryFault,
+    },
+    /// An append not at the tail, or an in-place write not over a slot.
+    #[error("{0}")]
+    Misplaced(String),
+    /// The media failed.
+    #[error(transparent)]
+    Media(#[from] Error),
+}
+
+impl Pool {
+    /// Commits the entry a client wrote at `offset` of `seg` (see the module docs).
+    /// `writeback(pool_offset, len)` writes the lines back and fences; the protocols pass
+    /// the cooperative write-back here.
+    pub fn commit(
+        &self,
+        seg: &mut ActiveSegment,
+        offset: u64,
+        mode: WriteMode,
+        writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
+    ) -> std::result::Result<Committed, CommitError> {
+        match mode {
+            WriteMode::Append if offset != seg.tail => {
+                return Err(CommitError::Misplaced(format!(
+                    "append at offset {offset} but the segment's tail is {}",
+                    seg.tail
+                )))
+            }
+            WriteMode::InPlace if seg.slot_end(offset).is_none() => {
+                return Err(CommitError::Misplaced(format!("in-place write at {offset} is not over an appended slot")))
+            }
+            _ => {}
+        }
+        let h = self.validate_entry(seg.id, offset).map_err(|fault| CommitError::Invalid { offset, fault })?;
+        self.commit_validated(seg, offset, mode, h, writeback)
+    }
+
+    /// [`Pool::commit`] for an entry whose header `h` was already validated (the server
+    /// built it itself, as the RPC baseline does). Placement is still checked.
+    pub fn commit_validated(
+        &self,
+        seg: &mut ActiveSegment,
+        offset: u64,
+        mode: WriteMode,
+        h: EntryHeader,
+        writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
+    ) -> std::result::Result<Committed, CommitError> {
+        if mode == WriteMode::Append && offset != seg.tail {
+            return Err(CommitError::Misplaced(format!("append at {offset}, tail is {}", seg.tail)));
+        }
+        if mode == WriteMode::InPlace && seg.slot_end(offset) != Some(h.next_offset) {
+            return Err(CommitError::Invalid { offset, fault: EntryFault::BadNextOffset });
+        }
+        let version = self.next_version();
+        self.store_version(seg.id, offset, version)?;
+        let pool_off = self.pool_offset(seg.id, offset);
+        let len = h.entry_len() as usize;
+        let count_first = planted("count-first") && mode == WriteMode::Append;
+        if count_first {
+            self.persist_count(seg.id, seg.count + 1)?;
+        }
+        if !planted("skip-writeback") {
+            writeback(pool_off, len)?;
+        }
+        if mode == WriteMode::Append {
+            if !count_first {
+                self.persist_count(seg.id, seg.count + 1)?;
+            }
+            seg.push_slot(offset, h.next_offset);
+            self.note_append(seg.id, h.next_offset - offset);
+        } else {
+            self.note_in_place(len as u64);
+        }
+        let loc = Loc {
+            segment: seg.id as u32,
+            offset: offset as u32,
+            len: len as u32,
+            version,
+            tombstone: h.is_tombstone(),
+        };
+        let key = self
+            .media()
+            .map()
+            .view(pool_off + ENTRY_HEADER_SIZE, h.key_len as usize)
+            .map_err(CommitError::Media)?
+            .to_vec();
+        let upsert = self.index_entry(&key, loc);
+        Ok(Committed { version, loc, upsert, key, header: h })
+    }
+
+    /// The default write-back: lines of `[pool_off, pool_off + len)`, then a fence.
+    pub fn writeback(&self, pool_off: u64, len: usize) -> Result<()> {
+        self.media().persist(pool_off, len)
+    }
+
+    /// Seals `prev` (if any) and grants `owner` a new active segment linked after it.
+    pub fn grant_segment(&self, owner: u64, prev: Option<&ActiveSegment>) -> Result<ActiveSegment> {
+        let id = self.alloc_segment(owner, prev.map(|p| p.id))?;
+        if let Some(p) = prev {
+            self.seal_segment(p.id)?;
+        }
+        Ok(ActiveSegment::new(id))
+    }
+}
+
+#[cfg(feature = "planted-bugs")]
+fn planted(which: &str) -> bool {
+    match which {
+        "count-first" => super::planted::count_before_entry(),
+        "skip-writeback" => super::planted::skip_writeback(),
+        _ => false,
+    }
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+#[inline(always)]
+fn planted(_: &str) -> bool {
+    false
+}
+
+/// Writes entries into one client log of a pool directly, as client and server together.
+pub struct LocalWriter<'a> {
+    pool: &'a Pool,
+    owner: u64,
+    seg: Option<ActiveSegment>,
+    buf: Vec<u8>,
+}
+
+impl<'a> LocalWriter<'a> {
+    /// A writer with a new client id.
+    pub fn new(pool: &'a Pool) -> LocalWriter<'a> {
+        LocalWriter { pool, owner: pool.new_client_id(), seg: None, buf: Vec::new() }
+    }
+
+    /// The active segment, if one was granted.
+    pub fn segment(&self) -> Option<&ActiveSegment> {
+        self.seg.as_ref()
+    }
+
+    fn write_entry(&mut self, seg: u64, offset: u64, key: &[u8], value: &[u8], tomb: bool, next: u64) -> Result<()> {
+        let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
+        self.buf.resize(len, 0);
+        encode_entry(&mut self.buf, key, value, tomb, next)?;
+        self.pool.media().map().write(self.pool.pool_offset(seg, offset), &self.buf)
+    }
+
+    /// Appends `key = value` (or a tombstone), granting a new segment when full.
+    pub fn append(&mut self, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+        let slot = slot_size(key.len(), value.len());
+        if slot > self.pool.segment_size() - SEGMENT_HEADER_SIZE {
+            return Err(Error::TooLarge {
+                what: "value",
+                len: value.len() as u64,
+                limit: self.pool.segment_size() - SEGMENT_HEADER_SIZE - ENTRY_HEADER_SIZE - key.len() as u64,
+            });
+        }
+        let need_new = match &self.seg {
+            None => true,
+            Some(s) => s.tail + slot > self.pool.segment_size(),
+        };
+        if need_new {
+            self.seg = Some(self.pool.grant_segment(self.owner, self.seg.as_ref())?);
+        }
+        let (id, tail) = self.seg.as_ref().map(|s| (s.id, s.tail)).ok_or_else(|| Error::invalid("no segment"))?;
+        self.write_entry(id, tail, key, value, tombstone, tail + slot)?;
+        self.commit(tail, WriteMode::Append)
+    }
+
+    /// Rewrites the slot at `offset` of the active segment in place with `key = value`.
+    pub fn rewrite(&mut self, offset: u64, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+        let seg = self.seg.as_ref().ok_or_else(|| Error::invalid("no active segment"))?;
+        let next = seg.slot_end(offset).ok_or_else(|| Error::invalid(format!("no slot at {offset}")))?;
+        if ENTRY_HEADER_SIZE + (key.len() + value.len()) as u64 > next - offset {
+            return Err(Error::invalid("entry does not fit the slot"));
+        }
+        let id = seg.id;
+        self.write_entry(id, offset, key, value, tombstone, next)?;
+        self.commit(offset, WriteMode::InPlace)
+    }
+
+    fn commit(&mut self, offset: u64, mode: WriteMode) -> Result<Committed> {
+        let pool = self.pool;
+        let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no active segment"))?;
+        pool.commit(seg, offset, mode, &mut |o, l| pool.writeback(o, l)).map_err(|e| match e {
+            CommitError::Media(e) => e,
+            other => Error::Protocol(other.to_string()),
+        })
+    }
+}

@@ -1,0 +1,1036 @@
+//! The server: accepts clients, runs worker threads that poll completion queues and
+//! execute the three protocols' server sides against the pool, tracks GETs in flight,
+//! shares write-back work cooperatively, and runs the cleaner.
+//!
+//! Threads: one acceptor per listen address; `workers` polling workers, each owning
+//! its clients' queue pairs and one send and one receive completion queue; one cleaner.
+//! A client is handed to a worker round robin at connect time and stays there, so one
+//! client's appends are committed (and counted) in order. Idle workers steal
+//! write-back ranges from busy ones ([`coop`]).
+
+pub mod coop;
+pub mod inflight;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::index::IndexKind;
+use crate::log::cleaner::Cleaner;
+use crate::log::format::{self as fmt, EntryHeader, ENTRY_HEADER_SIZE};
+use crate::log::{ActiveSegment, CommitError, Pool, WriteMode};
+use crate::transport::{
+    Access, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, Transport, WcOpcode,
+};
+use crate::wire::{DataImm, DataStatus, ErrorCode, Hello, Msg, Protocol, PutImm, Welcome, MAX_MESSAGE};
+use coop::CoopWriteback;
+use inflight::InflightGets;
+
+/// Largest value the server accepts by default (1 MiB).
+pub const DEFAULT_MAX_VALUE: u32 = 1 << 20;
+/// Receive buffer size for the one-sided protocols' control messages.
+const SMALL_RECV: u32 = 4096;
+/// Receive buffers posted per client.
+const RECV_DEPTH: u32 = 8;
+/// Receive buffers per client for the RPC baseline (each holds a whole request).
+const RPC_RECV_DEPTH: u32 = 4;
+/// Where the entry of an RpcPut message starts (header, then a u32 length).
+const RPC_PUT_OFF: usize = crate::wire::MSG_HEADER + 4;
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Polling worker threads.
+    pub workers: usize,
+    /// Cooperative write-back between workers.
+    pub coop_writeback: bool,
+    /// Range size of cooperative write-back.
+    pub coop_chunk: usize,
+    /// Clients connected at once; more are refused.
+    pub max_clients: usize,
+    /// Disconnect clients idle this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Largest value.
+    pub max_value: u32,
+    /// Segments one client may hold (0: no limit).
+    pub segment_quota: u64,
+    /// Protocols accepted (empty: all).
+    pub protocols: Vec<Protocol>,
+    /// Run the cleaner.
+    pub cleaner: bool,
+    /// The cleaner compacts sealed segments at most this live.
+    pub clean_below: f64,
+    /// Print a stats line this often (`None`: never).
+    pub stats_interval: Option<Duration>,
+    /// Log connects and disconnects on stderr.
+    pub log_clients: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            workers: default_workers(),
+            coop_writeback: true,
+            coop_chunk: 4096,
+            max_clients: 256,
+            idle_timeout: None,
+            max_value: DEFAULT_MAX_VALUE,
+            segment_quota: 0,
+            protocols: Vec::new(),
+            cleaner: true,
+            clean_below: 0.5,
+            stats_interval: None,
+            log_clients: true,
+        }
+    }
+}
+
+/// One worker on machines with up to 4 cores, else half the cores (at most 8).
+pub fn default_workers() -> usize {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if n <= 4 {
+        1
+    } else {
+        (n / 2).min(8)
+    }
+}
+
+/// Operation counters.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// PUTs committed.
+    pub puts: AtomicU64,
+    /// DELETEs committed.
+    pub dels: AtomicU64,
+    /// GETs answered with data.
+    pub gets: AtomicU64,
+    /// GETs of absent keys.
+    pub not_found: AtomicU64,
+    /// Scans answered.
+    pub scans: AtomicU64,
+    /// Segments granted.
+    pub grants: AtomicU64,
+    /// Requests refused with an error.
+    pub errors: AtomicU64,
+    /// Clients accepted since start.
+    pub clients_total: AtomicU64,
+    /// Clients refused.
+    pub clients_refused: AtomicU64,
+    /// Bytes of entries written to clients (GET data).
+    pub bytes_out: AtomicU64,
+}
+
+/// A snapshot of the server's statistics (what `boomctl stats` prints).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ServerStats {
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Clients connected now.
+    pub clients: usize,
+    /// Clients accepted since start.
+    pub clients_total: u64,
+    /// Clients refused since start.
+    pub clients_refused: u64,
+    /// PUTs.
+    pub puts: u64,
+    /// DELETEs.
+    pub dels: u64,
+    /// GETs with data.
+    pub gets: u64,
+    /// GETs of absent keys.
+    pub not_found: u64,
+    /// Scans.
+    pub scans: u64,
+    /// Segments granted.
+    pub grants: u64,
+    /// Errors returned.
+    pub errors: u64,
+    /// Keys indexed (tombstones included).
+    pub index_entries: usize,
+    /// Space accounting.
+    pub space: crate::log::SpaceReport,
+    /// Free segments.
+    pub free_segments: u64,
+    /// Cache lines written back, fences, msyncs.
+    pub flush: crate::pmem::FlushCounts,
+    /// Cooperative write-back ranges and steals.
+    pub coop: coop::CoopStats,
+    /// Cleaner totals.
+    pub cleaner: crate::log::cleaner::CleanStats,
+    /// Workers.
+    pub workers: usize,
+    /// Write-back instruction.
+    pub flush_kind: String,
+    /// Index kind.
+    pub index: IndexKind,
+}
+
+/// What every transport's server shares for one pool: the pool, GETs in flight,
+/// counters, client accounting, the cleaner and the shutdown flag.
+pub struct ServerCore {
+    pool: Arc<Pool>,
+    cfg: ServerConfig,
+    inflight: InflightGets,
+    counters: ServerCounters,
+    cleaned: Mutex<crate::log::cleaner::CleanStats>,
+    coop: Mutex<coop::CoopStats>,
+    clients: AtomicUsize,
+    shutdown: AtomicBool,
+    started: Instant,
+    housekeeping: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ServerCore {
+    /// Wraps `pool` and starts the cleaner / stats thread.
+    pub fn new(pool: Arc<Pool>, cfg: ServerConfig) -> Result<Arc<ServerCore>> {
+        let core = Arc::new(ServerCore {
+            pool,
+            cfg: ServerConfig { workers: cfg.workers.max(1), ..cfg },
+            inflight: InflightGets::default(),
+            counters: ServerCounters::default(),
+            cleaned: Mutex::new(Default::default()),
+            coop: Mutex::new(Default::default()),
+            clients: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            started: Instant::now(),
+            housekeeping: Mutex::new(None),
+        });
+        if core.cfg.cleaner || core.cfg.stats_interval.is_some() {
+            let c = core.clone();
+            let h = std::thread::Builder::new()
+                .name("boomkv-cleaner".into())
+                .spawn(move || housekeeping(c))
+                .map_err(|e| Error::io("spawn cleaner", e))?;
+            *core.housekeeping.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        Ok(core)
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
+    }
+
+    /// Asks every server on this core to stop (they finish what they hold).
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+    }
+
+    /// Whether shutdown was requested.
+    pub fn is_stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Requests shutdown and waits for the cleaner thread.
+    pub fn shutdown(&self) {
+        self.request_shutdown();
+        if let Some(h) = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Statistics now.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServerStats {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            clients: self.clients.load(Ordering::Relaxed),
+            clients_total: l(&c.clients_total),
+            clients_refused: l(&c.clients_refused),
+            puts: l(&c.puts),
+            dels: l(&c.dels),
+            gets: l(&c.gets),
+            not_found: l(&c.not_found),
+            scans: l(&c.scans),
+            grants: l(&c.grants),
+            errors: l(&c.errors),
+            index_entries: self.pool.index().len(),
+            space: self.pool.space_report(),
+            free_segments: self.pool.free_segments(),
+            flush: self.pool.media().flush_counts(),
+            coop: *self.coop.lock().unwrap_or_else(|e| e.into_inner()),
+            cleaner: *self.cleaned.lock().unwrap_or_else(|e| e.into_inner()),
+            workers: self.cfg.workers,
+            flush_kind: self.pool.media().flush_kind().to_string(),
+            index: self.pool.index().kind(),
+        }
+    }
+
+    fn log(&self, msg: &str) {
+        if self.cfg.log_clients {
+            eprintln!("boomkv server: {msg}");
+        }
+    }
+}
+
+impl Drop for ServerCore {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Shared<T: Transport> {
+    core: Arc<ServerCore>,
+    pool: Arc<Pool>,
+    t: T,
+    coop: CoopWriteback,
+    /// Per segment: a region over it for local reads and remote READs (RDMP GET).
+    seg_mrs: Mutex<Vec<Option<T::Mr>>>,
+}
+
+impl<T: Transport> std::ops::Deref for Shared<T> {
+    type Target = ServerCore;
+    fn deref(&self) -> &ServerCore {
+        &self.core
+    }
+}
+
+impl<T: Transport> Shared<T> {
+    fn seg_mr(&self, seg: u64) -> Result<T::Mr> {
+        let mut v = self.seg_mrs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(mr)) = v.get(seg as usize) {
+            return Ok(mr.clone());
+        }
+        let media = self.pool.media();
+        let mr = self.t.register(
+            media.map_arc().clone(),
+            media.file().cloned(),
+            self.pool.segment_offset(seg),
+            self.pool.segment_size(),
+            Access::REMOTE_READ,
+        )?;
+        if v.len() <= seg as usize {
+            v.resize(seg as usize + 1, None);
+        }
+        v[seg as usize] = Some(mr.clone());
+        Ok(mr)
+    }
+
+    fn stats(&self) -> ServerStats {
+        *self.core.coop.lock().unwrap_or_else(|e| e.into_inner()) = self.coop.stats();
+        self.core.stats()
+    }
+}
+
+/// A running server. Dropping it (or [`Server::shutdown`]) stops every thread.
+pub struct Server<T: Transport> {
+    shared: Arc<Shared<T>>,
+    endpoints: Vec<Endpoint>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Inbox<T: Transport> {
+    send_cq: Arc<T::Cq>,
+    recv_cq: Arc<T::Cq>,
+    new: Mutex<Vec<Conn<T>>>,
+}
+
+impl<T: Transport> Server<T> {
+    /// Starts serving `pool` on every endpoint of `listen` over transport `t`, with a
+    /// core of its own.
+    pub fn start(t: T, pool: Arc<Pool>, listen: &[Endpoint], cfg: ServerConfig) -> Result<Server<T>> {
+        Self::start_on(t, ServerCore::new(pool, cfg)?, listen)
+    }
+
+    /// Starts serving `core`'s pool over transport `t` (several transports can share a core).
+    pub fn start_on(t: T, core: Arc<ServerCore>, listen: &[Endpoint]) -> Result<Server<T>> {
+        if listen.is_empty() {
+            return Err(Error::invalid("no address to listen on"));
+        }
+        let workers = core.cfg.workers;
+        let shared = Arc::new(Shared {
+            coop: CoopWriteback::new(workers, core.cfg.coop_writeback, core.cfg.coop_chunk),
+            seg_mrs: Mutex::new(Vec::new()),
+            pool: core.pool.clone(),
+            core,
+            t,
+        });
+        let mut inboxes = Vec::new();
+        for _ in 0..workers {
+            inboxes.push(Arc::new(Inbox::<T> {
+                send_cq: Arc::new(shared.t.create_cq()?),
+                recv_cq: Arc::new(shared.t.create_cq()?),
+                new: Mutex::new(Vec::new()),
+            }));
+        }
+        let mut listeners = Vec::new();
+        for ep in listen {
+            let l = shared.t.listen(ep).map_err(|e| Error::Transport(format!("cannot listen on {ep}: {e}")))?;
+            listeners.push(l);
+        }
+        let endpoints: Vec<Endpoint> = listeners.iter().map(|l| l.endpoint()).collect();
+        let mut threads = Vec::new();
+        for (i, ib) in inboxes.iter().enumerate() {
+            let (sh, ib) = (shared.clone(), ib.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("boomkv-worker-{i}"))
+                    .spawn(move || {
+                        Worker { id: i, sh, ib, conns: HashMap::new(), buf: Vec::new(), early: Vec::new() }.run()
+                    })
+                    .map_err(|e| Error::io("spawn worker", e))?,
+            );
+        }
+        let rr = Arc::new(AtomicUsize::new(0));
+        for l in listeners {
+            let (sh, ibs, rr) = (shared.clone(), inboxes.clone(), rr.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("boomkv-accept".into())
+                    .spawn(move || accept_loop(sh, l, ibs, rr))
+                    .map_err(|e| Error::io("spawn acceptor", e))?,
+            );
+        }
+        Ok(Server { shared, endpoints, threads })
+    }
+
+    /// The addresses clients can connect to (real ports when bound to port 0).
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// The pool being served.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.shared.pool
+    }
+
+    /// The shared core.
+    pub fn core(&self) -> &Arc<ServerCore> {
+        &self.shared.core
+    }
+
+    /// Statistics now.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.stats()
+    }
+
+    /// Stops accepting, lets workers finish the requests they hold, and joins this
+    /// server's threads (other servers on the same core stop too).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.core.request_shutdown();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<T: Transport> Drop for Server<T> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<Inbox<T>>>, rr: Arc<AtomicUsize>) {
+    while !sh.shutdown.load(Ordering::Acquire) {
+        let w = rr.load(Ordering::Relaxed) % ibs.len();
+        let ib = &ibs[w];
+        let mut accepted: Option<(Hello, u64)> = None;
+        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(100), |private| {
+            let hello = Hello::decode(private)?;
+            let refuse = |reason: String| Welcome::Refused { reason }.encode();
+            if !sh.cfg.protocols.is_empty() && !sh.cfg.protocols.contains(&hello.protocol) {
+                sh.counters.clients_refused.fetch_add(1, Ordering::Relaxed);
+                let list: Vec<&str> = sh.cfg.protocols.iter().map(|p| p.name()).collect();
+                return Ok(refuse(format!(
+                    "this server speaks only {} (started with --protocol); the client asked for {}",
+                    list.join(", "),
+                    hello.protocol
+                )));
+            }
+            if sh.clients.load(Ordering::Acquire) >= sh.cfg.max_clients {
+                sh.counters.clients_refused.fetch_add(1, Ordering::Relaxed);
+                return Ok(refuse(format!("too many clients (the server allows {})", sh.cfg.max_clients)));
+            }
+            let id = sh.pool.new_client_id();
+            let recv_size = if hello.protocol == Protocol::Rpc { MAX_MESSAGE as u32 } else { SMALL_RECV };
+            accepted = Some((hello.clone(), id));
+            Ok(Welcome::Accepted {
+                protocol: hello.protocol,
+                client_id: id,
+                segment_size: sh.pool.segment_size(),
+                max_key: fmt::MAX_KEY_LEN,
+                max_value: sh.cfg.max_value,
+                recv_size,
+            }
+            .encode())
+        });
+        match r {
+            Ok(qp) => {
+                let Some((hello, id)) = accepted else {
+                    // Refused in the handshake: the client was told why.
+                    continue;
+                };
+                match Conn::<T>::new(&sh, qp, hello, id) {
+                    Ok(c) => {
+                        sh.clients.fetch_add(1, Ordering::AcqRel);
+                        sh.counters.clients_total.fetch_add(1, Ordering::Relaxed);
+                        sh.log(&format!("client {id} connected ({}, worker {w})", c.protocol));
+                        ib.new.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+                        rr.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => sh.log(&format!("client {id}: setup failed: {e}")),
+                }
+            }
+            Err(Error::Timeout(..)) => {}
+            Err(e) => {
+                if !sh.shutdown.load(Ordering::Acquire) {
+                    sh.log(&format!("refused a connection: {e}"));
+                }
+            }
+        }
+    }
+}
+
+fn housekeeping(sh: Arc<ServerCore>) {
+    let mut cleaner = Cleaner::new();
+    let mut last_stats = Instant::now();
+    while !sh.shutdown.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(50));
+        if sh.cfg.cleaner {
+            let total = sh.pool.segment_count().max(1);
+            let free = sh.pool.free_segments();
+            // Clean when a quarter or less of the pool is free.
+            if free * 4 <= total {
+                match cleaner.run(&sh.pool, sh.cfg.clean_below, 2) {
+                    Ok(st) if st.segments_freed > 0 => {
+                        let mut c = sh.cleaned.lock().unwrap_or_else(|e| e.into_inner());
+                        c.segments_freed += st.segments_freed;
+                        c.entries_moved += st.entries_moved;
+                        c.bytes_moved += st.bytes_moved;
+                        c.bytes_reclaimed += st.bytes_reclaimed;
+                    }
+                    Ok(_) => {}
+                    Err(e) => sh.log(&format!("cleaner: {e}")),
+                }
+            }
+        }
+        if let Some(iv) = sh.cfg.stats_interval {
+            if last_stats.elapsed() >= iv {
+                last_stats = Instant::now();
+                let s = sh.stats();
+                eprintln!(
+                    "boomkv server: {} clients, {} puts, {} dels, {} gets ({} not found), {} keys, {} free segments, {} garbage",
+                    s.clients,
+                    s.puts,
+                    s.dels,
+                    s.gets,
+                    s.not_found,
+                    s.index_entries,
+                    s.free_segments,
+                    crate::units::human_bytes(s.space.garbage_bytes)
+                );
+            }
+        }
+    }
+}
+
+/// The server's state of one client.
+struct Conn<T: Transport> {
+    qp: T::Qp,
+    id: u64,
+    protocol: Protocol,
+    recv_mr: T::Mr,
+    recv_size: u32,
+    /// Staging buffer for the RPC baseline's replies (DRAM).
+    send_mr: Option<T::Mr>,
+    seg: Option<ActiveSegment>,
+    seg_mr: Option<T::Mr>,
+    segments: u64,
+    /// wr_id -> (key, version) of GET data writes not yet completed.
+    gets: HashMap<u64, (Vec<u8>, u64)>,
+    next_wr: u64,
+    last_active: Instant,
+    dead: Option<String>,
+}
+
+const WR_SEND: u64 = 1 << 63;
+
+impl<T: Transport> Conn<T> {
+    fn new(sh: &Shared<T>, qp: T::Qp, hello: Hello, id: u64) -> Result<Conn<T>> {
+        let (recv_size, depth) = if hello.protocol == Protocol::Rpc {
+            (MAX_MESSAGE as u32, RPC_RECV_DEPTH)
+        } else {
+            (SMALL_RECV, RECV_DEPTH)
+        };
+        let recv_mr = sh.t.alloc_mr((recv_size * depth) as usize, Access::LOCAL_WRITE)?;
+        for i in 0..depth {
+            qp.post_recv(i as u64, &recv_mr, (i * recv_size) as u64, recv_size)?;
+        }
+        let send_mr =
+            if hello.protocol == Protocol::Rpc { Some(sh.t.alloc_mr(MAX_MESSAGE, Access::NONE)?) } else { None };
+        Ok(Conn {
+            qp,
+            id,
+            protocol: hello.protocol,
+            recv_mr,
+            recv_size,
+            send_mr,
+            seg: None,
+            seg_mr: None,
+            segments: 0,
+            gets: HashMap::new(),
+            next_wr: 0,
+            last_active: Instant::now(),
+            dead: None,
+        })
+    }
+
+    fn wr(&mut self) -> u64 {
+        self.next_wr += 1;
+        WR_SEND | self.next_wr
+    }
+
+    fn reply(&mut self, msg: &Msg, req: u32, buf: &mut Vec<u8>) -> Result<()> {
+        msg.encode_into(req, buf);
+        let wr = self.wr();
+        self.qp.post_send_bytes(wr, buf)
+    }
+}
+
+struct Worker<T: Transport> {
+    id: usize,
+    sh: Arc<Shared<T>>,
+    ib: Arc<Inbox<T>>,
+    conns: HashMap<u32, Conn<T>>,
+    buf: Vec<u8>,
+    /// Completions of connections the acceptor has not handed over yet: a client's
+    /// first request can complete between its receives being posted and the hand-over.
+    early: Vec<(bool, Completion, Instant)>,
+}
+
+impl<T: Transport> Worker<T> {
+    fn run(mut self) {
+        let mut comps: Vec<Completion> = Vec::with_capacity(64);
+        let mut idle_since = Instant::now();
+        let mut last_sweep = Instant::now();
+        loop {
+            let stopping = self.sh.shutdown.load(Ordering::Acquire);
+            self.adopt_new();
+            comps.clear();
+            let n = self.ib.recv_cq.poll(&mut comps, 32);
+            for c in comps.drain(..) {
+                self.on_recv(c);
+            }
+            let m = self.ib.send_cq.poll(&mut comps, 64);
+            for c in comps.drain(..) {
+                self.on_send(c);
+            }
+            if n + m > 0 {
+                idle_since = Instant::now();
+            } else if stopping {
+                break;
+            } else if !self.sh.coop.help(self.id, self.sh.pool.media()) {
+                if idle_since.elapsed() > Duration::from_millis(2) && !self.sh.coop.enabled() {
+                    // Park on the receive queue instead of burning a core.
+                    if let Ok(c) = self.ib.recv_cq.wait(Duration::from_millis(20)) {
+                        self.on_recv(c);
+                        idle_since = Instant::now();
+                    }
+                } else if idle_since.elapsed() > Duration::from_millis(50) {
+                    std::thread::sleep(Duration::from_micros(200));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            if last_sweep.elapsed() > Duration::from_millis(100) {
+                last_sweep = Instant::now();
+                self.sweep();
+            }
+        }
+        let ids: Vec<u32> = self.conns.keys().copied().collect();
+        for q in ids {
+            self.drop_conn(q, "server shutting down");
+        }
+    }
+
+    fn adopt_new(&mut self) {
+        {
+            let mut new = self.ib.new.lock().unwrap_or_else(|e| e.into_inner());
+            for c in new.drain(..) {
+                self.conns.insert(c.qp.qp_num(), c);
+            }
+        }
+        if !self.early.is_empty() {
+            let early = std::mem::take(&mut self.early);
+            for (is_recv, c, since) in early {
+                if self.conns.contains_key(&c.qp_num) {
+                    if is_recv {
+                        self.on_recv(c)
+                    } else {
+                        self.on_send(c)
+                    }
+                } else if since.elapsed() < Duration::from_secs(5) {
+                    self.early.push((is_recv, c, since));
+                }
+            }
+        }
+    }
+
+    fn sweep(&mut self) {
+        let mut dead: Vec<(u32, String)> = Vec::new();
+        for (q, c) in &self.conns {
+            if let Some(why) = &c.dead {
+                dead.push((*q, why.clone()));
+            } else if c.qp.is_error() {
+                dead.push((*q, c.qp.error_reason().unwrap_or_else(|| "connection error".into())));
+            } else if let Some(t) = self.sh.cfg.idle_timeout {
+                if c.last_active.elapsed() > t {
+                    dead.push((*q, format!("idle for more than {t:?}")));
+                }
+            }
+        }
+        for (q, why) in dead {
+            self.drop_conn(q, &why);
+        }
+    }
+
+    fn drop_conn(&mut self, q: u32, why: &str) {
+        if let Some(mut c) = self.conns.remove(&q) {
+            for (_, (key, v)) in c.gets.drain() {
+                self.sh.inflight.end(&key, v);
+            }
+            if let Some(mr) = c.seg_mr.take() {
+                mr.deregister();
+            }
+            if let Some(s) = c.seg.take() {
+                let _ = self.sh.pool.seal_segment(s.id);
+            }
+            c.qp.close();
+            self.sh.clients.fetch_sub(1, Ordering::AcqRel);
+            self.sh.log(&format!("client {} disconnected: {why}", c.id));
+        }
+    }
+
+    fn on_send(&mut self, c: Completion) {
+        let Some(conn) = self.conns.get_mut(&c.qp_num) else {
+            self.early.push((false, c, Instant::now()));
+            return;
+        };
+        if let Some((key, v)) = conn.gets.remove(&c.wr_id) {
+            self.sh.inflight.end(&key, v);
+        }
+        if !c.status.is_ok() && conn.dead.is_none() {
+            conn.dead = Some(format!("{:?} completed with {}", c.opcode, c.status));
+        }
+    }
+
+    fn on_recv(&mut self, c: Completion) {
+        let Some(mut conn) = self.conns.remove(&c.qp_num) else {
+            self.early.push((true, c, Instant::now()));
+            return;
+        };
+        conn.last_active = Instant::now();
+        if !c.status.is_ok() {
+            let why = match conn.qp.error_reason() {
+                Some(r) if r.contains("peer closed") => "closed by the client".to_string(),
+                Some(r) => r,
+                None if c.status == crate::transport::WcStatus::WrFlushError => "closed by the client".to_string(),
+                None => format!("receive completed with {}", c.status),
+            };
+            conn.dead.get_or_insert(why);
+            self.conns.insert(c.qp_num, conn);
+            return;
+        }
+        let slot = c.wr_id;
+        let r = match (c.opcode, c.imm) {
+            (WcOpcode::RecvWithImm, Some(imm)) => self.on_put_imm(&mut conn, imm),
+            (WcOpcode::Recv, _) => {
+                // Read the request where it landed (DRAM receive buffer): no copy.
+                let rmr = conn.recv_mr.clone();
+                let (map, base) = rmr.mapping();
+                match map.view(base + slot * conn.recv_size as u64, c.byte_len as usize) {
+                    Ok(raw) if crate::wire::is_rpc_put(raw) && conn.protocol == Protocol::Rpc => {
+                        self.rpc_put(&mut conn, &raw[RPC_PUT_OFF.min(raw.len())..])
+                    }
+                    Ok(raw) => Msg::decode(raw).and_then(|(m, req)| self.on_msg(&mut conn, m, req)),
+                    Err(e) => Err(e),
+                }
+            }
+            _ => Err(Error::Protocol(format!("unexpected completion {:?}", c.opcode))),
+        };
+        if let Err(e) = r {
+            self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+            conn.dead.get_or_insert_with(|| format!("protocol error: {e}"));
+        } else if let Err(e) = conn.qp.post_recv(slot, &conn.recv_mr, slot * conn.recv_size as u64, conn.recv_size) {
+            let why = if e.to_string().contains("peer closed") {
+                "closed by the client".into()
+            } else {
+                format!("cannot repost receive: {e}")
+            };
+            conn.dead.get_or_insert(why);
+        }
+        self.conns.insert(c.qp_num, conn);
+    }
+
+    fn error_reply(&mut self, conn: &mut Conn<T>, req: u32, code: ErrorCode, message: String) -> Result<()> {
+        self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+        self.sh.log(&format!("client {}: {message}", conn.id));
+        let mut b = std::mem::take(&mut self.buf);
+        let r = conn.reply(&Msg::Error { code, message }, req, &mut b);
+        self.buf = b;
+        r
+    }
+
+    fn send(&mut self, conn: &mut Conn<T>, msg: &Msg, req: u32) -> Result<()> {
+        let mut b = std::mem::take(&mut self.buf);
+        let r = conn.reply(msg, req, &mut b);
+        self.buf = b;
+        r
+    }
+
+    /// Commits the entry at `offset` of the client's segment and replies.
+    fn commit_and_reply(
+        &mut self,
+        conn: &mut Conn<T>,
+        offset: u64,
+        mode: WriteMode,
+        pre: Option<EntryHeader>,
+    ) -> Result<()> {
+        let Some(seg) = conn.seg.as_mut() else {
+            return self.error_reply(conn, 0, ErrorCode::BadRequest, "PUT before any segment was granted".into());
+        };
+        let (pool, coop, id) = (&self.sh.pool, &self.sh.coop, self.id);
+        let mut wb = |o: u64, l: usize| coop.writeback(id, pool.media(), o, l);
+        let r = match pre {
+            Some(h) => pool.commit_validated(seg, offset, mode, h, &mut wb),
+            None => pool.commit(seg, offset, mode, &mut wb),
+        };
+        match r {
+            Ok(c) => {
+                let ctr = if c.loc.tombstone { &self.sh.counters.dels } else { &self.sh.counters.puts };
+                ctr.fetch_add(1, Ordering::Relaxed);
+                let min = self.sh.inflight.min_version(&c.key);
+                self.send(conn, &Msg::PutOk { version: c.version, min_get_version: min }, 0)
+            }
+            Err(CommitError::Media(e)) => self.error_reply(conn, 0, ErrorCode::Internal, format!("media error: {e}")),
+            Err(e) => self.error_reply(conn, 0, ErrorCode::InvalidEntry, e.to_string()),
+        }
+    }
+
+    /// BOOM PUT, or RDMP phase 2: the entry is in the client's segment.
+    fn on_put_imm(&mut self, conn: &mut Conn<T>, imm: u32) -> Result<()> {
+        let p = PutImm::decode(imm);
+        let mode = if p.in_place { WriteMode::InPlace } else { WriteMode::Append };
+        match conn.protocol {
+            Protocol::Boom => self.commit_and_reply(conn, p.offset, mode, None),
+            Protocol::Rdmp if !p.in_place => self.commit_and_reply(conn, p.offset, WriteMode::Append, None),
+            _ => self.error_reply(conn, 0, ErrorCode::BadRequest, "WRITE_WITH_IMM not valid here".into()),
+        }
+    }
+
+    /// Seals the client's segment (if any) and grants a new one.
+    fn grant(&mut self, conn: &mut Conn<T>) -> std::result::Result<(), (ErrorCode, String)> {
+        let q = self.sh.cfg.segment_quota;
+        if q > 0 && conn.segments >= q {
+            return Err((ErrorCode::Quota, format!("client {} reached its quota of {q} segments", conn.id)));
+        }
+        let seg = self.sh.pool.grant_segment(conn.id, conn.seg.as_ref()).map_err(|e| match e {
+            Error::PoolFull { .. } => (ErrorCode::PoolFull, e.to_string()),
+            e => (ErrorCode::Internal, e.to_string()),
+        })?;
+        if let Some(old) = conn.seg_mr.take() {
+            old.deregister();
+        }
+        let media = self.sh.pool.media();
+        let mr = self
+            .sh
+            .t
+            .register(
+                media.map_arc().clone(),
+                media.file().cloned(),
+                self.sh.pool.segment_offset(seg.id),
+                self.sh.pool.segment_size(),
+                Access::REMOTE_WRITE,
+            )
+            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+        conn.seg = Some(seg);
+        conn.seg_mr = Some(mr);
+        conn.segments += 1;
+        self.sh.counters.grants.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn on_msg(&mut self, conn: &mut Conn<T>, m: Msg, req: u32) -> Result<()> {
+        match (conn.protocol, m) {
+            (_, Msg::StatsReq) => {
+                let json = serde_json::to_vec(&self.sh.stats()).unwrap_or_default();
+                self.send(conn, &Msg::Stats { json }, req)
+            }
+            (Protocol::Boom, Msg::GrantSegment) => match self.grant(conn) {
+                Ok(()) => {
+                    let (Some(seg), Some(mr)) = (&conn.seg, &conn.seg_mr) else {
+                        return Err(Error::Protocol("grant left no segment".into()));
+                    };
+                    let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote().into() };
+                    self.send(conn, &msg, req)
+                }
+                Err((code, msg)) => self.error_reply(conn, req, code, msg),
+            },
+            (Protocol::Boom, Msg::Get { key, buf }) => self.boom_get(conn, key, buf),
+            (Protocol::Boom, Msg::Scan { start, count, buf }) => self.boom_scan(conn, start, count, buf),
+            (Protocol::Rdmp, Msg::Alloc { len }) => self.rdmp_alloc(conn, len, req),
+            (Protocol::Rdmp, Msg::Locate { key }) => match self.sh.pool.lookup(&key) {
+                Some(loc) => {
+                    let mr = self.sh.seg_mr(loc.segment as u64)?;
+                    let r = mr.remote();
+                    self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
+                    self.send(conn, &Msg::Located { addr: r.at(loc.offset as u64), rkey: r.rkey, len: loc.len }, req)
+                }
+                None => {
+                    self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
+                    self.send(conn, &Msg::NotFound, req)
+                }
+            },
+            (Protocol::Rpc, Msg::RpcPut { entry }) => self.rpc_put(conn, &entry),
+            (Protocol::Rpc, Msg::RpcGet { key }) => self.rpc_get(conn, &key, req),
+            (p, m) => self.error_reply(conn, req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request")),
+        }
+    }
+
+    fn data_imm(
+        &mut self,
+        conn: &mut Conn<T>,
+        buf: &crate::wire::RegionDesc,
+        status: DataStatus,
+        len: u32,
+    ) -> Result<()> {
+        let wr = conn.wr();
+        let imm = DataImm { status, len }.encode();
+        conn.qp.post_write_imm(wr, &conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
+    }
+
+    fn boom_get(&mut self, conn: &mut Conn<T>, key: Vec<u8>, buf: crate::wire::RegionDesc) -> Result<()> {
+        let Some(loc) = self.sh.pool.lookup(&key) else {
+            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
+            return self.data_imm(conn, &buf, DataStatus::NotFound, 0);
+        };
+        if loc.len as u64 > buf.len {
+            return self.data_imm(conn, &buf, DataStatus::TooSmall, loc.len);
+        }
+        let mr = self.sh.seg_mr(loc.segment as u64)?;
+        let wr = conn.wr();
+        self.sh.inflight.begin(&key, loc.version);
+        conn.gets.insert(wr, (key, loc.version));
+        let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
+        self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
+        self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
+        conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm)
+    }
+
+    fn boom_scan(
+        &mut self,
+        conn: &mut Conn<T>,
+        start: Vec<u8>,
+        count: u32,
+        buf: crate::wire::RegionDesc,
+    ) -> Result<()> {
+        let items = match self.sh.pool.index().scan(&start, count.min(10_000) as usize) {
+            Ok(v) => v,
+            Err(e) => return self.error_reply(conn, 0, ErrorCode::NoScan, e.to_string()),
+        };
+        let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
+        if total > buf.len {
+            return self.data_imm(conn, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32);
+        }
+        let mut off = 0u64;
+        for (_, loc) in &items {
+            let mr = self.sh.seg_mr(loc.segment as u64)?;
+            let wr = conn.wr();
+            conn.qp.post_write(wr, &mr, loc.offset as u64, loc.len, buf.addr + off, buf.rkey, false)?;
+            off += loc.len as u64;
+        }
+        self.sh.counters.scans.fetch_add(1, Ordering::Relaxed);
+        self.data_imm(conn, &buf, DataStatus::Ok, total as u32)
+    }
+
+    /// RDMP phase 1 of a PUT: place an object of `len` bytes in the client's log.
+    fn rdmp_alloc(&mut self, conn: &mut Conn<T>, len: u32, req: u32) -> Result<()> {
+        let slot = (len as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
+        if slot > self.sh.pool.segment_size() - fmt::SEGMENT_HEADER_SIZE || len < ENTRY_HEADER_SIZE as u32 + 1 {
+            return self.error_reply(
+                conn,
+                req,
+                ErrorCode::TooLarge,
+                format!("object of {len} bytes does not fit a segment"),
+            );
+        }
+        let fits = conn.seg.as_ref().is_some_and(|s| s.tail + slot <= self.sh.pool.segment_size());
+        if !fits {
+            if let Err((code, msg)) = self.grant(conn) {
+                return self.error_reply(conn, req, code, msg);
+            }
+        }
+        let (Some(seg), Some(mr)) = (&conn.seg, &conn.seg_mr) else {
+            return Err(Error::Protocol("no segment after grant".into()));
+        };
+        let r = mr.remote();
+        let msg = Msg::Allocated { addr: r.at(seg.tail), rkey: r.rkey, token: (seg.tail / 8) as u32 };
+        self.send(conn, &msg, req)
+    }
+
+    /// RDMA-KV PUT: the entry arrived in DRAM; place it, copy it to PM (the staging
+    /// copy BOOM avoids), seal it with its placement and commit.
+    fn rpc_put(&mut self, conn: &mut Conn<T>, entry: &[u8]) -> Result<()> {
+        let size = self.sh.pool.segment_size();
+        let slot = (entry.len() as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
+        let h = match EntryHeader::decode(entry) {
+            Ok(h) if h.key_len >= 1 && h.key_len <= fmt::MAX_KEY_LEN && h.entry_len() == entry.len() as u64 => h,
+            _ => return self.error_reply(conn, 0, ErrorCode::InvalidEntry, "malformed RPC entry".into()),
+        };
+        if slot > size - fmt::SEGMENT_HEADER_SIZE || h.value_len > self.sh.cfg.max_value {
+            return self.error_reply(conn, 0, ErrorCode::TooLarge, format!("entry of {} bytes", entry.len()));
+        }
+        if !conn.seg.as_ref().is_some_and(|s| s.tail + slot <= size) {
+            if let Err((code, msg)) = self.grant(conn) {
+                return self.error_reply(conn, 0, code, msg);
+            }
+        }
+        let Some(seg) = conn.seg.as_ref() else { return Err(Error::Protocol("no segment".into())) };
+        let offset = seg.tail;
+        let next = offset + slot;
+        let dst = self.sh.pool.pool_offset(seg.id, offset);
+        let map = self.sh.pool.media().map();
+        map.write(dst, entry)?;
+        // The server chose the placement: it writes next_offset and computes the checksum.
+        map.write(dst + fmt::ENTRY_NEXT_OFF, &next.to_le_bytes())?;
+        let checksum = fmt::entry_checksum(map.view(dst, entry.len())?);
+        map.write(dst, &checksum.to_le_bytes())?;
+        let h = EntryHeader { next_offset: next, checksum, version: 0, ..h };
+        self.commit_and_reply(conn, offset, WriteMode::Append, Some(h))
+    }
+
+    /// RDMA-KV GET: copy the entry PM -> DRAM and SEND it.
+    fn rpc_get(&mut self, conn: &mut Conn<T>, key: &[u8], req: u32) -> Result<()> {
+        let Some(loc) = self.sh.pool.lookup(key) else {
+            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
+            return self.send(conn, &Msg::NotFound, req);
+        };
+        let Some(send_mr) = conn.send_mr.clone() else { return Err(Error::Protocol("no send buffer".into())) };
+        // Header of an RpcValue message, then the entry copied from PM.
+        let hdr = Msg::RpcValue { entry: Vec::new() }.encode(req);
+        let body_len_off = hdr.len() - 4;
+        let mut h = hdr.clone();
+        h[body_len_off..].copy_from_slice(&loc.len.to_le_bytes());
+        send_mr.write(0, &h)?;
+        let (map, base) = send_mr.mapping();
+        let src = self.sh.pool.pool_offset(loc.segment as u64, loc.offset as u64);
+        self.sh.pool.media().map().copy_to(src, map, base + h.len() as u64, loc.len as usize)?;
+        self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
+        self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
+        let wr = conn.wr();
+        conn.qp.post_send(wr, &send_mr, 0, h.len() as u32 + loc.len)
+    }
+}

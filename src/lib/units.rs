@@ -1,0 +1,90 @@
+//! Byte sizes as users type them (`2k`, `64MiB`, `1G`) and as reports print them.
+
+use crate::error::{Error, Result};
+
+/// Parses a byte count: a number with an optional binary suffix `k`/`K`/`KiB`/`KB`
+/// (1024), `m`/`MiB`, `g`/`GiB`, `t`/`TiB`; `b`/`B` or none for bytes.
+pub fn parse_bytes(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, suf) = t.split_at(split);
+    let mult: u64 = match suf.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(Error::invalid(format!("'{s}': unknown size suffix '{other}' (use k, M, G or T)"))),
+    };
+    if num.is_empty() {
+        return Err(Error::invalid(format!("'{s}' is not a size (examples: 64, 2k, 64M, 1G)")));
+    }
+    let v: f64 = num.parse().map_err(|_| Error::invalid(format!("'{s}' is not a size (examples: 64, 2k, 64M, 1G)")))?;
+    let bytes = v * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(Error::invalid(format!("'{s}' is out of range")));
+    }
+    if bytes.fract() != 0.0 {
+        return Err(Error::invalid(format!("'{s}' is not a whole number of bytes")));
+    }
+    Ok(bytes as u64)
+}
+
+/// Formats a byte count for people: `512 B`, `2.0 KiB`, `1.50 GiB`.
+pub fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else if v >= 100.0 {
+        format!("{v:.0} {}", U[i])
+    } else if v >= 10.0 {
+        format!("{v:.1} {}", U[i])
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+/// Formats a size compactly for labels and file names: `32`, `2k`, `16k`, `64M`, `1G`.
+pub fn short_bytes(b: u64) -> String {
+    for (shift, s) in [(40, "T"), (30, "G"), (20, "M"), (10, "k")] {
+        if b >= 1 << shift && b % (1 << shift) == 0 {
+            return format!("{}{s}", b >> shift);
+        }
+    }
+    b.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_users_type() {
+        assert_eq!(parse_bytes("64").unwrap(), 64);
+        assert_eq!(parse_bytes("2k").unwrap(), 2048);
+        assert_eq!(parse_bytes("2K").unwrap(), 2048);
+        assert_eq!(parse_bytes("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_bytes("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes("1.5k").unwrap(), 1536);
+        assert_eq!(parse_bytes(" 16 kb ").unwrap(), 16384);
+        for bad in ["", "k", "12q", "-1", "1.3", "abc", "1e400"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn formats_for_people_and_labels() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(2048), "2.00 KiB");
+        assert_eq!(human_bytes(1 << 30), "1.00 GiB");
+        assert_eq!(short_bytes(2048), "2k");
+        assert_eq!(short_bytes(64 << 20), "64M");
+        assert_eq!(short_bytes(100), "100");
+    }
+}

@@ -1,0 +1,769 @@
+//! THE WIRE FORMAT: every byte the client and server exchange, for all three protocols.
+//!
+//! Little-endian, fixed-width integers; variable fields carry their length first.
+//! Every decoder checks lengths against the buffer and the limits below before it
+//! allocates, so no field from a peer can cause an out-of-bounds read, a panic or an
+//! unbounded allocation.
+//!
+//! ## Connection handshake (transport private data)
+//!
+//! Client -> server, [`Hello`]:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `BOOMWIRE` |
+//! | 8 | 2 | wire version ([`WIRE_VERSION`]) |
+//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc |
+//! | 11 | 1 | reserved |
+//! | 12 | 4 | client receive-buffer size (largest message it can receive) |
+//! | 16 | 20 | the client's response region ([`RegionDesc`]) |
+//!
+//! Server -> client, [`Welcome`]:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `BOOMWIRE` |
+//! | 8 | 2 | wire version |
+//! | 10 | 1 | status: 0 accepted, 1 refused |
+//! | 11 | 1 | protocol |
+//! | 12 | 8 | client id (accepted) |
+//! | 20 | 8 | segment size |
+//! | 28 | 4 | max key bytes |
+//! | 32 | 4 | max value bytes |
+//! | 36 | 4 | server receive-buffer size (largest request it accepts) |
+//! | 40 | 2 | reason length `n` (refused) |
+//! | 42 | n | reason, UTF-8 |
+//!
+//! ## Messages (SEND payloads)
+//!
+//! Every message starts with an 8-byte header: opcode (1), flags (1), reserved (2),
+//! request id (4). The body follows; see [`Msg`] for each opcode's fields in order.
+//!
+//! ## Immediates
+//!
+//! - BOOM PUT (`WRITE_WITH_IMM` into the client's segment): [`PutImm`] =
+//!   `offset / 8 << 1 | in_place`.
+//! - Server -> client data (`WRITE_WITH_IMM` into the client's response region, BOOM
+//!   GET and SCAN): [`DataImm`] = `status << 30 | length` (status 0 ok, 1 not found,
+//!   2 buffer too small with `length` = bytes needed, 3 error).
+
+use crate::error::{Error, Result};
+
+/// Handshake magic.
+pub const WIRE_MAGIC: [u8; 8] = *b"BOOMWIRE";
+/// Wire format version; both sides must match.
+pub const WIRE_VERSION: u16 = 1;
+/// Bytes of a message header.
+pub const MSG_HEADER: usize = 8;
+/// The largest message either side may send (RPC PUT of the largest value).
+pub const MAX_MESSAGE: usize = (1 << 20) + 4096;
+
+/// Which protocol a connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// BOOM: one round trip, client-written segments, server-written GETs.
+    Boom,
+    /// RDMP-KV: two phases, metadata RPC then one-sided WRITE/READ.
+    Rdmp,
+    /// RDMA-KV: NVM-oblivious RPC, data copied through server DRAM.
+    Rpc,
+}
+
+impl Protocol {
+    /// All protocols, BOOM first.
+    pub const ALL: [Protocol; 3] = [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc];
+
+    /// The on-wire code.
+    pub fn code(self) -> u8 {
+        match self {
+            Protocol::Boom => 0,
+            Protocol::Rdmp => 1,
+            Protocol::Rpc => 2,
+        }
+    }
+
+    /// Decodes the on-wire code.
+    pub fn from_code(c: u8) -> Result<Protocol> {
+        match c {
+            0 => Ok(Protocol::Boom),
+            1 => Ok(Protocol::Rdmp),
+            2 => Ok(Protocol::Rpc),
+            o => Err(Error::corrupt("handshake", format!("unknown protocol {o}"))),
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Boom => "boom",
+            Protocol::Rdmp => "rdmp",
+            Protocol::Rpc => "rpc",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "boom" => Ok(Protocol::Boom),
+            "rdmp" | "rdmp-kv" => Ok(Protocol::Rdmp),
+            "rpc" | "rdma-kv" => Ok(Protocol::Rpc),
+            o => Err(format!("unknown protocol '{o}' (expected boom, rdmp or rpc)")),
+        }
+    }
+}
+
+/// A remotely accessible region as carried on the wire: `addr` (u64), `len` (u64),
+/// `rkey` (u32), 20 bytes.
+pub type RegionDesc = crate::transport::RemoteRegion;
+
+/// Bytes of an encoded [`RegionDesc`].
+pub const REGION_DESC_LEN: usize = 20;
+
+/// Appends little-endian fields to a buffer.
+#[derive(Default)]
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn region(&mut self, r: &RegionDesc) -> &mut Self {
+        self.u64(r.addr).u64(r.len).u32(r.rkey)
+    }
+    fn bytes16(&mut self, b: &[u8]) -> &mut Self {
+        self.u16(b.len() as u16);
+        self.0.extend_from_slice(b);
+        self
+    }
+    fn bytes32(&mut self, b: &[u8]) -> &mut Self {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+        self
+    }
+}
+
+/// Reads little-endian fields from a peer's bytes, never past the end.
+struct R<'a> {
+    b: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.b.len() < n {
+            return Err(Error::corrupt(self.what, format!("truncated: wanted {n} more bytes, have {}", self.b.len())));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn region(&mut self) -> Result<RegionDesc> {
+        Ok(RegionDesc { addr: self.u64()?, len: self.u64()?, rkey: self.u32()? })
+    }
+    fn bytes16(&mut self, max: usize) -> Result<&'a [u8]> {
+        let n = self.u16()? as usize;
+        if n > max {
+            return Err(Error::corrupt(self.what, format!("field of {n} bytes over the limit of {max}")));
+        }
+        self.take(n)
+    }
+    fn bytes32(&mut self, max: usize) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        if n > max {
+            return Err(Error::corrupt(self.what, format!("field of {n} bytes over the limit of {max}")));
+        }
+        self.take(n)
+    }
+    fn done(&self) -> Result<()> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::corrupt(self.what, format!("{} trailing bytes", self.b.len())))
+        }
+    }
+}
+
+/// The client's half of the handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol the client speaks.
+    pub protocol: Protocol,
+    /// Largest message the client can receive.
+    pub recv_size: u32,
+    /// The client's registered response region (server-written GET data lands here).
+    pub response: RegionDesc,
+}
+
+impl Hello {
+    /// Encodes the hello.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = W::default();
+        w.0.extend_from_slice(&WIRE_MAGIC);
+        w.u16(WIRE_VERSION).u8(self.protocol.code()).u8(0).u32(self.recv_size).region(&self.response);
+        w.0
+    }
+
+    /// Decodes and version-checks a hello.
+    pub fn decode(b: &[u8]) -> Result<Hello> {
+        let mut r = R { b, what: "hello" };
+        if r.take(8)? != WIRE_MAGIC {
+            return Err(Error::corrupt("hello", "not a boomkv client (bad magic)"));
+        }
+        let v = r.u16()?;
+        if v != WIRE_VERSION {
+            return Err(Error::corrupt("hello", format!("client speaks wire version {v}, server {WIRE_VERSION}")));
+        }
+        let protocol = Protocol::from_code(r.u8()?)?;
+        r.u8()?;
+        let h = Hello { protocol, recv_size: r.u32()?, response: r.region()? };
+        r.done()?;
+        Ok(h)
+    }
+}
+
+/// The server's half of the handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Welcome {
+    /// The connection is accepted.
+    Accepted {
+        /// Protocol the server will speak (the client's).
+        protocol: Protocol,
+        /// The client's id (owner of its log).
+        client_id: u64,
+        /// Bytes per granted segment.
+        segment_size: u64,
+        /// Longest key.
+        max_key: u32,
+        /// Longest value.
+        max_value: u32,
+        /// Largest request the server receives.
+        recv_size: u32,
+    },
+    /// The server refuses the connection.
+    Refused {
+        /// Why, for the user.
+        reason: String,
+    },
+}
+
+impl Welcome {
+    /// Encodes the welcome.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = W::default();
+        w.0.extend_from_slice(&WIRE_MAGIC);
+        w.u16(WIRE_VERSION);
+        match self {
+            Welcome::Accepted { protocol, client_id, segment_size, max_key, max_value, recv_size } => {
+                w.u8(0).u8(protocol.code()).u64(*client_id).u64(*segment_size).u32(*max_key).u32(*max_value);
+                w.u32(*recv_size).bytes16(&[]);
+            }
+            Welcome::Refused { reason } => {
+                let r = &reason.as_bytes()[..reason.len().min(1024)];
+                w.u8(1).u8(0).u64(0).u64(0).u32(0).u32(0).u32(0).bytes16(r);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes and version-checks a welcome.
+    pub fn decode(b: &[u8]) -> Result<Welcome> {
+        let mut r = R { b, what: "welcome" };
+        if r.take(8)? != WIRE_MAGIC {
+            return Err(Error::corrupt("welcome", "not a boomkv server (bad magic)"));
+        }
+        let v = r.u16()?;
+        if v != WIRE_VERSION {
+            return Err(Error::corrupt("welcome", format!("server speaks wire version {v}, client {WIRE_VERSION}")));
+        }
+        let status = r.u8()?;
+        let proto = r.u8()?;
+        let (client_id, segment_size, max_key, max_value, recv_size) =
+            (r.u64()?, r.u64()?, r.u32()?, r.u32()?, r.u32()?);
+        let reason = r.bytes16(1024)?;
+        r.done()?;
+        match status {
+            0 => Ok(Welcome::Accepted {
+                protocol: Protocol::from_code(proto)?,
+                client_id,
+                segment_size,
+                max_key,
+                max_value,
+                recv_size,
+            }),
+            1 => Ok(Welcome::Refused { reason: String::from_utf8_lossy(reason).into_owned() }),
+            s => Err(Error::corrupt("welcome", format!("unknown status {s}"))),
+        }
+    }
+}
+
+/// Error codes in [`Msg::Error`] replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The entry failed validation (bounds, lengths, checksum, placement).
+    InvalidEntry = 1,
+    /// No free segment: the pool is full.
+    PoolFull = 2,
+    /// Key or value over the limit.
+    TooLarge = 3,
+    /// The request does not decode or is not allowed in this protocol/state.
+    BadRequest = 4,
+    /// The client has used its segment quota.
+    Quota = 5,
+    /// The server failed (media error).
+    Internal = 6,
+    /// Scans need the ordered index.
+    NoScan = 7,
+}
+
+impl ErrorCode {
+    fn from_u16(v: u16) -> ErrorCode {
+        match v {
+            1 => ErrorCode::InvalidEntry,
+            2 => ErrorCode::PoolFull,
+            3 => ErrorCode::TooLarge,
+            4 => ErrorCode::BadRequest,
+            5 => ErrorCode::Quota,
+            7 => ErrorCode::NoScan,
+            _ => ErrorCode::Internal,
+        }
+    }
+}
+
+/// Every message of every protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Client: grant me a (new) segment. BOOM, RDMP.
+    GrantSegment,
+    /// Server: your segment (a region of its own).
+    SegmentGranted {
+        /// Segment id.
+        segment: u64,
+        /// The segment's region.
+        region: RegionDesc,
+    },
+    /// Server: a PUT/DELETE is durable and indexed.
+    PutOk {
+        /// Version assigned.
+        version: u64,
+        /// Smallest version any in-flight GET of the key reads (`u64::MAX` if none).
+        min_get_version: u64,
+    },
+    /// Client (BOOM): key, and where to write the entry.
+    Get {
+        /// Key.
+        key: Vec<u8>,
+        /// The client buffer to write into.
+        buf: RegionDesc,
+    },
+    /// Client (BOOM, ordered index only): up to `count` live entries from `start`.
+    Scan {
+        /// First key.
+        start: Vec<u8>,
+        /// Most entries.
+        count: u32,
+        /// The client buffer to write into.
+        buf: RegionDesc,
+    },
+    /// Client: server statistics (JSON).
+    StatsReq,
+    /// Server: statistics, JSON text.
+    Stats {
+        /// JSON document.
+        json: Vec<u8>,
+    },
+    /// Client (RDMP phase 1): allocate an object for an entry of `len` bytes.
+    Alloc {
+        /// Entry length.
+        len: u32,
+    },
+    /// Server (RDMP): write the entry here, then WRITE_WITH_IMM(imm = `token`).
+    Allocated {
+        /// Where to write.
+        addr: u64,
+        /// Region key.
+        rkey: u32,
+        /// Token to put in the immediate.
+        token: u32,
+    },
+    /// Client (RDMP phase 1 of GET): where is `key`'s entry?
+    Locate {
+        /// Key.
+        key: Vec<u8>,
+    },
+    /// Server (RDMP): READ the entry here.
+    Located {
+        /// Address of the entry.
+        addr: u64,
+        /// Region key.
+        rkey: u32,
+        /// Entry length.
+        len: u32,
+    },
+    /// Client (RPC): store this entry (already encoded, version 0).
+    RpcPut {
+        /// The encoded entry.
+        entry: Vec<u8>,
+    },
+    /// Client (RPC): send me `key`'s entry.
+    RpcGet {
+        /// Key.
+        key: Vec<u8>,
+    },
+    /// Server (RPC): the entry.
+    RpcValue {
+        /// The encoded entry.
+        entry: Vec<u8>,
+    },
+    /// Server: no live entry for the key.
+    NotFound,
+    /// Server: the request failed.
+    Error {
+        /// What kind of failure.
+        code: ErrorCode,
+        /// Details for the user.
+        message: String,
+    },
+}
+
+mod op {
+    pub const GRANT: u8 = 1;
+    pub const GRANTED: u8 = 2;
+    pub const PUT_OK: u8 = 3;
+    pub const GET: u8 = 4;
+    pub const SCAN: u8 = 5;
+    pub const STATS_REQ: u8 = 6;
+    pub const STATS: u8 = 7;
+    pub const ALLOC: u8 = 8;
+    pub const ALLOCATED: u8 = 9;
+    pub const LOCATE: u8 = 10;
+    pub const LOCATED: u8 = 11;
+    pub const RPC_PUT: u8 = 12;
+    pub const RPC_GET: u8 = 13;
+    pub const RPC_VALUE: u8 = 14;
+    pub const NOT_FOUND: u8 = 15;
+    pub const ERROR: u8 = 16;
+}
+
+const MAX_KEY: usize = crate::log::format::MAX_KEY_LEN as usize;
+
+impl Msg {
+    /// Encodes the message with request id `req` into `out` (cleared first).
+    pub fn encode_into(&self, req: u32, out: &mut Vec<u8>) {
+        let mut w = W(std::mem::take(out));
+        w.0.clear();
+        let opc = match self {
+            Msg::GrantSegment => op::GRANT,
+            Msg::SegmentGranted { .. } => op::GRANTED,
+            Msg::PutOk { .. } => op::PUT_OK,
+            Msg::Get { .. } => op::GET,
+            Msg::Scan { .. } => op::SCAN,
+            Msg::StatsReq => op::STATS_REQ,
+            Msg::Stats { .. } => op::STATS,
+            Msg::Alloc { .. } => op::ALLOC,
+            Msg::Allocated { .. } => op::ALLOCATED,
+            Msg::Locate { .. } => op::LOCATE,
+            Msg::Located { .. } => op::LOCATED,
+            Msg::RpcPut { .. } => op::RPC_PUT,
+            Msg::RpcGet { .. } => op::RPC_GET,
+            Msg::RpcValue { .. } => op::RPC_VALUE,
+            Msg::NotFound => op::NOT_FOUND,
+            Msg::Error { .. } => op::ERROR,
+        };
+        w.u8(opc).u8(0).u16(0).u32(req);
+        match self {
+            Msg::GrantSegment | Msg::StatsReq | Msg::NotFound => {}
+            Msg::SegmentGranted { segment, region } => {
+                w.u64(*segment).region(region);
+            }
+            Msg::PutOk { version, min_get_version } => {
+                w.u64(*version).u64(*min_get_version);
+            }
+            Msg::Get { key, buf } => {
+                w.bytes16(key).region(buf);
+            }
+            Msg::Scan { start, count, buf } => {
+                w.bytes16(start).u32(*count).region(buf);
+            }
+            Msg::Stats { json } => {
+                w.bytes32(json);
+            }
+            Msg::Alloc { len } => {
+                w.u32(*len);
+            }
+            Msg::Allocated { addr, rkey, token } => {
+                w.u64(*addr).u32(*rkey).u32(*token);
+            }
+            Msg::Locate { key } | Msg::RpcGet { key } => {
+                w.bytes16(key);
+            }
+            Msg::Located { addr, rkey, len } => {
+                w.u64(*addr).u32(*rkey).u32(*len);
+            }
+            Msg::RpcPut { entry } | Msg::RpcValue { entry } => {
+                w.bytes32(entry);
+            }
+            Msg::Error { code, message } => {
+                let m = &message.as_bytes()[..message.len().min(1024)];
+                w.u16(*code as u16).bytes16(m);
+            }
+        }
+        *out = w.0;
+    }
+
+    /// Encodes into a new buffer.
+    pub fn encode(&self, req: u32) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode_into(req, &mut v);
+        v
+    }
+
+    /// Decodes a message; returns it and its request id.
+    pub fn decode(b: &[u8]) -> Result<(Msg, u32)> {
+        let mut r = R { b, what: "message" };
+        let opc = r.u8()?;
+        r.u8()?;
+        r.u16()?;
+        let req = r.u32()?;
+        let m = match opc {
+            op::GRANT => Msg::GrantSegment,
+            op::GRANTED => Msg::SegmentGranted { segment: r.u64()?, region: r.region()? },
+            op::PUT_OK => Msg::PutOk { version: r.u64()?, min_get_version: r.u64()? },
+            op::GET => Msg::Get { key: r.bytes16(MAX_KEY)?.to_vec(), buf: r.region()? },
+            op::SCAN => Msg::Scan { start: r.bytes16(MAX_KEY)?.to_vec(), count: r.u32()?, buf: r.region()? },
+            op::STATS_REQ => Msg::StatsReq,
+            op::STATS => Msg::Stats { json: r.bytes32(MAX_MESSAGE)?.to_vec() },
+            op::ALLOC => Msg::Alloc { len: r.u32()? },
+            op::ALLOCATED => Msg::Allocated { addr: r.u64()?, rkey: r.u32()?, token: r.u32()? },
+            op::LOCATE => Msg::Locate { key: r.bytes16(MAX_KEY)?.to_vec() },
+            op::LOCATED => Msg::Located { addr: r.u64()?, rkey: r.u32()?, len: r.u32()? },
+            op::RPC_PUT => Msg::RpcPut { entry: r.bytes32(MAX_MESSAGE)?.to_vec() },
+            op::RPC_GET => Msg::RpcGet { key: r.bytes16(MAX_KEY)?.to_vec() },
+            op::RPC_VALUE => Msg::RpcValue { entry: r.bytes32(MAX_MESSAGE)?.to_vec() },
+            op::NOT_FOUND => Msg::NotFound,
+            op::ERROR => {
+                let code = ErrorCode::from_u16(r.u16()?);
+                Msg::Error { code, message: String::from_utf8_lossy(r.bytes16(1024)?).into_owned() }
+            }
+            o => return Err(Error::corrupt("message", format!("unknown opcode {o}"))),
+        };
+        r.done()?;
+        Ok((m, req))
+    }
+}
+
+/// Whether `b` is an RpcPut message (checked without decoding, so the server can copy
+/// the entry straight from its receive buffer to PM).
+pub fn is_rpc_put(b: &[u8]) -> bool {
+    b.first() == Some(&op::RPC_PUT)
+}
+
+/// Whether `b` is an RpcValue message (checked without decoding, so a large value can
+/// be used in place).
+pub fn is_rpc_value(b: &[u8]) -> bool {
+    b.first() == Some(&op::RPC_VALUE)
+}
+
+/// The immediate of a BOOM PUT's `WRITE_WITH_IMM`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutImm {
+    /// Segment offset of the entry (a multiple of 8).
+    pub offset: u64,
+    /// Written over an older slot rather than appended.
+    pub in_place: bool,
+}
+
+impl PutImm {
+    /// Encodes; `None` if the offset is unaligned or too large for 31 bits of 8-byte units.
+    pub fn encode(&self) -> Option<u32> {
+        if self.offset % 8 != 0 || self.offset / 8 >= 1 << 31 {
+            return None;
+        }
+        Some(((self.offset / 8) as u32) << 1 | self.in_place as u32)
+    }
+    /// Decodes.
+    pub fn decode(imm: u32) -> PutImm {
+        PutImm { offset: ((imm >> 1) as u64) * 8, in_place: imm & 1 == 1 }
+    }
+}
+
+/// Status of server-written data ([`DataImm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataStatus {
+    /// The data is in the buffer.
+    Ok,
+    /// No such key.
+    NotFound,
+    /// The buffer is too small; `len` is what is needed.
+    TooSmall,
+    /// The request failed (details in a following error message are not sent; the
+    /// client reports a generic failure).
+    Error,
+}
+
+/// The immediate of a server-to-client data write: status and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataImm {
+    /// What happened.
+    pub status: DataStatus,
+    /// Bytes written (Ok) or needed (TooSmall); below 2^30.
+    pub len: u32,
+}
+
+impl DataImm {
+    /// Encodes.
+    pub fn encode(&self) -> u32 {
+        let s = match self.status {
+            DataStatus::Ok => 0,
+            DataStatus::NotFound => 1,
+            DataStatus::TooSmall => 2,
+            DataStatus::Error => 3,
+        };
+        s << 30 | (self.len & ((1 << 30) - 1))
+    }
+    /// Decodes.
+    pub fn decode(imm: u32) -> DataImm {
+        let status = match imm >> 30 {
+            0 => DataStatus::Ok,
+            1 => DataStatus::NotFound,
+            2 => DataStatus::TooSmall,
+            _ => DataStatus::Error,
+        };
+        DataImm { status, len: imm & ((1 << 30) - 1) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all_msgs() -> Vec<Msg> {
+        let r = RegionDesc { addr: 0xdead_beef, len: 4096, rkey: 77 };
+        vec![
+            Msg::GrantSegment,
+            Msg::SegmentGranted { segment: 3, region: r },
+            Msg::PutOk { version: 9, min_get_version: u64::MAX },
+            Msg::Get { key: b"user1".to_vec(), buf: r },
+            Msg::Scan { start: b"a".to_vec(), count: 10, buf: r },
+            Msg::StatsReq,
+            Msg::Stats { json: b"{}".to_vec() },
+            Msg::Alloc { len: 100 },
+            Msg::Allocated { addr: 1, rkey: 2, token: 3 },
+            Msg::Locate { key: b"k".to_vec() },
+            Msg::Located { addr: 5, rkey: 6, len: 7 },
+            Msg::RpcPut { entry: vec![1, 2, 3] },
+            Msg::RpcGet { key: b"k".to_vec() },
+            Msg::RpcValue { entry: vec![9; 1000] },
+            Msg::NotFound,
+            Msg::Error { code: ErrorCode::PoolFull, message: "full".into() },
+        ]
+    }
+
+    #[test]
+    fn messages_round_trip_and_truncations_fail() {
+        for m in all_msgs() {
+            let b = m.encode(42);
+            assert_eq!(Msg::decode(&b).unwrap(), (m.clone(), 42));
+            for cut in 0..b.len() {
+                assert!(Msg::decode(&b[..cut]).is_err(), "{m:?} cut at {cut}");
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(Msg::decode(&long).is_err());
+        }
+        assert!(Msg::decode(&[99, 0, 0, 0, 0, 0, 0, 0]).unwrap_err().to_string().contains("unknown opcode"));
+    }
+
+    #[test]
+    fn oversized_length_fields_are_refused_before_allocation() {
+        let mut b = vec![op::RPC_PUT, 0, 0, 0, 1, 0, 0, 0];
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Msg::decode(&b).unwrap_err().to_string().contains("over the limit"));
+        let mut b = vec![op::GET, 0, 0, 0, 1, 0, 0, 0];
+        b.extend_from_slice(&5000u16.to_le_bytes());
+        assert!(Msg::decode(&b).is_err());
+    }
+
+    #[test]
+    fn handshake_round_trips_and_checks_version() {
+        let h = Hello { protocol: Protocol::Rdmp, recv_size: 4096, response: RegionDesc { addr: 1, len: 2, rkey: 3 } };
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        let mut bad = h.encode();
+        bad[8] = 9;
+        assert!(Hello::decode(&bad).unwrap_err().to_string().contains("wire version"));
+        let w = Welcome::Accepted {
+            protocol: Protocol::Boom,
+            client_id: 5,
+            segment_size: 64 << 20,
+            max_key: 1024,
+            max_value: 1 << 20,
+            recv_size: 8192,
+        };
+        assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
+        let r = Welcome::Refused { reason: "too many clients (max 64)".into() };
+        assert_eq!(Welcome::decode(&r.encode()).unwrap(), r);
+        assert!(Welcome::decode(b"HTTP/1.1 200 OK").is_err());
+    }
+
+    #[test]
+    fn immediates_round_trip() {
+        for (off, ip) in [(0u64, false), (128, true), (64 << 20, false), ((1u64 << 34) - 8, true)] {
+            let i = PutImm { offset: off, in_place: ip };
+            assert_eq!(PutImm::decode(i.encode().unwrap()), i);
+        }
+        assert!(PutImm { offset: 3, in_place: false }.encode().is_none());
+        for s in [DataStatus::Ok, DataStatus::NotFound, DataStatus::TooSmall, DataStatus::Error] {
+            let d = DataImm { status: s, len: 123456 };
+            assert_eq!(DataImm::decode(d.encode()), d);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let _ = Msg::decode(&b);
+            let _ = Hello::decode(&b);
+            let _ = Welcome::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The key-value conformance suite: every protocol over every software transport, with
+//! a real server in-process, plus `boomctl serve` as a child process.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use boomkv::client::hybrid::UpdateMode;
+use boomkv::client::{Client, ClientOptions};
+use boomkv::log::{Pool, PoolOptions};
+use boomkv::server::{Server, ServerConfig};
+use boomkv::transport::{Endpoint, ShmTransport, TcpTransport, Transport};
+use boomkv::wire::Protocol;
+
+fn open_pool(dir: &Path, size: u64, seg: u64) -> Arc<Pool> {
+    let mut o = PoolOptions { segment_size: seg, ..Default::default() };
+    o.media.create_size = Some(size);
+    Arc::new(Pool::open(dir, &o).unwrap().0)
+}
+
+fn cfg(workers: usize, coop: bool) -> ServerConfig {
+    ServerConfig { workers, coop_writeback: coop, log_clients: false, cleaner: false, ..Default::default() }
+}
+
+fn opts(p: Protocol) -> ClientOptions {
+    ClientOptions { protocol: p, timeout: Duration::from_secs(10), ..Default::default() }
+}
+
+trait Backend: Transport {
+    fn make() -> Self;
+    fn listen_at(dir: &Path) -> Endpoint;
+}
+
+impl Backend for TcpTransport {
+    fn make() -> Self {
+        TcpTransport::new().unwrap()
+    }
+    fn listen_at(_: &Path) -> Endpoint {
+        Endpoint::parse("127.0.0.1:0").unwrap()
+    }
+}
+
+impl Backend for ShmTransport {
+    fn make() -> Self {
+        ShmTransport::new().unwrap()
+    }
+    fn listen_at(dir: &Path) -> Endpoint {
+        Endpoint::Shm(dir.join(format!("s{}.sock", rand_suffix())))
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+struct Fixture<T: Backend> {
+    dir: tempfile::TempDir,
+    server: Option<Server<T>>,
+    ep: Endpoint,
+}
+
+impl<T: Backend> Fixture<T> {
+    fn new(size: u64, seg: u64, c: ServerConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = open_pool(dir.path(), size, seg);
+        let server = Server::start(T::make(), pool, &[T::listen_at(dir.path())], c).unwrap();
+        let ep = server.endpoints()[0].clone();
+        Fixture { dir, server: Some(server), ep }
+    }
+
+    fn client(&self, p: Protocol) -> Client<T> {
+        Client::connect(&T::make(), &self.ep, opts(p)).unwrap()
+    }
+
+    /// Stops the server, reopens the pool (recovery), serves it again.
+    fn restart(&mut self, c: ServerConfig) {
+        let s = self.server.take().unwrap();
+        let size = s.pool().media().len();
+        let seg = s.pool().segment_size();
+        s.shutdown();
+        let pool = open_pool(self.dir.path(), size, seg);
+        let server = Server::start(T::make(), pool, &[T::listen_at(self.dir.path())], c).unwrap();
+        self.ep = server.endpoints()[0].clone();
+        self.server = Some(server);
+    }
+}
+
+const SIZES: [usize; 9] = [0, 1, 31, 100, 1000, 4096, 16384, 65536, 1 << 20];
+
+fn value(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+fn round_trips_sizes_and_restart<T: Backend>(p: Protocol) {
+    let mut f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
+    let mut c = f.client(p);
+    for (i, &n) in SIZES.iter().enumerate() {
+        let k = format!("key-{i}");
+        c.put(k.as_bytes(), &value(i, n)).unwrap();
+        assert_eq!(c.get(k.as_bytes()).unwrap().unwrap(), value(i, n), "{p} size {n}");
+    }
+    // overwrite, delete, absent
+    c.put(b"key-1", b"second").unwrap();
+    assert_eq!(c.get(b"key-1").unwrap().unwrap(), b"second");
+    c.delete(b"key-2").unwrap();
+    assert_eq!(c.get(b"key-2").unwrap(), None);
+    assert_eq!(c.get(b"never-written").unwrap(), None);
+    c.delete(b"never-written").unwrap();
+    // limits
+    assert!(c.put(b"", b"x").is_err());
+    assert!(c.put(&[b'k'; 2000], b"x").is_err());
+    assert!(c.put(b"big", &vec![0u8; (1 << 20) + 1]).is_err());
+    drop(c);
+    f.restart(cfg(1, false));
+    let mut c = f.client(p);
+    for (i, &n) in SIZES.iter().enumerate() {
+        let got = c.get(format!("key-{i}").as_bytes()).unwrap();
+        match i {
+            1 => assert_eq!(got.unwrap(), b"second"),
+            2 => assert_eq!(got, None, "deleted stays deleted after restart"),
+            _ => assert_eq!(got.unwrap(), value(i, n), "{p} size {n} after restart"),
+        }
+    }
+}
+
+fn many_clients_and_same_key<T: Backend>(p: Protocol, workers: usize, coop: bool) {
+    let f = Fixture::<T>::new(128 << 20, 4 << 20, cfg(workers, coop));
+    let results: Vec<HashMap<String, (u64, Vec<u8>)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || {
+                    let mut c = f.client(p);
+                    let mut mine = HashMap::new();
+                    for i in 0..150usize {
+                        let own = format!("t{t}-k{}", i % 40);
+                        let v = value(t * 1000 + i, 50 + (i * 97) % 9000);
+                        c.put(own.as_bytes(), &v).unwrap();
+                        mine.insert(own, (0, v));
+                        let shared = format!("shared-{}", i % 5);
+                        let v = value(t * 7 + i, 64);
+                        let info = c.put(shared.as_bytes(), &v).unwrap();
+                        let e = mine.entry(shared).or_insert((0, Vec::new()));
+                        if info.version > e.0 {
+                            *e = (info.version, v);
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut c = f.client(p);
+    let mut shared_best: HashMap<String, (u64, Vec<u8>)> = HashMap::new();
+    for m in &results {
+        for (k, (ver, v)) in m {
+            if k.starts_with("shared") {
+                let e = shared_best.entry(k.clone()).or_insert((0, Vec::new()));
+                if *ver > e.0 {
+                    *e = (*ver, v.clone());
+                }
+            } else {
+                assert_eq!(&c.get(k.as_bytes()).unwrap().unwrap(), v, "{p} {k}");
+            }
+        }
+    }
+    for (k, (_, v)) in shared_best {
+        assert_eq!(c.get(k.as_bytes()).unwrap().unwrap(), v, "{p}: the highest version of {k} wins");
+    }
+}
+
+fn round_trip_counts<T: Backend>(p: Protocol) {
+    let f = Fixture::<T>::new(32 << 20, 4 << 20, cfg(1, false));
+    let mut c = f.client(p);
+    c.put(b"warm", b"up").unwrap(); // the segment grant happens here for boom
+    let ops = |c: &Client<T>| c.transport_stats().network_ops();
+    let (want_put, want_get) = match p {
+        Protocol::Boom | Protocol::Rpc => (1, 1),
+        Protocol::Rdmp => (2, 2),
+    };
+    for i in 0..20 {
+        let before = ops(&c);
+        c.put(format!("k{i}").as_bytes(), &[7u8; 200]).unwrap();
+        assert_eq!(ops(&c) - before, want_put, "{p} PUT round trips");
+        let before = ops(&c);
+        c.get(format!("k{i}").as_bytes()).unwrap().unwrap();
+        assert_eq!(ops(&c) - before, want_get, "{p} GET round trips");
+    }
+}
+
+fn hybrid_updates<T: Backend>() {
+    let mut f = Fixture::<T>::new(32 << 20, 4 << 20, cfg(1, false));
+    let mut c = f.client(Protocol::Boom);
+    let a = c.put(b"hot", &[1u8; 500]).unwrap();
+    let b = c.put(b"hot", &[2u8; 500]).unwrap();
+    assert!(!a.in_place && !b.in_place, "condition 1: the first two writes append");
+    let d = c.put(b"hot", &[3u8; 400]).unwrap();
+    assert!(d.in_place, "the third write fits the oldest slot and rewrites it");
+    assert_eq!(c.get(b"hot").unwrap().unwrap(), vec![3u8; 400]);
+    let e = c.put(b"hot", &[4u8; 600]).unwrap();
+    assert!(!e.in_place, "condition 2: a bigger entry appends");
+    let mut ap =
+        Client::connect(&T::make(), &f.ep, ClientOptions { update_mode: UpdateMode::Append, ..opts(Protocol::Boom) })
+            .unwrap();
+    for _ in 0..3 {
+        assert!(!ap.put(b"cold", &[5u8; 100]).unwrap().in_place);
+    }
+    let st = f.server.as_ref().unwrap().stats();
+    assert_eq!(st.space.entries_in_place, 1);
+    assert!(st.space.bytes_in_place > 0);
+    drop((c, ap));
+    f.restart(cfg(1, false));
+    let mut c = f.client(Protocol::Boom);
+    assert_eq!(c.get(b"hot").unwrap().unwrap(), vec![4u8; 600]);
+    assert_eq!(c.get(b"cold").unwrap().unwrap(), vec![5u8; 100]);
+}
+
+fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
+    let f = Fixture::<T>::new(4 << 20, 1 << 20, cfg(1, false));
+    let mut c = f.client(p);
+    c.put(b"survivor", b"still here").unwrap();
+    let mut err = None;
+    for i in 0..100 {
+        if let Err(e) = c.put(format!("fill{i}").as_bytes(), &[0u8; 200_000]) {
+            err = Some(e.to_string());
+            break;
+        }
+    }
+    let err = err.expect("the pool must fill up");
+    assert!(err.contains("pool full"), "{err}");
+    let mut c2 = f.client(p);
+    assert_eq!(c2.get(b"survivor").unwrap().unwrap(), b"still here");
+}
+
+macro_rules! suite {
+    ($m:ident, $t:ty) => {
+        mod $m {
+            use super::*;
+            #[test]
+            fn boom_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::Boom)
+            }
+            #[test]
+            fn rdmp_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::Rdmp)
+            }
+            #[test]
+            fn rpc_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::Rpc)
+            }
+            #[test]
+            fn many_clients_all_protocols() {
+                for p in Protocol::ALL {
+                    many_clients_and_same_key::<$t>(p, 1, false);
+                }
+            }
+            #[test]
+            fn coop_writeback_on_and_off_agree() {
+                many_clients_and_same_key::<$t>(Protocol::Boom, 2, true);
+                many_clients_and_same_key::<$t>(Protocol::Boom, 2, false);
+            }
+            #[test]
+            fn round_trip_counts_per_protocol() {
+                for p in Protocol::ALL {
+                    round_trip_counts::<$t>(p);
+                }
+            }
+            #[test]
+            fn hybrid_update_decisions() {
+                hybrid_updates::<$t>()
+            }
+            #[test]
+            fn pool_full() {
+                for p in Protocol::ALL {
+                    pool_full_keeps_serving_gets::<$t>(p);
+                }
+            }
+        }
+    };
+}
+
+suite!(tcp, TcpTransport);
+suite!(shm, ShmTransport);

@@ -1,0 +1,99 @@
+//! `boomctl recover` and `inspect-log` on real pool files.
+
+use std::path::Path;
+use std::process::Command;
+
+use boomkv::log::{LocalWriter, Pool, PoolOptions};
+
+fn boomctl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_boomctl"))
+}
+
+fn make_pool(dir: &Path) -> std::path::PathBuf {
+    let mut o = PoolOptions { segment_size: 64 << 10, ..Default::default() };
+    o.media.create_size = Some(2 << 20);
+    let (pool, _) = Pool::open(dir, &o).unwrap();
+    let mut w = LocalWriter::new(&pool);
+    for i in 0..300u32 {
+        w.append(format!("user{}", i % 100).as_bytes(), &vec![b'v'; 100 + i as usize], false).unwrap();
+    }
+    w.append(b"user5", b"", true).unwrap();
+    w.append(b"we\"ird\\key\x01", b"x", false).unwrap();
+    dir.join("boomkv.pool")
+}
+
+#[test]
+fn recover_prints_summary_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    make_pool(dir.path());
+    let out = boomctl().args(["recover", "--pmem"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("keys        100 live, 1 deleted"), "{s}");
+    assert!(s.contains("302 valid (201 superseded), 0 rejected"), "{s}");
+    let out = boomctl().args(["recover", "--json", "--pmem"]).arg(dir.path()).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["recovery"]["keys"], 100);
+    assert_eq!(v["recovery"]["tombstones"], 1);
+}
+
+#[test]
+fn inspect_log_tables_filters_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    let before = std::fs::read(&pool).unwrap();
+    let out = boomctl().args(["inspect-log", "--entries", "--key", "user5", "--pmem"]).arg(&pool).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = s.lines().filter(|l| l.ends_with(" user5")).collect();
+    assert_eq!(rows.len(), 4, "{s}");
+    assert_eq!(rows.iter().filter(|r| r.contains("superseded")).count(), 3);
+    assert!(rows.iter().any(|r| r.contains("deleted") && r.contains(" T ")), "{s}");
+
+    let out = boomctl().args(["inspect-log", "--json", "--entries", "--pmem"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["entries"].as_array().unwrap().len(), 302);
+    assert!(v["segments"].as_array().unwrap().len() > 1);
+    if Command::new("python3").arg("--version").output().is_ok() {
+        let mut child = Command::new("python3")
+            .args(["-m", "json.tool"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+        assert!(child.wait().unwrap().success(), "python3 -m json.tool rejected the output");
+    }
+    let out = boomctl().args(["inspect-log", "--client", "999", "--pmem"]).arg(&pool).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(&pool).unwrap(), before, "inspect-log must not change the pool");
+}
+
+#[test]
+fn bad_pools_give_one_line_errors_and_stay_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    let mut bytes = std::fs::read(&pool).unwrap();
+    bytes[3] ^= 0xff;
+    std::fs::write(&pool, &bytes).unwrap();
+    let truncated = dir.path().join("trunc.pool");
+    std::fs::write(&truncated, &bytes[..1000]).unwrap();
+    for (path, want) in [
+        (&pool, "not a BOOM-KV pool"),
+        (&truncated, "not a BOOM-KV pool"),
+        (&dir.path().join("missing.pool"), "no such pool file"),
+        (&dir.path().join("nodir/x.pool"), "does not exist"),
+    ] {
+        for cmd in ["recover", "inspect-log"] {
+            let out = boomctl().args([cmd, "--pmem"]).arg(path).output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{cmd} {}", path.display());
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains(want) && err.contains(&*path.to_string_lossy()), "{cmd}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read(&pool).unwrap(), bytes);
+    assert!(!dir.path().join("missing.pool").exists(), "nothing is created by a read-only command");
+}
