@@ -255,6 +255,7 @@ impl TcpTransport {
             reason: Mutex::new(None),
             nudge,
             backlog: AtomicBool::new(false),
+            rx_seen: AtomicBool::new(false),
             stats: StatCounters::default(),
             nic_stop: AtomicBool::new(false),
         });
@@ -551,6 +552,8 @@ struct CqInner {
 }
 
 const EV_WAKE: u64 = u64::MAX;
+/// Up to this many connections a spinning waiter reads their sockets directly.
+const SPIN_DIRECT: usize = 2;
 
 impl std::fmt::Debug for TcpCq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -620,21 +623,44 @@ impl CqInner {
     }
 
     /// Serves the sockets that `epoll` reports ready (`timeout` zero: just look).
-    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration) {
+    /// Returns whether any socket had traffic.
+    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration) -> bool {
         events.clear();
         let t = ts(timeout);
         if epoll::wait(&self.epfd, rustix::buffer::spare_capacity(events), Some(&t)).is_err() {
-            return;
+            return false;
         }
+        let mut traffic = false;
         for ev in events.iter() {
             let id = ev.data.u64();
             if id == EV_WAKE {
                 let mut b = [0u8; 8];
                 let _ = rustix::io::read(&self.evfd, &mut b);
             } else if let Some(c) = self.conn(id) {
+                traffic = true;
                 c.progress();
             }
         }
+        traffic
+    }
+
+    /// One spin round: with a few connections, try their sockets directly (one `recv`
+    /// each, which is what a busy-polling TCP client does); with many, ask `epoll`.
+    fn spin_once(&self, events: &mut Vec<epoll::Event>, few: &mut Vec<Arc<Conn>>) -> bool {
+        few.clear();
+        {
+            let conns = lock(&self.conns);
+            if conns.len() > SPIN_DIRECT {
+                drop(conns);
+                return self.serve_ready(events, Duration::ZERO);
+            }
+            few.extend(conns.values().filter_map(Weak::upgrade));
+        }
+        let mut traffic = false;
+        for c in few.drain(..) {
+            traffic |= c.progress();
+        }
+        traffic
     }
 }
 
@@ -666,34 +692,34 @@ impl CompletionQueue for TcpCq {
         if inner.pop_into(&mut out, 1) == 1 {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
-        let start = Instant::now();
         let end = deadline(timeout);
-        let spin_end = start + inner.spin.min(timeout);
+        // Spin while there is traffic: a thread that executes one-sided operations
+        // inline (which complete nothing here) stays hot instead of parking between them.
+        let mut spin_end = deadline(inner.spin.min(timeout));
         inner.waiting.fetch_add(1, Ordering::SeqCst);
         let _g = WaitGuard(&inner.waiting);
         let mut events = Vec::with_capacity(64);
-        loop {
-            inner.serve_ready(&mut events, Duration::ZERO);
-            if inner.pop_into(&mut out, 1) == 1 {
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
-            }
-            if Instant::now() >= spin_end {
-                break;
-            }
-            std::hint::spin_loop();
-        }
+        let mut few = Vec::with_capacity(SPIN_DIRECT);
         loop {
             let now = Instant::now();
             if now >= end {
                 return Err(Error::Timeout(timeout, "a completion"));
             }
-            inner.parked.fetch_add(1, Ordering::SeqCst);
-            let _p = WaitGuard(&inner.parked);
-            if inner.pop_into(&mut out, 1) == 1 {
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            let traffic = if now < spin_end {
+                let t = inner.spin_once(&mut events, &mut few);
+                std::hint::spin_loop();
+                t
+            } else {
+                inner.parked.fetch_add(1, Ordering::SeqCst);
+                let _p = WaitGuard(&inner.parked);
+                if inner.pop_into(&mut out, 1) == 1 {
+                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                }
+                inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)))
+            };
+            if traffic {
+                spin_end = deadline(inner.spin.min(timeout));
             }
-            inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)));
-            drop(_p);
             if inner.pop_into(&mut out, 1) == 1 {
                 return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
             }
@@ -764,6 +790,8 @@ struct Conn {
     reason: Mutex<Option<String>>,
     nudge: OwnedFd,
     backlog: AtomicBool,
+    /// Set when a read returned bytes (tells a spinning waiter there is traffic).
+    rx_seen: AtomicBool,
     stats: StatCounters,
     nic_stop: AtomicBool,
 }
@@ -922,16 +950,20 @@ impl Conn {
     }
 
     /// Reads and executes whatever the socket has, if no other thread is doing so.
-    fn progress(&self) {
+    /// Returns whether bytes arrived.
+    fn progress(&self) -> bool {
         if self.is_error() {
-            return;
+            return false;
         }
         let mut rx = match self.rx.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::WouldBlock) => return true,
         };
+        let before = rx.end.wrapping_sub(rx.start);
         let r = self.drain(&mut rx);
+        let traffic =
+            r.is_err() || rx.end.wrapping_sub(rx.start) != before || self.rx_seen.swap(false, Ordering::AcqRel);
         drop(rx);
         match r {
             Ok(ack_now) => {
@@ -947,6 +979,7 @@ impl Conn {
                 self.fail_with(why, !orderly)
             }
         }
+        traffic
     }
 
     /// Reads until the socket is empty, executing complete frames. Returns whether a
@@ -981,7 +1014,10 @@ impl Conn {
                         PEER_CLOSED.into()
                     })
                 }
-                Ok(n) => rx.end += n,
+                Ok(n) => {
+                    rx.end += n;
+                    self.rx_seen.store(true, Ordering::Relaxed);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(ack_now),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("receive failed: {e}")),
