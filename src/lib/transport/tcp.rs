@@ -39,11 +39,15 @@
 //!
 //! # Threads
 //!
-//! Posting writes the frame to the socket from the posting thread (`TCP_NODELAY`).
-//! Incoming frames are executed by whichever thread holds the connection's receive
-//! lock: a thread waiting in [`CompletionQueue::wait`] on one of the connection's
-//! completion queues reads the socket itself (spinning on `epoll_wait(0)`, then parked
-//! in `epoll_wait`), so a reply reaches a waiting thread with no thread hop. The
+//! Posting writes the frame to the socket from the posting thread (`TCP_NODELAY`); what
+//! the socket does not take at once waits in a send buffer (at most 64 MiB) that the NIC
+//! thread drains. Incoming frames are executed by whichever thread holds the
+//! connection's receive lock: a thread waiting in [`CompletionQueue::wait`] on one of
+//! the connection's completion queues reads the sockets itself — while spinning it
+//! calls `recv` on each (up to two connections) or `epoll_wait(0)` (more), and keeps
+//! spinning as long as frames arrive, even ones that complete nothing here (one-sided
+//! operations); then it parks in `epoll_wait` on the sockets. So a reply or a one-sided
+//! operation reaches a waiting thread with no thread hop. The
 //! per-connection NIC thread covers the rest: it reads the socket when no thread waits
 //! on the connection's queues (so one-sided operations land while the application is
 //! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`]),
@@ -92,6 +96,8 @@ pub(crate) const OP_NAK: u8 = 7;
 const FLAG_ACK_REQ: u8 = 1;
 
 const RX_BUF: usize = 256 << 10;
+/// Most bytes a connection queues for a socket the peer does not drain.
+const TX_BACKLOG_LIMIT: usize = 64 << 20;
 
 fn ts(d: Duration) -> rustix::time::Timespec {
     rustix::time::Timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as i64, tv_nsec: d.subsec_nanos() as _ }
@@ -893,6 +899,15 @@ impl Conn {
         self.flush_tx(tx)
     }
 
+    /// Bytes queued for the socket but not yet written.
+    fn backlog_bytes(&self) -> usize {
+        if !self.backlog.load(Ordering::Acquire) {
+            return 0;
+        }
+        let tx = lock(&self.tx);
+        tx.out.len() - tx.sent
+    }
+
     fn flush_tx(&self, tx: &mut Tx) -> Result<()> {
         while tx.sent < tx.out.len() {
             match (&self.sock).write(&tx.out[tx.sent..]) {
@@ -1160,6 +1175,9 @@ impl Conn {
             }
             OP_READ_REQ => {
                 let len = h.imm as usize;
+                if self.backlog_bytes() + len > TX_BACKLOG_LIMIT {
+                    return Err("peer keeps asking for READs but does not read the responses".into());
+                }
                 let region = self
                     .pd
                     .lookup(h.rkey)
@@ -1400,6 +1418,13 @@ impl TcpQp {
                 return Err(Error::Transport(format!(
                     "qp {}: send queue full ({} requests outstanding); poll the send completion queue",
                     c.qp_num, c.cfg.sq_depth
+                )));
+            }
+            if c.backlog_bytes() + plen > TX_BACKLOG_LIMIT {
+                return Err(Error::Transport(format!(
+                    "qp {}: {} bytes wait for the socket already (the peer is not reading); try again later",
+                    c.qp_num,
+                    c.backlog_bytes()
                 )));
             }
             let psn = sq.next_psn;
@@ -1696,6 +1721,37 @@ mod tests {
         let r = read_hello(&mut s).unwrap();
         assert_eq!(r.kind, KIND_REJECT);
         assert!(String::from_utf8_lossy(&r.private).contains("not supported"));
+    }
+
+    #[test]
+    fn a_peer_that_does_not_read_cannot_grow_our_buffers_without_bound() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        // Our posts: refused once 64 MiB wait for the socket.
+        let (_s, qp) = raw_client(&t, &l, &cq);
+        let big = vec![0u8; 4 << 20];
+        let mut refused = None;
+        for i in 0..64 {
+            if let Err(e) = qp.post_send_bytes(i, &big) {
+                refused = Some((i, e.to_string()));
+                break;
+            }
+        }
+        let (i, why) = refused.expect("posting must stop when the peer does not read");
+        assert!(i <= 20 && why.contains("not reading"), "{i}: {why}");
+        // The peer's READs: the connection is closed once their responses pile up.
+        let region = t.alloc_mr(MAX_MESSAGE as usize, Access::ALL).unwrap();
+        let r = region.remote();
+        let (mut s2, qp2) = raw_client(&t, &l, &cq);
+        let mut frames = Vec::new();
+        for psn in 0..8 {
+            Hdr { op: OP_READ_REQ, psn, raddr: r.addr, rkey: r.rkey, imm: MAX_MESSAGE, ..Hdr::default() }
+                .encode(&mut frames);
+        }
+        s2.write_all(&frames).unwrap();
+        let why = wait_error(&qp2);
+        assert!(why.contains("does not read the responses"), "{why}");
     }
 
     #[test]
