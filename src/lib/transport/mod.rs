@@ -76,8 +76,9 @@
 //!   long as frames arrive, and while parked in `epoll`), so a reply travels socket ->
 //!   waiting thread with no hop, on the client and on the server alike. A per-connection NIC thread applies incoming one-sided
 //!   operations, acknowledgements and deadlines only while no thread waits on that
-//!   connection's queues; it then takes at most a couple of milliseconds to notice
-//!   traffic that arrives while the application is busy. So an application that is in
+//!   connection's queues; it then takes a couple of milliseconds (up to 64 ms on a
+//!   connection that was quiet) to notice traffic that arrives while the application is
+//!   busy. So an application that is in
 //!   `wait` pays no hop; one-sided operations aimed at a busy process pay the NIC
 //!   thread's hop and that bounded delay.
 //!

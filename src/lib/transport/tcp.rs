@@ -50,7 +50,8 @@
 //! operation reaches a waiting thread with no thread hop. The
 //! per-connection NIC thread covers the rest: it reads the socket when no thread waits
 //! on the connection's queues (so one-sided operations land while the application is
-//! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`]),
+//! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`] while
+//! frames flow, backing off to [`NIC_RECHECK_IDLE`] on a quiet connection),
 //! sends delayed acknowledgements, enforces the RNR deadline, and drains a send
 //! backlog when the socket buffer was full.
 
@@ -77,8 +78,10 @@ use crate::pmem::Mapping;
 pub(crate) const HDR: usize = 40;
 /// How long an acknowledgement may wait for a frame to ride on.
 pub const ACK_DELAY: Duration = Duration::from_micros(200);
-/// How often a NIC thread re-checks a connection that a waiting thread serves.
+/// How often a NIC thread re-checks a busy connection that a waiting thread serves.
 pub const NIC_RECHECK: Duration = Duration::from_millis(2);
+/// How often it re-checks such a connection after it has been quiet for a while.
+pub const NIC_RECHECK_IDLE: Duration = Duration::from_millis(64);
 
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVTC");
 const HELLO_LEN: usize = 24;
@@ -262,6 +265,7 @@ impl TcpTransport {
             nudge,
             backlog: AtomicBool::new(false),
             rx_seen: AtomicBool::new(false),
+            frames: AtomicU64::new(0),
             stats: StatCounters::default(),
             nic_stop: AtomicBool::new(false),
         });
@@ -798,6 +802,8 @@ struct Conn {
     backlog: AtomicBool,
     /// Set when a read returned bytes (tells a spinning waiter there is traffic).
     rx_seen: AtomicBool,
+    /// Frames executed so far (the NIC thread's measure of activity).
+    frames: AtomicU64,
     stats: StatCounters,
     nic_stop: AtomicBool,
 }
@@ -1078,6 +1084,7 @@ impl Conn {
                 Exec::Done => {
                     rx.stall_until = None;
                     rx.start += total;
+                    self.frames.fetch_add(1, Ordering::Relaxed);
                     if h.flags & FLAG_ACK_REQ != 0 {
                         *ack_now = true;
                     }
@@ -1300,15 +1307,23 @@ enum Exec {
 }
 
 fn nic_thread(c: Arc<Conn>) {
+    // While a waiting thread serves the connection, re-check it every NIC_RECHECK while
+    // frames flow, backing off to NIC_RECHECK_IDLE while it is quiet, so idle
+    // connections of a parked server cost (almost) nothing.
+    let mut recheck = NIC_RECHECK;
+    let mut seen = c.frames.load(Ordering::Relaxed);
     loop {
         if c.nic_stop.load(Ordering::Acquire) || c.is_error() {
             return;
         }
+        let frames = c.frames.load(Ordering::Relaxed);
+        recheck = if frames != seen { NIC_RECHECK } else { (recheck * 2).min(NIC_RECHECK_IDLE) };
+        seen = frames;
         let attended = c.attended();
         let stalled = lock(&c.rx).stall_until;
         let owed = *lock(&c.owed_since);
         let backlog = c.backlog.load(Ordering::Acquire);
-        let mut timeout = if attended { NIC_RECHECK } else { Duration::from_secs(1) };
+        let mut timeout = if attended { recheck } else { Duration::from_secs(1) };
         if let Some(t) = stalled {
             timeout = timeout.min(t.saturating_duration_since(Instant::now()).max(Duration::from_micros(50)));
         }
