@@ -4,7 +4,7 @@
 //! use boomkv::client::{Client, ClientOptions};
 //! use boomkv::transport::{Endpoint, TcpTransport, Transport};
 //! # fn main() -> boomkv::Result<()> {
-//! let t = TcpTransport::new(Default::default())?;
+//! let t = TcpTransport::new()?;
 //! let mut c = Client::connect(&t, &Endpoint::parse("127.0.0.1:7470")?, ClientOptions::default())?;
 //! c.put(b"user42", b"hello")?;
 //! assert_eq!(c.get(b"user42")?.as_deref(), Some(&b"hello"[..]));
