@@ -235,11 +235,14 @@ impl ServerCore {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Requests shutdown and waits for the cleaner thread.
+    /// Requests shutdown and waits for the cleaner thread (unless called on it).
     pub fn shutdown(&self) {
         self.request_shutdown();
-        if let Some(h) = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = h.join();
+        let h = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 
@@ -444,7 +447,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
         let w = rr.load(Ordering::Relaxed) % ibs.len();
         let ib = &ibs[w];
         let mut accepted: Option<(Hello, u64)> = None;
-        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(100), |private| {
+        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(20), |private| {
             let hello = Hello::decode(private)?;
             let refuse = |reason: String| Welcome::Refused { reason }.encode();
             if !sh.cfg.protocols.is_empty() && !sh.cfg.protocols.contains(&hello.protocol) {
