@@ -882,7 +882,7 @@ impl<T: Transport> Worker<T> {
                     let (Some(seg), Some(mr)) = (&conn.seg, &conn.seg_mr) else {
                         return Err(Error::Protocol("grant left no segment".into()));
                     };
-                    let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote().into() };
+                    let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote() };
                     self.send(conn, &msg, req)
                 }
                 Err((code, msg)) => self.error_reply(conn, req, code, msg),
@@ -1001,7 +1001,7 @@ impl<T: Transport> Worker<T> {
         if slot > size - fmt::SEGMENT_HEADER_SIZE || h.value_len > self.sh.cfg.max_value {
             return self.error_reply(conn, 0, ErrorCode::TooLarge, format!("entry of {} bytes", entry.len()));
         }
-        if !conn.seg.as_ref().is_some_and(|s| s.tail + slot <= size) {
+        if conn.seg.as_ref().is_none_or(|s| s.tail + slot > size) {
             if let Err((code, msg)) = self.grant(conn) {
                 return self.error_reply(conn, 0, code, msg);
             }
