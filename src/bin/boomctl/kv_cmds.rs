@@ -76,9 +76,9 @@ pub struct ServeArgs {
     /// Disconnect a client idle for this many seconds (0: never).
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     idle_timeout: u64,
-    /// Largest value accepted.
-    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "1M")]
-    max_value: u64,
+    /// Largest value accepted [default: 1M, or what a segment holds if that is less].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    max_value: Option<u64>,
     /// Segments one client may hold at once (0: no limit).
     #[arg(long, value_name = "N", default_value_t = 0)]
     segment_quota: u64,
@@ -97,12 +97,18 @@ pub struct ServeArgs {
 }
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let max_value = u32::try_from(a.max_value).ok().filter(|v| *v <= 1 << 30).context("--max-value is over 1 GiB")?;
     let (pool, rep) = Pool::open(&a.pmem.pmem, &a.media.pool_options())?;
     let seg = pool.segment_size();
-    if (max_value as u64) + 1024 + 64 > seg {
-        bail!("--max-value {} does not fit a {} segment", human_bytes(max_value as u64), human_bytes(seg));
-    }
+    // Room for the segment header, the entry header and the longest key.
+    let fits = seg - 128 - 32 - boomkv::log::format::MAX_KEY_LEN as u64;
+    let max_value = match a.max_value {
+        Some(v) if v > fits => {
+            bail!("--max-value {} does not fit a {} segment (at most {fits} bytes)", human_bytes(v), human_bytes(seg))
+        }
+        Some(v) => v,
+        None => fits.min(boomkv::server::DEFAULT_MAX_VALUE as u64),
+    };
+    let max_value = u32::try_from(max_value).context("--max-value is over 4 GiB")?;
     let media = pool.media();
     eprintln!(
         "boomctl serve: pool {} ({}, {} segments of {}), recovered {} keys in {:.1} ms",

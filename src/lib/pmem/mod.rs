@@ -174,6 +174,9 @@ impl Media {
             .truncate(false)
             .open(path)
             .map_err(|e| perr(format!("cannot open: {e}")))?;
+        if !opts.read_only {
+            lock_exclusive(&file).map_err(perr)?;
+        }
         let meta = file.metadata().map_err(|e| perr(e.to_string()))?;
         let is_dev = meta.file_type().is_char_device();
         let mut created = false;
@@ -449,6 +452,23 @@ fn allocate(file: &File, size: u64) -> std::io::Result<()> {
     }
 }
 
+/// Takes an exclusive advisory lock on the pool file for as long as it is open, so a
+/// second server (or `recover --repair`) cannot write the same pool.
+fn lock_exclusive(file: &File) -> std::result::Result<(), String> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an open fd; the lock is released when the fd is closed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err("the pool is in use by another process (a running server?)".into())
+    } else {
+        Err(format!("cannot lock the pool file: {e}"))
+    }
+}
+
 fn map_private(file: &File, len: usize) -> Result<Mapping> {
     map::Mapping::map_private_file(file, len)
 }
@@ -481,6 +501,18 @@ mod tests {
         drop(m);
         let (m, _) = Media::open(&path, &ro).unwrap();
         assert_eq!(m.map().view(64, 3).unwrap(), b"abc", "read-only writes must not reach the file");
+    }
+
+    #[test]
+    fn a_pool_is_opened_read_write_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        let opts = MediaOptions { create_size: Some(2 << 20), ..Default::default() };
+        let (_m, _) = Media::open(&path, &opts).unwrap();
+        let e = Media::open(&path, &opts).unwrap_err().to_string();
+        assert!(e.contains("in use by another process"), "{e}");
+        let ro = MediaOptions { read_only: true, create: false, ..Default::default() };
+        assert!(Media::open(&path, &ro).is_ok(), "inspection of a live pool is allowed");
     }
 
     #[test]

@@ -1,0 +1,189 @@
+//! Bad clients: forged keys, writes outside their segments, malformed entries, idling,
+//! too many clients, quotas. The server refuses the offender only, keeps serving the
+//! others, and loses nothing it acknowledged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use boomkv::client::{Client, ClientOptions};
+use boomkv::log::format::{encode_entry, slot_size, SEGMENT_HEADER_SIZE};
+use boomkv::log::{Pool, PoolOptions};
+use boomkv::server::{Server, ServerConfig};
+use boomkv::transport::{
+    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, ShmTransport, Transport, WcOpcode,
+};
+use boomkv::wire::{ErrorCode, Hello, Msg, Protocol, PutImm, Welcome};
+
+fn server(dir: &std::path::Path, cfg: ServerConfig) -> Server<ShmTransport> {
+    let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
+    o.media.create_size = Some(8 << 20);
+    let (pool, _) = Pool::open(dir, &o).unwrap();
+    let ep = Endpoint::Shm(dir.join("abuse.sock"));
+    Server::start(ShmTransport::new().unwrap(), Arc::new(pool), &[ep], cfg).unwrap()
+}
+
+fn quiet() -> ServerConfig {
+    ServerConfig { log_clients: false, cleaner: false, ..Default::default() }
+}
+
+fn client(s: &Server<ShmTransport>) -> Client<ShmTransport> {
+    let o = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
+    Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap()
+}
+
+/// A hand-driven BOOM client: raw queue pair, its own buffers.
+struct Raw {
+    qp: <ShmTransport as Transport>::Qp,
+    cq: <ShmTransport as Transport>::Cq,
+    buf: <ShmTransport as Transport>::Mr,
+    recv: <ShmTransport as Transport>::Mr,
+    wr: u64,
+}
+
+impl Raw {
+    fn connect(s: &Server<ShmTransport>) -> Raw {
+        let t = ShmTransport::new().unwrap();
+        let cq = t.create_cq().unwrap();
+        let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
+        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
+        let (qp, w) = t.connect(&s.endpoints()[0], &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        for i in 0..8u64 {
+            qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
+        }
+        Raw { qp, cq, buf, recv, wr: 1000 }
+    }
+
+    /// Waits for the next message (skipping send completions); None on a failed completion.
+    fn next_msg(&mut self) -> Option<Msg> {
+        loop {
+            let c = self.cq.wait(Duration::from_secs(5)).ok()?;
+            if !c.status.is_ok() {
+                return None;
+            }
+            if c.opcode == WcOpcode::Recv {
+                let mut b = vec![0u8; c.byte_len as usize];
+                self.recv.read(c.wr_id * 4096, &mut b).unwrap();
+                self.qp.post_recv(c.wr_id, &self.recv, c.wr_id * 4096, 4096).unwrap();
+                return Some(Msg::decode(&b).unwrap().0);
+            }
+        }
+    }
+
+    fn grant(&mut self) -> RemoteRegion {
+        self.qp.post_send_bytes(1, &Msg::GrantSegment.encode(1)).unwrap();
+        match self.next_msg() {
+            Some(Msg::SegmentGranted { region, .. }) => region,
+            m => panic!("expected a grant, got {m:?}"),
+        }
+    }
+
+    /// Writes `bytes` at `offset` of the segment and signals it as a PUT.
+    fn put_raw(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8], in_place: bool) -> Option<Msg> {
+        self.buf.write(0, bytes).unwrap();
+        self.wr += 1;
+        let imm = PutImm { offset, in_place }.encode().unwrap();
+        self.qp.post_write_imm(self.wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
+        self.next_msg()
+    }
+}
+
+fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 32 + key.len() + value.len()];
+    encode_entry(&mut b, key, value, false, next).unwrap();
+    b
+}
+
+#[test]
+fn malformed_entries_get_an_error_and_are_never_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), quiet());
+    let mut good = client(&s);
+    good.put(b"safe", b"acknowledged").unwrap();
+    let mut raw = Raw::connect(&s);
+    let seg = raw.grant();
+    let at = SEGMENT_HEADER_SIZE;
+    let is_invalid = |m: Option<Msg>| matches!(m, Some(Msg::Error { code: ErrorCode::InvalidEntry, .. }));
+    // garbage
+    assert!(is_invalid(raw.put_raw(&seg, at, &[0xAB; 100], false)));
+    // bad checksum
+    let mut e = entry(b"k", b"v", at + slot_size(1, 1));
+    e[33] ^= 1;
+    assert!(is_invalid(raw.put_raw(&seg, at, &e, false)));
+    // next_offset pointing backwards
+    assert!(is_invalid(raw.put_raw(&seg, at, &entry(b"k", b"v", at - 8), false)));
+    // value length past the segment
+    let mut e = entry(b"k", b"v", at + slot_size(1, 1));
+    e[20..24].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    assert!(is_invalid(raw.put_raw(&seg, at, &e, false)));
+    // an append that is not at the tail, an in-place write over no slot
+    assert!(is_invalid(raw.put_raw(&seg, at + 64, &entry(b"k", b"v", at + 64 + 40), false)));
+    assert!(is_invalid(raw.put_raw(&seg, at, &entry(b"k", b"v", at + 40), true)));
+    // and after all that, a valid entry at the tail works
+    assert!(matches!(raw.put_raw(&seg, at, &entry(b"k", b"v", at + 40), false), Some(Msg::PutOk { .. })));
+    assert_eq!(good.get(b"k").unwrap().unwrap(), b"v");
+    assert_eq!(good.get(b"safe").unwrap().unwrap(), b"acknowledged");
+    assert_eq!(s.stats().puts, 2, "only the valid entries were committed");
+}
+
+#[test]
+fn forged_keys_and_out_of_segment_writes_cut_off_only_the_offender() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), quiet());
+    let mut good = client(&s);
+    good.put(b"before", b"1").unwrap();
+    let mut raw = Raw::connect(&s);
+    let seg = raw.grant();
+    // past the end of the granted segment
+    let e = entry(b"x", b"y", 0);
+    raw.buf.write(0, &e).unwrap();
+    raw.qp.post_write(7, &raw.buf, 0, e.len() as u32, seg.at(seg.len), seg.rkey, true).unwrap();
+    let c = raw.cq.wait(Duration::from_secs(5)).unwrap();
+    assert!(!c.status.is_ok(), "a write past the segment must fail: {c:?}");
+    // a forged rkey on a fresh connection
+    let mut raw2 = Raw::connect(&s);
+    let seg2 = raw2.grant();
+    raw2.qp.post_write(8, &raw2.buf, 0, 64, seg2.addr, seg2.rkey ^ 0x5555, true).unwrap();
+    let c = raw2.cq.wait(Duration::from_secs(5)).unwrap();
+    assert!(!c.status.is_ok(), "a forged rkey must fail: {c:?}");
+    // everyone else is fine
+    good.put(b"after", b"2").unwrap();
+    let mut fresh = client(&s);
+    assert_eq!(fresh.get(b"before").unwrap().unwrap(), b"1");
+    assert_eq!(fresh.get(b"after").unwrap().unwrap(), b"2");
+}
+
+#[test]
+fn idle_clients_are_disconnected_and_limits_refuse_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg =
+        ServerConfig { max_clients: 2, idle_timeout: Some(Duration::from_millis(300)), segment_quota: 1, ..quiet() };
+    let s = server(dir.path(), cfg);
+    let mut a = client(&s);
+    let mut idle = client(&s);
+    let o = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
+    let e = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o.clone()).err().unwrap().to_string();
+    assert!(e.contains("too many clients"), "{e}");
+    // keep `a` busy while `idle` sleeps past the idle timeout
+    for i in 0..10 {
+        a.put(format!("k{i}").as_bytes(), b"v").unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    assert!(idle.put(b"late", b"v").is_err(), "the idle client was disconnected");
+    // the quota: one segment per client
+    let mut err = None;
+    for i in 0..200 {
+        if let Err(e) = a.put(format!("fill{i}").as_bytes(), &[0u8; 4000]) {
+            err = Some(e.to_string());
+            break;
+        }
+    }
+    let err = err.expect("the quota must stop the client");
+    assert!(err.contains("quota"), "{err}");
+    // its reads still work
+    assert_eq!(a.get(b"k3").unwrap().unwrap(), b"v");
+    drop((a, idle));
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).is_ok(), "slots free up");
+}

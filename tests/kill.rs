@@ -1,0 +1,126 @@
+//! Process crashes: `boomctl serve` as a child process under a multi-client load, killed
+//! with SIGKILL at random moments and restarted on the same pool; every acknowledged
+//! write must be there afterwards. Clients see a connection error, reconnect, go on.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use boomkv::client::{Client, ClientOptions};
+use boomkv::transport::{Endpoint, ShmTransport};
+
+fn start_server(dir: &Path, sock: &Path) -> Child {
+    let _ = std::fs::remove_file(sock);
+    Command::new(env!("CARGO_BIN_EXE_boomctl"))
+        .args(["serve", "--quiet", "--stats-interval", "0", "--pool-size", "64M", "--segment-size", "1M", "--pmem"])
+        .arg(dir)
+        .arg("--listen")
+        .arg(format!("shm:{}", sock.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start boomctl serve")
+}
+
+fn connect(t: &ShmTransport, ep: &Endpoint, deadline: Instant) -> Option<Client<ShmTransport>> {
+    let o = ClientOptions { timeout: Duration::from_secs(2), ..Default::default() };
+    while Instant::now() < deadline {
+        if let Ok(c) = Client::connect(t, ep, o.clone()) {
+            return Some(c);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// Per key: the last acknowledged value, and values written after it without an answer.
+#[derive(Default)]
+struct KeyState {
+    acked: Option<Vec<u8>>,
+    pending: Vec<Vec<u8>>,
+}
+
+#[test]
+fn fifty_kills_lose_no_acknowledged_write() {
+    let kills: usize = std::env::var("BOOMKV_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kill.sock");
+    let ep = Endpoint::Shm(sock.clone());
+    let model: Arc<Mutex<HashMap<String, KeyState>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut server = start_server(dir.path(), &sock);
+    let clients: Vec<_> = (0..3)
+        .map(|t| {
+            let (model, stop, ep) = (model.clone(), stop.clone(), ep.clone());
+            std::thread::spawn(move || {
+                let tr = ShmTransport::new().unwrap();
+                let mut seq = 0u64;
+                let mut reconnects = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(mut c) = connect(&tr, &ep, Instant::now() + Duration::from_secs(20)) else {
+                        continue;
+                    };
+                    loop {
+                        if stop.load(Ordering::Relaxed) {
+                            return reconnects;
+                        }
+                        seq += 1;
+                        let key = format!("t{t}-k{}", seq % 17);
+                        let value = format!("{key}:{seq}:").repeat(1 + (seq % 40) as usize).into_bytes();
+                        model.lock().unwrap().entry(key.clone()).or_default().pending.push(value.clone());
+                        match c.put(key.as_bytes(), &value) {
+                            Ok(_) => {
+                                let mut m = model.lock().unwrap();
+                                let st = m.get_mut(&key).unwrap();
+                                st.acked = Some(value);
+                                st.pending.clear();
+                            }
+                            Err(_) => {
+                                reconnects += 1;
+                                break;
+                            }
+                        }
+                    }
+                }
+                reconnects
+            })
+        })
+        .collect();
+    let mut rng_state = 0x9E3779B97F4A7C15u64;
+    for _ in 0..kills {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        // let the server come up and take some load, then kill it at a random moment
+        std::thread::sleep(Duration::from_millis(60 + rng_state % 120));
+        server.kill().unwrap();
+        server.wait().unwrap();
+        server = start_server(dir.path(), &sock);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let reconnects: u64 = clients.into_iter().map(|h| h.join().unwrap()).sum();
+    // Check every key against a fresh connection to the last server.
+    let tr = ShmTransport::new().unwrap();
+    let mut c = connect(&tr, &ep, Instant::now() + Duration::from_secs(20)).expect("server comes back");
+    let m = model.lock().unwrap();
+    let mut checked = 0;
+    for (key, st) in m.iter() {
+        let got = c.get(key.as_bytes()).unwrap();
+        let ok = match (&st.acked, &got) {
+            (None, None) => true,
+            (_, Some(g)) => st.acked.as_ref() == Some(g) || st.pending.contains(g),
+            (Some(_), None) => false,
+        };
+        assert!(ok, "{key}: acknowledged {:?}, got {:?}", st.acked.as_ref().map(|v| v.len()), got.map(|v| v.len()));
+        checked += st.acked.is_some() as usize;
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(checked > 20, "the load must have acknowledged writes ({checked})");
+    assert!(reconnects >= (kills as u64).min(10), "clients saw the kills and reconnected ({reconnects})");
+    eprintln!("{kills} kills, {reconnects} reconnects, {checked} keys checked");
+}
