@@ -86,6 +86,8 @@
 pub mod region;
 pub mod shm;
 pub mod tcp;
+#[cfg(feature = "rdma")]
+pub mod verbs;
 
 #[cfg(test)]
 mod conformance;
@@ -103,6 +105,8 @@ use crate::pmem::Mapping;
 pub use region::Mr;
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
+#[cfg(feature = "rdma")]
+pub use verbs::{VerbsConfig, VerbsTransport};
 
 /// Version of the transports' own handshake and framing. Peers must agree exactly.
 pub const PROTOCOL_VERSION: u16 = 1;
