@@ -7,6 +7,8 @@
 mod bench_transport;
 #[path = "boomctl/common.rs"]
 mod common;
+#[path = "boomctl/crash_cmd.rs"]
+mod crash_cmd;
 #[path = "boomctl/kv_cmds.rs"]
 mod kv_cmds;
 #[path = "boomctl/pool_cmds.rs"]
@@ -44,6 +46,8 @@ enum Command {
     Load(ycsb_cmd::LoadArgs),
     /// Run a YCSB workload (embedded server unless --server) and print YCSB's report.
     Ycsb(ycsb_cmd::YcsbArgs),
+    /// Simulate power failures at random points and check the crash promise.
+    Crashtest(crash_cmd::CrashArgs),
     /// Recover a pool offline and print a summary (keys, space, segments, damage).
     Recover(pool_cmds::RecoverArgs),
     /// Show a pool's header, segments and entries (read-only; works on crashed pools).
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => kv_cmds::stats(a),
         Command::Load(a) => ycsb_cmd::load(a),
         Command::Ycsb(a) => ycsb_cmd::ycsb(a),
+        Command::Crashtest(a) => crash_cmd::run(a),
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
         Command::BenchTransport(a) => bench_transport::run(a),

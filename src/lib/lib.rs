@@ -27,6 +27,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod crashtest;
 pub mod error;
 pub mod index;
 pub mod log;

@@ -4,7 +4,7 @@
 //! use boomkv::client::{Client, ClientOptions};
 //! use boomkv::transport::{Endpoint, TcpTransport, Transport};
 //! # fn main() -> boomkv::Result<()> {
-//! let t = TcpTransport::new(Default::default())?;
+//! let t = TcpTransport::new()?;
 //! let mut c = Client::connect(&t, &Endpoint::parse("127.0.0.1:7470")?, ClientOptions::default())?;
 //! c.put(b"user42", b"hello")?;
 //! assert_eq!(c.get(b"user42")?.as_deref(), Some(&b"hello"[..]));
@@ -35,6 +35,29 @@ use crate::transport::{Access, Completion, CompletionQueue, Endpoint, MemoryRegi
 use crate::wire::{DataImm, DataStatus, ErrorCode, Hello, Msg, Protocol, PutImm, RegionDesc, Welcome, MAX_MESSAGE};
 use hybrid::{Decision, HybridTable, SlotInfo, UpdateMode};
 
+/// Where a BOOM PUT is about to write (reported to [`ClientOptions::on_write`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteIntent {
+    /// Segment id.
+    pub segment: u64,
+    /// Segment offset.
+    pub offset: u64,
+    /// Rewrite in place (else append).
+    pub in_place: bool,
+    /// False just before the write is posted, true once the server acknowledged it.
+    pub done: bool,
+}
+
+/// A callback told of every BOOM write's target (the crash checker uses it).
+#[derive(Clone)]
+pub struct WriteHook(pub std::sync::Arc<dyn Fn(&WriteIntent) + Send + Sync>);
+
+impl std::fmt::Debug for WriteHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteHook")
+    }
+}
+
 /// How to connect.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -48,6 +71,8 @@ pub struct ClientOptions {
     pub response_buffer: usize,
     /// How many times a GET whose entry fails its checksum is retried.
     pub torn_retries: u32,
+    /// Told of every BOOM write's target before and after it.
+    pub on_write: Option<WriteHook>,
 }
 
 impl Default for ClientOptions {
@@ -58,6 +83,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(10),
             response_buffer: 64 << 10,
             torn_retries: 8,
+            on_write: None,
         }
     }
 }
@@ -85,6 +111,7 @@ pub struct ClientCounters {
 }
 
 struct Segment {
+    id: u64,
     region: RegionDesc,
     tail: u64,
 }
@@ -322,8 +349,8 @@ impl<T: Transport> Client<T> {
 
     fn grant(&mut self) -> Result<()> {
         match self.call(&Msg::GrantSegment, "segment grant")? {
-            Msg::SegmentGranted { region, .. } => {
-                self.seg = Some(Segment { region, tail: fmt::SEGMENT_HEADER_SIZE });
+            Msg::SegmentGranted { segment, region } => {
+                self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
                 self.hybrid.reset();
                 self.counters.grants += 1;
                 Ok(())
@@ -356,11 +383,20 @@ impl<T: Transport> Client<T> {
             }
         };
         let n = self.encode(key, value, tomb, offset + capacity)?;
-        let region = self.seg.as_ref().map(|s| s.region).ok_or_else(|| Error::Protocol("no segment".into()))?;
+        let (seg_id, region) =
+            self.seg.as_ref().map(|s| (s.id, s.region)).ok_or_else(|| Error::Protocol("no segment".into()))?;
         let imm = PutImm { offset, in_place }.encode().ok_or_else(|| Error::invalid("segment offset too large"))?;
+        let mut intent = WriteIntent { segment: seg_id, offset, in_place, done: false };
+        if let Some(h) = &self.opts.on_write {
+            (h.0)(&intent);
+        }
         let wr = self.wr();
         self.qp.post_write_imm(wr, &self.entry_mr, 0, n as u32, region.at(offset), region.rkey, imm)?;
         let (version, min_get) = self.wait_put_ok()?;
+        if let Some(h) = &self.opts.on_write {
+            intent.done = true;
+            (h.0)(&intent);
+        }
         if !in_place {
             if let Some(s) = self.seg.as_mut() {
                 s.tail = offset + capacity;

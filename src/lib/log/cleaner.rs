@@ -138,6 +138,7 @@ impl Cleaner {
         self.buf[0..4].copy_from_slice(&c.to_le_bytes());
         let dst = pool.pool_offset(seg.id, seg.tail);
         pool.media().map().write(dst, &self.buf)?;
+        pool.media().crash_point();
         pool.writeback(dst, len)?;
         let new = Loc { segment: seg.id as u32, offset: seg.tail as u32, ..*old };
         seg.push_slot(seg.tail, next);

@@ -207,6 +207,12 @@ impl Pool {
         self.next_version.fetch_add(1, Ordering::AcqRel)
     }
 
+    /// Raises the version counter to at least `v` (tests start it near 2^32 so that
+    /// both halves of `version_num` matter).
+    pub fn raise_version_floor(&self, v: u64) {
+        self.next_version.fetch_max(v, Ordering::AcqRel);
+    }
+
     /// The version the next PUT would get.
     pub fn peek_version(&self) -> u64 {
         self.next_version.load(Ordering::Acquire)
@@ -337,6 +343,7 @@ impl Pool {
         if crate::log::planted::torn_version() {
             // Planted bug: two 4-byte stores that can tear across a crash.
             self.media.map().write(off, &(version as u32).to_le_bytes())?;
+            self.media.crash_point();
             return self.media.map().write(off + 4, &((version >> 32) as u32).to_le_bytes());
         }
         self.media.store_u64(off, version)
@@ -439,26 +446,76 @@ impl KeySource for Pool {
 #[cfg(feature = "planted-bugs")]
 pub mod planted {
     //! Test-only switches that plant known durability bugs (feature `planted-bugs`),
-    //! so the crash checker can show it catches them. Set through environment
-    //! variables read once: `BOOMKV_PLANT=skip-writeback|count-first|torn-version`.
+    //! so the crash checker can show it catches them. The initial plant comes from the
+    //! environment variable `BOOMKV_PLANT`; [`set`] changes it.
 
-    fn plant() -> &'static str {
-        static P: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        P.get_or_init(|| std::env::var("BOOMKV_PLANT").unwrap_or_default())
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// A planted bug.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Plant {
+        /// No bug.
+        None,
+        /// Skip the write-back of the entry's lines.
+        SkipWriteback,
+        /// Persist `count` before the entry is written back.
+        CountFirst,
+        /// Store `version_num` as two 4-byte writes.
+        TornVersion,
     }
+
+    impl std::str::FromStr for Plant {
+        type Err = String;
+        fn from_str(s: &str) -> Result<Self, String> {
+            match s {
+                "" | "none" => Ok(Plant::None),
+                "skip-writeback" => Ok(Plant::SkipWriteback),
+                "count-first" => Ok(Plant::CountFirst),
+                "torn-version" => Ok(Plant::TornVersion),
+                o => Err(format!("unknown plant '{o}' (skip-writeback, count-first, torn-version)")),
+            }
+        }
+    }
+
+    static PLANT: AtomicU8 = AtomicU8::new(u8::MAX);
+
+    fn code(p: Plant) -> u8 {
+        p as u8
+    }
+
+    /// The plant in force.
+    pub fn current() -> Plant {
+        let v = PLANT.load(Ordering::Relaxed);
+        let v = if v == u8::MAX {
+            let p: Plant = std::env::var("BOOMKV_PLANT").ok().and_then(|s| s.parse().ok()).unwrap_or(Plant::None);
+            PLANT.store(code(p), Ordering::Relaxed);
+            code(p)
+        } else {
+            v
+        };
+        match v {
+            1 => Plant::SkipWriteback,
+            2 => Plant::CountFirst,
+            3 => Plant::TornVersion,
+            _ => Plant::None,
+        }
+    }
+
+    /// Plants `p` (process-wide).
+    pub fn set(p: Plant) {
+        PLANT.store(code(p), Ordering::Relaxed);
+    }
+
     /// Skip the write-back of the entry's lines.
     pub fn skip_writeback() -> bool {
-        plant() == "skip-writeback"
+        current() == Plant::SkipWriteback
     }
     /// Persist `count` before the entry is written back.
     pub fn count_before_entry() -> bool {
-        plant() == "count-first"
+        current() == Plant::CountFirst
     }
     /// Store `version_num` as two 4-byte writes.
     pub fn torn_version() -> bool {
-        plant() == "torn-version"
+        current() == Plant::TornVersion
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -2,9 +2,21 @@
 //!
 //! A client's entry lands in its active segment (by one-sided WRITE, or copied there by
 //! the RPC baseline); [`Pool::commit`] then makes it durable and visible in the order the
-//! crash promise needs: validate, assign `version_num` (one 8-byte store), write the
-//! entry's lines back and fence, then for an append store and persist `count`, and only
-//! then index it. The caller replies after `commit` returns.
+//! crash promise needs:
+//!
+//! 1. validate the entry (bounds, lengths, checksum; placement);
+//! 2. write its lines back and fence: the entry is durable with `version_num` = 0;
+//! 3. assign `version_num` from the global counter (one aligned 8-byte store), write
+//!    that line back and fence;
+//! 4. for an append, store and persist `count` (one aligned 8-byte store);
+//! 5. index it. The caller replies after `commit` returns.
+//!
+//! Step 2 before 3 matters for in-place rewrites: the checksum covers the content but
+//! not `version_num`, so if the new version could become durable while the old content
+//! was still in the slot, recovery would return the old value under the newest version.
+//! With this order every durable combination is either the old entry, a torn (rejected)
+//! one, the new content under the old slot's version (older than the key's newest, so it
+//! loses), or the new entry. The extra cost is one line written back and one fence.
 //!
 //! [`LocalWriter`] plays client and server at once (no transport): tests, the crash
 //! checker and `recover --bench` use it to fill pools.
@@ -135,17 +147,26 @@ impl Pool {
         if mode == WriteMode::InPlace && seg.slot_end(offset) != Some(h.next_offset) {
             return Err(CommitError::Invalid { offset, fault: EntryFault::BadNextOffset });
         }
-        let version = self.next_version();
-        self.store_version(seg.id, offset, version)?;
         let pool_off = self.pool_offset(seg.id, offset);
         let len = h.entry_len() as usize;
         let count_first = planted("count-first") && mode == WriteMode::Append;
         if count_first {
             self.persist_count(seg.id, seg.count + 1)?;
         }
+        // 1. The entry as the client wrote it (version 0) becomes durable first, so a
+        //    version can never be persisted beside content it does not belong to (the
+        //    checksum does not cover version_num).
         if !planted("skip-writeback") {
             writeback(pool_off, len)?;
         }
+        self.media().crash_point();
+        // 2. Then its version: one aligned 8-byte store, written back on its own.
+        let version = self.next_version();
+        self.store_version(seg.id, offset, version)?;
+        self.media().crash_point();
+        self.media().persist(pool_off + ENTRY_VERSION_OFF, 8)?;
+        self.media().crash_point();
+        // 3. For an append, `count` now covers it.
         if mode == WriteMode::Append {
             if !count_first {
                 self.persist_count(seg.id, seg.count + 1)?;

@@ -9,6 +9,7 @@
 //! 8-byte words (aligned 8-byte stores never tear, so words are the unit).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
@@ -36,17 +37,93 @@ impl Default for CrashOptions {
 
 type Line = [u8; CACHE_LINE];
 
+/// A written-back line not yet fenced: offset, content, and when it was snapshotted.
+type Snap = (usize, Line, u64);
+
+/// The durable image and, per line, the write-back sequence number of its content.
+#[derive(Debug)]
+struct Durable {
+    image: Vec<u8>,
+    seq: HashMap<usize, u64>,
+}
+
 /// Durable image and per-thread pending write-backs.
+///
+/// Lock order: `pending`, then `durable`.
 #[derive(Debug)]
 pub struct CrashSim {
-    durable: Mutex<Vec<u8>>,
-    pending: Mutex<HashMap<ThreadId, Vec<(usize, Line)>>>,
+    durable: Mutex<Durable>,
+    pending: Mutex<HashMap<ThreadId, Vec<Snap>>>,
+    /// Orders write-back snapshots: an older snapshot never overwrites a newer durable line.
+    snap_seq: AtomicU64,
+    /// Crash points (write-backs, fences, protocol steps) seen so far.
+    events: AtomicU64,
+    /// Crash at this event (0: not armed).
+    armed_at: AtomicU64,
+    armed_opts: Mutex<CrashOptions>,
+    /// The image captured when the armed crash happened.
+    captured: Mutex<Option<Vec<u8>>>,
+    crashed: AtomicBool,
 }
 
 impl CrashSim {
     /// A simulator whose durable image starts as `image`.
     pub fn new(image: Vec<u8>) -> CrashSim {
-        CrashSim { durable: Mutex::new(image), pending: Mutex::new(HashMap::new()) }
+        CrashSim {
+            durable: Mutex::new(Durable { image, seq: HashMap::new() }),
+            pending: Mutex::new(HashMap::new()),
+            snap_seq: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            armed_at: AtomicU64::new(0),
+            armed_opts: Mutex::new(CrashOptions::default()),
+            captured: Mutex::new(None),
+            crashed: AtomicBool::new(false),
+        }
+    }
+
+    /// Arms a power failure at the `n`-th crash point from now (n >= 1): at that
+    /// point, before it takes effect, the crash image is captured ([`CrashSim::captured`]).
+    /// The live image goes on changing; only the capture counts.
+    pub fn arm(&self, n: u64, opts: CrashOptions) {
+        *self.armed_opts.lock().unwrap_or_else(|e| e.into_inner()) = opts;
+        let now = self.events.load(Ordering::SeqCst);
+        self.armed_at.store(now + n.max(1), Ordering::SeqCst);
+    }
+
+    /// Crash points seen so far.
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::SeqCst)
+    }
+
+    /// Whether the armed crash has happened.
+    pub fn has_crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Takes the captured crash image.
+    pub fn take_captured(&self) -> Option<Vec<u8>> {
+        self.captured.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// A crash point: counts it, and captures the crash image if this is the armed one.
+    pub fn event(&self, live: &Mapping) {
+        let n = self.events.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.armed_at.load(Ordering::SeqCst) {
+            self.crash_now(live);
+        }
+    }
+
+    /// Captures the crash image now (if no crash was captured yet).
+    ///
+    /// The crashed flag is raised before the image is taken: a writer that still sees
+    /// it lowered after its last fence knows its lines are in the image.
+    pub fn crash_now(&self, live: &Mapping) {
+        let mut cap = self.captured.lock().unwrap_or_else(|e| e.into_inner());
+        if self.crashed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let opts = *self.armed_opts.lock().unwrap_or_else(|e| e.into_inner());
+        *cap = Some(self.crash_image(live, &opts));
     }
 
     /// Records a write-back of the lines covering `[off, off + len)` of `live`.
@@ -59,7 +136,7 @@ impl CrashSim {
             let mut buf = [0u8; CACHE_LINE];
             let n = (live.len() as u64 - line).min(l) as usize;
             if live.read(line, &mut buf[..n]).is_ok() {
-                snaps.push((line as usize, buf));
+                snaps.push((line as usize, buf, self.snap_seq.fetch_add(1, Ordering::SeqCst)));
             }
             line += l;
         }
@@ -67,24 +144,26 @@ impl CrashSim {
         p.entry(std::thread::current().id()).or_default().extend(snaps);
     }
 
-    /// A fence by the calling thread: its pending lines become durable.
+    /// A fence by the calling thread: its pending lines become durable (unless a newer
+    /// write-back of the same line already is).
     pub fn fenced(&self) {
-        let lines = {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            p.remove(&std::thread::current().id())
-        };
-        if let Some(lines) = lines {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(lines) = p.remove(&std::thread::current().id()) {
             let mut d = self.durable.lock().unwrap_or_else(|e| e.into_inner());
-            for (off, data) in lines {
-                let n = (d.len() - off).min(CACHE_LINE);
-                d[off..off + n].copy_from_slice(&data[..n]);
+            for (off, data, seq) in lines {
+                if d.seq.get(&off).is_some_and(|&cur| cur > seq) {
+                    continue;
+                }
+                d.seq.insert(off, seq);
+                let n = (d.image.len() - off).min(CACHE_LINE);
+                d.image[off..off + n].copy_from_slice(&data[..n]);
             }
         }
     }
 
     /// A copy of the durable image.
     pub fn durable(&self) -> Vec<u8> {
-        self.durable.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.durable.lock().unwrap_or_else(|e| e.into_inner()).image.clone()
     }
 
     /// The pool a power failure now would leave: the durable image, then each pending
@@ -92,28 +171,37 @@ impl CrashSim {
     /// `keep_probability`, whole or torn into 8-byte words.
     pub fn crash_image(&self, live: &Mapping, opts: &CrashOptions) -> Vec<u8> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
-        let mut img = self.durable();
-        let pending: Vec<(usize, Line)> = {
+        // One consistent instant: pending and durable lines and the live image, copied
+        // while no fence can complete (same lock order as `fenced`). Plain stores may still
+        // race with the copy, as they would with a real power failure; but a store that
+        // follows a fence (say `count` after its entry) cannot land in the copy without
+        // the fenced lines being durable in it.
+        let (mut img, pending, live_copy) = {
             let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut v: Vec<_> = p.values().flatten().copied().collect();
-            v.sort_by_key(|(o, _)| *o);
-            v
+            let d = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v: Vec<Snap> = p
+                .values()
+                .flatten()
+                .filter(|(off, _, seq)| d.seq.get(off).is_none_or(|&cur| cur < *seq))
+                .copied()
+                .collect();
+            v.sort_by_key(|(o, _, seq)| (*o, *seq));
+            let mut live_copy = vec![0u8; live.len().min(d.image.len())];
+            let _ = live.read(0, &mut live_copy);
+            (d.image.clone(), v, live_copy)
         };
-        for (off, data) in pending {
+        for (off, data, _) in pending {
             if rng.gen_bool(opts.keep_probability) {
                 let n = (img.len() - off).min(CACHE_LINE);
                 merge_line(&mut img[off..off + n], &data[..n], opts.tear, &mut rng);
             }
         }
-        let mut line = [0u8; CACHE_LINE];
         let mut off = 0usize;
-        while off < img.len() {
-            let n = (img.len() - off).min(CACHE_LINE);
-            if live.read(off as u64, &mut line[..n]).is_ok()
-                && line[..n] != img[off..off + n]
-                && rng.gen_bool(opts.keep_probability)
-            {
-                merge_line(&mut img[off..off + n], &line[..n], opts.tear, &mut rng);
+        while off < live_copy.len() {
+            let n = (live_copy.len() - off).min(CACHE_LINE);
+            let line = &live_copy[off..off + n];
+            if line != &img[off..off + n] && rng.gen_bool(opts.keep_probability) {
+                merge_line(&mut img[off..off + n], line, opts.tear, &mut rng);
             }
             off += CACHE_LINE;
         }

@@ -349,11 +349,26 @@ impl Media {
         }
     }
 
+    /// A crash point between two protocol steps: the crash simulator may fail here.
+    /// A no-op on real media.
+    #[inline]
+    pub fn crash_point(&self) {
+        if let Some(sim) = &self.sim {
+            sim.event(&self.map);
+        }
+    }
+
+    /// The crash simulator, on simulated media.
+    pub fn crash_sim(&self) -> Option<&CrashSim> {
+        self.sim.as_ref()
+    }
+
     /// Writes back the lines covering `[off, off + len)`; no fence.
     pub fn flush(&self, off: u64, len: usize) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
+        self.crash_point();
         let n = self.map.flush(self.flush, off, len)?;
         let lines = if n == 0 { line_count(off, len) } else { n };
         self.stats.lines.fetch_add(lines, Ordering::Relaxed);
@@ -369,6 +384,7 @@ impl Media {
 
     /// Store fence: makes this thread's earlier write-backs durable.
     pub fn fence(&self) {
+        self.crash_point();
         flush::sfence();
         self.stats.fences.fetch_add(1, Ordering::Relaxed);
         if let Some(sim) = &self.sim {

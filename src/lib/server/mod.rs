@@ -63,6 +63,10 @@ pub struct ServerConfig {
     pub cleaner: bool,
     /// The cleaner compacts sealed segments at most this live.
     pub clean_below: f64,
+    /// The cleaner runs when at most this fraction of the segments is free.
+    pub clean_when_free: f64,
+    /// How often the cleaner looks.
+    pub clean_interval: Duration,
     /// Print a stats line this often (`None`: never).
     pub stats_interval: Option<Duration>,
     /// Log connects and disconnects on stderr.
@@ -82,6 +86,8 @@ impl Default for ServerConfig {
             protocols: Vec::new(),
             cleaner: true,
             clean_below: 0.5,
+            clean_when_free: 0.25,
+            clean_interval: Duration::from_millis(50),
             stats_interval: None,
             log_clients: true,
         }
@@ -498,12 +504,11 @@ fn housekeeping(sh: Arc<ServerCore>) {
     let mut cleaner = Cleaner::new();
     let mut last_stats = Instant::now();
     while !sh.shutdown.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(sh.cfg.clean_interval.min(Duration::from_millis(100)));
         if sh.cfg.cleaner {
             let total = sh.pool.segment_count().max(1);
             let free = sh.pool.free_segments();
-            // Clean when a quarter or less of the pool is free.
-            if free * 4 <= total {
+            if (free as f64) <= sh.cfg.clean_when_free * total as f64 {
                 match cleaner.run(&sh.pool, sh.cfg.clean_below, 2) {
                     Ok(st) if st.segments_freed > 0 => {
                         let mut c = sh.cleaned.lock().unwrap_or_else(|e| e.into_inner());

@@ -72,12 +72,13 @@
 //!   directly. A per-connection control thread only answers rkey look-ups (first use
 //!   of a region) and notices a peer's death; it is never on the data path.
 //! - `tcp`: the thread waiting on a completion queue reads the sockets of the
-//!   connections attached to that queue itself (while spinning and while parked in
-//!   `epoll`), so a reply travels socket -> waiting thread with no hop, on the client
-//!   and on the server alike. A per-connection NIC thread applies incoming one-sided
+//!   connections attached to that queue itself (while spinning, which it keeps doing as
+//!   long as frames arrive, and while parked in `epoll`), so a reply travels socket ->
+//!   waiting thread with no hop, on the client and on the server alike. A per-connection NIC thread applies incoming one-sided
 //!   operations, acknowledgements and deadlines only while no thread waits on that
-//!   connection's queues; it then takes at most a couple of milliseconds to notice
-//!   traffic that arrives while the application is busy. So an application that is in
+//!   connection's queues; it then takes a couple of milliseconds (up to 64 ms on a
+//!   connection that was quiet) to notice traffic that arrives while the application is
+//!   busy. So an application that is in
 //!   `wait` pays no hop; one-sided operations aimed at a busy process pay the NIC
 //!   thread's hop and that bounded delay.
 //!

@@ -1,11 +1,11 @@
 //! Memory regions and the protection domain's region table, shared by both backends.
 //!
-//! A protection domain ([`Pd`]) owns a table of [`SLOTS`] 8-byte state words, one per
+//! A protection domain (`Pd`) owns a table of [`SLOTS`] 8-byte state words, one per
 //! region slot. A word holds `(rkey << 32) | users`: the rkey that is currently valid for
 //! the slot (0 when the slot is free or revoked) and how many one-sided operations are
 //! copying into or out of the region right now. An initiator (the `tcp` NIC thread, or a
 //! `shm` peer process that has the table mapped) brackets each copy with
-//! [`guard_enter`]/[`guard_exit`]: `enter` adds a user and checks the rkey in one atomic
+//! `guard_enter`/`guard_exit`: `enter` adds a user and checks the rkey in one atomic
 //! step. Revocation clears the rkey, then waits until the users drain, so once
 //! [`Mr::deregister`] returns no copy is running and none can start.
 //!

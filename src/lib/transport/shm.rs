@@ -1129,6 +1129,7 @@ impl Conn {
 
     /// Copies between our `local` and the peer's `[raddr, raddr + len)` under `rkey`,
     /// checking `need`. False is a remote access error.
+    #[allow(clippy::too_many_arguments)]
     fn one_sided(
         &self,
         s: &mut SendSide,

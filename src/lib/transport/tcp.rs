@@ -39,14 +39,19 @@
 //!
 //! # Threads
 //!
-//! Posting writes the frame to the socket from the posting thread (`TCP_NODELAY`).
-//! Incoming frames are executed by whichever thread holds the connection's receive
-//! lock: a thread waiting in [`CompletionQueue::wait`] on one of the connection's
-//! completion queues reads the socket itself (spinning on `epoll_wait(0)`, then parked
-//! in `epoll_wait`), so a reply reaches a waiting thread with no thread hop. The
+//! Posting writes the frame to the socket from the posting thread (`TCP_NODELAY`); what
+//! the socket does not take at once waits in a send buffer (at most 64 MiB) that the NIC
+//! thread drains. Incoming frames are executed by whichever thread holds the
+//! connection's receive lock: a thread waiting in [`CompletionQueue::wait`] on one of
+//! the connection's completion queues reads the sockets itself — while spinning it
+//! calls `recv` on each (up to two connections) or `epoll_wait(0)` (more), and keeps
+//! spinning as long as frames arrive, even ones that complete nothing here (one-sided
+//! operations); then it parks in `epoll_wait` on the sockets. So a reply or a one-sided
+//! operation reaches a waiting thread with no thread hop. The
 //! per-connection NIC thread covers the rest: it reads the socket when no thread waits
 //! on the connection's queues (so one-sided operations land while the application is
-//! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`]),
+//! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`] while
+//! frames flow, backing off to [`NIC_RECHECK_IDLE`] on a quiet connection),
 //! sends delayed acknowledgements, enforces the RNR deadline, and drains a send
 //! backlog when the socket buffer was full.
 
@@ -73,8 +78,10 @@ use crate::pmem::Mapping;
 pub(crate) const HDR: usize = 40;
 /// How long an acknowledgement may wait for a frame to ride on.
 pub const ACK_DELAY: Duration = Duration::from_micros(200);
-/// How often a NIC thread re-checks a connection that a waiting thread serves.
+/// How often a NIC thread re-checks a busy connection that a waiting thread serves.
 pub const NIC_RECHECK: Duration = Duration::from_millis(2);
+/// How often it re-checks such a connection after it has been quiet for a while.
+pub const NIC_RECHECK_IDLE: Duration = Duration::from_millis(64);
 
 const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVTC");
 const HELLO_LEN: usize = 24;
@@ -92,6 +99,8 @@ pub(crate) const OP_NAK: u8 = 7;
 const FLAG_ACK_REQ: u8 = 1;
 
 const RX_BUF: usize = 256 << 10;
+/// Most bytes a connection queues for a socket the peer does not drain.
+const TX_BACKLOG_LIMIT: usize = 64 << 20;
 
 fn ts(d: Duration) -> rustix::time::Timespec {
     rustix::time::Timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as i64, tv_nsec: d.subsec_nanos() as _ }
@@ -255,6 +264,8 @@ impl TcpTransport {
             reason: Mutex::new(None),
             nudge,
             backlog: AtomicBool::new(false),
+            rx_seen: AtomicBool::new(false),
+            frames: AtomicU64::new(0),
             stats: StatCounters::default(),
             nic_stop: AtomicBool::new(false),
         });
@@ -551,6 +562,8 @@ struct CqInner {
 }
 
 const EV_WAKE: u64 = u64::MAX;
+/// Up to this many connections a spinning waiter reads their sockets directly.
+const SPIN_DIRECT: usize = 2;
 
 impl std::fmt::Debug for TcpCq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -620,21 +633,44 @@ impl CqInner {
     }
 
     /// Serves the sockets that `epoll` reports ready (`timeout` zero: just look).
-    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration) {
+    /// Returns whether any socket had traffic.
+    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration) -> bool {
         events.clear();
         let t = ts(timeout);
         if epoll::wait(&self.epfd, rustix::buffer::spare_capacity(events), Some(&t)).is_err() {
-            return;
+            return false;
         }
+        let mut traffic = false;
         for ev in events.iter() {
             let id = ev.data.u64();
             if id == EV_WAKE {
                 let mut b = [0u8; 8];
                 let _ = rustix::io::read(&self.evfd, &mut b);
             } else if let Some(c) = self.conn(id) {
+                traffic = true;
                 c.progress();
             }
         }
+        traffic
+    }
+
+    /// One spin round: with a few connections, try their sockets directly (one `recv`
+    /// each, which is what a busy-polling TCP client does); with many, ask `epoll`.
+    fn spin_once(&self, events: &mut Vec<epoll::Event>, few: &mut Vec<Arc<Conn>>) -> bool {
+        few.clear();
+        {
+            let conns = lock(&self.conns);
+            if conns.len() > SPIN_DIRECT {
+                drop(conns);
+                return self.serve_ready(events, Duration::ZERO);
+            }
+            few.extend(conns.values().filter_map(Weak::upgrade));
+        }
+        let mut traffic = false;
+        for c in few.drain(..) {
+            traffic |= c.progress();
+        }
+        traffic
     }
 }
 
@@ -666,34 +702,34 @@ impl CompletionQueue for TcpCq {
         if inner.pop_into(&mut out, 1) == 1 {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
-        let start = Instant::now();
         let end = deadline(timeout);
-        let spin_end = start + inner.spin.min(timeout);
+        // Spin while there is traffic: a thread that executes one-sided operations
+        // inline (which complete nothing here) stays hot instead of parking between them.
+        let mut spin_end = deadline(inner.spin.min(timeout));
         inner.waiting.fetch_add(1, Ordering::SeqCst);
         let _g = WaitGuard(&inner.waiting);
         let mut events = Vec::with_capacity(64);
-        loop {
-            inner.serve_ready(&mut events, Duration::ZERO);
-            if inner.pop_into(&mut out, 1) == 1 {
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
-            }
-            if Instant::now() >= spin_end {
-                break;
-            }
-            std::hint::spin_loop();
-        }
+        let mut few = Vec::with_capacity(SPIN_DIRECT);
         loop {
             let now = Instant::now();
             if now >= end {
                 return Err(Error::Timeout(timeout, "a completion"));
             }
-            inner.parked.fetch_add(1, Ordering::SeqCst);
-            let _p = WaitGuard(&inner.parked);
-            if inner.pop_into(&mut out, 1) == 1 {
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            let traffic = if now < spin_end {
+                let t = inner.spin_once(&mut events, &mut few);
+                std::hint::spin_loop();
+                t
+            } else {
+                inner.parked.fetch_add(1, Ordering::SeqCst);
+                let _p = WaitGuard(&inner.parked);
+                if inner.pop_into(&mut out, 1) == 1 {
+                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                }
+                inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)))
+            };
+            if traffic {
+                spin_end = deadline(inner.spin.min(timeout));
             }
-            inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)));
-            drop(_p);
             if inner.pop_into(&mut out, 1) == 1 {
                 return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
             }
@@ -764,6 +800,10 @@ struct Conn {
     reason: Mutex<Option<String>>,
     nudge: OwnedFd,
     backlog: AtomicBool,
+    /// Set when a read returned bytes (tells a spinning waiter there is traffic).
+    rx_seen: AtomicBool,
+    /// Frames executed so far (the NIC thread's measure of activity).
+    frames: AtomicU64,
     stats: StatCounters,
     nic_stop: AtomicBool,
 }
@@ -865,6 +905,15 @@ impl Conn {
         self.flush_tx(tx)
     }
 
+    /// Bytes queued for the socket but not yet written.
+    fn backlog_bytes(&self) -> usize {
+        if !self.backlog.load(Ordering::Acquire) {
+            return 0;
+        }
+        let tx = lock(&self.tx);
+        tx.out.len() - tx.sent
+    }
+
     fn flush_tx(&self, tx: &mut Tx) -> Result<()> {
         while tx.sent < tx.out.len() {
             match (&self.sock).write(&tx.out[tx.sent..]) {
@@ -922,16 +971,20 @@ impl Conn {
     }
 
     /// Reads and executes whatever the socket has, if no other thread is doing so.
-    fn progress(&self) {
+    /// Returns whether bytes arrived.
+    fn progress(&self) -> bool {
         if self.is_error() {
-            return;
+            return false;
         }
         let mut rx = match self.rx.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::WouldBlock) => return true,
         };
+        let before = rx.end.wrapping_sub(rx.start);
         let r = self.drain(&mut rx);
+        let traffic =
+            r.is_err() || rx.end.wrapping_sub(rx.start) != before || self.rx_seen.swap(false, Ordering::AcqRel);
         drop(rx);
         match r {
             Ok(ack_now) => {
@@ -947,6 +1000,7 @@ impl Conn {
                 self.fail_with(why, !orderly)
             }
         }
+        traffic
     }
 
     /// Reads until the socket is empty, executing complete frames. Returns whether a
@@ -981,7 +1035,10 @@ impl Conn {
                         PEER_CLOSED.into()
                     })
                 }
-                Ok(n) => rx.end += n,
+                Ok(n) => {
+                    rx.end += n;
+                    self.rx_seen.store(true, Ordering::Relaxed);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(ack_now),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("receive failed: {e}")),
@@ -1027,6 +1084,7 @@ impl Conn {
                 Exec::Done => {
                     rx.stall_until = None;
                     rx.start += total;
+                    self.frames.fetch_add(1, Ordering::Relaxed);
                     if h.flags & FLAG_ACK_REQ != 0 {
                         *ack_now = true;
                     }
@@ -1081,9 +1139,7 @@ impl Conn {
                 let status = if payload.len() > r.len as usize {
                     self.mark_error("incoming SEND longer than the receive buffer");
                     WcStatus::LocalLengthError
-                } else if !r.mr.is_registered() {
-                    WcStatus::LocalProtectionError
-                } else if r.mr.info().mapping.write(r.map_off, payload).is_err() {
+                } else if !r.mr.is_registered() || r.mr.info().mapping.write(r.map_off, payload).is_err() {
                     WcStatus::LocalProtectionError
                 } else {
                     WcStatus::Success
@@ -1126,6 +1182,9 @@ impl Conn {
             }
             OP_READ_REQ => {
                 let len = h.imm as usize;
+                if self.backlog_bytes() + len > TX_BACKLOG_LIMIT {
+                    return Err("peer keeps asking for READs but does not read the responses".into());
+                }
                 let region = self
                     .pd
                     .lookup(h.rkey)
@@ -1248,15 +1307,23 @@ enum Exec {
 }
 
 fn nic_thread(c: Arc<Conn>) {
+    // While a waiting thread serves the connection, re-check it every NIC_RECHECK while
+    // frames flow, backing off to NIC_RECHECK_IDLE while it is quiet, so idle
+    // connections of a parked server cost (almost) nothing.
+    let mut recheck = NIC_RECHECK;
+    let mut seen = c.frames.load(Ordering::Relaxed);
     loop {
         if c.nic_stop.load(Ordering::Acquire) || c.is_error() {
             return;
         }
+        let frames = c.frames.load(Ordering::Relaxed);
+        recheck = if frames != seen { NIC_RECHECK } else { (recheck * 2).min(NIC_RECHECK_IDLE) };
+        seen = frames;
         let attended = c.attended();
         let stalled = lock(&c.rx).stall_until;
         let owed = *lock(&c.owed_since);
         let backlog = c.backlog.load(Ordering::Acquire);
-        let mut timeout = if attended { NIC_RECHECK } else { Duration::from_secs(1) };
+        let mut timeout = if attended { recheck } else { Duration::from_secs(1) };
         if let Some(t) = stalled {
             timeout = timeout.min(t.saturating_duration_since(Instant::now()).max(Duration::from_micros(50)));
         }
@@ -1366,6 +1433,13 @@ impl TcpQp {
                 return Err(Error::Transport(format!(
                     "qp {}: send queue full ({} requests outstanding); poll the send completion queue",
                     c.qp_num, c.cfg.sq_depth
+                )));
+            }
+            if c.backlog_bytes() + plen > TX_BACKLOG_LIMIT {
+                return Err(Error::Transport(format!(
+                    "qp {}: {} bytes wait for the socket already (the peer is not reading); try again later",
+                    c.qp_num,
+                    c.backlog_bytes()
                 )));
             }
             let psn = sq.next_psn;
@@ -1662,6 +1736,37 @@ mod tests {
         let r = read_hello(&mut s).unwrap();
         assert_eq!(r.kind, KIND_REJECT);
         assert!(String::from_utf8_lossy(&r.private).contains("not supported"));
+    }
+
+    #[test]
+    fn a_peer_that_does_not_read_cannot_grow_our_buffers_without_bound() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        // Our posts: refused once 64 MiB wait for the socket.
+        let (_s, qp) = raw_client(&t, &l, &cq);
+        let big = vec![0u8; 4 << 20];
+        let mut refused = None;
+        for i in 0..64 {
+            if let Err(e) = qp.post_send_bytes(i, &big) {
+                refused = Some((i, e.to_string()));
+                break;
+            }
+        }
+        let (i, why) = refused.expect("posting must stop when the peer does not read");
+        assert!(i <= 20 && why.contains("not reading"), "{i}: {why}");
+        // The peer's READs: the connection is closed once their responses pile up.
+        let region = t.alloc_mr(MAX_MESSAGE as usize, Access::ALL).unwrap();
+        let r = region.remote();
+        let (mut s2, qp2) = raw_client(&t, &l, &cq);
+        let mut frames = Vec::new();
+        for psn in 0..8 {
+            Hdr { op: OP_READ_REQ, psn, raddr: r.addr, rkey: r.rkey, imm: MAX_MESSAGE, ..Hdr::default() }
+                .encode(&mut frames);
+        }
+        s2.write_all(&frames).unwrap();
+        let why = wait_error(&qp2);
+        assert!(why.contains("does not read the responses"), "{why}");
     }
 
     #[test]

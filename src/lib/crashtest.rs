@@ -1,0 +1,449 @@
+//! The crash checker behind `boomctl crashtest`.
+//!
+//! One iteration: a fresh pool on the crash-simulating media, a server over a software
+//! transport, several clients doing PUTs (appends and in-place rewrites), DELETEs and
+//! GETs with values of every size, small segments so logs roll over, and the cleaner
+//! running. The simulator is armed to fail at a random crash point: a write-back, a
+//! fence, or a step of the commit or cleaner path. The image captured there (durable
+//! lines plus a random subset of dirty ones, torn at 8-byte granularity) is recovered
+//! and checked against a model of what the clients were told:
+//!
+//! - every acknowledged write is present with its last acknowledged value, or a value
+//!   of a later write to the same key that was still unacknowledged;
+//! - no value, and no version, that was never written;
+//! - deleted keys stay deleted (unless a later unacknowledged PUT brought them back);
+//! - every entry recovery accepted passes its checksum;
+//! - `count` never covers a slot that is not a valid entry, except a slot an
+//!   unacknowledged in-place rewrite was writing at the time.
+//!
+//! The version counter starts just below 2^32 so both halves of `version_num` matter.
+//! A write counts as acknowledged only if its reply arrived before the crash was
+//! captured (checked after the reply), so the model never over-claims.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::client::{Client, ClientOptions, WriteHook, WriteIntent};
+use crate::error::{Error, Result};
+use crate::index::IndexKind;
+use crate::log::format::{entry_checksum, EntryHeader, ENTRY_HEADER_SIZE};
+use crate::log::recovery::{read_segment, walk_segment};
+use crate::log::Pool;
+use crate::pmem::{CrashOptions, FlushKind, Media};
+use crate::server::{Server, ServerConfig};
+use crate::transport::{Backend, Endpoint, Transport};
+use crate::wire::Protocol;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct CrashTestOptions {
+    /// Iterations (crashes).
+    pub iterations: u64,
+    /// Seed of iteration 0; iteration `i` uses `seed + i`.
+    pub seed: u64,
+    /// Protocol the clients speak.
+    pub protocol: Protocol,
+    /// Client threads.
+    pub threads: usize,
+    /// Operations per client per iteration (at most).
+    pub ops: u64,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Largest value.
+    pub max_value: usize,
+    /// Pool size.
+    pub pool_size: u64,
+    /// Segment size.
+    pub segment_size: u64,
+    /// Probability that a non-durable line survives the crash.
+    pub keep_probability: f64,
+    /// Tear kept lines at 8-byte granularity.
+    pub tear: bool,
+    /// Run the cleaner.
+    pub cleaner: bool,
+    /// Keep the crash image of every failing iteration here (`crash-<seed>.pool`).
+    pub save_failures: Option<std::path::PathBuf>,
+}
+
+impl Default for CrashTestOptions {
+    fn default() -> Self {
+        CrashTestOptions {
+            iterations: 100,
+            seed: 1,
+            protocol: Protocol::Boom,
+            threads: 3,
+            ops: 60,
+            keys: 24,
+            max_value: 6000,
+            pool_size: 2 << 20,
+            segment_size: 64 << 10,
+            keep_probability: 0.5,
+            tear: true,
+            cleaner: true,
+            save_failures: None,
+        }
+    }
+}
+
+/// A violation found in one iteration.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Violation {
+    /// Lost (an acknowledged write is gone) or corrupt (something never written came back).
+    pub kind: &'static str,
+    /// What exactly.
+    pub detail: String,
+}
+
+/// The outcome of one iteration.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Outcome {
+    /// Seed of the iteration (replays it).
+    pub seed: u64,
+    /// Crash point the crash happened at.
+    pub crash_point: u64,
+    /// Acknowledged writes checked.
+    pub acked: u64,
+    /// Violations.
+    pub violations: Vec<Violation>,
+}
+
+/// Totals over iterations.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CrashTestReport {
+    /// Iterations run (= crashes simulated).
+    pub crashes: u64,
+    /// Acknowledged writes checked.
+    pub acked_checked: u64,
+    /// Lost-write violations.
+    pub lost: u64,
+    /// Corruption violations.
+    pub corrupted: u64,
+    /// Failing iterations (first 20).
+    pub failures: Vec<Outcome>,
+    /// Wall time, seconds.
+    pub elapsed_s: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Write {
+    value: Option<Vec<u8>>,
+    version: Option<u64>,
+    acked: bool,
+}
+
+/// A value nobody else writes: key, writer and sequence, repeated to `len` bytes.
+fn make_value(key: u64, thread: usize, seq: u64, len: usize) -> Vec<u8> {
+    format!("k{key}/t{thread}/n{seq}|").into_bytes().into_iter().cycle().take(len).collect()
+}
+
+fn pick_size(rng: &mut StdRng, max: usize) -> usize {
+    match rng.gen_range(0..10) {
+        0 => 0,
+        1..=3 => rng.gen_range(1..64),
+        4..=7 => rng.gen_range(64..1024),
+        _ => rng.gen_range(1024..=max.max(1024)),
+    }
+    .min(max)
+}
+
+/// Runs one iteration over transport `t` (`backend` picks the listen address),
+/// with scratch files in `dir`.
+pub fn run_iteration<T: Transport>(
+    t: &T,
+    backend: Backend,
+    dir: &Path,
+    o: &CrashTestOptions,
+    seed: u64,
+) -> Result<Outcome> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let media = Media::simulated(o.pool_size, FlushKind::None)?;
+    Pool::format(&media, o.segment_size)?;
+    let (pool, _) = Pool::from_media(media, IndexKind::Hash)?;
+    let floor = (1u64 << 32) - rng.gen_range(1..2000);
+    pool.raise_version_floor(floor);
+    let pool = Arc::new(pool);
+    let listen = match backend {
+        Backend::Shm => Endpoint::Shm(dir.join(format!("crash-{seed}.sock"))),
+        _ => Endpoint::parse("127.0.0.1:0")?,
+    };
+    let cfg = ServerConfig {
+        workers: rng.gen_range(1..=2),
+        coop_writeback: rng.gen_bool(0.5),
+        coop_chunk: 1024,
+        log_clients: false,
+        cleaner: o.cleaner,
+        clean_below: 0.6,
+        clean_when_free: 0.9,
+        clean_interval: Duration::from_millis(1),
+        ..Default::default()
+    };
+    let server = Server::start(t.clone(), pool.clone(), &[listen], cfg)?;
+    let ep = server.endpoints()[0].clone();
+    let sim_media = pool.clone();
+    let sim = || sim_media.media().crash_sim();
+    let total_ops = o.ops * o.threads as u64;
+    let estimate = (total_ops * 9).max(10);
+    let crash_at = rng.gen_range(1..=estimate);
+    let copts = CrashOptions { seed: rng.gen(), keep_probability: o.keep_probability, tear: o.tear };
+    if let Some(s) = sim() {
+        s.arm(crash_at, copts);
+    }
+    let model: Mutex<HashMap<u64, Vec<Write>>> = Mutex::new(HashMap::new());
+    let inflight: Arc<Mutex<HashSet<(u64, u64)>>> = Arc::new(Mutex::new(HashSet::new()));
+    let acked_count = AtomicU64::new(0);
+    let thread_seeds: Vec<u64> = (0..o.threads).map(|_| rng.gen()).collect();
+    std::thread::scope(|s| -> Result<()> {
+        let mut hs = Vec::new();
+        for (ti, ts) in thread_seeds.iter().enumerate() {
+            let (model, inflight, ep, acked_count, pool) = (&model, inflight.clone(), &ep, &acked_count, &pool);
+            let hook_pool = pool.clone();
+            let hook = WriteHook(Arc::new(move |w: &WriteIntent| {
+                if w.in_place {
+                    let mut f = inflight.lock().unwrap_or_else(|e| e.into_inner());
+                    let crashed = hook_pool.media().crash_sim().is_some_and(|s| s.has_crashed());
+                    // A rewrite acknowledged after the crash was in flight at the crash.
+                    if w.done && !crashed {
+                        f.remove(&(w.segment, w.offset));
+                    } else {
+                        f.insert((w.segment, w.offset));
+                    }
+                }
+            }));
+            let copts = ClientOptions {
+                protocol: o.protocol,
+                timeout: Duration::from_secs(10),
+                on_write: Some(hook),
+                ..Default::default()
+            };
+            let mut trng = StdRng::seed_from_u64(*ts);
+            hs.push(s.spawn(move || -> Result<()> {
+                let mut c = Client::connect(t, ep, copts)?;
+                let crashed = || pool.media().crash_sim().is_some_and(|s| s.has_crashed());
+                for seq in 0..o.ops {
+                    if crashed() {
+                        break;
+                    }
+                    let key = trng.gen_range(0..o.keys);
+                    let kb = format!("key{key}");
+                    let r = trng.gen_range(0..100);
+                    if r < 10 {
+                        let _ = c.get(kb.as_bytes());
+                        continue;
+                    }
+                    let value =
+                        if r < 22 { None } else { Some(make_value(key, ti, seq, pick_size(&mut trng, o.max_value))) };
+                    let idx = {
+                        let mut m = model.lock().unwrap_or_else(|e| e.into_inner());
+                        let v = m.entry(key).or_default();
+                        v.push(Write { value: value.clone(), version: None, acked: false });
+                        v.len() - 1
+                    };
+                    let res = match &value {
+                        Some(v) => c.put(kb.as_bytes(), v),
+                        None => c.delete(kb.as_bytes()),
+                    };
+                    if let Ok(info) = res {
+                        if !crashed() {
+                            let mut m = model.lock().unwrap_or_else(|e| e.into_inner());
+                            if let Some(w) = m.get_mut(&key).and_then(|v| v.get_mut(idx)) {
+                                w.acked = true;
+                                w.version = Some(info.version);
+                            }
+                            acked_count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Ok(())
+            }));
+        }
+        for h in hs {
+            h.join().map_err(|_| Error::invalid("a crash-test client panicked"))??;
+        }
+        Ok(())
+    })?;
+    let media = pool.media();
+    let sim = media.crash_sim().ok_or_else(|| Error::invalid("crash test needs simulated media"))?;
+    if !sim.has_crashed() {
+        sim.crash_now(media.map());
+    }
+    let image = sim.take_captured().ok_or_else(|| Error::invalid("no crash image was captured"))?;
+    let crash_point = crash_at.min(sim.events());
+    let max_assigned = pool.peek_version() - 1;
+    server.shutdown();
+    let inflight_inplace = inflight.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let model = model.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut out = Outcome { seed, crash_point, acked: acked_count.load(Ordering::Relaxed), violations: Vec::new() };
+    check(&image, o, &model, floor, max_assigned, &inflight_inplace, &mut out)?;
+    if !out.violations.is_empty() {
+        if let Some(dir) = &o.save_failures {
+            let p = dir.join(format!("crash-{seed}.pool"));
+            std::fs::write(&p, &image).map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
+            let mut hist: Vec<String> = Vec::new();
+            let mut keys: Vec<_> = model.keys().copied().collect();
+            keys.sort_unstable();
+            for k in keys {
+                for w in &model[&k] {
+                    hist.push(format!(
+                        "key{k} {} len={} version={:?} acked={} head={:?}",
+                        if w.value.is_some() { "PUT" } else { "DEL" },
+                        w.value.as_ref().map_or(0, |v| v.len()),
+                        w.version,
+                        w.acked,
+                        w.value.as_ref().map(|v| String::from_utf8_lossy(&v[..v.len().min(16)]).into_owned())
+                    ));
+                }
+            }
+            hist.push(format!("in-flight in-place targets: {inflight_inplace:?}"));
+            let hp = dir.join(format!("crash-{seed}.history"));
+            std::fs::write(&hp, hist.join("\n")).map_err(|e| Error::io(format!("writing {}", hp.display()), e))?;
+        }
+    }
+    Ok(out)
+}
+
+fn check(
+    image: &[u8],
+    _o: &CrashTestOptions,
+    model: &HashMap<u64, Vec<Write>>,
+    floor: u64,
+    max_assigned: u64,
+    inflight_inplace: &HashSet<(u64, u64)>,
+    out: &mut Outcome,
+) -> Result<()> {
+    let mut bad = |kind: &'static str, detail: String| out.violations.push(Violation { kind, detail });
+    let (rec, _) = Pool::from_media(Media::simulated_from(image, FlushKind::None)?, IndexKind::Hash)?;
+    // Every indexed entry passes its checksum.
+    rec.index().for_each(|l| match rec.read_entry(l) {
+        Ok(e) => {
+            if entry_checksum(&e) != u32::from_le_bytes([e[0], e[1], e[2], e[3]]) {
+                bad(
+                    "corrupt",
+                    format!("accepted entry at segment {} offset {} fails its checksum", l.segment, l.offset),
+                );
+            }
+        }
+        Err(e) => bad("corrupt", format!("cannot read accepted entry: {e}")),
+    });
+    // Every accepted entry carries a version the server assigned, and `count` covers
+    // only valid entries, except slots an in-place rewrite was writing.
+    let ph = rec.header().clone();
+    for id in 0..ph.segment_count {
+        let f = read_segment(rec.media().map(), &ph, id);
+        if !f.in_use() {
+            continue;
+        }
+        walk_segment(rec.media().map(), &ph, id, f.count, |e, _| {
+            if let Ok(h) = &e.result {
+                if h.version < floor || h.version > max_assigned {
+                    bad(
+                        "corrupt",
+                        format!(
+                            "segment {id} offset {}: accepted version {:#x} was never assigned ({floor:#x}..={max_assigned:#x})",
+                            e.offset, h.version
+                        ),
+                    );
+                }
+            }
+            if let Err(fault) = e.result {
+                if !inflight_inplace.contains(&(id, e.offset)) {
+                    bad(
+                        "corrupt",
+                        format!("count of segment {id} covers slot {} at offset {} that is not valid ({fault}) and no in-place rewrite was in flight there", e.slot, e.offset),
+                    );
+                }
+            }
+        });
+    }
+    for (key, writes) in model {
+        let kb = format!("key{key}");
+        let got = rec.index().get(kb.as_bytes(), &rec);
+        let latest_acked = writes.iter().filter(|w| w.acked).max_by_key(|w| w.version);
+        let got_value = match got {
+            Some(l) if !l.tombstone => {
+                let e = rec.read_entry(&l)?;
+                let h = EntryHeader::decode(&e)?;
+                Some((l.version, e[ENTRY_HEADER_SIZE as usize + h.key_len as usize..].to_vec()))
+            }
+            _ => None,
+        };
+        let got_version = got.map(|l| l.version);
+        match (latest_acked, got_version) {
+            (Some(a), None) => {
+                if a.value.is_some() {
+                    bad("lost", format!("{kb}: acknowledged PUT (version {:?}) is gone", a.version));
+                }
+            }
+            (Some(a), Some(v)) if Some(v) < a.version => {
+                bad("lost", format!("{kb}: recovered version {v} but version {:?} was acknowledged", a.version))
+            }
+            (Some(a), Some(v)) if Some(v) == a.version => {
+                if got_value.as_ref().map(|g| &g.1) != a.value.as_ref() {
+                    bad("corrupt", format!("{kb}: version {v} recovered with a different value than acknowledged"));
+                }
+            }
+            _ => {
+                // Newer than anything acknowledged (or nothing was): it must be a write
+                // that was issued and not acknowledged.
+                if let Some(v) = got_version {
+                    let matches = writes.iter().any(|w| {
+                        !w.acked
+                            && match (&w.value, &got_value) {
+                                (Some(x), Some((_, g))) => x == g,
+                                (None, None) => true,
+                                _ => false,
+                            }
+                    });
+                    if !matches {
+                        bad("corrupt", format!("{kb}: recovered version {v} matches no write issued for the key"));
+                    }
+                }
+            }
+        }
+    }
+    // Nothing recovered under a key that was never written.
+    rec.index().for_each(|l| {
+        if let Ok(e) = rec.read_entry(l) {
+            if let Ok(h) = EntryHeader::decode(&e) {
+                let k = String::from_utf8_lossy(&e[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize]).into_owned();
+                let known =
+                    k.strip_prefix("key").and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| model.contains_key(&n));
+                if !known {
+                    bad("corrupt", format!("recovered key {k:?} was never written"));
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Runs `o.iterations` iterations, calling `progress(done, &report)` after each.
+pub fn run<T: Transport>(
+    t: &T,
+    backend: Backend,
+    o: &CrashTestOptions,
+    mut progress: impl FnMut(u64, &CrashTestReport),
+) -> Result<CrashTestReport> {
+    let dir = tempfile::Builder::new().prefix("boomkv-crashtest").tempdir().map_err(|e| Error::io("temp dir", e))?;
+    let t0 = Instant::now();
+    let mut rep = CrashTestReport::default();
+    for i in 0..o.iterations {
+        let out = run_iteration(t, backend, dir.path(), o, o.seed.wrapping_add(i))?;
+        rep.crashes += 1;
+        rep.acked_checked += out.acked;
+        let lost = out.violations.iter().filter(|v| v.kind == "lost").count() as u64;
+        rep.lost += lost;
+        rep.corrupted += out.violations.len() as u64 - lost;
+        if !out.violations.is_empty() && rep.failures.len() < 20 {
+            rep.failures.push(out);
+        }
+        progress(i + 1, &rep);
+    }
+    rep.elapsed_s = t0.elapsed().as_secs_f64();
+    Ok(rep)
+}
