@@ -300,8 +300,12 @@ pub fn wc_status(code: u32) -> WcStatus {
     match code {
         IBV_WC_SUCCESS => WcStatus::Success,
         IBV_WC_LOC_LEN_ERR => WcStatus::LocalLengthError,
-        IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_ACCESS_ERR | IBV_WC_LOC_QP_OP_ERR | IBV_WC_LOC_EEC_OP_ERR
-        | IBV_WC_LOC_RDD_VIOL_ERR | IBV_WC_MW_BIND_ERR => WcStatus::LocalProtectionError,
+        IBV_WC_LOC_PROT_ERR
+        | IBV_WC_LOC_ACCESS_ERR
+        | IBV_WC_LOC_QP_OP_ERR
+        | IBV_WC_LOC_EEC_OP_ERR
+        | IBV_WC_LOC_RDD_VIOL_ERR
+        | IBV_WC_MW_BIND_ERR => WcStatus::LocalProtectionError,
         IBV_WC_REM_ACCESS_ERR => WcStatus::RemoteAccessError,
         IBV_WC_REM_INV_REQ_ERR | IBV_WC_REM_OP_ERR | IBV_WC_REM_INV_RD_REQ_ERR => WcStatus::RemoteInvalidRequest,
         IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExceeded,
@@ -552,16 +556,10 @@ mod tests {
         assert_eq!(errno_of(-1, 0), libc::EIO, "never errno 0");
         assert_eq!(errno_of(i32::MIN, 0), libc::EIO);
         assert_eq!(verb_message("ibv_create_qp", libc::ENOMEM), "ibv_create_qp: Cannot allocate memory (errno 12)");
-        assert_eq!(
-            verb_error("ibv_reg_mr", libc::EFAULT).to_string(),
-            "transport: ibv_reg_mr: Bad address (errno 14)"
-        );
+        assert_eq!(verb_error("ibv_reg_mr", libc::EFAULT).to_string(), "transport: ibv_reg_mr: Bad address (errno 14)");
         let e = no_device_error(Some(libc::ENOSYS)).to_string();
         assert!(e.starts_with("transport: no RDMA device found; use --transport shm or tcp"), "{e}");
         assert!(e.contains("ibv_get_device_list: Function not implemented (errno 38)"), "{e}");
-        assert_eq!(
-            no_device_error(None).to_string(),
-            "transport: no RDMA device found; use --transport shm or tcp"
-        );
+        assert_eq!(no_device_error(None).to_string(), "transport: no RDMA device found; use --transport shm or tcp");
     }
 }

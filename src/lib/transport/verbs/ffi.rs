@@ -172,8 +172,8 @@ impl Hca {
         };
         // SAFETY: a device pointer of the live list. The context stays valid after the
         // list is freed.
-        let ctx = NonNull::new(unsafe { ibv_open_device(list.device(idx)) })
-            .ok_or_else(|| null_error("ibv_open_device"))?;
+        let ctx =
+            NonNull::new(unsafe { ibv_open_device(list.device(idx)) }).ok_or_else(|| null_error("ibv_open_device"))?;
         // SAFETY: `ctx` is an open context.
         let pd = match NonNull::new(unsafe { ibv_alloc_pd(ctx.as_ptr()) }) {
             Some(pd) => pd,

@@ -13,7 +13,7 @@
 //! | [`VerbsTransport::new`]          | `ibv_get_device_list`, `ibv_open_device`, `ibv_alloc_pd`; port and GID chosen by [`VerbsConfig`] |
 //! | [`Transport::alloc_mr`], [`Transport::register`] | `ibv_reg_mr` of the mapping's memory (one region per call, e.g. per granted segment) |
 //! | [`Transport::create_cq`]         | `ibv_create_comp_channel` + `ibv_create_cq`, resized (`ibv_resize_cq`) as queue pairs attach |
-//! | [`Transport::connect`], [`Listener::accept`] | an RC queue pair, RESET -> INIT -> RTR -> RTS with `{lid, qpn, psn, gid, mtu}` exchanged over TCP like perftest ([`handshake`]) |
+//! | [`Transport::connect`], [`Listener::accept`] | an RC queue pair, RESET -> INIT -> RTR -> RTS with `{lid, qpn, psn, gid, mtu}` exchanged over TCP like perftest (see [Handshake](#handshake)) |
 //! | [`QueuePair`] posts              | `ibv_post_send` (SEND, RDMA WRITE, WRITE_WITH_IMM, READ), `ibv_post_recv` |
 //! | [`CompletionQueue::poll`]/`wait` | `ibv_poll_cq`; `wait` spins, then `ibv_req_notify_cq` and poll(2) on the channel |
 //!
@@ -45,11 +45,41 @@
 //!   control thread moves its queue pair to ERR too. A peer process that dies closes
 //!   the socket, with the same effect.
 //! - **RNR.** [`TransportConfig::rnr_timeout`] becomes `min_rnr_timer` x `rnr_retry`
-//!   (see [`attr::rnr_params`]); `rnr_retry` 7 (retry forever) is never used, so a SEND
-//!   without a RECV fails within a bounded time as the interface promises.
+//!   (the shortest timer whose 6 retries cover the timeout); `rnr_retry` 7 (retry
+//!   forever) is never used, so a SEND without a RECV fails within a bounded time, as
+//!   the interface promises.
 //! - **Doorbell batching.** [`VerbsQp::post_recv_batch`] posts many receives as one
 //!   chained `ibv_post_recv` (one doorbell). One queue pair per client thread is how
 //!   the client library already works.
+//!
+//! # Handshake
+//!
+//! The listener is a TCP socket. Every message is a 48-byte little-endian header
+//! followed by `payload_len` bytes:
+//!
+//! | offset | size | field                                                         |
+//! |--------|------|---------------------------------------------------------------|
+//! | 0      | 8    | magic "BOOMKVIB"                                              |
+//! | 8      | 2    | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION))      |
+//! | 10     | 2    | kind: 1 hello, 2 accept, 3 reject, 4 ready, 5 bye             |
+//! | 12     | 4    | queue-pair number (24 bits)                                   |
+//! | 16     | 4    | first PSN (24 bits)                                           |
+//! | 20     | 2    | LID                                                           |
+//! | 22     | 1    | active MTU (`ibv_mtu` code 1..=5; 0 in reject/ready/bye)      |
+//! | 23     | 1    | RDMA READs accepted at once as responder                      |
+//! | 24     | 16   | GID (zeros when the port routes by LID)                       |
+//! | 40     | 4    | `payload_len`, at most [`MAX_PRIVATE_DATA`]                   |
+//! | 44     | 4    | reserved, 0                                                   |
+//!
+//! The payload is the private data (hello: the client's, accept: the server's answer),
+//! or a UTF-8 reason (reject, bye).
+//!
+//! Sequence: client -> hello; server -> accept (its queue pair is in RTR, then RTS) or
+//! reject; client moves its queue pair to RTR and RTS -> ready. The socket then stays
+//! open as the connection's control channel: either side sends bye (with a reason)
+//! when its queue pair goes to the error state or is closed, and a socket that ends
+//! means the peer is gone. Either moves the other side's queue pair to the error state,
+//! which flushes its posted receives, as `rdma_cm`'s disconnect does.
 //!
 //! # Completion-queue waiting
 //!
@@ -120,13 +150,29 @@ pub struct VerbsConfig {
     /// Inline data asked for per queue pair; sends up to what the device grants skip the
     /// DMA read of the payload. Falls back to 64 and then 0 when the device refuses.
     pub max_inline: u32,
+    /// Send queue depth per queue pair, at most (also bounded by
+    /// [`TransportConfig::sq_depth`] and the device). Every queue pair reserves this many
+    /// entries in its send completion queue, so it bounds how many queue pairs one
+    /// completion queue can serve (soft-RoCE allows 32k entries per queue).
+    pub max_send_wr: u32,
+    /// Receive queue depth per queue pair, at most (also bounded by
+    /// [`TransportConfig::rq_depth`] and the device); reserved like `max_send_wr`.
+    pub max_recv_wr: u32,
     /// The tunables every backend shares.
     pub transport: TransportConfig,
 }
 
 impl Default for VerbsConfig {
     fn default() -> Self {
-        VerbsConfig { device: None, port: 1, gid_index: None, max_inline: 220, transport: TransportConfig::default() }
+        VerbsConfig {
+            device: None,
+            port: 1,
+            gid_index: None,
+            max_inline: 220,
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            transport: TransportConfig::default(),
+        }
     }
 }
 
@@ -321,8 +367,8 @@ impl VerbsTransport {
         let lim = t.hca.limits;
         let cfg = &t.cfg.transport;
         let mut want = QpCaps {
-            max_send_wr: cfg.sq_depth.clamp(1, lim.max_qp_wr),
-            max_recv_wr: cfg.rq_depth.clamp(1, lim.max_qp_wr),
+            max_send_wr: cfg.sq_depth.min(t.cfg.max_send_wr).clamp(1, lim.max_qp_wr),
+            max_recv_wr: cfg.rq_depth.min(t.cfg.max_recv_wr).clamp(1, lim.max_qp_wr),
             max_inline: t.cfg.max_inline,
         };
         let mut tries = vec![want.max_inline, want.max_inline.min(64), 0];
@@ -343,8 +389,13 @@ impl VerbsTransport {
             Some(x) => x,
             None => return Err(last.unwrap_or_else(|| Error::Transport("ibv_create_qp failed".into()))),
         };
+        // Room in the completion queues for everything this queue pair can have
+        // outstanding: a completion queue that overflows breaks every queue pair on it.
+        let reserved =
+            [send_cq.inner.reserve(caps.max_send_wr as u64)?, recv_cq.inner.reserve(caps.max_recv_wr as u64)?];
         let sh = Arc::new(QpShared {
             raw,
+            _reserved: reserved,
             tag: next_tag(),
             caps,
             signal_every: (caps.max_send_wr / 2).max(1),
@@ -352,8 +403,6 @@ impl VerbsTransport {
             peer_qp_num: AtomicU32::new(0),
             send_cq: send_cq.inner.clone(),
             recv_cq: recv_cq.inner.clone(),
-            reserved_send: AtomicU64::new(0),
-            reserved_recv: AtomicU64::new(0),
             sq: Mutex::new(SendQueue::default()),
             rq: Mutex::new(RecvQueue::default()),
             error: AtomicBool::new(false),
@@ -362,12 +411,6 @@ impl VerbsTransport {
             stats: StatCounters::default(),
             t: t.clone(),
         });
-        // Room in the completion queues for everything this queue pair can have
-        // outstanding: a completion queue that overflows breaks every queue pair on it.
-        sh.send_cq.reserve(caps.max_send_wr as u64)?;
-        sh.reserved_send.store(caps.max_send_wr as u64, Ordering::Relaxed);
-        sh.recv_cq.reserve(caps.max_recv_wr as u64)?;
-        sh.reserved_recv.store(caps.max_recv_wr as u64, Ordering::Relaxed);
         sh.raw.to_init(&attr::init_attrs(&t.port))?;
         for cq in [&sh.send_cq, &sh.recv_cq] {
             lock(&cq.qps).insert(sh.raw.qp_num, (sh.tag, Arc::downgrade(&sh)));
@@ -419,7 +462,9 @@ impl Transport for VerbsTransport {
                 qps: Mutex::new(HashMap::new()),
                 injected: Mutex::new(VecDeque::new()),
                 wake,
-                demand: Mutex::new(0),
+                budget: Mutex::new(CqBudget::default()),
+                generation: AtomicU64::new(0),
+                has_ghosts: AtomicBool::new(false),
                 poll_failed: AtomicBool::new(false),
             }),
         })
@@ -638,7 +683,10 @@ struct CqInner {
     /// Signaled when a completion is injected, to wake a parked waiter.
     wake: OwnedFd,
     /// Entries the attached queue pairs may need at once.
-    demand: Mutex<u64>,
+    budget: Mutex<CqBudget>,
+    /// Advanced by every `ibv_poll_cq` call (see [`CqBudget`]).
+    generation: AtomicU64,
+    has_ghosts: AtomicBool,
     poll_failed: AtomicBool,
 }
 
@@ -648,29 +696,88 @@ impl fmt::Debug for VerbsCq {
     }
 }
 
-impl CqInner {
-    /// Makes room for `n` more outstanding completions, growing the queue if needed.
-    fn reserve(&self, n: u64) -> Result<()> {
-        let mut d = lock(&self.demand);
-        let want = *d + n;
-        let cap = self.raw.capacity() as u64;
-        if want > cap {
-            if want > self.max_cqe as u64 {
-                return Err(Error::Transport(format!(
-                    "a completion queue would need {want} entries; the device allows {} \
-                     (attach fewer queue pairs to one completion queue, or lower the queue depths)",
-                    self.max_cqe
-                )));
-            }
-            self.raw.resize(want.max(cap.saturating_mul(2)).min(self.max_cqe as u64) as u32)?;
+/// The entries of a completion queue that queue pairs may fill, so that it never
+/// overflows (an overflow breaks every queue pair on it).
+///
+/// A live queue pair reserves its queue depths. A destroyed one's reservation becomes a
+/// "ghost" until the queue has been seen empty after the destruction: completions it
+/// produced (flushes) may still sit in the queue until then. A ghost released at
+/// generation `v` is cleared by an empty `ibv_poll_cq` that began at generation `g >= v`
+/// (the generation advances at the start of every poll, so that poll started after the
+/// queue pair was destroyed and could add nothing more).
+#[derive(Debug, Default)]
+struct CqBudget {
+    demand: u64,
+    ghosts: Vec<(u64, u64)>,
+}
+
+impl CqBudget {
+    /// The capacity needed to reserve `n` more entries: `Ok(None)` when `cap` suffices,
+    /// `Ok(Some(new_cap))` when the queue must grow first.
+    fn plan(&self, n: u64, cap: u64, max: u64) -> std::result::Result<Option<u64>, String> {
+        let want = self.demand.saturating_add(n);
+        if want <= cap {
+            Ok(None)
+        } else if want > max {
+            Err(format!(
+                "a completion queue would need {want} entries; the device allows {max} \
+                 (attach fewer queue pairs to one completion queue, or lower the queue depths)"
+            ))
+        } else {
+            Ok(Some(want.max(cap.saturating_mul(2)).min(max)))
         }
-        *d = want;
-        Ok(())
     }
 
-    fn release(&self, n: u64) {
-        let mut d = lock(&self.demand);
-        *d = d.saturating_sub(n);
+    fn release_later(&mut self, generation: u64, n: u64) {
+        self.ghosts.push((generation, n));
+    }
+
+    /// An empty poll that began at generation `g`: ghosts released up to `g` are gone.
+    fn clear(&mut self, g: u64) {
+        let mut freed = 0;
+        self.ghosts.retain(|&(v, n)| {
+            let gone = v <= g;
+            if gone {
+                freed += n;
+            }
+            !gone
+        });
+        self.demand = self.demand.saturating_sub(freed);
+    }
+}
+
+/// Entries reserved in a completion queue by one queue pair; released (as a ghost) on drop.
+struct Reservation {
+    cq: Arc<CqInner>,
+    n: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let g = self.cq.generation.load(Ordering::SeqCst);
+        lock(&self.cq.budget).release_later(g, self.n);
+        self.cq.has_ghosts.store(true, Ordering::SeqCst);
+    }
+}
+
+impl CqInner {
+    /// Makes room for `n` more outstanding completions, growing the queue if needed.
+    fn reserve(self: &Arc<Self>, n: u64) -> Result<Reservation> {
+        let mut b = lock(&self.budget);
+        if let Some(cap) = b.plan(n, self.raw.capacity() as u64, self.max_cqe as u64).map_err(Error::Transport)? {
+            self.raw.resize(cap.min(u32::MAX as u64) as u32)?;
+        }
+        b.demand += n;
+        Ok(Reservation { cq: self.clone(), n })
+    }
+
+    /// After an empty poll that began at generation `g`.
+    fn clear_ghosts(&self, g: u64) {
+        let mut b = lock(&self.budget);
+        b.clear(g);
+        if b.ghosts.is_empty() {
+            self.has_ghosts.store(false, Ordering::SeqCst);
+        }
     }
 
     fn inject(&self, c: Completion) {
@@ -708,8 +815,14 @@ impl CompletionQueue for VerbsCq {
         let mut wcs = Vec::with_capacity(16);
         while got < max {
             wcs.clear();
+            let generation = inner.generation.fetch_add(1, Ordering::SeqCst);
             match inner.raw.poll(&mut wcs, max - got) {
-                Ok(0) => break,
+                Ok(0) => {
+                    if inner.has_ghosts.load(Ordering::SeqCst) {
+                        inner.clear_ghosts(generation);
+                    }
+                    break;
+                }
                 Ok(_) => {}
                 Err(e) => {
                     if !inner.poll_failed.swap(true, Ordering::Relaxed) {
@@ -809,6 +922,8 @@ const SPARE_MAX: u64 = 1 << 20;
 struct QpShared {
     /// Declared first: destroyed before anything else of the queue pair goes.
     raw: RawQp,
+    /// Released after `raw` is destroyed (field order), as ghosts.
+    _reserved: [Reservation; 2],
     tag: u64,
     caps: QpCaps,
     signal_every: u32,
@@ -816,8 +931,6 @@ struct QpShared {
     peer_qp_num: AtomicU32,
     send_cq: Arc<CqInner>,
     recv_cq: Arc<CqInner>,
-    reserved_send: AtomicU64,
-    reserved_recv: AtomicU64,
     sq: Mutex<SendQueue>,
     rq: Mutex<RecvQueue>,
     error: AtomicBool,
@@ -1100,36 +1213,31 @@ impl Drop for QpShared {
                 m.remove(&n);
             }
         }
-        self.send_cq.release(self.reserved_send.load(Ordering::Relaxed));
-        self.recv_cq.release(self.reserved_recv.load(Ordering::Relaxed));
         if let Some(s) = self.ctrl.get() {
             // Ends the control reader, which holds only a weak reference.
             let _ = s.shutdown(Shutdown::Both);
         }
-        // Then `raw` goes first among the fields: ibv_destroy_qp.
+        // Then the fields: `raw` first (ibv_destroy_qp), then the reservations.
     }
 }
 
 /// The control channel's reader: a bye or the end of the socket moves the queue pair to
 /// the error state.
 fn control_reader(mut sock: TcpStream, qp: Weak<QpShared>) {
-    loop {
-        let why = match read_msg(&mut sock) {
-            Ok(m) if m.kind == Kind::Bye => format!("the peer closed the connection: {}", m.reason()),
-            Ok(m) => format!("unexpected {:?} on the control channel", m.kind),
-            Err(ReadError::Closed) => "the peer closed the connection (its process may have exited)".to_string(),
-            Err(e) => format!("control channel: {e}"),
-        };
-        let Some(qp) = qp.upgrade() else { return };
-        qp.fail(why);
-        drop(qp);
-        // Keep reading until the socket ends (the peer's own shutdown, or ours on drop).
-        let mut b = [0u8; 256];
-        loop {
-            match std::io::Read::read(&mut sock, &mut b) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
+    let why = match read_msg(&mut sock) {
+        Ok(m) if m.kind == Kind::Bye => format!("the peer closed the connection: {}", m.reason()),
+        Ok(m) => format!("unexpected {:?} on the control channel", m.kind),
+        Err(ReadError::Closed) => "the peer closed the connection (its process may have exited)".to_string(),
+        Err(e) => format!("control channel: {e}"),
+    };
+    let Some(qp) = qp.upgrade() else { return };
+    qp.fail(why);
+    drop(qp);
+    // Keep reading until the socket ends (the peer's own shutdown, or ours on drop).
+    let mut b = [0u8; 256];
+    while let Ok(n) = std::io::Read::read(&mut sock, &mut b) {
+        if n == 0 {
+            break;
         }
     }
 }
@@ -1451,7 +1559,11 @@ mod tests {
         Endpoint::Verbs("127.0.0.1:0".into())
     }
 
-    crate::conformance_suite!(#[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (see the README)"] make, ep);
+    crate::conformance_suite!(
+        #[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (see the README)"]
+        make,
+        ep
+    );
 
     #[test]
     fn no_device_is_one_clear_error() {
@@ -1487,8 +1599,8 @@ mod tests {
         };
         let c = VerbsConfig::from_lookup(env(&[])).unwrap();
         assert_eq!((c.device, c.port, c.gid_index), (None, 1, None));
-        let c = VerbsConfig::from_lookup(env(&[(ENV_DEVICE, "rxe0"), (ENV_PORT, "2"), (ENV_GID_INDEX, " 3 ")]))
-            .unwrap();
+        let c =
+            VerbsConfig::from_lookup(env(&[(ENV_DEVICE, "rxe0"), (ENV_PORT, "2"), (ENV_GID_INDEX, " 3 ")])).unwrap();
         assert_eq!((c.device.as_deref(), c.port, c.gid_index), (Some("rxe0"), 2, Some(3)));
         let c = VerbsConfig::from_lookup(env(&[(ENV_DEVICE, ""), (ENV_PORT, "")])).unwrap();
         assert_eq!((c.device, c.port), (None, 1), "empty means unset");
@@ -1528,6 +1640,32 @@ mod tests {
         let e = host_port(&Endpoint::parse("tcp://h:1").unwrap(), "connect to").unwrap_err();
         assert!(e.to_string().contains("cannot connect to tcp://h:1"), "{e}");
         assert!(Endpoint::parse("verbs://h:99999").is_err());
+    }
+
+    #[test]
+    fn completion_queue_budget() {
+        let mut b = CqBudget::default();
+        assert_eq!(b.plan(256, 512, 32767), Ok(None));
+        b.demand += 256;
+        assert_eq!(b.plan(256, 512, 32767), Ok(None));
+        b.demand += 256;
+        // Grows by doubling, capped at the device maximum.
+        assert_eq!(b.plan(256, 512, 32767), Ok(Some(1024)));
+        assert_eq!(b.plan(10_000, 512, 32767), Ok(Some(10_512)));
+        assert_eq!(b.plan(32_000, 16_384, 32767), Ok(Some(32767)));
+        assert!(b.plan(40_000, 512, 32767).unwrap_err().contains("would need 40512 entries"));
+        // A destroyed queue pair's entries stay reserved until an empty poll that began
+        // after its destruction.
+        b.release_later(5, 256);
+        b.clear(4);
+        assert_eq!(b.demand, 512, "a poll that began before the destruction proves nothing");
+        b.release_later(7, 256);
+        b.clear(6);
+        assert_eq!((b.demand, b.ghosts.len()), (256, 1));
+        b.clear(7);
+        assert_eq!((b.demand, b.ghosts.len()), (0, 0));
+        b.clear(100);
+        assert_eq!(b.demand, 0);
     }
 
     #[test]
