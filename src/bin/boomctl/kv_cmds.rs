@@ -230,7 +230,8 @@ fn media_flush(core: &ServerCore) -> String {
 /// Where the server is and how to talk to it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// Server address: shm:/path, host:port or tcp://host:port.
+    /// Server address: shm:/path, host:port, tcp://host:port, or verbs://host:port for RDMA
+    /// (device from $BOOMKV_RDMA_DEVICE, port $BOOMKV_RDMA_PORT, GID $BOOMKV_RDMA_GID_INDEX).
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_SHM)]
     pub server: String,
     /// Transport, if the address does not say (shm, tcp or verbs).

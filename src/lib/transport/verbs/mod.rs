@@ -95,7 +95,9 @@
 //! not read; a failed device shows up as error completions. Memory on a file system
 //! DAX mount cannot be pinned by the kernel; registration then falls back to
 //! on-demand paging (`IBV_ACCESS_ON_DEMAND`), which needs a NIC that supports it, or
-//! use a device-DAX node (`/dev/daxX.Y`).
+//! use a device-DAX node (`/dev/daxX.Y`). `ibv_fork_init` is not called: a child
+//! process started with `std::process::Command` (posix_spawn) shares no pinned pages,
+//! and kernels since 5.13 copy pinned pages at fork anyway.
 
 mod attr;
 mod ffi;
@@ -755,7 +757,9 @@ struct Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         let g = self.cq.generation.load(Ordering::SeqCst);
-        lock(&self.cq.budget).release_later(g, self.n);
+        let mut b = lock(&self.cq.budget);
+        b.release_later(g, self.n);
+        // Under the lock, so a concurrent clear cannot reset the flag over this ghost.
         self.cq.has_ghosts.store(true, Ordering::SeqCst);
     }
 }
