@@ -45,7 +45,7 @@ enum Command {
     /// Load a YCSB workload's records into a running server.
     Load(ycsb_cmd::LoadArgs),
     /// Run a YCSB workload (embedded server unless --server) and print YCSB's report.
-    Ycsb(ycsb_cmd::YcsbArgs),
+    Ycsb(Box<ycsb_cmd::YcsbArgs>),
     /// Simulate power failures at random points and check the crash promise.
     Crashtest(crash_cmd::CrashArgs),
     /// Recover a pool offline and print a summary (keys, space, segments, damage).
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         Command::Del(a) => kv_cmds::del(a),
         Command::Stats(a) => kv_cmds::stats(a),
         Command::Load(a) => ycsb_cmd::load(a),
-        Command::Ycsb(a) => ycsb_cmd::ycsb(a),
+        Command::Ycsb(a) => ycsb_cmd::ycsb(*a),
         Command::Crashtest(a) => crash_cmd::run(a),
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),

@@ -69,6 +69,8 @@ pub struct CrashTestOptions {
     pub cleaner: bool,
     /// Keep the crash image of every failing iteration here (`crash-<seed>.pool`).
     pub save_failures: Option<std::path::PathBuf>,
+    /// Stop at the first failing iteration.
+    pub stop_on_failure: bool,
 }
 
 impl Default for CrashTestOptions {
@@ -87,6 +89,7 @@ impl Default for CrashTestOptions {
             tear: true,
             cleaner: true,
             save_failures: None,
+            stop_on_failure: false,
         }
     }
 }
@@ -165,7 +168,8 @@ pub fn run_iteration<T: Transport>(
     let media = Media::simulated(o.pool_size, FlushKind::None)?;
     Pool::format(&media, o.segment_size)?;
     let (pool, _) = Pool::from_media(media, IndexKind::Hash)?;
-    let floor = (1u64 << 32) - rng.gen_range(1..2000);
+    // Close enough below 2^32 that most iterations cross it: both halves of the word matter.
+    let floor = (1u64 << 32) - rng.gen_range(1..(o.ops * o.threads as u64).max(2));
     pool.raise_version_floor(floor);
     let pool = Arc::new(pool);
     let listen = match backend {
@@ -229,7 +233,10 @@ pub fn run_iteration<T: Transport>(
                     if crashed() {
                         break;
                     }
-                    let key = trng.gen_range(0..o.keys);
+                    // Half the operations go to a few hot keys: repeated small writes to a
+                    // key in one segment are what the hybrid in-place path needs.
+                    let hot = trng.gen_bool(0.5);
+                    let key = if hot { trng.gen_range(0..o.keys.min(4)) } else { trng.gen_range(0..o.keys) };
                     let kb = format!("key{key}");
                     let r = trng.gen_range(0..100);
                     if r < 10 {
@@ -439,10 +446,14 @@ pub fn run<T: Transport>(
         let lost = out.violations.iter().filter(|v| v.kind == "lost").count() as u64;
         rep.lost += lost;
         rep.corrupted += out.violations.len() as u64 - lost;
-        if !out.violations.is_empty() && rep.failures.len() < 20 {
+        let failed = !out.violations.is_empty();
+        if failed && rep.failures.len() < 20 {
             rep.failures.push(out);
         }
         progress(i + 1, &rep);
+        if failed && o.stop_on_failure {
+            break;
+        }
     }
     rep.elapsed_s = t0.elapsed().as_secs_f64();
     Ok(rep)

@@ -56,6 +56,9 @@ pub struct CrashArgs {
     /// for `boomctl inspect-log --pmem DIR/crash-SEED.pool`.
     #[arg(long, value_name = "DIR")]
     save_failures: Option<std::path::PathBuf>,
+    /// Stop at the first failing iteration.
+    #[arg(long)]
+    stop_on_failure: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -86,6 +89,7 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
         tear: !a.no_tear,
         cleaner: !a.no_cleaner,
         save_failures: a.save_failures.clone(),
+        stop_on_failure: a.stop_on_failure,
         ..Default::default()
     };
     if let Some(d) = &a.save_failures {

@@ -300,13 +300,13 @@ impl CsvSchema {
                     r.push(ok.to_string());
                     r.push(failed.to_string());
                     if s.operations == 0 {
-                        r.extend(std::iter::repeat(String::new()).take(3 + self.percentiles.len()));
+                        r.extend(std::iter::repeat_n(String::new(), 3 + self.percentiles.len()));
                     } else {
                         r.extend([us(s.average_us), us(s.min_us), us(s.max_us)]);
                         r.extend(s.percentiles_us.iter().map(|(_, v)| us(*v)));
                     }
                 }
-                None => r.extend(std::iter::repeat(String::new()).take(6 + self.percentiles.len())),
+                None => r.extend(std::iter::repeat_n(String::new(), 6 + self.percentiles.len())),
             }
         }
         Ok(r)

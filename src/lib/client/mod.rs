@@ -375,7 +375,7 @@ impl<T: Transport> Client<T> {
         let (offset, capacity, in_place) = match self.hybrid.decide(key, len) {
             Decision::InPlace(s) if self.seg.is_some() => (s.offset, s.capacity, true),
             _ => {
-                if !self.seg.as_ref().is_some_and(|s| s.tail + slot <= self.segment_size) {
+                if self.seg.as_ref().is_none_or(|s| s.tail + slot > self.segment_size) {
                     self.grant()?;
                 }
                 let tail = self.seg.as_ref().map(|s| s.tail).unwrap_or(fmt::SEGMENT_HEADER_SIZE);

@@ -2,7 +2,7 @@
 //!
 //! For a victim segment, every entry the index still points to is copied, with its
 //! version unchanged, to the cleaner's own log (segments owned by
-//! [`CLEANER_OWNER`](super::format::CLEANER_OWNER)), written back and counted, then
+//! [`super::format::CLEANER_OWNER`] as owner), written back and counted, then
 //! swapped into the index only if the index still points at the original (a concurrent
 //! PUT wins). When all live entries have moved, the victim is freed.
 //!

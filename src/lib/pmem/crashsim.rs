@@ -82,7 +82,7 @@ impl CrashSim {
     }
 
     /// Arms a power failure at the `n`-th crash point from now (n >= 1): at that
-    /// point, before it takes effect, the crash image is captured ([`CrashSim::captured`]).
+    /// point, before it takes effect, the crash image is captured ([`CrashSim::take_captured`]).
     /// The live image goes on changing; only the capture counts.
     pub fn arm(&self, n: u64, opts: CrashOptions) {
         *self.armed_opts.lock().unwrap_or_else(|e| e.into_inner()) = opts;

@@ -235,11 +235,14 @@ impl ServerCore {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Requests shutdown and waits for the cleaner thread.
+    /// Requests shutdown and waits for the cleaner thread (unless called on it).
     pub fn shutdown(&self) {
         self.request_shutdown();
-        if let Some(h) = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = h.join();
+        let h = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 
@@ -444,7 +447,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
         let w = rr.load(Ordering::Relaxed) % ibs.len();
         let ib = &ibs[w];
         let mut accepted: Option<(Hello, u64)> = None;
-        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(100), |private| {
+        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(20), |private| {
             let hello = Hello::decode(private)?;
             let refuse = |reason: String| Welcome::Refused { reason }.encode();
             if !sh.cfg.protocols.is_empty() && !sh.cfg.protocols.contains(&hello.protocol) {
@@ -879,7 +882,7 @@ impl<T: Transport> Worker<T> {
                     let (Some(seg), Some(mr)) = (&conn.seg, &conn.seg_mr) else {
                         return Err(Error::Protocol("grant left no segment".into()));
                     };
-                    let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote().into() };
+                    let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote() };
                     self.send(conn, &msg, req)
                 }
                 Err((code, msg)) => self.error_reply(conn, req, code, msg),
@@ -998,7 +1001,7 @@ impl<T: Transport> Worker<T> {
         if slot > size - fmt::SEGMENT_HEADER_SIZE || h.value_len > self.sh.cfg.max_value {
             return self.error_reply(conn, 0, ErrorCode::TooLarge, format!("entry of {} bytes", entry.len()));
         }
-        if !conn.seg.as_ref().is_some_and(|s| s.tail + slot <= size) {
+        if conn.seg.as_ref().is_none_or(|s| s.tail + slot > size) {
             if let Err((code, msg)) = self.grant(conn) {
                 return self.error_reply(conn, 0, code, msg);
             }

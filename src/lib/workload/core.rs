@@ -207,7 +207,7 @@ impl CoreConfig {
         let operation_count = spec.get_u64(names::OPERATION_COUNT, 0)?;
         let insert_start = spec.get_u64("insertstart", 0)?;
         let insert_count = spec.get_u64("insertcount", record_count.saturating_sub(insert_start))?;
-        if insert_start.checked_add(insert_count).map_or(true, |end| end > record_count) {
+        if insert_start.checked_add(insert_count).is_none_or(|end| end > record_count) {
             return Err(Error::invalid(format!(
                 "insertstart ({insert_start}) + insertcount ({insert_count}) is above recordcount ({record_count}); \
                  recordcount must be at least insertstart + insertcount"

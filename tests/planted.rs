@@ -1,0 +1,21 @@
+//! The planted-bug controls: with each known durability bug planted, the crash checker
+//! must report a violation within 1,000 crashes. Run with `--features planted-bugs`
+//! (ci/check-crash.sh does).
+#![cfg(feature = "planted-bugs")]
+
+use boomkv::crashtest::{self, CrashTestOptions};
+use boomkv::log::planted::{self, Plant};
+use boomkv::transport::{Backend, ShmTransport};
+
+#[test]
+fn every_planted_bug_is_caught_within_1000_crashes() {
+    let t = ShmTransport::new().unwrap();
+    for plant in [Plant::SkipWriteback, Plant::CountFirst, Plant::TornVersion] {
+        planted::set(plant);
+        let o = CrashTestOptions { iterations: 1000, seed: 7, stop_on_failure: true, ..Default::default() };
+        let r = crashtest::run(&t, Backend::Shm, &o, |_, _| {}).unwrap();
+        planted::set(Plant::None);
+        assert!(r.lost + r.corrupted > 0, "{plant:?} was not caught in {} crashes", r.crashes);
+        eprintln!("{plant:?}: caught after {} crashes: {:?}", r.crashes, r.failures[0].violations[0]);
+    }
+}
