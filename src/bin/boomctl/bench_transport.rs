@@ -49,7 +49,9 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
     let backends = match args.transport.to_ascii_lowercase().as_str() {
         "all" => vec![Backend::Shm, Backend::Tcp],
         other => match other.parse::<Backend>()? {
-            Backend::Verbs => bail!("--transport verbs: the verbs backend is not built yet (use shm, tcp or all)"),
+            Backend::Verbs => {
+                bail!("--transport verbs: bench-transport does not measure the verbs backend yet (use shm, tcp or all)")
+            }
             b => vec![b],
         },
     };

@@ -74,3 +74,42 @@ pub fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     println!("{s}");
     Ok(())
 }
+
+/// RDMA device options for `verbs://` listen addresses. Client commands take the same
+/// settings from BOOMKV_RDMA_DEVICE, BOOMKV_RDMA_PORT and BOOMKV_RDMA_GID_INDEX.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct VerbsArgs {
+    /// RDMA device for verbs:// addresses, e.g. mlx5_0 or rxe0
+    /// [default: $BOOMKV_RDMA_DEVICE, else the first device].
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Port of the RDMA device [default: $BOOMKV_RDMA_PORT, else 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    pub port: Option<u8>,
+    /// GID index to use on RoCE [default: $BOOMKV_RDMA_GID_INDEX, else a RoCE v2 IPv4 GID].
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u8>,
+}
+
+impl VerbsArgs {
+    /// True when any option was given.
+    pub fn given(&self) -> bool {
+        self.device.is_some() || self.port.is_some() || self.gid_index.is_some()
+    }
+
+    /// The environment's settings with these options on top.
+    #[cfg(feature = "rdma")]
+    pub fn config(&self) -> anyhow::Result<boomkv::transport::VerbsConfig> {
+        let mut c = boomkv::transport::VerbsConfig::from_env()?;
+        if let Some(d) = &self.device {
+            c.device = Some(d.clone());
+        }
+        if let Some(p) = self.port {
+            c.port = p;
+        }
+        if let Some(g) = self.gid_index {
+            c.gid_index = Some(g);
+        }
+        Ok(c)
+    }
+}

@@ -15,7 +15,7 @@ use boomkv::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport
 use boomkv::units::human_bytes;
 use boomkv::wire::Protocol;
 
-use crate::common::{size_arg, MediaArgs, PmemArgs};
+use crate::common::{size_arg, MediaArgs, PmemArgs, VerbsArgs};
 
 /// The shm socket used when no address is given.
 pub const DEFAULT_SHM: &str = "shm:/tmp/boomkv.sock";
@@ -36,7 +36,14 @@ macro_rules! with_transport {
                 $body
             }
             boomkv::transport::Backend::Verbs => {
-                anyhow::bail!("this boomctl was built without RDMA support: rebuild with --features rdma, or use an shm: or tcp:// address")
+                #[cfg(not(feature = "rdma"))]
+                anyhow::bail!("this boomctl was built without RDMA support: rebuild with --features rdma, or use an shm: or tcp:// address");
+                #[cfg(feature = "rdma")]
+                {
+                    // Device, port and GID index come from BOOMKV_RDMA_DEVICE, _PORT, _GID_INDEX.
+                    let $t = boomkv::transport::VerbsTransport::from_env()?;
+                    $body
+                }
             }
         }
     };
@@ -60,10 +67,14 @@ pub struct ServeArgs {
     #[command(flatten)]
     media: MediaArgs,
     /// Address to listen on (repeatable): shm:/path for same-host clients, host:port or
-    /// tcp://host:port for TCP. Binding a non-loopback address is your explicit choice.
+    /// tcp://host:port for TCP, verbs://host:port for RDMA (builds with --features rdma;
+    /// the TCP port carries the connection handshake). Binding a non-loopback address is
+    /// your explicit choice.
     /// [default: shm:/tmp/boomkv.sock and 127.0.0.1:7470]
     #[arg(long, value_name = "ADDR")]
     listen: Vec<String>,
+    #[command(flatten)]
+    verbs: VerbsArgs,
     /// Polling worker threads per transport [default: 1 on machines with up to 4 cores].
     #[arg(long)]
     workers: Option<usize>,
@@ -139,13 +150,18 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let listen = if a.listen.is_empty() { vec![DEFAULT_SHM.to_string(), DEFAULT_TCP.to_string()] } else { a.listen };
     let mut shm = Vec::new();
     let mut tcp = Vec::new();
+    let mut verbs = Vec::new();
     for l in &listen {
         let ep = Endpoint::parse(l).with_context(|| format!("--listen {l}"))?;
         match ep.backend() {
             Backend::Shm => shm.push(ep),
             Backend::Tcp => tcp.push(ep),
+            Backend::Verbs if cfg!(feature = "rdma") => verbs.push(ep),
             Backend::Verbs => bail!("--listen {l}: this boomctl was built without RDMA support (--features rdma)"),
         }
+    }
+    if verbs.is_empty() && a.verbs.given() {
+        eprintln!("boomctl serve: --device, --port and --gid-index apply only to verbs:// listen addresses");
     }
     let core = ServerCore::new(Arc::new(pool), cfg)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -167,6 +183,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         eps.extend(s.endpoints().iter().map(|e| e.to_string()));
         Some(s)
     };
+    #[cfg(feature = "rdma")]
+    let s3 = start_verbs(&a.verbs, &core, &verbs, &mut eps)?;
     eprintln!(
         "boomctl serve: listening on {} ({} worker{} per transport, flush {})",
         eps.join(", "),
@@ -181,6 +199,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     core.request_shutdown();
     drop(s1);
     drop(s2);
+    #[cfg(feature = "rdma")]
+    drop(s3);
     let st = core.stats();
     core.shutdown();
     eprintln!(
@@ -190,6 +210,25 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the server's verbs listeners, if any.
+#[cfg(feature = "rdma")]
+fn start_verbs(
+    v: &VerbsArgs,
+    core: &Arc<ServerCore>,
+    listen: &[Endpoint],
+    eps: &mut Vec<String>,
+) -> anyhow::Result<Option<Server<boomkv::transport::VerbsTransport>>> {
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let t = boomkv::transport::VerbsTransport::new(v.config()?).context("--listen verbs://")?;
+    let route = t.gid_index().map_or("routing by LID".to_string(), |i| format!("GID index {i}"));
+    eprintln!("boomctl serve: RDMA device {} ({route})", t.device_name());
+    let s = Server::start_on(t, core.clone(), listen)?;
+    eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+    Ok(Some(s))
+}
+
 fn media_flush(core: &ServerCore) -> String {
     core.pool().media().flush_kind().to_string()
 }
@@ -197,7 +236,8 @@ fn media_flush(core: &ServerCore) -> String {
 /// Where the server is and how to talk to it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// Server address: shm:/path, host:port or tcp://host:port.
+    /// Server address: shm:/path, host:port, tcp://host:port, or verbs://host:port for RDMA
+    /// (device from $BOOMKV_RDMA_DEVICE, port $BOOMKV_RDMA_PORT, GID $BOOMKV_RDMA_GID_INDEX).
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_SHM)]
     pub server: String,
     /// Transport, if the address does not say (shm, tcp or verbs).

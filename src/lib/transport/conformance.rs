@@ -20,12 +20,17 @@ pub fn test_config() -> TransportConfig {
     TransportConfig { rnr_timeout: Duration::from_millis(100), spin: Duration::from_micros(20), ..Default::default() }
 }
 
-/// Expands to one test per conformance case for a backend.
+/// Expands to one test per conformance case for a backend. An optional leading
+/// attribute goes on every case, e.g. `#[ignore = "needs a device"]` for backends whose
+/// tests need hardware.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! conformance_suite {
     ($make:path, $ep:path) => {
-        $crate::conformance_suite!(@cases $make, $ep;
+        $crate::conformance_suite!(#[cfg(all())] $make, $ep);
+    };
+    (#[$attr:meta] $make:path, $ep:path) => {
+        $crate::conformance_suite!(@cases $attr, $make, $ep;
             handshake_private_data_and_qp_numbers,
             write_then_read_roundtrip,
             write_imm_and_send_consume_receives,
@@ -52,9 +57,10 @@ macro_rules! conformance_suite {
             $crate::transport::conformance::child_peer($make);
         }
     };
-    (@cases $make:path, $ep:path; $($case:ident),* $(,)?) => {
+    (@cases $attr:meta, $make:path, $ep:path; $($case:ident),* $(,)?) => {
         $(
             #[test]
+            #[$attr]
             fn $case() {
                 $crate::transport::conformance::$case($make, $ep, module_path!());
             }

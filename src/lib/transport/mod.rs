@@ -87,6 +87,8 @@
 pub mod region;
 pub mod shm;
 pub mod tcp;
+#[cfg(feature = "rdma")]
+pub mod verbs;
 
 #[cfg(test)]
 mod conformance;
@@ -104,6 +106,8 @@ use crate::pmem::Mapping;
 pub use region::Mr;
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
+#[cfg(feature = "rdma")]
+pub use verbs::{VerbsConfig, VerbsTransport};
 
 /// Version of the transports' own handshake and framing. Peers must agree exactly.
 pub const PROTOCOL_VERSION: u16 = 1;
