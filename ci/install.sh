@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=()
 # The `rdma` feature (ibverbs through rdma-sys): headers, pkg-config and libclang for bindgen.
 pkgs+=(pkg-config libibverbs-dev librdmacm-dev libclang1-14 libclang-common-14-dev)
-# HdrHistogram's own Java tools read our .hlog files in ci/hdr-java-check.sh.
+# HdrHistogram's own Java tools read our .hlog files in ci/check-hdr-java.sh.
 pkgs+=(libhdrhistogram-java default-jre-headless)
 missing=()
 for p in "${pkgs[@]}"; do

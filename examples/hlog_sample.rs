@@ -5,7 +5,7 @@
 //! intervals; tags READ, READ-FAILED, UPDATE, Intended-READ, Intended-READ-FAILED,
 //! Intended-UPDATE) and prints one line per tag:
 //! `tag=<TAG> count=<N> max_ns=<MAX> p50_ns=<P50> p99_ns=<P99>`, computed from the same
-//! histograms with the Rust crate. `ci/hdr-java-check.sh` compares these with the
+//! histograms with the Rust crate. `ci/check-hdr-java.sh` compares these with the
 //! output of `org.HdrHistogram.HistogramLogProcessor`.
 
 use std::path::PathBuf;

@@ -26,11 +26,11 @@ find_jar() {
 
 jar="$(find_jar)"
 if [[ ! -f "$jar" ]]; then
-    echo "hdr-java-check: HdrHistogram jar not found (install libhdrhistogram-java or set HDRHISTOGRAM_JAR)" >&2
+    echo "check-hdr-java: HdrHistogram jar not found (install libhdrhistogram-java or set HDRHISTOGRAM_JAR)" >&2
     exit 1
 fi
 if ! command -v java >/dev/null; then
-    echo "hdr-java-check: no java on PATH (install default-jre-headless)" >&2
+    echo "check-hdr-java: no java on PATH (install default-jre-headless)" >&2
     exit 1
 fi
 
@@ -39,7 +39,7 @@ trap 'rm -rf "$work"' EXIT
 
 cargo run --quiet --example hlog_sample -- "$work/sample.hlog" >"$work/expected.txt"
 if [[ ! -s "$work/expected.txt" ]]; then
-    echo "hdr-java-check: hlog_sample printed no tags" >&2
+    echo "check-hdr-java: hlog_sample printed no tags" >&2
     exit 1
 fi
 
@@ -93,8 +93,8 @@ while read -r line; do
 done <"$work/expected.txt"
 
 if ((failures > 0)); then
-    echo "hdr-java-check: $failures tag(s) failed" >&2
+    echo "check-hdr-java: $failures tag(s) failed" >&2
     exit 1
 fi
 version=$(dpkg-query -W -f '${Version}' libhdrhistogram-java 2>/dev/null || echo unknown)
-echo "hdr-java-check: HistogramLogProcessor ($jar, libhdrhistogram-java $version) read every tag of the boomkv log"
+echo "check-hdr-java: HistogramLogProcessor ($jar, libhdrhistogram-java $version) read every tag of the boomkv log"
