@@ -34,8 +34,9 @@ fn soak_ycsb_a_with_the_cleaner() {
         clean_interval: Duration::from_millis(5),
         ..Default::default()
     };
-    let s = Server::start(ShmTransport::new().unwrap(), Arc::new(pool), &[Endpoint::Shm(dir.path().join("s.sock"))], cfg)
-        .unwrap();
+    let s =
+        Server::start(ShmTransport::new().unwrap(), Arc::new(pool), &[Endpoint::Shm(dir.path().join("s.sock"))], cfg)
+            .unwrap();
     let ep = s.endpoints()[0].clone();
     let last: Arc<Mutex<HashMap<String, (u64, Vec<u8>)>>> = Arc::default();
     let end = Instant::now() + Duration::from_secs(secs);
@@ -57,7 +58,8 @@ fn soak_ycsb_a_with_the_cleaner() {
                         }
                     } else {
                         let len = rng.gen_range(16..3000);
-                        let v: Vec<u8> = format!("{key}/{t}/{ops}|").into_bytes().into_iter().cycle().take(len).collect();
+                        let v: Vec<u8> =
+                            format!("{key}/{t}/{ops}|").into_bytes().into_iter().cycle().take(len).collect();
                         let info = c.put(key.as_bytes(), &v).unwrap();
                         let mut l = last.lock().unwrap();
                         let e = l.entry(key).or_insert((0, Vec::new()));

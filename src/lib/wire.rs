@@ -253,7 +253,9 @@ impl Hello {
             return Err(Error::corrupt("hello", format!("client speaks wire version {v}, server {WIRE_VERSION}")));
         }
         let protocol = Protocol::from_code(r.u8()?)?;
-        r.u8()?;
+        if r.u8()? != 0 {
+            return Err(Error::corrupt("hello", "reserved byte must be zero"));
+        }
         let h = Hello { protocol, recv_size: r.u32()?, response: r.region()? };
         r.done()?;
         Ok(h)
@@ -561,8 +563,10 @@ impl Msg {
     pub fn decode(b: &[u8]) -> Result<(Msg, u32)> {
         let mut r = R { b, what: "message" };
         let opc = r.u8()?;
-        r.u8()?;
-        r.u16()?;
+        let (flags, reserved) = (r.u8()?, r.u16()?);
+        if flags != 0 || reserved != 0 {
+            return Err(Error::corrupt("message", format!("flags {flags:#x} / reserved {reserved:#x} must be zero")));
+        }
         let req = r.u32()?;
         let m = match opc {
             op::GRANT => Msg::GrantSegment,
@@ -712,6 +716,9 @@ mod tests {
             assert!(Msg::decode(&long).is_err());
         }
         assert!(Msg::decode(&[99, 0, 0, 0, 0, 0, 0, 0]).unwrap_err().to_string().contains("unknown opcode"));
+        // found by cargo-fuzz: non-zero flags or reserved bits are not a second spelling
+        assert!(Msg::decode(&[6, 0, 1, 0, 0, 0, 0, 0]).is_err());
+        assert!(Msg::decode(&[6, 1, 0, 0, 0, 0, 0, 0]).is_err());
     }
 
     #[test]

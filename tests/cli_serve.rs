@@ -1,0 +1,95 @@
+//! `boomctl serve` in one process, `boomctl put/get/del/stats` from others, over shm and tcp.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn boomctl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_boomctl"))
+}
+
+struct Serve(Child);
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    boomctl().args(args).output().unwrap()
+}
+
+#[test]
+fn serve_and_command_line_clients_over_shm_and_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let shm = format!("shm:{}", dir.path().join("s.sock").display());
+    let tcp = format!("127.0.0.1:{}", free_port());
+    let child = boomctl()
+        .args(["serve", "--pool-size", "64M", "--segment-size", "4M", "--stats-interval", "0", "--pmem"])
+        .arg(dir.path())
+        .args(["--listen", &shm, "--listen", &tcp])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut serve = Serve(child);
+    let t0 = Instant::now();
+    while run(&["stats", "--server", &tcp]).status.code() != Some(0) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (server, proto) in [(&shm, "boom"), (&tcp, "boom"), (&shm, "rdmp"), (&tcp, "rpc")] {
+        let key = format!("key-{proto}-{}", server.len());
+        let out = run(&["put", "--server", server, "--protocol", proto, &key, "hello world"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = run(&["get", "--server", server, "--protocol", proto, &key]);
+        assert_eq!(out.stdout, b"hello world", "{server} {proto}");
+        let out = run(&["get", "--server", server, &key, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["value"], "hello world");
+        let out = run(&["del", "--server", server, "--protocol", proto, &key]);
+        assert!(out.status.success());
+        let out = run(&["get", "--server", server, &key]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("key not found"));
+    }
+    // a value from a file and from standard input, hex output
+    let f = dir.path().join("v.bin");
+    std::fs::write(&f, [0u8, 1, 2, 255]).unwrap();
+    assert!(run(&["put", "--server", &tcp, "bin", "--value-file", f.to_str().unwrap()]).status.success());
+    assert_eq!(run(&["get", "--server", &shm, "bin", "--hex"]).stdout, b"000102ff\n");
+    let mut p = boomctl().args(["put", "--server", &tcp, "stdin", "-"]).stdin(Stdio::piped()).spawn().unwrap();
+    use std::io::Write;
+    p.stdin.take().unwrap().write_all(b"from stdin").unwrap();
+    assert!(p.wait().unwrap().success());
+    assert_eq!(run(&["get", "--server", &tcp, "stdin"]).stdout, b"from stdin");
+    // errors: one line, non-zero
+    let out = run(&["get", "--server", "127.0.0.1:1", "x", "--timeout", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1);
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![7u8; 5 << 20]).unwrap();
+    let out = run(&["put", "--server", &tcp, "k", "--value-file", big.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("over the limit"));
+    let out = run(&["stats", "--server", &shm]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("puts"));
+    // SIGTERM stops it cleanly with status 0
+    sigterm(serve.0.id());
+    let status = serve.0.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut err = String::new();
+    use std::io::Read;
+    serve.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("stopped after"), "{err}");
+}
+
+/// Sends SIGTERM through the `kill` command (no unsafe code in tests).
+fn sigterm(pid: u32) {
+    let s = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    assert!(s.success());
+}
