@@ -13,6 +13,9 @@ use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{Endpoint, ShmTransport};
 use rand::{Rng, SeedableRng};
 
+/// Per key: the highest acknowledged version and its value.
+type Last = Arc<Mutex<HashMap<String, (u64, Vec<u8>)>>>;
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -38,7 +41,7 @@ fn soak_ycsb_a_with_the_cleaner() {
         Server::start(ShmTransport::new().unwrap(), Arc::new(pool), &[Endpoint::Shm(dir.path().join("s.sock"))], cfg)
             .unwrap();
     let ep = s.endpoints()[0].clone();
-    let last: Arc<Mutex<HashMap<String, (u64, Vec<u8>)>>> = Arc::default();
+    let last: Last = Arc::default();
     let end = Instant::now() + Duration::from_secs(secs);
     let handles: Vec<_> = (0..3u64)
         .map(|t| {

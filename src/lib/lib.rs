@@ -32,6 +32,7 @@ pub mod error;
 pub mod index;
 pub mod log;
 pub mod pmem;
+pub mod proto;
 pub mod server;
 pub mod transport;
 pub mod units;

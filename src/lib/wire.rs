@@ -358,16 +358,17 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    fn from_u16(v: u16) -> ErrorCode {
-        match v {
+    fn from_u16(v: u16) -> Result<ErrorCode> {
+        Ok(match v {
             1 => ErrorCode::InvalidEntry,
             2 => ErrorCode::PoolFull,
             3 => ErrorCode::TooLarge,
             4 => ErrorCode::BadRequest,
             5 => ErrorCode::Quota,
+            6 => ErrorCode::Internal,
             7 => ErrorCode::NoScan,
-            _ => ErrorCode::Internal,
-        }
+            o => return Err(Error::corrupt("message", format!("unknown error code {o}"))),
+        })
     }
 }
 
@@ -585,7 +586,7 @@ impl Msg {
             op::RPC_VALUE => Msg::RpcValue { entry: r.bytes32(MAX_MESSAGE)?.to_vec() },
             op::NOT_FOUND => Msg::NotFound,
             op::ERROR => {
-                let code = ErrorCode::from_u16(r.u16()?);
+                let code = ErrorCode::from_u16(r.u16()?)?;
                 Msg::Error { code, message: String::from_utf8_lossy(r.bytes16(1024)?).into_owned() }
             }
             o => return Err(Error::corrupt("message", format!("unknown opcode {o}"))),
@@ -719,6 +720,7 @@ mod tests {
         // found by cargo-fuzz: non-zero flags or reserved bits are not a second spelling
         assert!(Msg::decode(&[6, 0, 1, 0, 0, 0, 0, 0]).is_err());
         assert!(Msg::decode(&[6, 1, 0, 0, 0, 0, 0, 0]).is_err());
+        assert!(Msg::decode(&[16, 0, 0, 0, 10, 0, 0, 0, 0, 16, 0, 0]).is_err(), "unknown error code");
     }
 
     #[test]

@@ -336,7 +336,7 @@ fn phase<T: Transport>(
         return Err(e);
     }
     if let Some(f) = sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(Error::Protocol(f));
+        return Err(Error::Invalid(f));
     }
     let run = RunInfo { runtime, operations: sh.done.load(Ordering::Relaxed) };
     if let Some(mut h) = hlog {

@@ -32,8 +32,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::transport::{Access, Completion, CompletionQueue, Endpoint, MemoryRegion, QueuePair, Transport, WcOpcode};
-use crate::wire::{DataImm, DataStatus, ErrorCode, Hello, Msg, Protocol, PutImm, RegionDesc, Welcome, MAX_MESSAGE};
-use hybrid::{Decision, HybridTable, SlotInfo, UpdateMode};
+use crate::wire::{DataImm, ErrorCode, Hello, Msg, Protocol, RegionDesc, Welcome, MAX_MESSAGE};
+use hybrid::{HybridTable, UpdateMode};
 
 /// Where a BOOM PUT is about to write (reported to [`ClientOptions::on_write`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,10 +110,10 @@ pub struct ClientCounters {
     pub torn_retries: u64,
 }
 
-struct Segment {
-    id: u64,
-    region: RegionDesc,
-    tail: u64,
+pub(crate) struct Segment {
+    pub(crate) id: u64,
+    pub(crate) region: RegionDesc,
+    pub(crate) tail: u64,
 }
 
 const RECV_SLOTS: u32 = 4;
@@ -121,28 +121,28 @@ const WR_SEND: u64 = 1 << 63;
 
 /// A connection to a boomkv server.
 pub struct Client<T: Transport> {
-    t: T,
-    qp: T::Qp,
-    cq: T::Cq,
-    recv_mr: T::Mr,
-    recv_size: u32,
-    resp_mr: T::Mr,
-    entry_mr: T::Mr,
-    opts: ClientOptions,
-    id: u64,
-    segment_size: u64,
-    max_value: u32,
-    server_recv: u32,
-    seg: Option<Segment>,
-    hybrid: HybridTable,
-    buf: Vec<u8>,
-    next_wr: u64,
-    next_req: u32,
-    counters: ClientCounters,
+    pub(crate) t: T,
+    pub(crate) qp: T::Qp,
+    pub(crate) cq: T::Cq,
+    pub(crate) recv_mr: T::Mr,
+    pub(crate) recv_size: u32,
+    pub(crate) resp_mr: T::Mr,
+    pub(crate) entry_mr: T::Mr,
+    pub(crate) opts: ClientOptions,
+    pub(crate) id: u64,
+    pub(crate) segment_size: u64,
+    pub(crate) max_value: u32,
+    pub(crate) server_recv: u32,
+    pub(crate) seg: Option<Segment>,
+    pub(crate) hybrid: HybridTable,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) next_wr: u64,
+    pub(crate) next_req: u32,
+    pub(crate) counters: ClientCounters,
 }
 
 /// One thing that arrived for the client.
-enum Arrival {
+pub(crate) enum Arrival {
     Msg(Msg),
     Data(DataImm),
     /// An RPC value, left in the receive copy at `self.buf[RPC_VALUE_OFF..]`.
@@ -150,7 +150,7 @@ enum Arrival {
 }
 
 /// Where the entry of an RpcValue message starts (header, then a u32 length).
-const RPC_VALUE_OFF: usize = crate::wire::MSG_HEADER + 4;
+pub(crate) const RPC_VALUE_OFF: usize = crate::wire::MSG_HEADER + 4;
 
 impl<T: Transport> Client<T> {
     /// Connects to the server at `ep`.
@@ -226,18 +226,18 @@ impl<T: Transport> Client<T> {
         self.max_value
     }
 
-    fn wr(&mut self) -> u64 {
+    pub(crate) fn wr(&mut self) -> u64 {
         self.next_wr += 1;
         WR_SEND | self.next_wr
     }
 
-    fn req(&mut self) -> u32 {
+    pub(crate) fn req(&mut self) -> u32 {
         self.next_req = self.next_req.wrapping_add(1);
         self.next_req
     }
 
     /// Waits for the next message or data immediate, checking send completions.
-    fn wait_arrival(&mut self, what: &'static str) -> Result<Arrival> {
+    pub(crate) fn wait_arrival(&mut self, what: &'static str) -> Result<Arrival> {
         loop {
             let c: Completion = match self.cq.wait(self.opts.timeout) {
                 Ok(c) => c,
@@ -271,7 +271,7 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    fn wait_msg(&mut self, what: &'static str) -> Result<Msg> {
+    pub(crate) fn wait_msg(&mut self, what: &'static str) -> Result<Msg> {
         match self.wait_arrival(what)? {
             Arrival::Msg(Msg::Error { code, message }) => Err(server_error(code, message)),
             Arrival::Msg(m) => Ok(m),
@@ -279,7 +279,7 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    fn call(&mut self, m: &Msg, what: &'static str) -> Result<Msg> {
+    pub(crate) fn call(&mut self, m: &Msg, what: &'static str) -> Result<Msg> {
         let req = self.req();
         let mut b = std::mem::take(&mut self.buf);
         m.encode_into(req, &mut b);
@@ -298,7 +298,7 @@ impl<T: Transport> Client<T> {
         self.wait_msg(what)
     }
 
-    fn check_sizes(&self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub(crate) fn check_sizes(&self, key: &[u8], value: &[u8]) -> Result<()> {
         if key.is_empty() {
             return Err(Error::invalid("empty key"));
         }
@@ -323,14 +323,14 @@ impl<T: Transport> Client<T> {
         self.write(key, b"", true)
     }
 
-    fn ensure_entry_mr(&mut self, len: usize) -> Result<()> {
+    pub(crate) fn ensure_entry_mr(&mut self, len: usize) -> Result<()> {
         if (self.entry_mr.len() as usize) < len {
             self.entry_mr = self.t.alloc_mr(len.next_power_of_two(), Access::NONE)?;
         }
         Ok(())
     }
 
-    fn encode(&mut self, key: &[u8], value: &[u8], tomb: bool, next: u64) -> Result<usize> {
+    pub(crate) fn encode(&mut self, key: &[u8], value: &[u8], tomb: bool, next: u64) -> Result<usize> {
         let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
         self.buf.resize(len, 0);
         fmt::encode_entry(&mut self.buf, key, value, tomb, next)?;
@@ -339,7 +339,7 @@ impl<T: Transport> Client<T> {
         Ok(len)
     }
 
-    fn write(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
+    pub(crate) fn write(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
         match self.opts.protocol {
             Protocol::Boom => self.boom_put(key, value, tomb),
             Protocol::Rdmp => self.rdmp_put(key, value, tomb),
@@ -347,7 +347,7 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    fn grant(&mut self) -> Result<()> {
+    pub(crate) fn grant(&mut self) -> Result<()> {
         match self.call(&Msg::GrantSegment, "segment grant")? {
             Msg::SegmentGranted { segment, region } => {
                 self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
@@ -359,81 +359,9 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    fn wait_put_ok(&mut self) -> Result<(u64, u64)> {
+    pub(crate) fn wait_put_ok(&mut self) -> Result<(u64, u64)> {
         match self.wait_msg("PUT")? {
             Msg::PutOk { version, min_get_version } => Ok((version, min_get_version)),
-            m => Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
-        }
-    }
-
-    fn boom_put(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let len = ENTRY_HEADER_SIZE + key.len() as u64 + value.len() as u64;
-        let slot = fmt::slot_size(key.len(), value.len());
-        if slot > self.segment_size - fmt::SEGMENT_HEADER_SIZE {
-            return Err(Error::TooLarge { what: "entry", len, limit: self.segment_size - fmt::SEGMENT_HEADER_SIZE });
-        }
-        let (offset, capacity, in_place) = match self.hybrid.decide(key, len) {
-            Decision::InPlace(s) if self.seg.is_some() => (s.offset, s.capacity, true),
-            _ => {
-                if self.seg.as_ref().is_none_or(|s| s.tail + slot > self.segment_size) {
-                    self.grant()?;
-                }
-                let tail = self.seg.as_ref().map(|s| s.tail).unwrap_or(fmt::SEGMENT_HEADER_SIZE);
-                (tail, slot, false)
-            }
-        };
-        let n = self.encode(key, value, tomb, offset + capacity)?;
-        let (seg_id, region) =
-            self.seg.as_ref().map(|s| (s.id, s.region)).ok_or_else(|| Error::Protocol("no segment".into()))?;
-        let imm = PutImm { offset, in_place }.encode().ok_or_else(|| Error::invalid("segment offset too large"))?;
-        let mut intent = WriteIntent { segment: seg_id, offset, in_place, done: false };
-        if let Some(h) = &self.opts.on_write {
-            (h.0)(&intent);
-        }
-        let wr = self.wr();
-        self.qp.post_write_imm(wr, &self.entry_mr, 0, n as u32, region.at(offset), region.rkey, imm)?;
-        let (version, min_get) = self.wait_put_ok()?;
-        if let Some(h) = &self.opts.on_write {
-            intent.done = true;
-            (h.0)(&intent);
-        }
-        if !in_place {
-            if let Some(s) = self.seg.as_mut() {
-                s.tail = offset + capacity;
-            }
-            self.counters.appends += 1;
-        } else {
-            self.counters.in_place += 1;
-        }
-        self.hybrid.record(key, SlotInfo { offset, capacity, version }, min_get);
-        Ok(PutInfo { version, in_place })
-    }
-
-    fn rdmp_put(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let len = ENTRY_HEADER_SIZE as u32 + key.len() as u32 + value.len() as u32;
-        let (addr, rkey, token) = match self.call(&Msg::Alloc { len }, "RDMP allocation")? {
-            Msg::Allocated { addr, rkey, token } => (addr, rkey, token),
-            m => return Err(Error::Protocol(format!("expected an allocation, got {m:?}"))),
-        };
-        let offset = token as u64 * 8;
-        let n = self.encode(key, value, tomb, offset + fmt::slot_size(key.len(), value.len()))?;
-        let imm = PutImm { offset, in_place: false }.encode().ok_or_else(|| Error::Protocol("bad token".into()))?;
-        let wr = self.wr();
-        self.qp.post_write_imm(wr, &self.entry_mr, 0, n as u32, addr, rkey, imm)?;
-        let (version, _) = self.wait_put_ok()?;
-        self.counters.appends += 1;
-        Ok(PutInfo { version, in_place: false })
-    }
-
-    fn rpc_put(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
-        let mut e = vec![0u8; len];
-        fmt::encode_entry(&mut e, key, value, tomb, 0)?;
-        match self.call(&Msg::RpcPut { entry: e }, "PUT")? {
-            Msg::PutOk { version, .. } => {
-                self.counters.appends += 1;
-                Ok(PutInfo { version, in_place: false })
-            }
             m => Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
         }
     }
@@ -468,7 +396,7 @@ impl<T: Transport> Client<T> {
 
     /// Checks the entry in `buf` (from the response region or a message) and extracts
     /// the value; false if torn.
-    fn decode_value(&mut self, key: &[u8], start: usize, n: usize, out: &mut Vec<u8>) -> Result<bool> {
+    pub(crate) fn decode_value(&mut self, key: &[u8], start: usize, n: usize, out: &mut Vec<u8>) -> Result<bool> {
         let Some(e) = self.buf.get(start..start + n) else { return Ok(false) };
         let Ok(h) = fmt::EntryHeader::decode(e) else { return Ok(false) };
         if h.entry_len() as usize != n || fmt::entry_checksum(e) != h.checksum {
@@ -484,135 +412,6 @@ impl<T: Transport> Client<T> {
         Ok(true)
     }
 
-    fn boom_get(&mut self, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        loop {
-            let buf = self.resp_mr.remote();
-            let req = self.req();
-            let mut b = std::mem::take(&mut self.buf);
-            Msg::Get { key: key.to_vec(), buf }.encode_into(req, &mut b);
-            let wr = self.wr();
-            let r = self.qp.post_send_bytes(wr, &b);
-            self.buf = b;
-            r?;
-            match self.wait_arrival("GET")? {
-                Arrival::Data(DataImm { status: DataStatus::Ok, len }) => {
-                    self.buf.resize(len as usize, 0);
-                    self.resp_mr.read(0, &mut self.buf)?;
-                    return Ok(Some((0, len as usize)));
-                }
-                Arrival::Data(DataImm { status: DataStatus::NotFound, .. }) => return Ok(None),
-                Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => {
-                    let want = (len as usize).next_power_of_two();
-                    self.resp_mr = self.t.alloc_mr(want, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                }
-                Arrival::Data(DataImm { status: DataStatus::Error, .. }) => {
-                    return Err(Error::Protocol("the server failed the GET".into()))
-                }
-                Arrival::Msg(Msg::Error { code, message }) => return Err(server_error(code, message)),
-                Arrival::Msg(m) => return Err(Error::Protocol(format!("expected GET data, got {m:?}"))),
-                Arrival::RpcValue(_) => return Err(Error::Protocol("unexpected RPC value".into())),
-            }
-        }
-    }
-
-    fn rdmp_get(&mut self, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let (addr, rkey, len) = match self.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")? {
-            Msg::Located { addr, rkey, len } => (addr, rkey, len),
-            Msg::NotFound => return Ok(None),
-            m => return Err(Error::Protocol(format!("expected a location, got {m:?}"))),
-        };
-        if len as u64 > self.resp_mr.len() {
-            self.resp_mr =
-                self.t.alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-        }
-        let wr = self.wr();
-        self.qp.post_read(wr, &self.resp_mr, 0, len, addr, rkey)?;
-        loop {
-            let c = self.cq.wait(self.opts.timeout).map_err(|e| match e {
-                Error::Timeout(d, _) => Error::Timeout(d, "RDMP READ"),
-                e => e,
-            })?;
-            if c.wr_id == wr {
-                c.ok("RDMP READ")?;
-                break;
-            }
-            if !c.status.is_ok() {
-                return Err(Error::Transport(format!("connection lost during RDMP READ: {}", c.status)));
-            }
-        }
-        self.buf.resize(len as usize, 0);
-        self.resp_mr.read(0, &mut self.buf)?;
-        Ok(Some((0, len as usize)))
-    }
-
-    fn rpc_get(&mut self, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let req = self.req();
-        let mut b = std::mem::take(&mut self.buf);
-        Msg::RpcGet { key: key.to_vec() }.encode_into(req, &mut b);
-        let wr = self.wr();
-        let r = self.qp.post_send_bytes(wr, &b);
-        self.buf = b;
-        r?;
-        match self.wait_arrival("GET")? {
-            Arrival::RpcValue(n) => Ok(Some((RPC_VALUE_OFF, n))),
-            Arrival::Msg(Msg::NotFound) => Ok(None),
-            Arrival::Msg(Msg::Error { code, message }) => Err(server_error(code, message)),
-            Arrival::Msg(m) => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
-            Arrival::Data(_) => Err(Error::Protocol("unexpected data write".into())),
-        }
-    }
-
-    /// Up to `count` live key-value pairs from `start` on, in key order (BOOM protocol;
-    /// the server needs `--index ordered`).
-    pub fn scan(&mut self, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        if self.opts.protocol != Protocol::Boom {
-            return Err(Error::invalid(format!(
-                "scans are implemented for the boom protocol, not {}",
-                self.opts.protocol
-            )));
-        }
-        loop {
-            let buf = self.resp_mr.remote();
-            let msg = Msg::Scan { start: start.to_vec(), count, buf };
-            let req = self.req();
-            let mut b = std::mem::take(&mut self.buf);
-            msg.encode_into(req, &mut b);
-            let wr = self.wr();
-            let r = self.qp.post_send_bytes(wr, &b);
-            self.buf = b;
-            r?;
-            match self.wait_arrival("SCAN")? {
-                Arrival::Data(DataImm { status: DataStatus::Ok, len }) => {
-                    let mut all = vec![0u8; len as usize];
-                    self.resp_mr.read(0, &mut all)?;
-                    let mut out = Vec::new();
-                    let mut off = 0usize;
-                    while off < all.len() {
-                        let h = fmt::EntryHeader::decode(&all[off..])?;
-                        let n = h.entry_len() as usize;
-                        let e = all.get(off..off + n).ok_or_else(|| Error::corrupt("scan", "entry past the data"))?;
-                        if fmt::entry_checksum(e) != h.checksum {
-                            return Err(Error::corrupt("scan", "an entry failed its checksum"));
-                        }
-                        let k = ENTRY_HEADER_SIZE as usize + h.key_len as usize;
-                        out.push((e[ENTRY_HEADER_SIZE as usize..k].to_vec(), e[k..].to_vec()));
-                        off += n;
-                    }
-                    return Ok(out);
-                }
-                Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => {
-                    self.resp_mr = self
-                        .t
-                        .alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                }
-                Arrival::Data(d) => return Err(Error::Protocol(format!("scan failed: {:?}", d.status))),
-                Arrival::Msg(Msg::Error { code, message }) => return Err(server_error(code, message)),
-                Arrival::Msg(m) => return Err(Error::Protocol(format!("expected scan data, got {m:?}"))),
-                Arrival::RpcValue(_) => return Err(Error::Protocol("unexpected RPC value".into())),
-            }
-        }
-    }
-
     /// The server's statistics as JSON.
     pub fn stats(&mut self) -> Result<serde_json::Value> {
         match self.call(&Msg::StatsReq, "stats")? {
@@ -624,7 +423,7 @@ impl<T: Transport> Client<T> {
     }
 }
 
-fn server_error(code: ErrorCode, message: String) -> Error {
+pub(crate) fn server_error(code: ErrorCode, message: String) -> Error {
     match code {
         ErrorCode::PoolFull => Error::Protocol(format!("server: pool full: {message}")),
         _ => Error::Protocol(format!("server: {message}")),

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::index::IndexKind;
 use crate::log::cleaner::Cleaner;
-use crate::log::format::{self as fmt, EntryHeader, ENTRY_HEADER_SIZE};
+use crate::log::format::{self as fmt, EntryHeader};
 use crate::log::{ActiveSegment, CommitError, Pool, WriteMode};
 use crate::transport::{
     Access, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, Transport, WcOpcode,
 };
-use crate::wire::{DataImm, DataStatus, ErrorCode, Hello, Msg, Protocol, PutImm, Welcome, MAX_MESSAGE};
+use crate::wire::{ErrorCode, Hello, Msg, Protocol, PutImm, Welcome, MAX_MESSAGE};
 use coop::CoopWriteback;
 use inflight::InflightGets;
 
@@ -177,16 +177,16 @@ pub struct ServerStats {
 /// What every transport's server shares for one pool: the pool, GETs in flight,
 /// counters, client accounting, the cleaner and the shutdown flag.
 pub struct ServerCore {
-    pool: Arc<Pool>,
-    cfg: ServerConfig,
-    inflight: InflightGets,
-    counters: ServerCounters,
-    cleaned: Mutex<crate::log::cleaner::CleanStats>,
-    coop: Mutex<coop::CoopStats>,
-    clients: AtomicUsize,
-    shutdown: AtomicBool,
-    started: Instant,
-    housekeeping: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) cfg: ServerConfig,
+    pub(crate) inflight: InflightGets,
+    pub(crate) counters: ServerCounters,
+    pub(crate) cleaned: Mutex<crate::log::cleaner::CleanStats>,
+    pub(crate) coop: Mutex<coop::CoopStats>,
+    pub(crate) clients: AtomicUsize,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) started: Instant,
+    pub(crate) housekeeping: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl ServerCore {
@@ -287,13 +287,13 @@ impl Drop for ServerCore {
     }
 }
 
-struct Shared<T: Transport> {
-    core: Arc<ServerCore>,
-    pool: Arc<Pool>,
-    t: T,
-    coop: CoopWriteback,
+pub(crate) struct Shared<T: Transport> {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) t: T,
+    pub(crate) coop: CoopWriteback,
     /// Per segment: a region over it for local reads and remote READs (RDMP GET).
-    seg_mrs: Mutex<Vec<Option<T::Mr>>>,
+    pub(crate) seg_mrs: Mutex<Vec<Option<T::Mr>>>,
 }
 
 impl<T: Transport> std::ops::Deref for Shared<T> {
@@ -304,7 +304,7 @@ impl<T: Transport> std::ops::Deref for Shared<T> {
 }
 
 impl<T: Transport> Shared<T> {
-    fn seg_mr(&self, seg: u64) -> Result<T::Mr> {
+    pub(crate) fn seg_mr(&self, seg: u64) -> Result<T::Mr> {
         let mut v = self.seg_mrs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(Some(mr)) = v.get(seg as usize) {
             return Ok(mr.clone());
@@ -324,7 +324,7 @@ impl<T: Transport> Shared<T> {
         Ok(mr)
     }
 
-    fn stats(&self) -> ServerStats {
+    pub(crate) fn stats(&self) -> ServerStats {
         *self.core.coop.lock().unwrap_or_else(|e| e.into_inner()) = self.coop.stats();
         self.core.stats()
     }
@@ -337,10 +337,10 @@ pub struct Server<T: Transport> {
     threads: Vec<JoinHandle<()>>,
 }
 
-struct Inbox<T: Transport> {
-    send_cq: Arc<T::Cq>,
-    recv_cq: Arc<T::Cq>,
-    new: Mutex<Vec<Conn<T>>>,
+pub(crate) struct Inbox<T: Transport> {
+    pub(crate) send_cq: Arc<T::Cq>,
+    pub(crate) recv_cq: Arc<T::Cq>,
+    pub(crate) new: Mutex<Vec<Conn<T>>>,
 }
 
 impl<T: Transport> Server<T> {
@@ -546,28 +546,28 @@ fn housekeeping(sh: Arc<ServerCore>) {
 }
 
 /// The server's state of one client.
-struct Conn<T: Transport> {
-    qp: T::Qp,
-    id: u64,
-    protocol: Protocol,
-    recv_mr: T::Mr,
-    recv_size: u32,
+pub(crate) struct Conn<T: Transport> {
+    pub(crate) qp: T::Qp,
+    pub(crate) id: u64,
+    pub(crate) protocol: Protocol,
+    pub(crate) recv_mr: T::Mr,
+    pub(crate) recv_size: u32,
     /// Staging buffer for the RPC baseline's replies (DRAM).
-    send_mr: Option<T::Mr>,
-    seg: Option<ActiveSegment>,
-    seg_mr: Option<T::Mr>,
-    segments: u64,
+    pub(crate) send_mr: Option<T::Mr>,
+    pub(crate) seg: Option<ActiveSegment>,
+    pub(crate) seg_mr: Option<T::Mr>,
+    pub(crate) segments: u64,
     /// wr_id -> (key, version) of GET data writes not yet completed.
-    gets: HashMap<u64, (Vec<u8>, u64)>,
-    next_wr: u64,
-    last_active: Instant,
-    dead: Option<String>,
+    pub(crate) gets: HashMap<u64, (Vec<u8>, u64)>,
+    pub(crate) next_wr: u64,
+    pub(crate) last_active: Instant,
+    pub(crate) dead: Option<String>,
 }
 
 const WR_SEND: u64 = 1 << 63;
 
 impl<T: Transport> Conn<T> {
-    fn new(sh: &Shared<T>, qp: T::Qp, hello: Hello, id: u64) -> Result<Conn<T>> {
+    pub(crate) fn new(sh: &Shared<T>, qp: T::Qp, hello: Hello, id: u64) -> Result<Conn<T>> {
         let (recv_size, depth) = if hello.protocol == Protocol::Rpc {
             (MAX_MESSAGE as u32, RPC_RECV_DEPTH)
         } else {
@@ -596,31 +596,31 @@ impl<T: Transport> Conn<T> {
         })
     }
 
-    fn wr(&mut self) -> u64 {
+    pub(crate) fn wr(&mut self) -> u64 {
         self.next_wr += 1;
         WR_SEND | self.next_wr
     }
 
-    fn reply(&mut self, msg: &Msg, req: u32, buf: &mut Vec<u8>) -> Result<()> {
+    pub(crate) fn reply(&mut self, msg: &Msg, req: u32, buf: &mut Vec<u8>) -> Result<()> {
         msg.encode_into(req, buf);
         let wr = self.wr();
         self.qp.post_send_bytes(wr, buf)
     }
 }
 
-struct Worker<T: Transport> {
-    id: usize,
-    sh: Arc<Shared<T>>,
-    ib: Arc<Inbox<T>>,
-    conns: HashMap<u32, Conn<T>>,
-    buf: Vec<u8>,
+pub(crate) struct Worker<T: Transport> {
+    pub(crate) id: usize,
+    pub(crate) sh: Arc<Shared<T>>,
+    pub(crate) ib: Arc<Inbox<T>>,
+    pub(crate) conns: HashMap<u32, Conn<T>>,
+    pub(crate) buf: Vec<u8>,
     /// Completions of connections the acceptor has not handed over yet: a client's
     /// first request can complete between its receives being posted and the hand-over.
-    early: Vec<(bool, Completion, Instant)>,
+    pub(crate) early: Vec<(bool, Completion, Instant)>,
 }
 
 impl<T: Transport> Worker<T> {
-    fn run(mut self) {
+    pub(crate) fn run(mut self) {
         let mut comps: Vec<Completion> = Vec::with_capacity(64);
         let mut idle_since = Instant::now();
         let mut last_sweep = Instant::now();
@@ -664,7 +664,7 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    fn adopt_new(&mut self) {
+    pub(crate) fn adopt_new(&mut self) {
         {
             let mut new = self.ib.new.lock().unwrap_or_else(|e| e.into_inner());
             for c in new.drain(..) {
@@ -687,7 +687,7 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    fn sweep(&mut self) {
+    pub(crate) fn sweep(&mut self) {
         let mut dead: Vec<(u32, String)> = Vec::new();
         for (q, c) in &self.conns {
             if let Some(why) = &c.dead {
@@ -705,7 +705,7 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    fn drop_conn(&mut self, q: u32, why: &str) {
+    pub(crate) fn drop_conn(&mut self, q: u32, why: &str) {
         if let Some(mut c) = self.conns.remove(&q) {
             for (_, (key, v)) in c.gets.drain() {
                 self.sh.inflight.end(&key, v);
@@ -722,7 +722,7 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    fn on_send(&mut self, c: Completion) {
+    pub(crate) fn on_send(&mut self, c: Completion) {
         let Some(conn) = self.conns.get_mut(&c.qp_num) else {
             self.early.push((false, c, Instant::now()));
             return;
@@ -735,7 +735,7 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    fn on_recv(&mut self, c: Completion) {
+    pub(crate) fn on_recv(&mut self, c: Completion) {
         let Some(mut conn) = self.conns.remove(&c.qp_num) else {
             self.early.push((true, c, Instant::now()));
             return;
@@ -783,7 +783,7 @@ impl<T: Transport> Worker<T> {
         self.conns.insert(c.qp_num, conn);
     }
 
-    fn error_reply(&mut self, conn: &mut Conn<T>, req: u32, code: ErrorCode, message: String) -> Result<()> {
+    pub(crate) fn error_reply(&mut self, conn: &mut Conn<T>, req: u32, code: ErrorCode, message: String) -> Result<()> {
         self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
         self.sh.log(&format!("client {}: {message}", conn.id));
         let mut b = std::mem::take(&mut self.buf);
@@ -792,7 +792,7 @@ impl<T: Transport> Worker<T> {
         r
     }
 
-    fn send(&mut self, conn: &mut Conn<T>, msg: &Msg, req: u32) -> Result<()> {
+    pub(crate) fn send(&mut self, conn: &mut Conn<T>, msg: &Msg, req: u32) -> Result<()> {
         let mut b = std::mem::take(&mut self.buf);
         let r = conn.reply(msg, req, &mut b);
         self.buf = b;
@@ -800,7 +800,7 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Commits the entry at `offset` of the client's segment and replies.
-    fn commit_and_reply(
+    pub(crate) fn commit_and_reply(
         &mut self,
         conn: &mut Conn<T>,
         offset: u64,
@@ -829,7 +829,7 @@ impl<T: Transport> Worker<T> {
     }
 
     /// BOOM PUT, or RDMP phase 2: the entry is in the client's segment.
-    fn on_put_imm(&mut self, conn: &mut Conn<T>, imm: u32) -> Result<()> {
+    pub(crate) fn on_put_imm(&mut self, conn: &mut Conn<T>, imm: u32) -> Result<()> {
         let p = PutImm::decode(imm);
         let mode = if p.in_place { WriteMode::InPlace } else { WriteMode::Append };
         match conn.protocol {
@@ -840,7 +840,7 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Seals the client's segment (if any) and grants a new one.
-    fn grant(&mut self, conn: &mut Conn<T>) -> std::result::Result<(), (ErrorCode, String)> {
+    pub(crate) fn grant(&mut self, conn: &mut Conn<T>) -> std::result::Result<(), (ErrorCode, String)> {
         let q = self.sh.cfg.segment_quota;
         if q > 0 && conn.segments >= q {
             return Err((ErrorCode::Quota, format!("client {} reached its quota of {q} segments", conn.id)));
@@ -871,7 +871,7 @@ impl<T: Transport> Worker<T> {
         Ok(())
     }
 
-    fn on_msg(&mut self, conn: &mut Conn<T>, m: Msg, req: u32) -> Result<()> {
+    pub(crate) fn on_msg(&mut self, conn: &mut Conn<T>, m: Msg, req: u32) -> Result<()> {
         match (conn.protocol, m) {
             (_, Msg::StatsReq) => {
                 let json = serde_json::to_vec(&self.sh.stats()).unwrap_or_default();
@@ -890,155 +890,10 @@ impl<T: Transport> Worker<T> {
             (Protocol::Boom, Msg::Get { key, buf }) => self.boom_get(conn, key, buf),
             (Protocol::Boom, Msg::Scan { start, count, buf }) => self.boom_scan(conn, start, count, buf),
             (Protocol::Rdmp, Msg::Alloc { len }) => self.rdmp_alloc(conn, len, req),
-            (Protocol::Rdmp, Msg::Locate { key }) => match self.sh.pool.lookup(&key) {
-                Some(loc) => {
-                    let mr = self.sh.seg_mr(loc.segment as u64)?;
-                    let r = mr.remote();
-                    self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
-                    self.send(conn, &Msg::Located { addr: r.at(loc.offset as u64), rkey: r.rkey, len: loc.len }, req)
-                }
-                None => {
-                    self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
-                    self.send(conn, &Msg::NotFound, req)
-                }
-            },
+            (Protocol::Rdmp, Msg::Locate { key }) => self.rdmp_locate(conn, &key, req),
             (Protocol::Rpc, Msg::RpcPut { entry }) => self.rpc_put(conn, &entry),
             (Protocol::Rpc, Msg::RpcGet { key }) => self.rpc_get(conn, &key, req),
             (p, m) => self.error_reply(conn, req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request")),
         }
-    }
-
-    fn data_imm(
-        &mut self,
-        conn: &mut Conn<T>,
-        buf: &crate::wire::RegionDesc,
-        status: DataStatus,
-        len: u32,
-    ) -> Result<()> {
-        let wr = conn.wr();
-        let imm = DataImm { status, len }.encode();
-        conn.qp.post_write_imm(wr, &conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
-    }
-
-    fn boom_get(&mut self, conn: &mut Conn<T>, key: Vec<u8>, buf: crate::wire::RegionDesc) -> Result<()> {
-        let Some(loc) = self.sh.pool.lookup(&key) else {
-            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
-            return self.data_imm(conn, &buf, DataStatus::NotFound, 0);
-        };
-        if loc.len as u64 > buf.len {
-            return self.data_imm(conn, &buf, DataStatus::TooSmall, loc.len);
-        }
-        let mr = self.sh.seg_mr(loc.segment as u64)?;
-        let wr = conn.wr();
-        self.sh.inflight.begin(&key, loc.version);
-        conn.gets.insert(wr, (key, loc.version));
-        let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
-        self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
-        self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-        conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm)
-    }
-
-    fn boom_scan(
-        &mut self,
-        conn: &mut Conn<T>,
-        start: Vec<u8>,
-        count: u32,
-        buf: crate::wire::RegionDesc,
-    ) -> Result<()> {
-        let items = match self.sh.pool.index().scan(&start, count.min(10_000) as usize) {
-            Ok(v) => v,
-            Err(e) => return self.error_reply(conn, 0, ErrorCode::NoScan, e.to_string()),
-        };
-        let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
-        if total > buf.len {
-            return self.data_imm(conn, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32);
-        }
-        let mut off = 0u64;
-        for (_, loc) in &items {
-            let mr = self.sh.seg_mr(loc.segment as u64)?;
-            let wr = conn.wr();
-            conn.qp.post_write(wr, &mr, loc.offset as u64, loc.len, buf.addr + off, buf.rkey, false)?;
-            off += loc.len as u64;
-        }
-        self.sh.counters.scans.fetch_add(1, Ordering::Relaxed);
-        self.data_imm(conn, &buf, DataStatus::Ok, total as u32)
-    }
-
-    /// RDMP phase 1 of a PUT: place an object of `len` bytes in the client's log.
-    fn rdmp_alloc(&mut self, conn: &mut Conn<T>, len: u32, req: u32) -> Result<()> {
-        let slot = (len as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
-        if slot > self.sh.pool.segment_size() - fmt::SEGMENT_HEADER_SIZE || len < ENTRY_HEADER_SIZE as u32 + 1 {
-            return self.error_reply(
-                conn,
-                req,
-                ErrorCode::TooLarge,
-                format!("object of {len} bytes does not fit a segment"),
-            );
-        }
-        let fits = conn.seg.as_ref().is_some_and(|s| s.tail + slot <= self.sh.pool.segment_size());
-        if !fits {
-            if let Err((code, msg)) = self.grant(conn) {
-                return self.error_reply(conn, req, code, msg);
-            }
-        }
-        let (Some(seg), Some(mr)) = (&conn.seg, &conn.seg_mr) else {
-            return Err(Error::Protocol("no segment after grant".into()));
-        };
-        let r = mr.remote();
-        let msg = Msg::Allocated { addr: r.at(seg.tail), rkey: r.rkey, token: (seg.tail / 8) as u32 };
-        self.send(conn, &msg, req)
-    }
-
-    /// RDMA-KV PUT: the entry arrived in DRAM; place it, copy it to PM (the staging
-    /// copy BOOM avoids), seal it with its placement and commit.
-    fn rpc_put(&mut self, conn: &mut Conn<T>, entry: &[u8]) -> Result<()> {
-        let size = self.sh.pool.segment_size();
-        let slot = (entry.len() as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
-        let h = match EntryHeader::decode(entry) {
-            Ok(h) if h.key_len >= 1 && h.key_len <= fmt::MAX_KEY_LEN && h.entry_len() == entry.len() as u64 => h,
-            _ => return self.error_reply(conn, 0, ErrorCode::InvalidEntry, "malformed RPC entry".into()),
-        };
-        if slot > size - fmt::SEGMENT_HEADER_SIZE || h.value_len > self.sh.cfg.max_value {
-            return self.error_reply(conn, 0, ErrorCode::TooLarge, format!("entry of {} bytes", entry.len()));
-        }
-        if conn.seg.as_ref().is_none_or(|s| s.tail + slot > size) {
-            if let Err((code, msg)) = self.grant(conn) {
-                return self.error_reply(conn, 0, code, msg);
-            }
-        }
-        let Some(seg) = conn.seg.as_ref() else { return Err(Error::Protocol("no segment".into())) };
-        let offset = seg.tail;
-        let next = offset + slot;
-        let dst = self.sh.pool.pool_offset(seg.id, offset);
-        let map = self.sh.pool.media().map();
-        map.write(dst, entry)?;
-        // The server chose the placement: it writes next_offset and computes the checksum.
-        map.write(dst + fmt::ENTRY_NEXT_OFF, &next.to_le_bytes())?;
-        let checksum = fmt::entry_checksum(map.view(dst, entry.len())?);
-        map.write(dst, &checksum.to_le_bytes())?;
-        let h = EntryHeader { next_offset: next, checksum, version: 0, ..h };
-        self.commit_and_reply(conn, offset, WriteMode::Append, Some(h))
-    }
-
-    /// RDMA-KV GET: copy the entry PM -> DRAM and SEND it.
-    fn rpc_get(&mut self, conn: &mut Conn<T>, key: &[u8], req: u32) -> Result<()> {
-        let Some(loc) = self.sh.pool.lookup(key) else {
-            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
-            return self.send(conn, &Msg::NotFound, req);
-        };
-        let Some(send_mr) = conn.send_mr.clone() else { return Err(Error::Protocol("no send buffer".into())) };
-        // Header of an RpcValue message, then the entry copied from PM.
-        let hdr = Msg::RpcValue { entry: Vec::new() }.encode(req);
-        let body_len_off = hdr.len() - 4;
-        let mut h = hdr.clone();
-        h[body_len_off..].copy_from_slice(&loc.len.to_le_bytes());
-        send_mr.write(0, &h)?;
-        let (map, base) = send_mr.mapping();
-        let src = self.sh.pool.pool_offset(loc.segment as u64, loc.offset as u64);
-        self.sh.pool.media().map().copy_to(src, map, base + h.len() as u64, loc.len as usize)?;
-        self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
-        self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-        let wr = conn.wr();
-        conn.qp.post_send(wr, &send_mr, 0, h.len() as u32 + loc.len)
     }
 }
