@@ -784,6 +784,99 @@ pub(crate) fn log_event(msg: &str) {
     }
 }
 
+/// How one handshake attempt over a TCP socket ended (tcp and verbs backends).
+pub(crate) enum Handshake {
+    /// The attempt failed before or outside the accept callback: log it, keep listening.
+    Refused(String),
+    /// The callback refused the client (who was told why): return this error.
+    Rejected(Error),
+}
+
+/// The accept loop shared by the backends whose connection handshake runs over a TCP
+/// socket: waits up to `timeout` for a client whose `handshake` succeeds. Attempts that
+/// fail before reaching the callback are logged and skipped (the callback is kept for
+/// the next client); one that fails after it ends the call with an error.
+pub(crate) fn accept_over_tcp<Q, F>(
+    l: &std::net::TcpListener,
+    local: &Endpoint,
+    timeout: Duration,
+    what: &'static str,
+    on_connect: F,
+    mut handshake: impl FnMut(std::net::TcpStream, &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>) -> Result<Q, Handshake>,
+) -> Result<Q>
+where
+    F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+{
+    let end = deadline(timeout);
+    let mut cb = Some(on_connect);
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                let mut used = false;
+                let r = handshake(s, &mut |p| {
+                    used = true;
+                    match cb.take() {
+                        Some(f) => f(p),
+                        None => Err(Error::Transport("accept callback already used".into())),
+                    }
+                });
+                match r {
+                    Ok(qp) => return Ok(qp),
+                    Err(Handshake::Rejected(e)) => return Err(e),
+                    Err(Handshake::Refused(why)) => {
+                        log_event(&format!("refused connection on {local}: {why}"));
+                        if used {
+                            return Err(Error::Transport(why));
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // Per-connection failures (ECONNABORTED, EMFILE) must not end the server.
+                log_event(&format!("accept on {local}: {e}"));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let now = std::time::Instant::now();
+        if now >= end {
+            return Err(Error::Timeout(timeout, what));
+        }
+        let wait = (end - now).min(Duration::from_millis(100));
+        let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: wait.as_nanos().min(999_999_999) as _ };
+        let mut fds = [rustix::event::PollFd::new(l, rustix::event::PollFlags::IN)];
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+    }
+}
+
+/// [`accept_over_tcp`] without waiting: `Ok(None)` when no good client is there.
+pub(crate) fn try_accept_over_tcp<Q, F>(
+    l: &std::net::TcpListener,
+    local: &Endpoint,
+    on_connect: F,
+    handshake: impl FnOnce(std::net::TcpStream, F) -> Result<Q, Handshake>,
+) -> Result<Option<Q>>
+where
+    F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+{
+    match l.accept() {
+        Ok((s, _)) => match handshake(s, on_connect) {
+            Ok(qp) => Ok(Some(qp)),
+            Err(Handshake::Rejected(e)) => Err(e),
+            Err(Handshake::Refused(why)) => {
+                log_event(&format!("refused connection on {local}: {why}"));
+                Ok(None)
+            }
+        },
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(None),
+        Err(e) => {
+            log_event(&format!("accept on {local}: {e}"));
+            Ok(None)
+        }
+    }
+}
+
 /// A point in time `d` from now, saturating far in the future.
 pub(crate) fn deadline(d: Duration) -> std::time::Instant {
     let now = std::time::Instant::now();

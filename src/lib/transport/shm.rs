@@ -66,8 +66,9 @@ use rustix::net::{
 
 use super::region::{guard_enter, guard_exit, Pd, TABLE_BYTES};
 use super::{
-    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, Mr, QpStats,
-    QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_PRIVATE_DATA, PROTOCOL_VERSION,
+    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion, Mr,
+    QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_PRIVATE_DATA,
+    PROTOCOL_VERSION,
 };
 use crate::error::{Error, Result};
 use crate::pmem::shared::{file_len, futex_wait, futex_wake, is_shrink_sealed, sealed_memfd};
@@ -547,11 +548,6 @@ impl Drop for ShmListener {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-enum Handshake {
-    Refused(String),
-    Rejected(Error),
 }
 
 impl ShmListener {

@@ -67,8 +67,8 @@ use rustix::event::{epoll, EventfdFlags, PollFd, PollFlags};
 
 use super::region::{guard_enter, guard_exit, Pd};
 use super::{
-    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, Mr, QpStats,
-    QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE, MAX_PRIVATE_DATA,
+    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion, Mr,
+    QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE, MAX_PRIVATE_DATA,
     PROTOCOL_VERSION,
 };
 use crate::error::{Error, Result};
@@ -399,11 +399,6 @@ pub struct TcpListenerHandle {
     local: Endpoint,
 }
 
-enum Handshake {
-    Refused(String),
-    Rejected(Error),
-}
-
 impl TcpListenerHandle {
     fn handshake<F>(
         &self,
@@ -468,74 +463,16 @@ impl Listener for TcpListenerHandle {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let end = deadline(timeout);
-        let mut f = Some(on_connect);
-        loop {
-            match self.l.accept() {
-                Ok((s, _)) => {
-                    let Some(cb) = f.take() else {
-                        return Err(Error::Transport("accept callback already used".into()));
-                    };
-                    // The callback runs only for a well-formed hello, so a refused attempt
-                    // before that point leaves it unused; keep it for the next client.
-                    let used = std::cell::Cell::new(false);
-                    let cb_cell = std::cell::RefCell::new(Some(cb));
-                    let r = self.handshake(s, send_cq, recv_cq, |p| {
-                        used.set(true);
-                        match cb_cell.borrow_mut().take() {
-                            Some(cb) => cb(p),
-                            None => Err(Error::Transport("accept callback already used".into())),
-                        }
-                    });
-                    match r {
-                        Ok(qp) => return Ok(qp),
-                        Err(Handshake::Rejected(e)) => return Err(e),
-                        Err(Handshake::Refused(why)) => {
-                            log_event(&format!("refused connection on {}: {why}", self.local));
-                            if !used.get() {
-                                f = cb_cell.into_inner();
-                            } else {
-                                return Err(Error::Transport(why));
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Per-connection failures (ECONNABORTED, EMFILE) must not end the server.
-                    log_event(&format!("accept on {}: {e}", self.local));
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-            let now = Instant::now();
-            if now >= end {
-                return Err(Error::Timeout(timeout, "a tcp connection"));
-            }
-            let mut fds = [PollFd::new(&self.l, PollFlags::IN)];
-            let _ = rustix::event::poll(&mut fds, Some(&ts((end - now).min(Duration::from_millis(100)))));
-        }
+        super::accept_over_tcp(&self.l, &self.local, timeout, "a tcp connection", on_connect, |s, cb| {
+            self.handshake(s, send_cq, recv_cq, |p: &[u8]| cb(p))
+        })
     }
 
     fn try_accept<F>(&self, send_cq: &TcpCq, recv_cq: &TcpCq, on_connect: F) -> Result<Option<TcpQp>>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        match self.l.accept() {
-            Ok((s, _)) => match self.handshake(s, send_cq, recv_cq, on_connect) {
-                Ok(qp) => Ok(Some(qp)),
-                Err(Handshake::Rejected(e)) => Err(e),
-                Err(Handshake::Refused(why)) => {
-                    log_event(&format!("refused connection on {}: {why}", self.local));
-                    Ok(None)
-                }
-            },
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(None),
-            Err(e) => {
-                log_event(&format!("accept on {}: {e}", self.local));
-                Ok(None)
-            }
-        }
+        super::try_accept_over_tcp(&self.l, &self.local, on_connect, |s, cb| self.handshake(s, send_cq, recv_cq, cb))
     }
 }
 

@@ -113,14 +113,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use rustix::event::{EventfdFlags, PollFd, PollFlags};
+use rustix::event::EventfdFlags;
 
 use self::attr::{LocalPort, PeerInfo, RnrParams, LINK_LAYER_ETHERNET};
 use self::ffi::{Hca, Payload, QpCaps, RawCq, RawMr, RawQp, RecvWr, SendOp, SendWr, Sge, Wc};
 use self::handshake::{read_msg, Kind, Msg, ReadError};
 use super::{
-    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, QpStats,
-    QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE,
+    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion,
+    QpStats, QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE,
     MAX_PRIVATE_DATA,
 };
 use crate::error::{Error, Result};
@@ -1381,13 +1381,6 @@ pub struct VerbsListener {
     local: Endpoint,
 }
 
-enum Handshake {
-    /// The attempt failed before or outside the callback: log it and keep listening.
-    Refused(String),
-    /// The callback refused the client (who was told): return this error.
-    Rejected(Error),
-}
-
 impl VerbsListener {
     fn handshake<F>(&self, mut s: TcpStream, send_cq: &VerbsCq, recv_cq: &VerbsCq, f: F) -> Result<VerbsQp, Handshake>
     where
@@ -1476,75 +1469,16 @@ impl Listener for VerbsListener {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let end = deadline(timeout);
-        let mut f = Some(on_connect);
-        loop {
-            match self.l.accept() {
-                Ok((s, _)) => {
-                    let Some(cb) = f.take() else {
-                        return Err(Error::Transport("accept callback already used".into()));
-                    };
-                    // The callback runs only for a well-formed hello; keep it for the next
-                    // client when an attempt fails before that.
-                    let used = std::cell::Cell::new(false);
-                    let cb_cell = std::cell::RefCell::new(Some(cb));
-                    let r = self.handshake(s, send_cq, recv_cq, |p| {
-                        used.set(true);
-                        match cb_cell.borrow_mut().take() {
-                            Some(cb) => cb(p),
-                            None => Err(Error::Transport("accept callback already used".into())),
-                        }
-                    });
-                    match r {
-                        Ok(qp) => return Ok(qp),
-                        Err(Handshake::Rejected(e)) => return Err(e),
-                        Err(Handshake::Refused(why)) => {
-                            log_event(&format!("refused connection on {}: {why}", self.local));
-                            if used.get() {
-                                return Err(Error::Transport(why));
-                            }
-                            f = cb_cell.into_inner();
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Per-connection failures (ECONNABORTED, EMFILE) must not end the server.
-                    log_event(&format!("accept on {}: {e}", self.local));
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-            let now = Instant::now();
-            if now >= end {
-                return Err(Error::Timeout(timeout, "a verbs connection"));
-            }
-            let mut fds = [PollFd::new(&self.l, PollFlags::IN)];
-            let wait = (end - now).min(Duration::from_millis(100));
-            let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: wait.as_nanos().min(999_999_999) as _ };
-            let _ = rustix::event::poll(&mut fds, Some(&ts));
-        }
+        super::accept_over_tcp(&self.l, &self.local, timeout, "a verbs connection", on_connect, |s, cb| {
+            self.handshake(s, send_cq, recv_cq, |p: &[u8]| cb(p))
+        })
     }
 
     fn try_accept<F>(&self, send_cq: &VerbsCq, recv_cq: &VerbsCq, on_connect: F) -> Result<Option<VerbsQp>>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        match self.l.accept() {
-            Ok((s, _)) => match self.handshake(s, send_cq, recv_cq, on_connect) {
-                Ok(qp) => Ok(Some(qp)),
-                Err(Handshake::Rejected(e)) => Err(e),
-                Err(Handshake::Refused(why)) => {
-                    log_event(&format!("refused connection on {}: {why}", self.local));
-                    Ok(None)
-                }
-            },
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(None),
-            Err(e) => {
-                log_event(&format!("accept on {}: {e}", self.local));
-                Ok(None)
-            }
-        }
+        super::try_accept_over_tcp(&self.l, &self.local, on_connect, |s, cb| self.handshake(s, send_cq, recv_cq, cb))
     }
 }
 
