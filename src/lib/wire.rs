@@ -128,6 +128,15 @@ pub type RegionDesc = crate::transport::RemoteRegion;
 /// Bytes of an encoded [`RegionDesc`].
 pub const REGION_DESC_LEN: usize = 20;
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn utf8_prefix(s: &str, max: usize) -> &str {
+    let mut n = s.len().min(max);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
+}
+
 /// Appends little-endian fields to a buffer.
 #[derive(Default)]
 struct W(Vec<u8>);
@@ -299,8 +308,7 @@ impl Welcome {
                 w.u32(*recv_size).bytes16(&[]);
             }
             Welcome::Refused { reason } => {
-                let r = &reason.as_bytes()[..reason.len().min(1024)];
-                w.u8(1).u8(0).u64(0).u64(0).u32(0).u32(0).u32(0).bytes16(r);
+                w.u8(1).u8(0).u64(0).u64(0).u32(0).u32(0).u32(0).bytes16(utf8_prefix(reason, 1024).as_bytes());
             }
         }
         w.0
@@ -331,7 +339,11 @@ impl Welcome {
                 max_value,
                 recv_size,
             }),
-            1 => Ok(Welcome::Refused { reason: String::from_utf8_lossy(reason).into_owned() }),
+            1 => Ok(Welcome::Refused {
+                reason: std::str::from_utf8(reason)
+                    .map_err(|_| Error::corrupt("welcome", "reason is not UTF-8"))?
+                    .to_string(),
+            }),
             s => Err(Error::corrupt("welcome", format!("unknown status {s}"))),
         }
     }
@@ -546,8 +558,7 @@ impl Msg {
                 w.bytes32(entry);
             }
             Msg::Error { code, message } => {
-                let m = &message.as_bytes()[..message.len().min(1024)];
-                w.u16(*code as u16).bytes16(m);
+                w.u16(*code as u16).bytes16(utf8_prefix(message, 1024).as_bytes());
             }
         }
         *out = w.0;
@@ -587,7 +598,10 @@ impl Msg {
             op::NOT_FOUND => Msg::NotFound,
             op::ERROR => {
                 let code = ErrorCode::from_u16(r.u16()?)?;
-                Msg::Error { code, message: String::from_utf8_lossy(r.bytes16(1024)?).into_owned() }
+                let message = std::str::from_utf8(r.bytes16(1024)?)
+                    .map_err(|_| Error::corrupt("message", "error text is not UTF-8"))?
+                    .to_string();
+                Msg::Error { code, message }
             }
             o => return Err(Error::corrupt("message", format!("unknown opcode {o}"))),
         };
@@ -721,6 +735,9 @@ mod tests {
         assert!(Msg::decode(&[6, 0, 1, 0, 0, 0, 0, 0]).is_err());
         assert!(Msg::decode(&[6, 1, 0, 0, 0, 0, 0, 0]).is_err());
         assert!(Msg::decode(&[16, 0, 0, 0, 10, 0, 0, 0, 0, 16, 0, 0]).is_err(), "unknown error code");
+        assert!(Msg::decode(&[16, 0, 0, 0, 8, 0, 0, 0, 3, 0, 1, 0, 0xff]).is_err(), "error text not UTF-8");
+        let long = Msg::Error { code: ErrorCode::Internal, message: "é".repeat(600) };
+        assert!(Msg::decode(&long.encode(1)).is_ok(), "a long message is cut on a character boundary");
     }
 
     #[test]
