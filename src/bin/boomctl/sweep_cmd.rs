@@ -38,7 +38,7 @@ pub struct SweepArgs {
     /// Small op counts and fewer points (latency --quick takes under 2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Output directory [default: plots/<date>-<host>].
+    /// Output directory [default: plots/DATE-HOST].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Skip grid points whose results are already in the CSV files.

@@ -60,6 +60,9 @@ pub enum YAxis {
     Kops,
 }
 
+/// A point of a series: `(x, y, Some((low, high)))`, the error bar from p50 to p99.
+pub type Pt = (f64, f64, Option<(f64, f64)>);
+
 /// One series of a line figure.
 #[derive(Clone, Debug)]
 pub struct LineSeries {
@@ -68,7 +71,7 @@ pub struct LineSeries {
     /// Colour.
     pub color: RGBColor,
     /// `(x, y, Some((low, high)))`: the point and its p50..p99 error bar.
-    pub points: Vec<(f64, f64, Option<(f64, f64)>)>,
+    pub points: Vec<Pt>,
     /// Markers only (the paper's values), drawn as crosses.
     pub markers_only: bool,
     /// Dashed line (reference lines).
@@ -321,8 +324,14 @@ fn y_fmt(kind: YAxis) -> impl Fn(&f64) -> String {
                 format!("{v:.2}")
             }
         }
-        YAxis::Mib => format!("{:.0}", v / 1048576.0),
-        YAxis::Kops => format!("{:.1}", v / 1000.0),
+        // Values are already in MiB or kops/s (see draw_line).
+        YAxis::Mib | YAxis::Kops => {
+            if v.fract() == 0.0 || v.abs() >= 100.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
+        }
     }
 }
 
@@ -337,6 +346,19 @@ fn positive_span(f: &LineFigure) -> Option<(f64, f64)> {
 }
 
 fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &LineFigure) -> std::result::Result<(), String> {
+    // Display units only: bytes as MiB, operations/s as kops/s.
+    let k = match f.y {
+        YAxis::Plain => 1.0,
+        YAxis::Mib => 1.0 / 1048576.0,
+        YAxis::Kops => 1.0 / 1000.0,
+    };
+    let mut scaled = f.clone();
+    for s in &mut scaled.series {
+        for p in &mut s.points {
+            *p = (p.0, p.1 * k, p.2.map(|(a, b)| (a * k, b * k)));
+        }
+    }
+    let f = &scaled;
     let entries: Vec<Entry> = f
         .series
         .iter()
@@ -520,13 +542,7 @@ fn num(t: &Table, i: usize, c: &str) -> Result<Option<f64>> {
 }
 
 /// Points `(x, y, p50..p99)` of the rows `rows` of `t`.
-fn points(
-    t: &Table,
-    rows: &[usize],
-    x: &str,
-    y: &str,
-    band: Option<(&str, &str)>,
-) -> Result<Vec<(f64, f64, Option<(f64, f64)>)>> {
+fn points(t: &Table, rows: &[usize], x: &str, y: &str, band: Option<(&str, &str)>) -> Result<Vec<Pt>> {
     let mut v = Vec::new();
     for &i in rows {
         let (Some(xv), Some(yv)) = (num(t, i, x)?, num(t, i, y)?) else { continue };
@@ -552,7 +568,7 @@ fn rows_with(t: &Table, conds: &[(&str, &str)]) -> Result<Vec<usize>> {
     Ok(rows)
 }
 
-fn series(name: String, color: RGBColor, points: Vec<(f64, f64, Option<(f64, f64)>)>) -> LineSeries {
+fn series(name: String, color: RGBColor, points: Vec<Pt>) -> LineSeries {
     LineSeries { name, color, points, markers_only: false, dashed: false }
 }
 
@@ -705,7 +721,7 @@ pub fn figures(preset: Preset, t: &Table, dir: &Path) -> Result<Vec<Figure>> {
                     groups,
                     stacks,
                     totals: Some((format!("measured median {fig} latency"), totals)),
-                    note: Some(format!("Method: {}", super::points::BREAKDOWN_METHOD)),
+                    note: Some(super::points::BREAKDOWN_CAPTION.into()),
                 }));
             }
         }
@@ -883,7 +899,7 @@ pub fn svg_texts(svg: &str) -> Vec<String> {
         let Some(gt) = rest.find('>') else { break };
         let Some(end) = rest.find("</text>") else { break };
         if end > gt {
-            let inner = &rest[gt + 1..end];
+            let inner = rest[gt + 1..end].trim();
             out.push(
                 inner
                     .replace("&lt;", "<")

@@ -251,10 +251,15 @@ operations, Zipfian (quick: R = 1000, N = 1000; full: R = 10000, N = 20000). seg
 values over K keys (true Zipf over the key space with the point's theta, or uniform), N PUTs, one client, cleaner \
 off; PM bytes used and logical bytes from the server's space accounting (quick: K = N = 2^14, 1 MiB segments for \
 skew, 256 KiB..4 MiB for segment-size; full: K = N = 2^20 = 1 GiB logical, 64 MiB segments for skew, 16/64/256 MiB \
-for segment-size). writeback: 2 client threads PUT N new keys (quick 2000, full 20000) into a server with 2 \
-workers, the point's flush instruction, cooperative write-back on or off. threads: N new 2 KiB keys PUT, then N \
-uniform GETs, with the point's client threads (quick: N = 2000, threads 1,2,4; full: N = 40000, threads \
-1..16). transport: the transport floor (bench-transport) with 2000 (quick) or 20000 (full) iterations per size.";
+for segment-size). writeback: 2 client threads PUT new keys into a server with 2 \
+workers, the point's flush instruction, cooperative write-back on or off, for 1 s (quick) or 5 s (full), at most \
+50000 / 500000 PUTs. threads: new 2 KiB keys PUT, then uniform GETs of those keys, each phase for 1 s (quick) or \
+5 s (full) with the point's client threads (threads 1,2,4 quick; 1..16 full), at most 200000 / 2000000 operations. transport: the transport floor (bench-transport) with 2000 (quick) or 20000 (full) iterations per size.";
+
+/// The short form of [`BREAKDOWN_METHOD`] for figure captions.
+pub const BREAKDOWN_CAPTION: &str = "transport, metadata: transport-floor round trips of the request's shape; \
+copies: memcpy x copies on the code path; write-back: Media::persist of one entry; index: one hash-index \
+operation; other: the rest of the median. Full method: SETUP.md.";
 
 /// Runs grid points and keeps what they share (transport floors, components).
 pub struct Context<'a> {
@@ -486,6 +491,11 @@ impl<'a> Context<'a> {
 
     fn ops(&self, q: u64, full: u64) -> u64 {
         self.o.axes.ops.unwrap_or(pick(self.o.quick, q, full))
+    }
+
+    /// Run time of the throughput experiments (writeback, threads): 1 s quick, 5 s full.
+    fn run_time(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(pick(self.o.quick, 1, 5))
     }
 
     fn run_opts(&self, label: String, threads: usize, ops: u64, warmup: u64, hlog: Option<PathBuf>) -> RunOptions {
@@ -859,8 +869,10 @@ impl<'a> Context<'a> {
     }
 
     fn writeback_point(&mut self, pt: &Point, flush: FlushKind, coop: bool, size: u64, row: &mut Row) -> Result<()> {
-        let n = self.ops(2000, 20_000);
-        let warm = (n / 10).clamp(100, 2000);
+        // Throughput: as many PUTs as fit in the run time, at most `n` (and 1 GiB).
+        let n = self.ops(50_000, 500_000).min((1 << 30) / (size + 96)).max(100);
+        let run_time = self.run_time();
+        let warm = (n / 20).clamp(100, 2000);
         let clients = 2;
         let workers = self.o.axes.workers.unwrap_or(2);
         let cfg = ServerConfig { workers, coop_writeback: coop, log_clients: false, ..Default::default() };
@@ -871,7 +883,8 @@ impl<'a> Context<'a> {
         let hlog = self.hlog(pt, "");
         let label = format!("{flush} coop {} {}", if coop { "on" } else { "off" }, short_bytes(size));
         let ro_warm = self.run_opts(format!("{label} warm"), clients as usize, 0, 0, None);
-        let ro = self.run_opts(label, clients as usize, 0, 0, Some(hlog.clone()));
+        let mut ro = self.run_opts(label, clients as usize, 0, 0, Some(hlog.clone()));
+        ro.duration = Some(run_time);
         let (r, d) = on_target!(self.o, eo, |t, ep| {
             self.load(&t, &ep, &copts, &warm_w, &ro_warm)?;
             let before = Counters::read(&t, &ep)?;
@@ -885,7 +898,7 @@ impl<'a> Context<'a> {
         row.insert("size", size.to_string());
         row.insert("clients", clients.to_string());
         row.insert("workers", workers.to_string());
-        row.insert("ops", n.to_string());
+        row.insert("ops", r.run.operations.to_string());
         row.insert("put_ops_per_sec", format!("{:.1}", r.run.throughput()));
         row.insert("put_avg_us", f3(st.avg));
         row.insert("put_p50_us", f3(st.p50));
@@ -903,18 +916,24 @@ impl<'a> Context<'a> {
             Some(v) if !v.is_empty() => v[0],
             _ => 2048,
         };
-        let n = self.ops(2000, 40_000).max(threads as u64);
+        // Throughput: as many operations as fit in the run time, at most `n` (and 1 GiB).
+        let n = self.ops(200_000, 2_000_000).min((1 << 30) / (size + 96)).max(threads as u64);
+        let run_time = self.run_time();
         let cfg = self.server_cfg();
         let workers = cfg.workers;
         let eo = self.embedded(pool_for(n, size, threads as u64, 64 << 20), 64 << 20, None, cfg);
         let copts = ClientOptions { protocol, ..Default::default() };
         let put_w = insert_spec(size, 0, n, n, self.o.seed)?;
-        let get_w = mix_spec(1.0, 0.0, n, n, size, Skew::Uniform, self.o.seed)?;
         let label = format!("{protocol} x{threads}");
-        let ro_put = self.run_opts(format!("{label} PUT"), threads, 0, 0, None);
-        let ro_get = self.run_opts(format!("{label} GET"), threads, n, (n / 10).min(1000), None);
+        let mut ro_put = self.run_opts(format!("{label} PUT"), threads, 0, 0, None);
+        ro_put.duration = Some(run_time);
+        let mut ro_get = self.run_opts(format!("{label} GET"), threads, n, 100, None);
+        ro_get.duration = Some(run_time);
+        let seed = self.o.seed;
         let (put, get) = on_target!(self.o, eo, |t, ep| {
             let put = self.load(&t, &ep, &copts, &put_w, &ro_put)?;
+            // GETs over the keys the PUT phase stored.
+            let get_w = mix_spec(1.0, 0.0, put.run.operations.max(1), n, size, Skew::Uniform, seed)?;
             let get = self.run(&t, &ep, &copts, &get_w, &ro_get)?;
             Ok::<_, SweepError>((put, get))
         })?;
@@ -925,7 +944,7 @@ impl<'a> Context<'a> {
         row.insert("size", size.to_string());
         row.insert("workers", if self.o.server.is_some() { "remote".into() } else { workers.to_string() });
         row.insert("cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string());
-        row.insert("ops", n.to_string());
+        row.insert("ops", (put.run.operations + get.run.operations).to_string());
         row.insert("put_ops_per_sec", format!("{:.1}", put.run.throughput()));
         row.insert("put_avg_us", f3(ps.avg));
         row.insert("put_p99_us", f3(ps.p99));

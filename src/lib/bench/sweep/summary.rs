@@ -410,10 +410,19 @@ fn breakdown(t: &Table, b: &mut Builder) -> Result<()> {
         if let Some(r) = row_at(t, "rdmp", size)? {
             let m = t.req(r, col)?;
             let p50 = t.req(r, &format!("{op}_p50_us"))?;
+            let share = |x: f64| if p50 > 0.0 { x / p50 * 100.0 } else { 0.0 };
+            let diff = match row_at(t, "boom", size)? {
+                Some(br) => {
+                    let d = p50 - t.req(br, &format!("{op}_p50_us"))?;
+                    format!("; RDMP-KV median minus BOOM-KV median: {} us = {:.1}%", us(d), share(d))
+                }
+                None => String::new(),
+            };
             b.line(&format!(
-                "RDMP-KV metadata phase of a 64 B {}: {:.1}% of the median (paper: {}, fig. {})",
+                "RDMP-KV metadata phase of a 64 B {}: floor 64 B RPC {} us = {:.1}% of the median{diff} (paper: {}, fig. {})",
                 op.to_uppercase(),
-                if p50 > 0.0 { m / p50 * 100.0 } else { 0.0 },
+                us(m),
+                share(m),
                 pv.text,
                 pv.figure
             ));
