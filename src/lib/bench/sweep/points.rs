@@ -334,6 +334,7 @@ struct Counters {
     in_place_bytes: u64,
     in_place_entries: u64,
     grants: u64,
+    segment_size: u64,
     coop_ranges: u64,
     coop_steals: u64,
     flush_lines: u64,
@@ -349,6 +350,7 @@ impl Counters {
             in_place_bytes: u("space", "bytes_in_place"),
             in_place_entries: u("space", "entries_in_place"),
             grants: s["grants"].as_u64().unwrap_or(0),
+            segment_size: u("space", "segment_bytes").checked_div(u("space", "segments_in_use")).unwrap_or(0),
             coop_ranges: u("coop", "ranges"),
             coop_steals: u("coop", "steals"),
             flush_lines: u("flush", "lines"),
@@ -362,6 +364,7 @@ impl Counters {
             in_place_bytes: self.in_place_bytes.saturating_sub(before.in_place_bytes),
             in_place_entries: self.in_place_entries.saturating_sub(before.in_place_entries),
             grants: self.grants.saturating_sub(before.grants),
+            segment_size: self.segment_size,
             coop_ranges: self.coop_ranges.saturating_sub(before.coop_ranges),
             coop_steals: self.coop_steals.saturating_sub(before.coop_steals),
             flush_lines: self.flush_lines.saturating_sub(before.flush_lines),
@@ -845,6 +848,8 @@ impl<'a> Context<'a> {
             Ok::<_, SweepError>((r, after.since(&before)))
         })?;
         let st = Stat::series(&r.measurements, &["UPDATE"])?;
+        // A remote server has its own segment size.
+        let segment = if self.o.server.is_some() && d.segment_size > 0 { d.segment_size } else { segment };
         row.insert("segment_size", segment.to_string());
         row.insert("theta", skew.label());
         row.insert("mode", if hybrid { "hybrid" } else { "append" }.to_string());
