@@ -246,7 +246,8 @@ entry-size memcpy x copies on the code path (BOOM/RDMP 2, RPC 3); write-back = M
 pub const METHOD: &str = "Every point runs against a fresh embedded server on a temporary pool (or the --server \
 given) through the YCSB runner, one client thread unless stated. latency/breakdown: a warm-up load of W keys \
 (unmeasured), N PUTs of new keys (measured), then N GETs of uniformly chosen loaded keys after W warm-up GETs \
-(quick: N = 5000, full: N = 20000, W = N/10 clamped to 100..2000). ycsb: YCSB's mix, recordcount R loaded, N \
+(quick: N = 20000, full: N = 100000, W = N/10 clamped to 100..2000; each measured phase also stops \
+after 2 s quick / 20 s full unless --ops is given). ycsb: YCSB's mix, recordcount R loaded, N \
 operations, Zipfian (quick: R = 1000, N = 1000; full: R = 10000, N = 20000). segment-size, skew: 100% PUT of 1 KiB \
 values over K keys (true Zipf over the key space with the point's theta, or uniform), N PUTs, one client, cleaner \
 off; PM bytes used and logical bytes from the server's space accounting (quick: K = N = 2^14, 1 MiB segments for \
@@ -696,7 +697,14 @@ impl<'a> Context<'a> {
     }
 
     fn latency_point(&mut self, pt: &Point, protocol: Protocol, size: u64, row: &mut Row) -> Result<()> {
-        let n = self.ops(5000, 20_000);
+        let n = self.ops(20_000, 100_000);
+        // Each measured phase stops after N operations or this long, whichever comes
+        // first (unless --ops asks for an exact count), so a slow transport cannot make
+        // a sweep unbounded.
+        let cap = match self.o.axes.ops {
+            Some(_) => None,
+            None => Some(std::time::Duration::from_secs(pick(self.o.quick, 2, 20))),
+        };
         let warm = (n / 10).clamp(100, 2000);
         let seed = self.o.seed;
         let copts = ClientOptions { protocol, ..Default::default() };
@@ -705,13 +713,16 @@ impl<'a> Context<'a> {
         let (put_hlog, get_hlog) = (self.hlog(pt, "put"), self.hlog(pt, "get"));
         let warm_w = insert_spec(size, 0, warm, n + warm, seed)?;
         let put_w = insert_spec(size, warm, n, n + warm, seed)?;
-        let get_w = mix_spec(1.0, 0.0, n + warm, n, size, Skew::Uniform, seed)?;
         let ro_warm = self.run_opts(format!("{label} warm"), 1, warm, 0, None);
-        let ro_put = self.run_opts(format!("{label} PUT"), 1, n, 0, Some(put_hlog.clone()));
-        let ro_get = self.run_opts(format!("{label} GET"), 1, n, warm, Some(get_hlog.clone()));
+        let mut ro_put = self.run_opts(format!("{label} PUT"), 1, n, 0, Some(put_hlog.clone()));
+        ro_put.duration = cap;
+        let mut ro_get = self.run_opts(format!("{label} GET"), 1, n, warm, Some(get_hlog.clone()));
+        ro_get.duration = cap;
         let (put, get) = on_target!(self.o, eo, |t, ep| {
             self.load(&t, &ep, &copts, &warm_w, &ro_warm)?;
             let put = self.load(&t, &ep, &copts, &put_w, &ro_put)?;
+            // GETs over the keys stored so far (the PUT phase may have stopped early).
+            let get_w = mix_spec(1.0, 0.0, warm + put.run.operations, n, size, Skew::Uniform, seed)?;
             let get = self.run(&t, &ep, &copts, &get_w, &ro_get)?;
             Ok::<_, SweepError>((put, get))
         })?;
