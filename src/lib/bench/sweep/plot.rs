@@ -950,4 +950,67 @@ mod tests {
         }
         assert!(std::fs::metadata(&files[0]).unwrap().len() > 1000);
     }
+
+    /// A synthetic results table of `preset`: two rows with plausible values.
+    fn synthetic(preset: Preset) -> Table {
+        let header: Vec<String> = preset.columns().iter().map(|c| c.to_string()).collect();
+        let rows = (0..2)
+            .map(|k| {
+                header
+                    .iter()
+                    .map(|c| match c.as_str() {
+                        "point" => format!("p{k}"),
+                        "transport" | "backend" => "shm".into(),
+                        "quick" => "true".into(),
+                        "protocol" => ["boom", "rdmp"][k].into(),
+                        "mix" => "a".into(),
+                        "theta" => ["uniform", "0.99"][k].into(),
+                        "mode" => "hybrid".into(),
+                        "flush" => "clwb".into(),
+                        "coop" => ["off", "on"][k].into(),
+                        "baseline" => "cacheline_pingpong".into(),
+                        "size" | "segment_size" => ["64", "4096"][k].into(),
+                        "threads" => ["1", "2"][k].into(),
+                        c if c.ends_with("hlog") => "x.hlog".into(),
+                        _ => format!("{}", 10 * (k + 1)),
+                    })
+                    .collect()
+            })
+            .collect();
+        Table { path: PathBuf::from(format!("{preset}.csv")), header, rows }
+    }
+
+    #[test]
+    fn every_figure_has_a_title_axis_units_and_a_legend() {
+        let dir = tempfile::tempdir().unwrap();
+        for p in Preset::ALL {
+            let t = synthetic(p);
+            let figs = figures(p, &t, dir.path()).unwrap();
+            assert!(!figs.is_empty(), "{p}");
+            for f in figs {
+                let (title, xl, yl, legend): (&str, &str, &str, Vec<String>) = match &f {
+                    Figure::Line(l) => (
+                        &l.title,
+                        &l.x_label,
+                        &l.y_label,
+                        l.series.iter().filter(|s| !s.points.is_empty()).map(|s| s.name.clone()).collect(),
+                    ),
+                    Figure::Bar(b) => {
+                        (&b.title, &b.x_label, &b.y_label, b.stacks.iter().map(|s| s.0.clone()).collect())
+                    }
+                };
+                assert!(!legend.is_empty(), "{}: no legend entries", f.stem());
+                assert!(yl.contains('(') && yl.contains(')'), "{}: y label without units: {yl}", f.stem());
+                if matches!(&f, Figure::Line(l) if l.x != XAxis::Categories(vec![])) {
+                    assert!(xl.contains('('), "{}: x label without units: {xl}", f.stem());
+                }
+                let files = draw(&f, dir.path()).unwrap();
+                let texts = svg_texts(&std::fs::read_to_string(&files[1]).unwrap());
+                for want in legend.iter().map(String::as_str).chain([title, xl]) {
+                    assert!(texts.iter().any(|t| t == want), "{}: `{want}` not in the SVG", f.stem());
+                }
+                assert!(texts.iter().any(|t| t.starts_with(yl)), "{}: y label not in the SVG", f.stem());
+            }
+        }
+    }
 }
