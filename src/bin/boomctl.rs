@@ -13,6 +13,8 @@ mod crash_cmd;
 mod kv_cmds;
 #[path = "boomctl/pool_cmds.rs"]
 mod pool_cmds;
+#[path = "boomctl/sweep_cmd.rs"]
+mod sweep_cmd;
 #[path = "boomctl/ycsb_cmd.rs"]
 mod ycsb_cmd;
 
@@ -55,6 +57,9 @@ enum Command {
     /// Measure the transport floor: latency and message rate of each transport backend
     /// next to a cache-line ping-pong and a plain TCP ping-pong.
     BenchTransport(bench_transport::BenchTransportArgs),
+    /// Run a grid of benchmarks that reproduces the paper's figures; write CSV, plots,
+    /// SETUP.md and a summary against the paper.
+    Sweep(sweep_cmd::SweepArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
         Command::BenchTransport(a) => bench_transport::run(a),
+        Command::Sweep(a) => sweep_cmd::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

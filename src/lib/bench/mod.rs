@@ -6,6 +6,8 @@
 //! - [`floor`]: the transport floor: raw latency and message rate of each transport
 //!   backend, next to the hardware baselines (a cross-core cache-line ping-pong and a
 //!   plain TCP ping-pong over loopback). Every protocol result is compared against it.
+//! - [`sweep`]: `boomctl sweep`: grids of runs that reproduce the paper's figures, CSV,
+//!   plots and a summary against the paper.
 //! - [`LatencySummary`]: perftest-style statistics of a latency sample.
 
 pub mod embedded;
@@ -14,6 +16,7 @@ pub mod hlog;
 pub mod measure;
 pub mod report;
 pub mod runner;
+pub mod sweep;
 
 /// Statistics of one latency sample, in microseconds (perftest's columns).
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]

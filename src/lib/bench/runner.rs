@@ -161,7 +161,20 @@ pub fn load<T: Transport>(
     opts: &RunOptions,
 ) -> Result<RunResult> {
     let total = w.config().insert_count;
-    phase(t, ep, copts, w, opts, total, true)
+    phase(t, ep, copts, w, opts, total, true, None)
+}
+
+/// [`load`] with its progress bar shown in `bars` (under a sweep's overall bar).
+pub fn load_in<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+    bars: &indicatif::MultiProgress,
+) -> Result<RunResult> {
+    let total = w.config().insert_count;
+    phase(t, ep, copts, w, opts, total, true, Some(bars))
 }
 
 /// Runs the transaction phase.
@@ -172,9 +185,22 @@ pub fn run<T: Transport>(
     w: &CoreWorkload,
     opts: &RunOptions,
 ) -> Result<RunResult> {
-    phase(t, ep, copts, w, opts, opts.ops, false)
+    phase(t, ep, copts, w, opts, opts.ops, false, None)
 }
 
+/// [`run`] with its progress bar shown in `bars` (under a sweep's overall bar).
+pub fn run_in<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+    bars: &indicatif::MultiProgress,
+) -> Result<RunResult> {
+    phase(t, ep, copts, w, opts, opts.ops, false, Some(bars))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn phase<T: Transport>(
     t: &T,
     ep: &Endpoint,
@@ -183,6 +209,7 @@ fn phase<T: Transport>(
     opts: &RunOptions,
     total: u64,
     loading: bool,
+    bars: Option<&indicatif::MultiProgress>,
 ) -> Result<RunResult> {
     let threads = opts.threads.max(1);
     let max_value = w.config().value_size.max() as usize;
@@ -280,7 +307,10 @@ fn phase<T: Transport>(
     };
     let mut totals = Measurements::new(opts.measurement);
     let mut interval = Measurements::new(opts.measurement);
-    let bar = progress_bar(opts.progress, total, &opts.label);
+    let bar = progress_bar(opts.progress, total, &opts.label).map(|b| match bars {
+        Some(m) => m.add(b),
+        None => b,
+    });
     let mut last_tick = Instant::now();
     let mut last_line = Instant::now();
     let mut last_done = 0u64;

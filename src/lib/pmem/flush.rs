@@ -91,8 +91,16 @@ pub struct CpuFeatures {
 }
 
 impl CpuFeatures {
-    /// Reads CPUID (all false off x86_64).
+    /// The CPU's features, read once (CPUID is slow in virtual machines: tens of
+    /// microseconds, a VM exit each time, and [`FlushKind::supported`] runs on every
+    /// write-back).
     pub fn detect() -> CpuFeatures {
+        static FEATURES: std::sync::OnceLock<CpuFeatures> = std::sync::OnceLock::new();
+        *FEATURES.get_or_init(CpuFeatures::read_cpuid)
+    }
+
+    /// Reads CPUID (all false off x86_64).
+    fn read_cpuid() -> CpuFeatures {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{__cpuid, __cpuid_count};

@@ -1,0 +1,178 @@
+//! `boomctl sweep`: run a preset grid of benchmarks, write every raw result, render
+//! the paper's figures and a summary against the paper.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use boomkv::bench::runner::Progress;
+use boomkv::bench::sweep::{self, Axes, GridFile, SweepOptions};
+use boomkv::transport::{Backend, Endpoint};
+
+/// Run a grid of benchmarks that reproduces the paper's figures, then plot it.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Presets (and the paper's figures):
+  transport     the transport floor: WRITE, WRITE_WITH_IMM + reply, SEND/RECV, READ per backend
+  latency       PUT and GET latency, 32 B .. 16 KiB, all protocols, reductions vs the paper (6, 7, 13, 14)
+  breakdown     where a request's time goes: transport, metadata, copies, write-back, index (1, 2)
+  ycsb          YCSB A, B, C, D, F average and p99 latency per protocol and size (15-17)
+  segment-size  1 KiB PUT throughput/latency and space saving vs segment size (8, 10)
+  skew          PM space used vs Zipf skew, hybrid vs append-only (9)
+  writeback     cooperative write-back on/off, clflush/clwb/clflushopt, 4/8/16 KiB, 2 clients (11, 12)
+  threads       throughput vs client threads at 2 KiB (18, 19)
+  all           every preset
+
+Output (default plots/<date>-<host>/): <preset>.csv (one row per grid point), .hlog
+latency logs, PNG + SVG per figure, SETUP.md (machine, settings, command), SUMMARY.md.
+
+Examples:
+  boomctl sweep latency --quick                 # under 2 minutes
+  boomctl sweep latency --sizes 32,1k,16k --protocols boom,rdmp --transport tcp
+  boomctl sweep all --out /data/sweep-1 --resume  # continue an interrupted sweep
+  boomctl sweep --grid workloads/sweep-quick.grid
+  boomctl sweep --plot-only plots/2026-01-01-host # re-render from the CSV files")]
+pub struct SweepArgs {
+    /// Preset: transport, latency, breakdown, ycsb, segment-size, skew, writeback,
+    /// threads, or all (several: comma separated).
+    #[arg(value_name = "PRESET", required_unless_present_any = ["plot_only", "grid"])]
+    preset: Option<String>,
+    /// Small op counts and fewer points (latency --quick takes under 2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Output directory [default: plots/DATE-HOST].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Skip grid points whose results are already in the CSV files.
+    #[arg(long)]
+    resume: bool,
+    /// Start the CSV files again when they already have results.
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
+    /// Only re-render plots and the summary from the CSV files in DIR.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "resume", "overwrite", "quick", "grid"])]
+    plot_only: Option<PathBuf>,
+    /// A grid file (key = value lines: preset, transport, quick, sizes, protocols, ...);
+    /// options given here override it.
+    #[arg(long, value_name = "FILE")]
+    grid: Option<PathBuf>,
+    /// Value (or message) sizes, e.g. 32,1k,16k.
+    #[arg(long, value_name = "LIST")]
+    sizes: Option<String>,
+    /// Protocols: boom, rdmp, rpc.
+    #[arg(long, value_name = "LIST")]
+    protocols: Option<String>,
+    /// Client thread counts (threads preset).
+    #[arg(long, value_name = "LIST")]
+    threads: Option<String>,
+    /// Request skews: uniform or Zipf thetas, e.g. uniform,0.99,1.1 (skew, segment-size).
+    #[arg(long, value_name = "LIST")]
+    thetas: Option<String>,
+    /// Segment sizes, e.g. 16M,64M,256M (segment-size; the first one for skew).
+    #[arg(long, value_name = "LIST")]
+    segment_sizes: Option<String>,
+    /// YCSB mixes: a, b, c, d, f.
+    #[arg(long, value_name = "LIST")]
+    mixes: Option<String>,
+    /// Flush instructions (writeback): clflush, clwb, clflushopt.
+    #[arg(long, value_name = "LIST")]
+    flushes: Option<String>,
+    /// Measured operations per run (transport: iterations per size).
+    #[arg(long, value_name = "N")]
+    ops: Option<String>,
+    /// Keys of the space experiments (skew, segment-size).
+    #[arg(long, value_name = "N")]
+    keys: Option<String>,
+    /// Worker threads of the embedded servers.
+    #[arg(long, value_name = "N")]
+    workers: Option<String>,
+    /// Transport of the embedded servers: shm (default) or tcp.
+    #[arg(long, value_name = "shm|tcp")]
+    transport: Option<Backend>,
+    /// Drive a running server (shm:/path, host:port) instead of embedded ones.
+    #[arg(long, value_name = "ADDR")]
+    server: Option<String>,
+    /// Directory for the embedded servers' temporary pools [default: /dev/shm].
+    #[arg(long, value_name = "DIR")]
+    pmem: Option<PathBuf>,
+    /// Seed of the operation streams.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// No progress output.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,:@+".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Runs `boomctl sweep`.
+pub fn run(a: SweepArgs) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    if let Some(dir) = &a.plot_only {
+        if !dir.is_dir() {
+            bail!("--plot-only {}: not a directory", dir.display());
+        }
+        sweep::render(dir, &mut stdout).with_context(|| format!("rendering {}", dir.display()))?;
+        return Ok(());
+    }
+    let file = match &a.grid {
+        Some(p) => GridFile::read(p)?,
+        None => GridFile::default(),
+    };
+    let presets = match (&a.preset, &file.presets) {
+        (Some(p), _) => sweep::parse_presets(p)?,
+        (None, Some(p)) => p.clone(),
+        (None, None) => bail!("name a preset (or a grid file with `preset = ...`)"),
+    };
+    let mut axes = file.axes.clone();
+    let mut cli = Axes::default();
+    for (name, v) in [
+        ("sizes", &a.sizes),
+        ("protocols", &a.protocols),
+        ("threads", &a.threads),
+        ("thetas", &a.thetas),
+        ("segment-sizes", &a.segment_sizes),
+        ("mixes", &a.mixes),
+        ("flushes", &a.flushes),
+        ("ops", &a.ops),
+        ("keys", &a.keys),
+        ("workers", &a.workers),
+    ] {
+        if let Some(v) = v {
+            cli.set(name, v)?;
+        }
+    }
+    axes.override_with(&cli);
+    let server = match &a.server {
+        Some(s) => Some(Endpoint::parse_for(s, a.transport).with_context(|| format!("--server {s}"))?),
+        None => None,
+    };
+    let backend = a.transport.or(file.transport).unwrap_or(Backend::Shm);
+    if backend == Backend::Verbs && server.is_none() {
+        bail!("--transport verbs: sweeps run embedded servers over shm or tcp");
+    }
+    let mut o = SweepOptions::new(presets, a.out.clone().unwrap_or_else(sweep::default_out_dir));
+    o.quick = a.quick || file.quick.unwrap_or(false);
+    o.backend = backend;
+    o.server = server;
+    o.axes = axes;
+    o.resume = a.resume;
+    o.overwrite = a.overwrite;
+    o.progress = Progress::auto(a.quiet);
+    o.pmem_dir = a.pmem.clone();
+    o.seed = a.seed;
+    o.command = std::env::args().map(|s| shell_quote(&s)).collect::<Vec<_>>().join(" ");
+    let outcome = sweep::run(&o, &mut stdout)?;
+    if !outcome.failed.is_empty() {
+        bail!(
+            "{} of {} runs failed (see above); `--resume` runs them again",
+            outcome.failed.len(),
+            outcome.failed.len() + outcome.ran
+        );
+    }
+    Ok(())
+}

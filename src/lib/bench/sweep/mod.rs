@@ -1,0 +1,1112 @@
+//! `boomctl sweep`: grids of benchmark runs that reproduce the paper's figures, their
+//! raw results, plots and a summary against the paper.
+//!
+//! A sweep runs one or more [`Preset`]s. Each preset expands into a grid of
+//! [`Point`]s (the axes can be overridden, see [`SweepOptions`]); each point is one
+//! measurement whose parameters and results become **one CSV row** in
+//! `<out>/<preset>.csv`, written as soon as the point finishes, so an interrupted
+//! sweep loses at most one point and `--resume` skips the points already in the CSV
+//! (matched by the `point` column).
+//!
+//! After the runs, [`render`] reads the CSV files back (and only them): it writes the
+//! comparisons (`<preset>-compare.csv`, `SUMMARY.md`, and the table on stdout) and draws
+//! every figure as PNG and SVG ([`plot`]). `boomctl sweep --plot-only DIR` calls
+//! [`render`] alone. [`setup`] writes `SETUP.md` (machine, transport, flush primitive,
+//! durability, version, the exact command).
+//!
+//! What each preset measures, and how, is in [`points`] and in `SETUP.md`.
+
+pub mod paper;
+pub mod plot;
+pub mod points;
+pub mod setup;
+pub mod summary;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+
+use crate::bench::runner::Progress;
+use crate::pmem::FlushKind;
+use crate::transport::{Backend, Endpoint};
+use crate::units::{parse_bytes, short_bytes};
+use crate::wire::Protocol;
+
+/// Errors of a sweep: the library's, plus files that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// A library call failed.
+    #[error(transparent)]
+    Lib(#[from] crate::error::Error),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A results file does not parse.
+    #[error("{}{}: {problem}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// The line (1-based, the header is line 1), when known.
+        line: Option<usize>,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A grid file or axis value is invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// A figure could not be drawn.
+    #[error("drawing {figure}: {problem}")]
+    Plot {
+        /// The figure's file stem.
+        figure: String,
+        /// What failed.
+        problem: String,
+    },
+}
+
+/// Result of sweep functions.
+pub type Result<T, E = SweepError> = std::result::Result<T, E>;
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
+    move |source| SweepError::Io { path: path.to_path_buf(), source }
+}
+
+/// A named grid that maps to figures of the paper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Preset {
+    /// The transport floor (WRITE, WRITE_WITH_IMM + reply, SEND/RECV, READ), per backend.
+    Transport,
+    /// PUT and GET latency per protocol and size (figures 6, 7, 13, 14).
+    Latency,
+    /// Where a request's time goes (figures 1, 2).
+    Breakdown,
+    /// YCSB workloads per protocol and size (figures 15-17).
+    Ycsb,
+    /// 1 KiB PUT throughput, latency and space saving vs segment size (figures 8, 10).
+    SegmentSize,
+    /// PM space used vs Zipf skew, hybrid vs append-only (figure 9).
+    Skew,
+    /// Cooperative write-back on/off per flush instruction and size (figures 11, 12).
+    Writeback,
+    /// Throughput vs client threads at 2 KiB (figures 18, 19).
+    Threads,
+}
+
+impl Preset {
+    /// Every preset, in the order `all` runs them.
+    pub const ALL: [Preset; 8] = [
+        Preset::Transport,
+        Preset::Latency,
+        Preset::Breakdown,
+        Preset::Ycsb,
+        Preset::SegmentSize,
+        Preset::Skew,
+        Preset::Writeback,
+        Preset::Threads,
+    ];
+
+    /// The name on the command line and of the CSV file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Transport => "transport",
+            Preset::Latency => "latency",
+            Preset::Breakdown => "breakdown",
+            Preset::Ycsb => "ycsb",
+            Preset::SegmentSize => "segment-size",
+            Preset::Skew => "skew",
+            Preset::Writeback => "writeback",
+            Preset::Threads => "threads",
+        }
+    }
+
+    /// The paper's figures this preset reproduces.
+    pub fn figures(self) -> &'static str {
+        match self {
+            Preset::Transport => "the transport floor (no figure)",
+            Preset::Latency => "figures 6, 7, 13, 14",
+            Preset::Breakdown => "figures 1, 2",
+            Preset::Ycsb => "figures 15-17",
+            Preset::SegmentSize => "figures 8, 10",
+            Preset::Skew => "figure 9",
+            Preset::Writeback => "figures 11, 12",
+            Preset::Threads => "figures 18, 19",
+        }
+    }
+
+    /// The CSV file of this preset in `dir`.
+    pub fn csv_path(self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}.csv", self.name()))
+    }
+
+    /// The CSV columns, in order.
+    pub fn columns(self) -> &'static [&'static str] {
+        points::columns(self)
+    }
+
+    /// Whether the preset needs an embedded server (it varies the server's settings).
+    pub fn needs_embedded(self) -> bool {
+        matches!(self, Preset::SegmentSize | Preset::Writeback)
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Preset {
+    type Err = SweepError;
+    fn from_str(s: &str) -> Result<Preset> {
+        Preset::ALL.into_iter().find(|p| p.name() == s.trim().to_ascii_lowercase()).ok_or_else(|| {
+            SweepError::Invalid(format!(
+                "unknown preset '{s}' (expected all, {})",
+                Preset::ALL.map(|p| p.name()).join(", ")
+            ))
+        })
+    }
+}
+
+/// Parses a preset list: `all` or names separated by commas.
+pub fn parse_presets(s: &str) -> Result<Vec<Preset>> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(Preset::ALL.to_vec());
+    }
+    s.split(',').map(Preset::from_str).collect()
+}
+
+/// A request distribution of the skew axis: uniform, or a Zipf law with this theta.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Skew {
+    /// Uniform over the keys.
+    Uniform,
+    /// True Zipf over the key space with this constant.
+    Zipf(f64),
+}
+
+impl Skew {
+    /// `uniform` or the theta (`0.99`).
+    pub fn label(self) -> String {
+        match self {
+            Skew::Uniform => "uniform".into(),
+            Skew::Zipf(t) => format!("{t}"),
+        }
+    }
+}
+
+impl FromStr for Skew {
+    type Err = SweepError;
+    fn from_str(s: &str) -> Result<Skew> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("uniform") || t == "0" {
+            return Ok(Skew::Uniform);
+        }
+        match t.parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() && v < 100.0 => Ok(Skew::Zipf(v)),
+            _ => Err(SweepError::Invalid(format!("'{s}' is not a skew (uniform, or a Zipf theta such as 0.99)"))),
+        }
+    }
+}
+
+/// The axes a user can override (`None`: the preset's own values).
+#[derive(Clone, Debug, Default)]
+pub struct Axes {
+    /// Value (or message) sizes in bytes.
+    pub sizes: Option<Vec<u64>>,
+    /// Protocols.
+    pub protocols: Option<Vec<Protocol>>,
+    /// Client threads.
+    pub threads: Option<Vec<usize>>,
+    /// Request skews.
+    pub thetas: Option<Vec<Skew>>,
+    /// Segment sizes in bytes.
+    pub segment_sizes: Option<Vec<u64>>,
+    /// YCSB mixes (`a`..`f`).
+    pub mixes: Option<Vec<char>>,
+    /// Flush instructions (writeback preset).
+    pub flushes: Option<Vec<FlushKind>>,
+    /// Measured operations per run.
+    pub ops: Option<u64>,
+    /// Keys of the space experiments.
+    pub keys: Option<u64>,
+    /// Server worker threads of embedded servers.
+    pub workers: Option<usize>,
+}
+
+/// Parses a comma-separated list with `f`, naming the axis in errors.
+pub fn parse_list<T>(axis: &str, s: &str, f: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
+    let v: Vec<T> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| f(x).map_err(|e| SweepError::Invalid(format!("--{axis}: {e}"))))
+        .collect::<Result<_>>()?;
+    if v.is_empty() {
+        return Err(SweepError::Invalid(format!("--{axis}: empty list")));
+    }
+    Ok(v)
+}
+
+/// Parses a byte size (`32`, `1k`, `64M`).
+pub fn parse_size(s: &str) -> Result<u64> {
+    parse_bytes(s).map_err(|e| SweepError::Invalid(e.to_string()))
+}
+
+impl Axes {
+    /// Sets one axis from its name and a list (`sizes`, `protocols`, ...); the names
+    /// are the long options without dashes, `_` or `-` both accepted.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let key = name.trim().replace('_', "-").to_ascii_lowercase();
+        match key.as_str() {
+            "sizes" => self.sizes = Some(parse_list("sizes", value, parse_size)?),
+            "protocols" => {
+                self.protocols =
+                    Some(parse_list("protocols", value, |x| x.parse::<Protocol>().map_err(SweepError::Invalid))?)
+            }
+            "threads" => {
+                self.threads = Some(parse_list("threads", value, |x| match x.parse::<usize>() {
+                    Ok(n) if (1..=1024).contains(&n) => Ok(n),
+                    _ => Err(SweepError::Invalid(format!("'{x}' is not a thread count (1..1024)"))),
+                })?)
+            }
+            "thetas" => self.thetas = Some(parse_list("thetas", value, Skew::from_str)?),
+            "segment-sizes" => self.segment_sizes = Some(parse_list("segment-sizes", value, parse_size)?),
+            "mixes" => {
+                self.mixes = Some(parse_list("mixes", value, |x| {
+                    let c = x.trim_start_matches("workload").chars().next().unwrap_or(' ').to_ascii_lowercase();
+                    if x.trim_start_matches("workload").len() == 1 && ('a'..='f').contains(&c) && c != 'e' {
+                        Ok(c)
+                    } else {
+                        Err(SweepError::Invalid(format!(
+                            "'{x}' is not a YCSB mix the sweep runs (a, b, c, d, f; e needs scans, BOOM only)"
+                        )))
+                    }
+                })?)
+            }
+            "flushes" => {
+                self.flushes =
+                    Some(parse_list("flushes", value, |x| x.parse::<FlushKind>().map_err(SweepError::Invalid))?)
+            }
+            "ops" => self.ops = Some(parse_count("ops", value)?),
+            "keys" => self.keys = Some(parse_count("keys", value)?),
+            "workers" => self.workers = Some(parse_count("workers", value)? as usize),
+            other => {
+                return Err(SweepError::Invalid(format!(
+                    "unknown axis '{other}' (expected sizes, protocols, threads, thetas, segment-sizes, mixes, \
+                     flushes, ops, keys, workers)"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes every axis `other` sets.
+    pub fn override_with(&mut self, other: &Axes) {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f.clone(); } )* };
+        }
+        take!(sizes, protocols, threads, thetas, segment_sizes, mixes, flushes, ops, keys, workers);
+    }
+}
+
+fn parse_count(axis: &str, s: &str) -> Result<u64> {
+    let v = parse_bytes(s).map_err(|e| SweepError::Invalid(format!("--{axis}: {e}")))?;
+    if v == 0 {
+        return Err(SweepError::Invalid(format!("--{axis} must be at least 1")));
+    }
+    Ok(v)
+}
+
+/// A grid from a file (`--grid workloads/sweep-small.grid`): `key = value` lines,
+/// `#` comments. Keys: `preset` (names or `all`), `transport`, `quick` (true/false),
+/// and any axis of [`Axes::set`].
+#[derive(Clone, Debug, Default)]
+pub struct GridFile {
+    /// Presets named in the file.
+    pub presets: Option<Vec<Preset>>,
+    /// Transport named in the file.
+    pub transport: Option<Backend>,
+    /// Quick mode.
+    pub quick: Option<bool>,
+    /// Axes.
+    pub axes: Axes,
+}
+
+impl GridFile {
+    /// Reads and parses `path`.
+    pub fn read(path: &Path) -> Result<GridFile> {
+        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+        GridFile::parse(&text).map_err(|e| SweepError::Csv {
+            path: path.to_path_buf(),
+            line: None,
+            problem: e.to_string(),
+        })
+    }
+
+    /// Parses grid file text.
+    pub fn parse(text: &str) -> Result<GridFile> {
+        let mut g = GridFile::default();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let at = |e: SweepError| SweepError::Invalid(format!("line {}: {e}", i + 1));
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| SweepError::Invalid(format!("line {}: expected key = value, got '{line}'", i + 1)))?;
+            let (k, v) = (k.trim(), v.trim());
+            match k {
+                "preset" | "presets" => g.presets = Some(parse_presets(v).map_err(at)?),
+                "transport" => {
+                    g.transport = Some(v.parse::<Backend>().map_err(|e| at(SweepError::Invalid(e.to_string())))?)
+                }
+                "quick" => {
+                    g.quick = Some(match v {
+                        "true" | "yes" | "1" => true,
+                        "false" | "no" | "0" => false,
+                        _ => return Err(at(SweepError::Invalid(format!("quick = '{v}': expected true or false")))),
+                    })
+                }
+                _ => g.axes.set(k, v).map_err(at)?,
+            }
+        }
+        Ok(g)
+    }
+}
+
+/// Everything a sweep needs.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// Presets to run, in order.
+    pub presets: Vec<Preset>,
+    /// Small op counts and fewer points.
+    pub quick: bool,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Transport (embedded servers, and the transport floor).
+    pub backend: Backend,
+    /// A running server to drive instead of embedded ones.
+    pub server: Option<Endpoint>,
+    /// Axis overrides.
+    pub axes: Axes,
+    /// Skip points already in the CSV files.
+    pub resume: bool,
+    /// Start the CSV files again when they exist.
+    pub overwrite: bool,
+    /// Progress display.
+    pub progress: Progress,
+    /// Directory for the embedded servers' temporary pools.
+    pub pmem_dir: Option<PathBuf>,
+    /// Seed of the operation streams.
+    pub seed: u64,
+    /// The command line, for SETUP.md.
+    pub command: String,
+}
+
+impl SweepOptions {
+    /// Options for `presets` writing into `out`, everything else default.
+    pub fn new(presets: Vec<Preset>, out: PathBuf) -> SweepOptions {
+        SweepOptions {
+            presets,
+            quick: false,
+            out,
+            backend: Backend::Shm,
+            server: None,
+            axes: Axes::default(),
+            resume: false,
+            overwrite: false,
+            progress: Progress::Quiet,
+            pmem_dir: None,
+            seed: 1,
+            command: String::new(),
+        }
+    }
+
+    /// The transport actually used: the server's, or the chosen backend.
+    pub fn transport(&self) -> Backend {
+        self.server.as_ref().map(|e| e.backend()).unwrap_or(self.backend)
+    }
+}
+
+/// The default output directory: `plots/<date>-<host>`.
+pub fn default_out_dir() -> PathBuf {
+    PathBuf::from("plots").join(format!("{}-{}", setup::today(), setup::hostname()))
+}
+
+/// One grid point: a preset and its coordinates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// The preset.
+    pub preset: Preset,
+    /// The coordinates.
+    pub params: Params,
+}
+
+/// The coordinates of a grid point.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Params {
+    /// Transport floor of one backend at one message size.
+    Transport {
+        /// Backend.
+        backend: Backend,
+        /// Message size.
+        size: u64,
+    },
+    /// PUT then GET of one protocol at one value size (latency and breakdown).
+    Latency {
+        /// Protocol.
+        protocol: Protocol,
+        /// Value size.
+        size: u64,
+    },
+    /// A YCSB mix.
+    Ycsb {
+        /// Mix `a`..`f`.
+        mix: char,
+        /// Protocol.
+        protocol: Protocol,
+        /// Value size.
+        size: u64,
+    },
+    /// 100% 1 KiB PUT with one segment size.
+    SegmentSize {
+        /// Segment size.
+        segment_size: u64,
+        /// Request skew.
+        skew: Skew,
+    },
+    /// 100% PUT with one skew and update mode.
+    Skew {
+        /// Request skew.
+        skew: Skew,
+        /// Hybrid (true) or append-only updates.
+        hybrid: bool,
+    },
+    /// PUT throughput of 2 clients with one flush instruction, coop on/off, one size.
+    Writeback {
+        /// Flush instruction.
+        flush: FlushKind,
+        /// Cooperative write-back.
+        coop: bool,
+        /// Value size.
+        size: u64,
+    },
+    /// PUT and GET throughput with this many client threads.
+    Threads {
+        /// Protocol.
+        protocol: Protocol,
+        /// Client threads.
+        threads: usize,
+    },
+}
+
+impl Point {
+    /// The point's key in the CSV (`point` column): the coordinates, `/`-separated.
+    pub fn id(&self) -> String {
+        match &self.params {
+            Params::Transport { backend, size } => format!("{backend}/{size}"),
+            Params::Latency { protocol, size } => format!("{protocol}/{size}"),
+            Params::Ycsb { mix, protocol, size } => format!("{mix}/{protocol}/{size}"),
+            Params::SegmentSize { segment_size, skew } => format!("{}/{}", short_bytes(*segment_size), skew.label()),
+            Params::Skew { skew, hybrid } => {
+                format!("{}/{}", skew.label(), if *hybrid { "hybrid" } else { "append" })
+            }
+            Params::Writeback { flush, coop, size } => {
+                format!("{flush}/{}/{size}", if *coop { "coop-on" } else { "coop-off" })
+            }
+            Params::Threads { protocol, threads } => format!("{protocol}/{threads}"),
+        }
+    }
+
+    /// A short label for progress output.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.preset, self.id())
+    }
+}
+
+/// The preset's grid: defaults (quick or full) with the user's overrides.
+pub fn grid(preset: Preset, o: &SweepOptions) -> Result<Vec<Point>> {
+    let a = &o.axes;
+    let q = o.quick;
+    let protocols = a.protocols.clone().unwrap_or_else(|| Protocol::ALL.to_vec());
+    let kib = |v: &[u64]| v.iter().map(|k| k << 10).collect::<Vec<u64>>();
+    let mut pts = Vec::new();
+    let mut push = |params| pts.push(Point { preset, params });
+    match preset {
+        Preset::Transport => {
+            let sizes = a.sizes.clone().unwrap_or_else(|| {
+                if q {
+                    vec![32, 64, 1024, 16384]
+                } else {
+                    crate::bench::floor::DEFAULT_SIZES.iter().map(|&s| s as u64).collect()
+                }
+            });
+            if let Some(&bad) = sizes.iter().find(|&&s| s == 0 || s > 1 << 24) {
+                return Err(SweepError::Invalid(format!("--sizes: {bad} is outside 1 B..16 MiB")));
+            }
+            let backends = match &o.server {
+                Some(_) => vec![o.transport()],
+                None if a.sizes.is_none() && !q => vec![Backend::Shm, Backend::Tcp],
+                None => vec![o.backend],
+            };
+            for b in backends {
+                for &size in &sizes {
+                    push(Params::Transport { backend: b, size });
+                }
+            }
+        }
+        Preset::Latency | Preset::Breakdown => {
+            let sizes = a.sizes.clone().unwrap_or_else(|| match (preset, q) {
+                (Preset::Latency, true) => vec![32, 256, 1024, 4096, 16384],
+                (Preset::Latency, false) => (5..=14).map(|s| 1u64 << s).collect(),
+                (_, true) => vec![64, 1024, 16384],
+                (_, false) => vec![64, 256, 1024, 4096, 16384],
+            });
+            check_values(&sizes)?;
+            for &size in &sizes {
+                for &protocol in &protocols {
+                    push(Params::Latency { protocol, size });
+                }
+            }
+        }
+        Preset::Ycsb => {
+            let mixes =
+                a.mixes.clone().unwrap_or_else(|| if q { vec!['a', 'b', 'c'] } else { vec!['a', 'b', 'c', 'd', 'f'] });
+            let sizes =
+                a.sizes.clone().unwrap_or_else(|| if q { vec![64, 4096] } else { vec![32, 256, 1024, 4096, 16384] });
+            check_values(&sizes)?;
+            for &mix in &mixes {
+                for &size in &sizes {
+                    for &protocol in &protocols {
+                        push(Params::Ycsb { mix, protocol, size });
+                    }
+                }
+            }
+        }
+        Preset::SegmentSize => {
+            let segs = a.segment_sizes.clone().unwrap_or_else(|| {
+                if q {
+                    // The full grid scaled down with the logical size (1/64).
+                    kib(&[256, 1024, 4096])
+                } else {
+                    vec![16 << 20, 64 << 20, 256 << 20]
+                }
+            });
+            check_segments(&segs)?;
+            let skews = a.thetas.clone().unwrap_or_else(|| vec![Skew::Zipf(0.99)]);
+            for &skew in &skews {
+                for &segment_size in &segs {
+                    push(Params::SegmentSize { segment_size, skew });
+                }
+            }
+        }
+        Preset::Skew => {
+            let skews = a.thetas.clone().unwrap_or_else(|| {
+                vec![
+                    Skew::Uniform,
+                    Skew::Zipf(0.5),
+                    Skew::Zipf(0.8),
+                    Skew::Zipf(0.99),
+                    Skew::Zipf(1.1),
+                    Skew::Zipf(1.2),
+                ]
+            });
+            for &skew in &skews {
+                for hybrid in [true, false] {
+                    push(Params::Skew { skew, hybrid });
+                }
+            }
+        }
+        Preset::Writeback => {
+            let flushes = a.flushes.clone().unwrap_or_else(|| {
+                [FlushKind::Clflush, FlushKind::Clwb, FlushKind::Clflushopt]
+                    .into_iter()
+                    .filter(|f| f.supported())
+                    .collect()
+            });
+            if let Some(f) = flushes.iter().find(|f| !f.supported()) {
+                return Err(SweepError::Invalid(format!("--flushes: this CPU cannot execute {f}")));
+            }
+            let sizes = a.sizes.clone().unwrap_or_else(|| kib(&[4, 8, 16]));
+            check_values(&sizes)?;
+            for &flush in &flushes {
+                for &size in &sizes {
+                    for coop in [false, true] {
+                        push(Params::Writeback { flush, coop, size });
+                    }
+                }
+            }
+        }
+        Preset::Threads => {
+            let threads = a.threads.clone().unwrap_or_else(|| if q { vec![1, 2, 4] } else { vec![1, 2, 4, 8, 16] });
+            for &protocol in &protocols {
+                for &t in &threads {
+                    push(Params::Threads { protocol, threads: t });
+                }
+            }
+        }
+    }
+    if preset.needs_embedded() && o.server.is_some() {
+        return Err(SweepError::Invalid(format!(
+            "the {preset} preset varies the server's settings, so it runs its own embedded servers: drop --server"
+        )));
+    }
+    Ok(pts)
+}
+
+fn check_values(sizes: &[u64]) -> Result<()> {
+    match sizes.iter().find(|&&s| s == 0 || s > 1 << 20) {
+        Some(bad) => Err(SweepError::Invalid(format!("--sizes: {bad} is outside 1 B..1 MiB (the largest value)"))),
+        None => Ok(()),
+    }
+}
+
+fn check_segments(segs: &[u64]) -> Result<()> {
+    let min = crate::log::format::MIN_SEGMENT_SIZE;
+    match segs.iter().find(|&&s| s < min || s % 4096 != 0 || s > 1 << 32) {
+        Some(bad) => Err(SweepError::Invalid(format!(
+            "--segment-sizes: {bad} must be a multiple of 4 KiB between {} and 4 GiB",
+            short_bytes(min)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A CSV file read back: the header and the rows, with the file name for errors.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// The file.
+    pub path: PathBuf,
+    /// Column names.
+    pub header: Vec<String>,
+    /// Data rows (as many fields as the header).
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Reads `path`; every row must have as many fields as the header.
+    pub fn read(path: &Path) -> Result<Table> {
+        let bytes = std::fs::read(path).map_err(io_err(path))?;
+        Table::parse(&bytes, path)
+    }
+
+    /// Parses CSV bytes; `path` names them in errors.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Table> {
+        let csv_err =
+            |line: Option<usize>, problem: String| SweepError::Csv { path: path.to_path_buf(), line, problem };
+        let mut r = csv::ReaderBuilder::new().has_headers(true).flexible(false).from_reader(bytes);
+        let header: Vec<String> =
+            r.headers().map_err(|e| csv_err(Some(1), e.to_string()))?.iter().map(String::from).collect();
+        if header.is_empty() || header[0] != "point" {
+            return Err(csv_err(Some(1), "not a sweep results file (the first column must be `point`)".into()));
+        }
+        let mut rows = Vec::new();
+        for (i, rec) in r.records().enumerate() {
+            let rec = rec.map_err(|e| csv_err(Some(i + 2), e.to_string()))?;
+            rows.push(rec.iter().map(String::from).collect());
+        }
+        Ok(Table { path: path.to_path_buf(), header, rows })
+    }
+
+    /// The index of column `name`.
+    pub fn col(&self, name: &str) -> Result<usize> {
+        self.header.iter().position(|h| h == name).ok_or_else(|| SweepError::Csv {
+            path: self.path.clone(),
+            line: Some(1),
+            problem: format!("no column `{name}`"),
+        })
+    }
+
+    /// The text of column `name` in row `i`.
+    pub fn str(&self, i: usize, name: &str) -> Result<&str> {
+        let c = self.col(name)?;
+        Ok(self.rows.get(i).and_then(|r| r.get(c)).map(String::as_str).unwrap_or(""))
+    }
+
+    /// Column `name` of row `i` as a number (`None` when empty).
+    pub fn num(&self, i: usize, name: &str) -> Result<Option<f64>> {
+        let s = self.str(i, name)?.trim();
+        if s.is_empty() {
+            return Ok(None);
+        }
+        s.parse::<f64>().map(Some).map_err(|_| SweepError::Csv {
+            path: self.path.clone(),
+            line: Some(i + 2),
+            problem: format!("column `{name}`: '{s}' is not a number"),
+        })
+    }
+
+    /// Column `name` of row `i` as a number, required.
+    pub fn req(&self, i: usize, name: &str) -> Result<f64> {
+        self.num(i, name)?.ok_or_else(|| SweepError::Csv {
+            path: self.path.clone(),
+            line: Some(i + 2),
+            problem: format!("column `{name}` is empty"),
+        })
+    }
+
+    /// Row indices whose column `name` equals `value`.
+    pub fn rows_where(&self, name: &str, value: &str) -> Result<Vec<usize>> {
+        let c = self.col(name)?;
+        Ok((0..self.rows.len()).filter(|&i| self.rows[i].get(c).map(String::as_str) == Some(value)).collect())
+    }
+
+    /// The distinct values of column `name`, in first-seen order.
+    pub fn distinct(&self, name: &str) -> Result<Vec<String>> {
+        let c = self.col(name)?;
+        let mut seen = Vec::new();
+        for r in &self.rows {
+            if let Some(v) = r.get(c) {
+                if !seen.contains(v) {
+                    seen.push(v.clone());
+                }
+            }
+        }
+        Ok(seen)
+    }
+}
+
+/// One result row: column name -> value, in any order.
+pub type Row = BTreeMap<&'static str, String>;
+
+/// Appends rows to a preset's CSV file, one flushed write per row.
+pub struct CsvSink {
+    path: PathBuf,
+    columns: &'static [&'static str],
+    file: std::fs::File,
+}
+
+impl CsvSink {
+    /// Opens (or creates) the preset's CSV in `dir`. An existing file must have the
+    /// preset's header. `fresh` truncates it first.
+    pub fn open(preset: Preset, dir: &Path, fresh: bool) -> Result<CsvSink> {
+        let path = preset.csv_path(dir);
+        let columns = preset.columns();
+        if path.exists() && !fresh {
+            let t = Table::read(&path)?;
+            if t.header != columns {
+                return Err(SweepError::Csv {
+                    path,
+                    line: Some(1),
+                    problem: "its columns are not the ones this version of boomctl writes; use --overwrite or \
+                              another --out directory"
+                        .into(),
+                });
+            }
+        }
+        let exists = path.exists() && !fresh;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.create(true);
+        if exists {
+            opts.append(true);
+        } else {
+            opts.write(true).truncate(true);
+        }
+        let mut file = opts.open(&path).map_err(io_err(&path))?;
+        if !exists {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.write_record(columns).map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
+            let b = w.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
+            file.write_all(&b).map_err(io_err(&path))?;
+        }
+        Ok(CsvSink { path, columns, file })
+    }
+
+    /// Writes one row (columns missing from `row` are empty).
+    pub fn write(&mut self, row: &Row) -> Result<()> {
+        if let Some(k) = row.keys().find(|k| !self.columns.contains(k)) {
+            return Err(SweepError::Invalid(format!("internal: column `{k}` is not in {}", self.path.display())));
+        }
+        let rec: Vec<&str> = self.columns.iter().map(|c| row.get(c).map(String::as_str).unwrap_or("")).collect();
+        let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+        w.write_record(&rec).map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
+        let b = w.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
+        self.file.write_all(&b).map_err(io_err(&self.path))?;
+        self.file.flush().map_err(io_err(&self.path))
+    }
+}
+
+/// The `point` values already in a preset's CSV (for `--resume`).
+pub fn done_points(preset: Preset, dir: &Path) -> Result<HashSet<String>> {
+    let path = preset.csv_path(dir);
+    if !path.exists() {
+        return Ok(HashSet::new());
+    }
+    let t = Table::read(&path)?;
+    Ok(t.rows.iter().filter_map(|r| r.first().cloned()).collect())
+}
+
+/// What a sweep did.
+#[derive(Debug, Default)]
+pub struct SweepOutcome {
+    /// Points run.
+    pub ran: usize,
+    /// Points skipped because `--resume` found them.
+    pub skipped: usize,
+    /// Points that failed (their error).
+    pub failed: Vec<(String, String)>,
+    /// What rendering wrote.
+    pub rendered: Option<RenderOutcome>,
+}
+
+/// Runs the sweep: every preset's grid, then [`render`]. Points that fail are
+/// reported and skipped (the sweep runs unattended); a `--resume` runs them again.
+pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
+    std::fs::create_dir_all(&o.out).map_err(io_err(&o.out))?;
+    // Grids first: bad axes fail before anything runs.
+    let mut plan: Vec<(Preset, Vec<Point>)> = Vec::new();
+    for &p in &o.presets {
+        plan.push((p, grid(p, o)?));
+    }
+    // Existing results: refuse to mix into them unless asked.
+    let mut todo: Vec<(Preset, Vec<Point>, usize)> = Vec::new();
+    let mut outcome = SweepOutcome::default();
+    for (p, pts) in plan {
+        let path = p.csv_path(&o.out);
+        let done = if o.resume && !o.overwrite { done_points(p, &o.out)? } else { HashSet::new() };
+        if path.exists() && !o.resume && !o.overwrite {
+            let rows = Table::read(&path).map(|t| t.rows.len()).unwrap_or(0);
+            if rows > 0 {
+                return Err(SweepError::Invalid(format!(
+                    "{} already has {rows} results: pass --resume to skip them, --overwrite to start again, \
+                     or --out another directory",
+                    path.display()
+                )));
+            }
+        }
+        let before = pts.len();
+        let left: Vec<Point> = pts.into_iter().filter(|pt| !done.contains(&pt.id())).collect();
+        outcome.skipped += before - left.len();
+        todo.push((p, left, before));
+    }
+    setup::write_setup(o)?;
+    let total: usize = todo.iter().map(|t| t.1.len()).sum();
+    let prog = SweepProgress::new(o.progress, total as u64);
+    if outcome.skipped > 0 {
+        prog.println(&format!("resume: {} points already in the CSV files are skipped", outcome.skipped));
+    }
+    let started = Instant::now();
+    let mut ctx = points::Context::new(o, prog.bars());
+    for (preset, pts, _) in &todo {
+        let fresh = o.overwrite && !o.resume;
+        let mut sink = CsvSink::open(*preset, &o.out, fresh)?;
+        ctx.begin_preset(*preset, pts);
+        for pt in pts {
+            prog.start(&pt.label());
+            let t0 = Instant::now();
+            match ctx.run_point(pt) {
+                Ok(row) => {
+                    sink.write(&row)?;
+                    outcome.ran += 1;
+                    prog.done(&format!("{} ({:.1} s)", pt.label(), t0.elapsed().as_secs_f64()));
+                }
+                Err(e) => {
+                    prog.done(&format!("{} FAILED: {e}", pt.label()));
+                    outcome.failed.push((pt.label(), e.to_string()));
+                }
+            }
+        }
+    }
+    prog.finish();
+    let _ = writeln!(
+        out,
+        "sweep: {} runs in {:.1} s ({} skipped, {} failed); results in {}",
+        outcome.ran,
+        started.elapsed().as_secs_f64(),
+        outcome.skipped,
+        outcome.failed.len(),
+        o.out.display()
+    );
+    for (l, e) in &outcome.failed {
+        let _ = writeln!(out, "  failed: {l}: {e}");
+    }
+    ctx.finish();
+    outcome.rendered = Some(render(&o.out, out)?);
+    Ok(outcome)
+}
+
+/// What [`render`] wrote.
+#[derive(Debug, Default)]
+pub struct RenderOutcome {
+    /// Figure files (PNG and SVG).
+    pub figures: Vec<PathBuf>,
+    /// Presets found in the directory.
+    pub presets: Vec<Preset>,
+}
+
+/// Reads every preset CSV in `dir`, writes the comparisons and `SUMMARY.md` (and
+/// prints the summary to `out`), and draws every figure. Computes nothing that is not
+/// in the CSV files.
+pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
+    let mut r = RenderOutcome::default();
+    let mut md = String::from("# Sweep summary\n\n");
+    md.push_str(&format!(
+        "Measured results against the paper's (BOOM-KV, HTL 2023). Raw results: the CSV files beside this one; \
+         machine and settings: SETUP.md. Re-render with `boomctl sweep --plot-only {}`.\n\n",
+        dir.display()
+    ));
+    for p in Preset::ALL {
+        let path = p.csv_path(dir);
+        if !path.exists() {
+            continue;
+        }
+        let t = Table::read(&path)?;
+        if t.header != p.columns() {
+            return Err(SweepError::Csv {
+                path,
+                line: Some(1),
+                problem: "its columns are not the ones this version of boomctl writes".into(),
+            });
+        }
+        r.presets.push(p);
+        let s = summary::summarize(p, &t, dir)?;
+        let _ = writeln!(out, "\n{}", s.text);
+        md.push_str(&s.markdown);
+        md.push('\n');
+        r.figures.extend(plot::render_preset(p, &t, dir)?);
+    }
+    if r.presets.is_empty() {
+        return Err(SweepError::Invalid(format!("{}: no sweep CSV files (<preset>.csv) to render", dir.display())));
+    }
+    let sp = dir.join("SUMMARY.md");
+    std::fs::write(&sp, md).map_err(io_err(&sp))?;
+    let _ = writeln!(out, "\nwrote {} figures (PNG + SVG) and SUMMARY.md in {}", r.figures.len() / 2, dir.display());
+    Ok(r)
+}
+
+/// Progress of a sweep: an overall bar (runs done / total, ETA) with the current
+/// run's bar below it on a terminal; one line per run otherwise.
+pub struct SweepProgress {
+    mode: Progress,
+    multi: Option<indicatif::MultiProgress>,
+    overall: Option<indicatif::ProgressBar>,
+    total: u64,
+    done: std::cell::Cell<u64>,
+    started: Instant,
+}
+
+impl SweepProgress {
+    /// A display for `total` runs.
+    pub fn new(mode: Progress, total: u64) -> SweepProgress {
+        let (multi, overall) = if mode == Progress::Bar {
+            let m = indicatif::MultiProgress::new();
+            let b = m.add(indicatif::ProgressBar::new(total));
+            let style = indicatif::ProgressStyle::with_template(
+                "sweep [{elapsed_precise}] {wide_bar} {pos}/{len} runs, eta {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            b.set_style(style);
+            (Some(m), Some(b))
+        } else {
+            (None, None)
+        };
+        SweepProgress { mode, multi, overall, total, done: std::cell::Cell::new(0), started: Instant::now() }
+    }
+
+    /// The bars the runs add theirs to.
+    pub fn bars(&self) -> Option<indicatif::MultiProgress> {
+        self.multi.clone()
+    }
+
+    fn println(&self, s: &str) {
+        match (&self.multi, self.mode) {
+            (Some(m), _) => {
+                let _ = m.println(s);
+            }
+            (None, Progress::Lines) => eprintln!("{s}"),
+            _ => {}
+        }
+    }
+
+    fn start(&self, label: &str) {
+        if let Some(b) = &self.overall {
+            b.set_message(label.to_string());
+        }
+    }
+
+    fn done(&self, msg: &str) {
+        let n = self.done.get() + 1;
+        self.done.set(n);
+        if let Some(b) = &self.overall {
+            b.inc(1);
+        }
+        let el = self.started.elapsed().as_secs_f64();
+        let eta = if n > 0 { el / n as f64 * (self.total.saturating_sub(n)) as f64 } else { 0.0 };
+        self.println(&format!("[{n}/{}] {msg}; eta {eta:.0} s", self.total));
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.overall {
+            b.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_files_and_axes_parse() {
+        let g = GridFile::parse(
+            "# small\npreset = latency, skew\ntransport = tcp\nquick = true\nsizes = 32, 1k\nprotocols = boom,rdmp\n\
+             thetas = uniform, 0.99\nsegment_sizes = 1M\nops = 2k\n",
+        )
+        .unwrap();
+        assert_eq!(g.presets, Some(vec![Preset::Latency, Preset::Skew]));
+        assert_eq!(g.transport, Some(Backend::Tcp));
+        assert_eq!(g.axes.sizes, Some(vec![32, 1024]));
+        assert_eq!(g.axes.protocols, Some(vec![Protocol::Boom, Protocol::Rdmp]));
+        assert_eq!(g.axes.thetas, Some(vec![Skew::Uniform, Skew::Zipf(0.99)]));
+        assert_eq!(g.axes.ops, Some(2048));
+        assert!(GridFile::parse("sizes = 12q").is_err());
+        assert!(GridFile::parse("nonsense").unwrap_err().to_string().contains("line 1"));
+        assert!(GridFile::parse("colour = red").is_err());
+        assert!(parse_presets("all").unwrap().len() == 8);
+        assert!(parse_presets("latency,nope").is_err());
+    }
+
+    #[test]
+    fn grids_have_stable_unique_ids() {
+        for p in Preset::ALL {
+            for quick in [true, false] {
+                let mut o = SweepOptions::new(vec![p], PathBuf::from("/nonexistent"));
+                o.quick = quick;
+                let g = grid(p, &o).unwrap();
+                assert!(!g.is_empty(), "{p}");
+                let ids: HashSet<String> = g.iter().map(|x| x.id()).collect();
+                assert_eq!(ids.len(), g.len(), "{p}: ids are unique");
+            }
+        }
+        let mut o = SweepOptions::new(vec![Preset::Latency], PathBuf::from("/x"));
+        o.axes.sizes = Some(vec![32, 4096]);
+        o.axes.protocols = Some(vec![Protocol::Boom]);
+        let g = grid(Preset::Latency, &o).unwrap();
+        assert_eq!(g.iter().map(|p| p.id()).collect::<Vec<_>>(), ["boom/32", "boom/4096"]);
+        o.server = Some(Endpoint::parse("127.0.0.1:1").unwrap());
+        assert!(grid(Preset::Writeback, &o).is_err());
+    }
+
+    #[test]
+    fn tables_report_the_file_and_line() {
+        let p = Path::new("x.csv");
+        let t = Table::parse(b"point,a,b\np1,1.5,\np2,zz,3\n", p).unwrap();
+        assert_eq!(t.req(0, "a").unwrap(), 1.5);
+        assert_eq!(t.num(0, "b").unwrap(), None);
+        let e = t.req(1, "a").unwrap_err().to_string();
+        assert!(e.contains("x.csv, line 3") && e.contains("zz"), "{e}");
+        assert!(t.col("nope").unwrap_err().to_string().contains("no column `nope`"));
+        assert!(Table::parse(b"a,b\n1,2\n", p).is_err());
+        assert!(Table::parse(b"point,a\np1,1,2\n", p).unwrap_err().to_string().contains("line 2"));
+    }
+}

@@ -1,0 +1,206 @@
+//! `SETUP.md`: the machine and the settings a sweep ran with, so its numbers can be
+//! read next to the paper's (which ran on 2x Xeon 8260, ConnectX-5, Optane DCPMM).
+//!
+//! Facts come from `/proc/cpuinfo`, `/proc/meminfo`, `uname`, CPUID (flush
+//! instructions) and `git rev-parse` (when git and the source tree are there; never
+//! an error when they are not).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{io_err, Result, SweepOptions};
+use crate::pmem::{FlushKind, Media, MediaOptions};
+
+/// Today's date (UTC) as `YYYY-MM-DD`.
+pub fn today() -> String {
+    let days = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0) as i64;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// This host's name (`unknown-host` when it cannot be read).
+pub fn hostname() -> String {
+    let n = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let clean: String =
+        n.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+    if clean.is_empty() {
+        "unknown-host".into()
+    } else {
+        clean
+    }
+}
+
+/// Facts about this machine.
+#[derive(Clone, Debug, Default)]
+pub struct Machine {
+    /// CPU model name.
+    pub cpu: String,
+    /// Logical CPUs available to this process.
+    pub cores: usize,
+    /// Total memory in bytes.
+    pub memory: u64,
+    /// Kernel `sysname release version machine`.
+    pub kernel: String,
+    /// Host name.
+    pub host: String,
+}
+
+impl Machine {
+    /// Reads the facts (missing ones stay empty).
+    pub fn detect() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory = meminfo
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|k| k.parse::<u64>().ok())
+            .map(|k| k * 1024)
+            .unwrap_or(0);
+        let k =
+            |f: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).unwrap_or_default().trim().to_string();
+        let kernel = format!("{} {} {} {}", k("ostype"), k("osrelease"), k("version"), std::env::consts::ARCH);
+        Machine {
+            cpu,
+            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            memory,
+            kernel,
+            host: hostname(),
+        }
+    }
+}
+
+/// The git commit of the source tree this binary was built from, with `-dirty` when
+/// it has changes; `None` without git or without the tree.
+pub fn git_commit() -> Option<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if !dir.join(".git").exists() {
+        return None;
+    }
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = run(&["rev-parse", "HEAD"])?;
+    let dirty = run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty (uncommitted changes in {})", dir.display()) } else { head })
+}
+
+/// What durability the embedded servers' pools get in `dir` (one sentence).
+fn durability(dir: Option<PathBuf>) -> String {
+    let parent = dir.unwrap_or_else(|| {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        }
+    });
+    let probe = || -> crate::error::Result<String> {
+        let tmp = tempfile::Builder::new()
+            .prefix("boomkv-probe-")
+            .tempdir_in(&parent)
+            .map_err(|e| crate::error::Error::io("probing the pool directory", e))?;
+        let (m, _) = Media::open(
+            &tmp.path().join("probe.pool"),
+            &MediaOptions { create_size: Some(1 << 20), ..Default::default() },
+        )?;
+        Ok(m.durability_statement())
+    };
+    match probe() {
+        Ok(s) => format!("{s} (pools in {})", parent.display()),
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
+/// Writes `SETUP.md` into the output directory.
+pub fn write_setup(o: &SweepOptions) -> Result<()> {
+    let m = Machine::detect();
+    let mut s = String::from("# Sweep setup\n\n");
+    let _ = writeln!(s, "## Machine\n");
+    let _ = writeln!(s, "- host: {}", m.host);
+    let _ = writeln!(s, "- CPU: {}", m.cpu);
+    let _ = writeln!(s, "- cores (available to boomctl): {}", m.cores);
+    let _ = writeln!(s, "- memory: {:.1} GiB", m.memory as f64 / (1u64 << 30) as f64);
+    let _ = writeln!(s, "- kernel: {}", m.kernel);
+    let _ = writeln!(s, "\n## Settings\n");
+    let _ = writeln!(
+        s,
+        "- transport: {}{}",
+        o.transport(),
+        match &o.server {
+            Some(e) => format!(" (server {e}: a running server; its settings are its own)"),
+            None => " (embedded server per run, on a temporary pool, same host)".into(),
+        }
+    );
+    let f = FlushKind::detect();
+    let supported: Vec<&str> = [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush]
+        .into_iter()
+        .filter(|k| k.supported())
+        .map(|k| k.name())
+        .collect();
+    let _ = writeln!(
+        s,
+        "- flush primitive: {f} (the best this CPU has; supported: {}); the writeback preset sets it per run",
+        supported.join(", ")
+    );
+    let _ = writeln!(s, "- durability: {}", durability(o.pmem_dir.clone()));
+    let _ = writeln!(s, "- persistent memory: none on this machine; pools are memory-mapped files (see durability)");
+    let _ = writeln!(s, "- mode: {}", if o.quick { "quick (small op counts, fewer points)" } else { "full" });
+    let _ = writeln!(
+        s,
+        "- presets: {}",
+        o.presets.iter().map(|p| format!("{p} ({})", p.figures())).collect::<Vec<_>>().join(", ")
+    );
+    let _ = writeln!(s, "- seed: {}", o.seed);
+    let _ = writeln!(s, "- boomctl version: {}", env!("CARGO_PKG_VERSION"));
+    let _ =
+        writeln!(s, "- git commit: {}", git_commit().unwrap_or_else(|| "unknown (no git or no source tree)".into()));
+    let _ = writeln!(s, "- command: `{}`", o.command);
+    let _ = writeln!(s, "\n## Method\n");
+    let _ = writeln!(s, "{}\n", super::points::METHOD);
+    let _ = writeln!(s, "Breakdown: {}", super::points::BREAKDOWN_METHOD);
+    let path = o.out.join("SETUP.md");
+    std::fs::write(&path, s).map_err(io_err(&path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_facts() {
+        let d = today();
+        assert_eq!(d.len(), 10, "{d}");
+        assert!(d.starts_with("20"), "{d}");
+        let m = Machine::detect();
+        assert!(m.cores >= 1);
+        assert!(!hostname().contains('/'));
+    }
+}

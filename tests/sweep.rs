@@ -1,0 +1,224 @@
+//! `boomctl sweep` end to end on a tiny grid: CSV rows per grid point, figures with
+//! their texts, `--plot-only`, `--resume`, and errors that name the file.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use boomkv::bench::sweep::plot::svg_texts;
+use boomkv::bench::sweep::{grid, Preset, SweepOptions, Table};
+
+fn boomctl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_boomctl"))
+}
+
+fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// The tiny latency grid of these tests: 2 sizes x 3 protocols, few operations.
+fn tiny_latency(out: &Path, extra: &[&str]) -> Output {
+    boomctl()
+        .args([
+            "sweep",
+            "latency",
+            "--quick",
+            "--sizes",
+            "32,4k",
+            "--ops",
+            "200",
+            "--transport",
+            "tcp",
+            "--quiet",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn svg(dir: &Path, stem: &str) -> Vec<String> {
+    let p = dir.join(format!("{stem}.svg"));
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    svg_texts(&text)
+}
+
+fn has(texts: &[String], want: &str) -> bool {
+    texts.iter().any(|t| t == want)
+}
+
+#[test]
+fn latency_sweep_writes_csv_plots_setup_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let stdout = ok(tiny_latency(&out, &[]));
+    // The summary: reductions per size, the paper's numbers, the targets.
+    assert!(stdout.contains("== latency (figures 6, 7, 13, 14) =="), "{stdout}");
+    assert!(stdout.contains("-42% (fig. 13)") && stdout.contains("-41% (fig. 14)"), "{stdout}");
+    assert!(stdout.contains("target: PUT at 32 B at least 42% below RDMP-KV"), "{stdout}");
+    assert!(stdout.contains("target: GET above 1 KiB at least 38% below RDMA-KV (4 KiB)"), "{stdout}");
+
+    // One CSV row per grid point, every row complete.
+    let t = Table::read(&out.join("latency.csv")).unwrap();
+    let mut o = SweepOptions::new(vec![Preset::Latency], out.clone());
+    o.quick = true;
+    o.axes.sizes = Some(vec![32, 4096]);
+    let points = grid(Preset::Latency, &o).unwrap();
+    assert_eq!(t.rows.len(), points.len());
+    assert_eq!(t.rows.len(), 6);
+    let ids: Vec<String> = t.rows.iter().map(|r| r[0].clone()).collect();
+    for p in &points {
+        assert!(ids.contains(&p.id()), "{} missing from {ids:?}", p.id());
+    }
+    for i in 0..t.rows.len() {
+        assert_eq!(t.req(i, "put_ops").unwrap(), 200.0);
+        assert_eq!(t.req(i, "get_ops").unwrap(), 200.0);
+        assert!(t.req(i, "put_avg_us").unwrap() > 0.0 && t.req(i, "get_p99_us").unwrap() > 0.0);
+        assert_eq!(t.req(i, "errors").unwrap(), 0.0);
+        assert!(out.join(t.str(i, "put_hlog").unwrap()).exists());
+    }
+    let c = Table::read(&out.join("latency-compare.csv")).unwrap();
+    assert_eq!(c.rows.len(), 2 * 2 * 2, "op x baseline x size");
+
+    // SETUP.md: machine, transport, flush, durability, version, commit, command.
+    let setup = std::fs::read_to_string(out.join("SETUP.md")).unwrap();
+    for want in [
+        "- CPU: ",
+        "- cores",
+        "- memory: ",
+        "- kernel: ",
+        "- transport: tcp",
+        "- flush primitive: ",
+        "- durability: ",
+        "- boomctl version: ",
+        "- git commit: ",
+        "- command: `",
+        "--sizes 32,4k",
+    ] {
+        assert!(setup.contains(want), "{want} not in SETUP.md:\n{setup}");
+    }
+    assert!(out.join("SUMMARY.md").exists());
+
+    // Figures: PNG and SVG, title, axis labels with units, one legend entry per protocol.
+    for stem in ["fig13-put-latency", "fig14-get-latency", "latency-reduction"] {
+        assert!(std::fs::metadata(out.join(format!("{stem}.png"))).unwrap().len() > 5000, "{stem}.png");
+    }
+    let put = svg(&out, "fig13-put-latency");
+    assert!(has(&put, "PUT latency vs value size (tcp, 1 client)"), "{put:?}");
+    assert!(has(&put, "value size (bytes, log scale)"), "{put:?}");
+    assert!(put.iter().any(|t| t.starts_with("average latency (µs)")), "{put:?}");
+    for l in ["BOOM-KV", "RDMP-KV (two-phase)", "RDMA-KV (RPC)"] {
+        assert!(has(&put, l), "{l} not in {put:?}");
+    }
+    let red = svg(&out, "latency-reduction");
+    assert!(has(&red, "change of average latency (%)"), "{red:?}");
+    assert!(has(&red, "PUT vs RDMP-KV (two-phase)") && has(&red, "paper: PUT vs RDMP-KV (two-phase)"), "{red:?}");
+
+    // A second run without --resume refuses to mix results.
+    let again = tiny_latency(&out, &[]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
+
+    // --resume skips every point already in the CSV.
+    let mut csv = std::fs::read_to_string(out.join("latency.csv")).unwrap();
+    let before = csv.clone();
+    let stdout = ok(tiny_latency(&out, &["--resume"]));
+    assert!(stdout.contains("sweep: 0 runs") && stdout.contains("(6 skipped, 0 failed)"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(out.join("latency.csv")).unwrap(), before);
+
+    // Drop the last row: --resume runs exactly that point again.
+    csv.truncate(csv.trim_end().rfind('\n').unwrap() + 1);
+    std::fs::write(out.join("latency.csv"), &csv).unwrap();
+    let stdout = ok(tiny_latency(&out, &["--resume"]));
+    assert!(stdout.contains("sweep: 1 runs") && stdout.contains("(5 skipped, 0 failed)"), "{stdout}");
+    assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 6);
+
+    // --plot-only re-renders from the CSV alone.
+    for stem in ["fig13-put-latency", "fig14-get-latency", "latency-reduction"] {
+        std::fs::remove_file(out.join(format!("{stem}.svg"))).unwrap();
+        std::fs::remove_file(out.join(format!("{stem}.png"))).unwrap();
+    }
+    std::fs::remove_file(out.join("SUMMARY.md")).unwrap();
+    let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&out).output().unwrap());
+    assert!(stdout.contains("== latency"), "{stdout}");
+    assert!(has(&svg(&out, "fig14-get-latency"), "GET latency vs value size (tcp, 1 client)"));
+    assert!(out.join("fig13-put-latency.png").exists() && out.join("SUMMARY.md").exists());
+}
+
+#[test]
+fn skew_sweep_counts_real_in_place_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("skew");
+    ok(boomctl()
+        .args(["sweep", "skew", "--quick", "--thetas", "uniform,1.1", "--keys", "512", "--ops", "1024"])
+        .args(["--segment-sizes", "1M", "--transport", "tcp", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap());
+    let t = Table::read(&out.join("skew.csv")).unwrap();
+    assert_eq!(t.rows.len(), 4, "2 thetas x hybrid/append");
+    let row = |theta: &str, mode: &str| {
+        let a = t.rows_where("theta", theta).unwrap();
+        *t.rows_where("mode", mode).unwrap().iter().find(|i| a.contains(i)).unwrap()
+    };
+    let (hot, append) = (row("1.1", "hybrid"), row("1.1", "append"));
+    // The same logical bytes (in-place rewrites count entry bytes, appends count padded
+    // slots: within 1%); hybrid updates really rewrote entries in place.
+    let (lh, la) = (t.req(hot, "logical_bytes").unwrap(), t.req(append, "logical_bytes").unwrap());
+    assert!((lh - la).abs() / la < 0.01, "{lh} vs {la}");
+    assert!(t.req(hot, "entries_in_place").unwrap() > 0.0);
+    assert_eq!(t.req(append, "entries_in_place").unwrap(), 0.0);
+    assert!(t.req(hot, "pm_bytes_used").unwrap() < t.req(append, "pm_bytes_used").unwrap());
+    assert!(t.req(hot, "space_change_pct").unwrap() < 0.0);
+    let texts = svg(&out, "fig09-skew-space");
+    for want in [
+        "PM space used by 100% PUT vs request skew",
+        "PM bytes used (MiB)",
+        "BOOM-KV hybrid update",
+        "append-only",
+        "uniform",
+        "Zipf 1.1",
+    ] {
+        assert!(has(&texts, want), "{want} not in {texts:?}");
+    }
+}
+
+#[test]
+fn bad_input_is_reported_with_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // A CSV that does not parse: the error names the file and the line.
+    let bad = dir.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    let header = Preset::Latency.columns().join(",");
+    let mut row: Vec<&str> = vec![""; Preset::Latency.columns().len()];
+    row[0] = "boom/32";
+    row[5] = "32";
+    let put_avg = Preset::Latency.columns().iter().position(|c| *c == "put_avg_us").unwrap();
+    row[put_avg] = "fast";
+    std::fs::write(bad.join("latency.csv"), format!("{header}\n{}\n", row.join(","))).unwrap();
+    let out = boomctl().args(["sweep", "--plot-only"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("latency.csv, line 2") && err.contains("fast"), "{err}");
+
+    // Bad axes fail before anything runs.
+    let out =
+        boomctl().args(["sweep", "latency", "--sizes", "12q", "--out"]).arg(dir.path().join("x")).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = boomctl().args(["sweep", "nonsense"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset"));
+
+    // A grid file from workloads/.
+    let g = dir.path().join("g.grid");
+    std::fs::write(&g, "preset = latency\nsizes = 64\nprotocols = boom\nops = 50\ntransport = tcp\nquick = true\n")
+        .unwrap();
+    let out_dir = dir.path().join("grid");
+    ok(boomctl().args(["sweep", "--quiet", "--grid"]).arg(&g).arg("--out").arg(&out_dir).output().unwrap());
+    let t = Table::read(&out_dir.join("latency.csv")).unwrap();
+    assert_eq!(t.rows.len(), 1);
+    assert_eq!(t.str(0, "point").unwrap(), "boom/64");
+}
