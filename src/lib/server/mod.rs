@@ -447,7 +447,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
         let w = rr.load(Ordering::Relaxed) % ibs.len();
         let ib = &ibs[w];
         let mut accepted: Option<(Hello, u64)> = None;
-        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(20), |private| {
+        let r = l.accept(&ib.send_cq, &ib.recv_cq, Duration::from_millis(10), |private| {
             let hello = Hello::decode(private)?;
             let refuse = |reason: String| Welcome::Refused { reason }.encode();
             if !sh.cfg.protocols.is_empty() && !sh.cfg.protocols.contains(&hello.protocol) {
@@ -643,7 +643,7 @@ impl<T: Transport> Worker<T> {
             } else if !self.sh.coop.help(self.id, self.sh.pool.media()) {
                 if idle_since.elapsed() > Duration::from_millis(2) && !self.sh.coop.enabled() {
                     // Park on the receive queue instead of burning a core.
-                    if let Ok(c) = self.ib.recv_cq.wait(Duration::from_millis(20)) {
+                    if let Ok(c) = self.ib.recv_cq.wait(Duration::from_millis(5)) {
                         self.on_recv(c);
                         idle_since = Instant::now();
                     }
