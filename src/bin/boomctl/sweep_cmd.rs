@@ -54,7 +54,7 @@ pub struct SweepArgs {
     /// options given here override it.
     #[arg(long, value_name = "FILE")]
     grid: Option<PathBuf>,
-    /// Value (or message) sizes, e.g. 32,1k,16k.
+    /// Value (or message) sizes, e.g. 32,1k,16k (threads: the first one).
     #[arg(long, value_name = "LIST")]
     sizes: Option<String>,
     /// Protocols: boom, rdmp, rpc.

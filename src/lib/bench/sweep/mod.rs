@@ -866,6 +866,13 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     // Grids first: bad axes fail before anything runs.
     let mut plan: Vec<(Preset, Vec<Point>)> = Vec::new();
     for &p in &o.presets {
+        if p.needs_embedded() && o.server.is_some() && o.presets.len() > 1 {
+            let _ = writeln!(
+                out,
+                "sweep: skipping {p}: it varies the server's settings, so it needs embedded servers (no --server)"
+            );
+            continue;
+        }
         plan.push((p, grid(p, o)?));
     }
     // Existing results: refuse to mix into them unless asked.

@@ -438,7 +438,18 @@ where
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|e| e.to_string())?;
-    for s in &f.series {
+    // Error bars of the series at one x are spread a little apart so they stay readable.
+    let with_bars: Vec<usize> =
+        (0..f.series.len()).filter(|&k| f.series[k].points.iter().any(|p| p.2.is_some())).collect();
+    let dodge = |k: usize, x: f64| {
+        let slot = with_bars.iter().position(|&j| j == k).unwrap_or(0) as f64;
+        let off = (slot - (with_bars.len().max(1) - 1) as f64 / 2.0) * 0.06;
+        match f.x {
+            XAxis::Categories(_) => x + off,
+            _ => x * 2f64.powf(off),
+        }
+    };
+    for (k, s) in f.series.iter().enumerate() {
         let style = ShapeStyle::from(&s.color).stroke_width(2);
         if s.markers_only {
             c.draw_series(s.points.iter().map(|&(x, y, _)| Cross::new((x, y), 6, style))).map_err(|e| e.to_string())?;
@@ -453,10 +464,9 @@ where
             c.draw_series(s.points.iter().map(|&(x, y, _)| Circle::new((x, y), 3, style.filled())))
                 .map_err(|e| e.to_string())?;
         }
-        let bars = s
-            .points
-            .iter()
-            .filter_map(|&(x, y, b)| b.map(|(lo, hi)| ErrorBar::new_vertical(x, lo, y, hi, style.stroke_width(1), 8)));
+        let bars = s.points.iter().filter_map(|&(x, y, b)| {
+            b.map(|(lo, hi)| ErrorBar::new_vertical(dodge(k, x), lo, y, hi, style.stroke_width(1), 8))
+        });
         c.draw_series(bars).map_err(|e| e.to_string())?;
     }
     Ok(())

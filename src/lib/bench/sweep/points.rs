@@ -186,6 +186,8 @@ pub fn columns(preset: Preset) -> &'static [&'static str] {
             "get_avg_us",
             "get_p99_us",
             "errors",
+            "put_hlog",
+            "get_hlog",
         ),
     }
 }
@@ -600,7 +602,7 @@ impl<'a> Context<'a> {
                 self.space_point(pt, seg, skew, hybrid, &mut row)?;
             }
             Params::Writeback { flush, coop, size } => self.writeback_point(pt, flush, coop, size, &mut row)?,
-            Params::Threads { protocol, threads } => self.threads_point(protocol, threads, &mut row)?,
+            Params::Threads { protocol, threads } => self.threads_point(pt, protocol, threads, &mut row)?,
         }
         Ok(row)
     }
@@ -927,7 +929,7 @@ impl<'a> Context<'a> {
         Ok(())
     }
 
-    fn threads_point(&mut self, protocol: Protocol, threads: usize, row: &mut Row) -> Result<()> {
+    fn threads_point(&mut self, pt: &Point, protocol: Protocol, threads: usize, row: &mut Row) -> Result<()> {
         let size = match &self.o.axes.sizes {
             Some(v) if !v.is_empty() => v[0],
             _ => 2048,
@@ -941,9 +943,10 @@ impl<'a> Context<'a> {
         let copts = ClientOptions { protocol, ..Default::default() };
         let put_w = insert_spec(size, 0, n, n, self.o.seed)?;
         let label = format!("{protocol} x{threads}");
-        let mut ro_put = self.run_opts(format!("{label} PUT"), threads, 0, 0, None);
+        let (put_hlog, get_hlog) = (self.hlog(pt, "put"), self.hlog(pt, "get"));
+        let mut ro_put = self.run_opts(format!("{label} PUT"), threads, 0, 0, Some(put_hlog.clone()));
         ro_put.duration = Some(run_time);
-        let mut ro_get = self.run_opts(format!("{label} GET"), threads, n, 100, None);
+        let mut ro_get = self.run_opts(format!("{label} GET"), threads, n, 100, Some(get_hlog.clone()));
         ro_get.duration = Some(run_time);
         let seed = self.o.seed;
         let (put, get) = on_target!(self.o, eo, |t, ep| {
@@ -968,6 +971,8 @@ impl<'a> Context<'a> {
         row.insert("get_avg_us", f3(gs.avg));
         row.insert("get_p99_us", f3(gs.p99));
         row.insert("errors", (put.errors + get.errors).to_string());
+        row.insert("put_hlog", file_name(&put_hlog));
+        row.insert("get_hlog", file_name(&get_hlog));
         Ok(())
     }
 }
