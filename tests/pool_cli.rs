@@ -97,3 +97,11 @@ fn bad_pools_give_one_line_errors_and_stay_untouched() {
     assert_eq!(std::fs::read(&pool).unwrap(), bytes);
     assert!(!dir.path().join("missing.pool").exists(), "nothing is created by a read-only command");
 }
+
+#[test]
+fn shell_completions() {
+    let out = boomctl().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success());
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("_boomctl") && s.contains("inspect-log") && s.contains("crashtest"));
+}

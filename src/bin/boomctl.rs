@@ -54,6 +54,12 @@ enum Command {
     Recover(pool_cmds::RecoverArgs),
     /// Show a pool's header, segments and entries (read-only; works on crashed pools).
     InspectLog(pool_cmds::InspectArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Example:\n  boomctl completions bash > /etc/bash_completion.d/boomctl")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Measure the transport floor: latency and message rate of each transport backend
     /// next to a cache-line ping-pong and a plain TCP ping-pong.
     BenchTransport(bench_transport::BenchTransportArgs),
@@ -76,6 +82,11 @@ fn main() -> ExitCode {
         Command::Recover(a) => pool_cmds::recover(a),
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
         Command::BenchTransport(a) => bench_transport::run(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Sweep(a) => sweep_cmd::run(a),
     };
     match r {
