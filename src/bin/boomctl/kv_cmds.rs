@@ -268,7 +268,13 @@ impl ClientArgs {
 
 fn connect<T: Transport>(t: &T, c: &ClientArgs) -> anyhow::Result<Client<T>> {
     let ep = c.endpoint()?;
-    Client::connect(t, &ep, c.options()).with_context(|| format!("server {ep}"))
+    Client::connect(t, &ep, c.options()).map_err(|e| match e {
+        // The transport's message already names the address.
+        boomkv::Error::Transport(m) if m.contains("cannot connect") => {
+            anyhow::anyhow!("{m} (is `boomctl serve` running there?)")
+        }
+        e => anyhow::Error::new(e).context(format!("server {ep}")),
+    })
 }
 
 /// Store a value.
