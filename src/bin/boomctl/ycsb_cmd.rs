@@ -289,6 +289,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         interval: Duration::from_secs(1),
         measurement: spec.measurement_interval()?,
         label: a.target_args.protocol.to_string(),
+        bars: None,
     };
     let copts = client_options(a.target_args.protocol, a.target_args.update_mode);
     let ta = &a.target_args;

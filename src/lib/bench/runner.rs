@@ -74,6 +74,8 @@ pub struct RunOptions {
     pub measurement: MeasurementInterval,
     /// A label for progress output ("load", "run", "boom 2k").
     pub label: String,
+    /// Show the progress bar under these (a sweep's overall bar) instead of on its own.
+    pub bars: Option<indicatif::MultiProgress>,
 }
 
 impl Default for RunOptions {
@@ -90,6 +92,7 @@ impl Default for RunOptions {
             interval: Duration::from_secs(1),
             measurement: MeasurementInterval::Op,
             label: "run".into(),
+            bars: None,
         }
     }
 }
@@ -161,20 +164,7 @@ pub fn load<T: Transport>(
     opts: &RunOptions,
 ) -> Result<RunResult> {
     let total = w.config().insert_count;
-    phase(t, ep, copts, w, opts, total, true, None)
-}
-
-/// [`load`] with its progress bar shown in `bars` (under a sweep's overall bar).
-pub fn load_in<T: Transport>(
-    t: &T,
-    ep: &Endpoint,
-    copts: &ClientOptions,
-    w: &CoreWorkload,
-    opts: &RunOptions,
-    bars: &indicatif::MultiProgress,
-) -> Result<RunResult> {
-    let total = w.config().insert_count;
-    phase(t, ep, copts, w, opts, total, true, Some(bars))
+    phase(t, ep, copts, w, opts, total, true)
 }
 
 /// Runs the transaction phase.
@@ -185,19 +175,7 @@ pub fn run<T: Transport>(
     w: &CoreWorkload,
     opts: &RunOptions,
 ) -> Result<RunResult> {
-    phase(t, ep, copts, w, opts, opts.ops, false, None)
-}
-
-/// [`run`] with its progress bar shown in `bars` (under a sweep's overall bar).
-pub fn run_in<T: Transport>(
-    t: &T,
-    ep: &Endpoint,
-    copts: &ClientOptions,
-    w: &CoreWorkload,
-    opts: &RunOptions,
-    bars: &indicatif::MultiProgress,
-) -> Result<RunResult> {
-    phase(t, ep, copts, w, opts, opts.ops, false, Some(bars))
+    phase(t, ep, copts, w, opts, opts.ops, false)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -209,7 +187,6 @@ fn phase<T: Transport>(
     opts: &RunOptions,
     total: u64,
     loading: bool,
-    bars: Option<&indicatif::MultiProgress>,
 ) -> Result<RunResult> {
     let threads = opts.threads.max(1);
     let max_value = w.config().value_size.max() as usize;
@@ -307,7 +284,7 @@ fn phase<T: Transport>(
     };
     let mut totals = Measurements::new(opts.measurement);
     let mut interval = Measurements::new(opts.measurement);
-    let bar = progress_bar(opts.progress, total, &opts.label).map(|b| match bars {
+    let bar = progress_bar(opts.progress, total, &opts.label).map(|b| match &opts.bars {
         Some(m) => m.add(b),
         None => b,
     });

@@ -120,7 +120,7 @@ impl Cleaner {
 
     fn copy_entry(&mut self, pool: &Pool, old: &Loc) -> Result<Loc> {
         let len = old.len as usize;
-        let slot = (old.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
+        let slot = slot_for(old.len as u64);
         let need_new = match &self.seg {
             None => true,
             Some(s) => s.tail + slot > pool.segment_size(),

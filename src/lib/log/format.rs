@@ -382,7 +382,12 @@ impl EntryHeader {
 
 /// Size of the slot an entry of `key_len` + `value_len` occupies when appended.
 pub fn slot_size(key_len: usize, value_len: usize) -> u64 {
-    (ENTRY_HEADER_SIZE + key_len as u64 + value_len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN
+    slot_for(ENTRY_HEADER_SIZE + key_len as u64 + value_len as u64)
+}
+
+/// Size of the slot an entry of `entry_len` bytes (header + key + value) occupies.
+pub fn slot_for(entry_len: u64) -> u64 {
+    entry_len.div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN
 }
 
 /// Encodes an entry as the client writes it (`version_num` = 0) into `out`, which must

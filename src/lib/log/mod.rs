@@ -92,6 +92,11 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// Bytes of the slot an indexed entry occupies (its length rounded to the slot alignment).
+fn slot_bytes(l: &Loc) -> u64 {
+    slot_for(l.len as u64)
+}
+
 fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
@@ -358,14 +363,13 @@ impl Pool {
     /// Returns what the index did.
     pub fn index_entry(&self, key: &[u8], loc: Loc) -> Upsert {
         let r = self.index.upsert(key, loc, self);
-        let slot = |l: &Loc| (l.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
         match r {
             Upsert::Inserted => {
-                self.seg_live[loc.segment as usize].fetch_add(slot(&loc), Ordering::Relaxed);
+                self.seg_live[loc.segment as usize].fetch_add(slot_bytes(&loc), Ordering::Relaxed);
             }
             Upsert::Replaced(old) => {
-                self.seg_live[loc.segment as usize].fetch_add(slot(&loc), Ordering::Relaxed);
-                self.seg_live[old.segment as usize].fetch_sub(slot(&old), Ordering::Relaxed);
+                self.seg_live[loc.segment as usize].fetch_add(slot_bytes(&loc), Ordering::Relaxed);
+                self.seg_live[old.segment as usize].fetch_sub(slot_bytes(&old), Ordering::Relaxed);
             }
             Upsert::Stale(_) => {}
         }
@@ -374,10 +378,9 @@ impl Pool {
 
     /// Moves live-byte accounting from `old` to `new` (the cleaner relocated an entry).
     pub fn move_live(&self, old: &Loc, new: &Loc) {
-        let slot = |l: &Loc| (l.len as u64).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
-        self.seg_live[new.segment as usize].fetch_add(slot(new), Ordering::Relaxed);
+        self.seg_live[new.segment as usize].fetch_add(slot_bytes(new), Ordering::Relaxed);
         let o = &self.seg_live[old.segment as usize];
-        let _ = o.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(slot(old))));
+        let _ = o.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(slot_bytes(old))));
     }
 
     /// Records that `bytes` of segment `seg` were appended (space accounting).

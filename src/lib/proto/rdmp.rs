@@ -30,7 +30,7 @@ use crate::wire::{ErrorCode, Msg, PutImm};
 impl<T: Transport> Worker<T> {
     /// RDMP phase 1 of a PUT: place an object of `len` bytes in the client's log.
     pub(crate) fn rdmp_alloc(&mut self, conn: &mut Conn<T>, len: u32, req: u32) -> Result<()> {
-        let slot = (len as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
+        let slot = fmt::slot_for(len as u64);
         if slot > self.sh.pool.segment_size() - fmt::SEGMENT_HEADER_SIZE || len < ENTRY_HEADER_SIZE as u32 + 1 {
             return self.error_reply(
                 conn,

@@ -29,7 +29,7 @@ impl<T: Transport> Worker<T> {
     /// copy BOOM avoids), seal it with its placement and commit.
     pub(crate) fn rpc_put(&mut self, conn: &mut Conn<T>, entry: &[u8]) -> Result<()> {
         let size = self.sh.pool.segment_size();
-        let slot = (entry.len() as u64).div_ceil(fmt::ENTRY_ALIGN) * fmt::ENTRY_ALIGN;
+        let slot = fmt::slot_for(entry.len() as u64);
         let h = match EntryHeader::decode(entry) {
             Ok(h) if h.key_len >= 1 && h.key_len <= fmt::MAX_KEY_LEN && h.entry_len() == entry.len() as u64 => h,
             _ => return self.error_reply(conn, 0, ErrorCode::InvalidEntry, "malformed RPC entry".into()),

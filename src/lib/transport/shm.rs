@@ -1308,6 +1308,55 @@ enum Src<'a> {
 }
 
 impl ShmQp {
+    /// A WRITE (`write`) or READ: checks the local region, copies to or from the peer's
+    /// region after its rkey, bounds and access checks, and completes (READs always signaled).
+    #[allow(clippy::too_many_arguments)]
+    fn one_sided_op(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        write: bool,
+        signaled: bool,
+    ) -> Result<()> {
+        self.check_open()?;
+        super::tcp::check_len(len)?;
+        let c = &self.conn;
+        let (op, name, local, remote) = if write {
+            (WcOpcode::Write, "WRITE", Access::NONE, Access::REMOTE_WRITE)
+        } else {
+            (WcOpcode::Read, "READ", Access::LOCAL_WRITE, Access::REMOTE_READ)
+        };
+        let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, len, local) else {
+            let what = if write {
+                "WRITE source outside its region or not ours"
+            } else {
+                "READ destination outside its region or not LOCAL_WRITE"
+            };
+            return self.error(wr_id, op, WcStatus::LocalProtectionError, format!("local protection error: {what}"));
+        };
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return self.check_open();
+        }
+        let ok = c.one_sided(&mut s, rkey, remote_addr, len, remote, (&mr.info().mapping, loff), write);
+        drop(s);
+        if !ok {
+            return self.error(
+                wr_id,
+                op,
+                WcStatus::RemoteAccessError,
+                format!("remote access error: {name} of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
+            );
+        }
+        self.complete(signaled, wr_id, op, len);
+        Ok(())
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.conn.state.is_error() {
             let why = lock(&self.conn.state.reason).clone().unwrap_or_default();
@@ -1510,35 +1559,8 @@ impl QueuePair for ShmQp {
         rkey: u32,
         signaled: bool,
     ) -> Result<()> {
-        self.check_open()?;
-        super::tcp::check_len(len)?;
-        let c = &self.conn;
-        c.stats.writes.fetch_add(1, Ordering::Relaxed);
-        let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, len, Access::NONE) else {
-            return self.error(
-                wr_id,
-                WcOpcode::Write,
-                WcStatus::LocalProtectionError,
-                "local protection error: WRITE source outside its region or not ours".into(),
-            );
-        };
-        let mut s = lock(&c.send);
-        if c.state.is_error() {
-            drop(s);
-            return self.check_open();
-        }
-        let ok = c.one_sided(&mut s, rkey, remote_addr, len, Access::REMOTE_WRITE, (&mr.info().mapping, loff), true);
-        drop(s);
-        if !ok {
-            return self.error(
-                wr_id,
-                WcOpcode::Write,
-                WcStatus::RemoteAccessError,
-                format!("remote access error: WRITE of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
-            );
-        }
-        self.complete(signaled, wr_id, WcOpcode::Write, len);
-        Ok(())
+        self.conn.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, true, signaled)
     }
 
     fn post_write_imm(
@@ -1558,35 +1580,8 @@ impl QueuePair for ShmQp {
     }
 
     fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
-        self.check_open()?;
-        super::tcp::check_len(len)?;
-        let c = &self.conn;
-        c.stats.reads.fetch_add(1, Ordering::Relaxed);
-        let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, len, Access::LOCAL_WRITE) else {
-            return self.error(
-                wr_id,
-                WcOpcode::Read,
-                WcStatus::LocalProtectionError,
-                "local protection error: READ destination outside its region or not LOCAL_WRITE".into(),
-            );
-        };
-        let mut s = lock(&c.send);
-        if c.state.is_error() {
-            drop(s);
-            return self.check_open();
-        }
-        let ok = c.one_sided(&mut s, rkey, remote_addr, len, Access::REMOTE_READ, (&mr.info().mapping, loff), false);
-        drop(s);
-        if !ok {
-            return self.error(
-                wr_id,
-                WcOpcode::Read,
-                WcStatus::RemoteAccessError,
-                format!("remote access error: READ of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
-            );
-        }
-        self.complete(true, wr_id, WcOpcode::Read, len);
-        Ok(())
+        self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, false, true)
     }
 
     fn is_error(&self) -> bool {

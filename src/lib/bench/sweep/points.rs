@@ -32,7 +32,7 @@ use super::{Params, Point, Preset, Result, Row, Skew, SweepError, SweepOptions};
 use crate::bench::embedded::{Embedded, EmbeddedOptions};
 use crate::bench::floor::{self, FloorOptions, FloorReport, FloorTest};
 use crate::bench::measure::{new_histogram, Measurements};
-use crate::bench::runner::{self, Progress, RunOptions, RunResult};
+use crate::bench::runner::{self, Progress, RunOptions};
 use crate::client::hybrid::UpdateMode;
 use crate::client::{Client, ClientOptions};
 use crate::index::{Index, IndexKind, KeySource, Loc};
@@ -513,36 +513,9 @@ impl<'a> Context<'a> {
             progress: if self.bars.is_some() { Progress::Bar } else { Progress::Quiet },
             hlog,
             label,
+            bars: self.bars.clone(),
             ..Default::default()
         }
-    }
-
-    fn load<T: Transport>(
-        &self,
-        t: &T,
-        ep: &Endpoint,
-        c: &ClientOptions,
-        w: &CoreWorkload,
-        r: &RunOptions,
-    ) -> Result<RunResult> {
-        Ok(match &self.bars {
-            Some(b) => runner::load_in(t, ep, c, w, r, b)?,
-            None => runner::load(t, ep, c, w, r)?,
-        })
-    }
-
-    fn run<T: Transport>(
-        &self,
-        t: &T,
-        ep: &Endpoint,
-        c: &ClientOptions,
-        w: &CoreWorkload,
-        r: &RunOptions,
-    ) -> Result<RunResult> {
-        Ok(match &self.bars {
-            Some(b) => runner::run_in(t, ep, c, w, r, b)?,
-            None => runner::run(t, ep, c, w, r)?,
-        })
     }
 
     fn hlog(&self, pt: &Point, phase: &str) -> PathBuf {
@@ -721,11 +694,11 @@ impl<'a> Context<'a> {
         let mut ro_get = self.run_opts(format!("{label} GET"), 1, n, warm, Some(get_hlog.clone()));
         ro_get.duration = cap;
         let (put, get) = on_target!(self.o, eo, |t, ep| {
-            self.load(&t, &ep, &copts, &warm_w, &ro_warm)?;
-            let put = self.load(&t, &ep, &copts, &put_w, &ro_put)?;
+            runner::load(&t, &ep, &copts, &warm_w, &ro_warm)?;
+            let put = runner::load(&t, &ep, &copts, &put_w, &ro_put)?;
             // GETs over the keys stored so far (the PUT phase may have stopped early).
             let get_w = mix_spec(1.0, 0.0, warm + put.run.operations, n, size, Skew::Uniform, seed)?;
-            let get = self.run(&t, &ep, &copts, &get_w, &ro_get)?;
+            let get = runner::run(&t, &ep, &copts, &get_w, &ro_get)?;
             Ok::<_, SweepError>((put, get))
         })?;
         let ps = Stat::series(&put.measurements, &["INSERT"])?;
@@ -803,8 +776,8 @@ impl<'a> Context<'a> {
         let ro_load = self.run_opts(format!("{label} load"), 1, 0, 0, None);
         let ro = self.run_opts(label, 1, n, (n / 10).min(1000), Some(hlog.clone()));
         let r = on_target!(self.o, eo, |t, ep| {
-            self.load(&t, &ep, &copts, &w, &ro_load)?;
-            self.run(&t, &ep, &copts, &w, &ro)
+            runner::load(&t, &ep, &copts, &w, &ro_load)?;
+            Ok(runner::run(&t, &ep, &copts, &w, &ro)?)
         })?;
         let m = &r.measurements;
         row.insert("mix", mix.to_string());
@@ -856,7 +829,7 @@ impl<'a> Context<'a> {
         );
         let (r, d) = on_target!(self.o, eo, |t, ep| {
             let before = Counters::read(&t, &ep)?;
-            let r = self.run(&t, &ep, &copts, &w, &ro)?;
+            let r = runner::run(&t, &ep, &copts, &w, &ro)?;
             let after = Counters::read(&t, &ep)?;
             Ok::<_, SweepError>((r, after.since(&before)))
         })?;
@@ -904,9 +877,9 @@ impl<'a> Context<'a> {
         let mut ro = self.run_opts(label, clients as usize, 0, 0, Some(hlog.clone()));
         ro.duration = Some(run_time);
         let (r, d) = on_target!(self.o, eo, |t, ep| {
-            self.load(&t, &ep, &copts, &warm_w, &ro_warm)?;
+            runner::load(&t, &ep, &copts, &warm_w, &ro_warm)?;
             let before = Counters::read(&t, &ep)?;
-            let r = self.load(&t, &ep, &copts, &put_w, &ro)?;
+            let r = runner::load(&t, &ep, &copts, &put_w, &ro)?;
             let after = Counters::read(&t, &ep)?;
             Ok::<_, SweepError>((r, after.since(&before)))
         })?;
@@ -950,10 +923,10 @@ impl<'a> Context<'a> {
         ro_get.duration = Some(run_time);
         let seed = self.o.seed;
         let (put, get) = on_target!(self.o, eo, |t, ep| {
-            let put = self.load(&t, &ep, &copts, &put_w, &ro_put)?;
+            let put = runner::load(&t, &ep, &copts, &put_w, &ro_put)?;
             // GETs over the keys the PUT phase stored.
             let get_w = mix_spec(1.0, 0.0, put.run.operations.max(1), n, size, Skew::Uniform, seed)?;
-            let get = self.run(&t, &ep, &copts, &get_w, &ro_get)?;
+            let get = runner::run(&t, &ep, &copts, &get_w, &ro_get)?;
             Ok::<_, SweepError>((put, get))
         })?;
         let ps = Stat::series(&put.measurements, &["INSERT"])?;
