@@ -5,18 +5,20 @@
 //! crash promise needs:
 //!
 //! 1. validate the entry (bounds, lengths, checksum; placement);
-//! 2. write its lines back and fence: the entry is durable with `version_num` = 0;
-//! 3. assign `version_num` from the global counter (one aligned 8-byte store), write
-//!    that line back and fence;
-//! 4. for an append, store and persist `count` (one aligned 8-byte store);
+//! 2. assign `version_num` from the global counter (one aligned 8-byte store);
+//! 3. an **append** writes its lines back, version included, and fences; then stores
+//!    and persists `count` (one aligned 8-byte store, second fence). Until `count`
+//!    covers the slot recovery ignores it, so the version may become durable with any
+//!    part of the content: that is the paper's order, two fences per append;
+//! 4. an **in-place** rewrite sits in a slot `count` already covers, so its content
+//!    (with `version_num` = 0, as the client wrote it) is written back and fenced
+//!    first, then the version line on its own (second fence). The checksum covers the
+//!    content but not `version_num`: if the new version could become durable while the
+//!    old content was still in the slot, recovery would return the old value under the
+//!    newest version. With this order every durable combination is the old entry, a
+//!    torn (rejected) one, the new content under version 0 or the old slot's version
+//!    (older than the key's newest, so it loses), or the new entry;
 //! 5. index it. The caller replies after `commit` returns.
-//!
-//! Step 2 before 3 matters for in-place rewrites: the checksum covers the content but
-//! not `version_num`, so if the new version could become durable while the old content
-//! was still in the slot, recovery would return the old value under the newest version.
-//! With this order every durable combination is either the old entry, a torn (rejected)
-//! one, the new content under the old slot's version (older than the key's newest, so it
-//! loses), or the new entry. The extra cost is one line written back and one fence.
 //!
 //! [`LocalWriter`] plays client and server at once (no transport): tests, the crash
 //! checker and `recover --bench` use it to fill pools.
@@ -153,20 +155,32 @@ impl Pool {
         if count_first {
             self.persist_count(seg.id, seg.count + 1)?;
         }
-        // 1. The entry as the client wrote it (version 0) becomes durable first, so a
-        //    version can never be persisted beside content it does not belong to (the
-        //    checksum does not cover version_num).
-        if !planted("skip-writeback") {
-            writeback(pool_off, len)?;
-        }
-        self.media().crash_point();
-        // 2. Then its version: one aligned 8-byte store, written back on its own.
         let version = self.next_version();
-        self.store_version(seg.id, offset, version)?;
-        self.media().crash_point();
-        self.media().persist(pool_off + ENTRY_VERSION_OFF, 8)?;
-        self.media().crash_point();
-        // 3. For an append, `count` now covers it.
+        if mode == WriteMode::Append {
+            // 1. The version goes into the entry first, then the entry's lines (version
+            //    included) are written back under one fence: nothing counts the slot
+            //    yet, so no crash image can pair them wrongly.
+            self.store_version(seg.id, offset, version)?;
+            self.media().crash_point();
+            if !planted("skip-writeback") {
+                writeback(pool_off, len)?;
+            }
+            self.media().crash_point();
+        } else {
+            // 1. An in-place rewrite sits in a counted slot: its content (version 0 as
+            //    the client wrote it) must be durable before any version is, because the
+            //    checksum does not cover `version_num`.
+            if !planted("skip-writeback") {
+                writeback(pool_off, len)?;
+            }
+            self.media().crash_point();
+            // 2. Then its version: one aligned 8-byte store, written back on its own.
+            self.store_version(seg.id, offset, version)?;
+            self.media().crash_point();
+            self.media().persist(pool_off + ENTRY_VERSION_OFF, 8)?;
+            self.media().crash_point();
+        }
+        // 2. For an append, `count` now covers it.
         if mode == WriteMode::Append {
             if !count_first {
                 self.persist_count(seg.id, seg.count + 1)?;

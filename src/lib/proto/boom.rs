@@ -17,10 +17,11 @@
 //! - **SCAN** (boomkv's addition for YCSB E; ordered index only): like GET, entries
 //!   written back to back, then one immediate with the total length.
 //!
-//! Differences from the paper: `version_num` is persisted after the entry's content
-//! (one extra line written back per PUT), because the checksum does not cover it and a
-//! torn in-place rewrite must not pair a new version with old content; entries carry a
-//! checksum and GETs verify it.
+//! Differences from the paper: an in-place rewrite persists `version_num` after the
+//! entry's content (one more fence than an append's entry write-back), because the
+//! checksum does not cover it and a torn rewrite must not pair a new version with old
+//! content; appends write back the entry and its version together, then `count`, as
+//! the paper does. Entries carry a checksum and GETs verify it.
 
 use std::sync::atomic::Ordering;
 

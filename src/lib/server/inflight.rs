@@ -4,9 +4,11 @@
 //! Keys are tracked by a 64-bit hash: a collision can only make a client append when it
 //! could have rewritten in place, never the reverse.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use hashbrown::HashMap;
 
 const SHARDS: usize = 32;
 
@@ -14,6 +16,8 @@ const SHARDS: usize = 32;
 pub struct InflightGets {
     hasher: foldhash::fast::FixedState,
     shards: Vec<Mutex<HashMap<u64, Vec<u64>>>>,
+    /// GETs in flight over all keys, so a PUT's reply skips the lock when there are none.
+    total: AtomicUsize,
 }
 
 impl Default for InflightGets {
@@ -21,6 +25,7 @@ impl Default for InflightGets {
         InflightGets {
             hasher: foldhash::fast::FixedState::with_seed(0x6E7),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            total: AtomicUsize::new(0),
         }
     }
 }
@@ -34,6 +39,8 @@ impl InflightGets {
     /// A GET of `key` starts reading `version`.
     pub fn begin(&self, key: &[u8], version: u64) {
         let (s, h) = self.slot(key);
+        // Counted before it is recorded: a PUT that sees zero cannot miss a recorded GET.
+        self.total.fetch_add(1, Ordering::SeqCst);
         self.shards[s].lock().unwrap_or_else(|e| e.into_inner()).entry(h).or_default().push(version);
     }
 
@@ -44,6 +51,7 @@ impl InflightGets {
         if let Some(v) = m.get_mut(&h) {
             if let Some(i) = v.iter().position(|&x| x == version) {
                 v.swap_remove(i);
+                self.total.fetch_sub(1, Ordering::SeqCst);
             }
             if v.is_empty() {
                 m.remove(&h);
@@ -53,6 +61,9 @@ impl InflightGets {
 
     /// Smallest version any in-flight GET of `key` reads (`u64::MAX` if none).
     pub fn min_version(&self, key: &[u8]) -> u64 {
+        if self.total.load(Ordering::SeqCst) == 0 {
+            return u64::MAX;
+        }
         let (s, h) = self.slot(key);
         let m = self.shards[s].lock().unwrap_or_else(|e| e.into_inner());
         m.get(&h).and_then(|v| v.iter().min().copied()).unwrap_or(u64::MAX)
@@ -60,10 +71,7 @@ impl InflightGets {
 
     /// GETs in flight, all keys.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).values().map(Vec::len).sum::<usize>())
-            .sum()
+        self.total.load(Ordering::SeqCst)
     }
 
     /// Whether no GET is in flight.

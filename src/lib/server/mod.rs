@@ -11,7 +11,6 @@
 pub mod coop;
 pub mod inflight;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -28,6 +27,10 @@ use crate::transport::{
 use crate::wire::{ErrorCode, Hello, Msg, Protocol, PutImm, Welcome, MAX_MESSAGE};
 use coop::CoopWriteback;
 use inflight::InflightGets;
+
+/// The worker's small maps (connections by queue pair, GETs by work request): hashbrown
+/// with its fast default hasher, since they are touched on every completion.
+pub(crate) type ConnMap<K, V> = hashbrown::HashMap<K, V>;
 
 /// Largest value the server accepts by default (1 MiB).
 pub const DEFAULT_MAX_VALUE: u32 = 1 << 20;
@@ -341,6 +344,8 @@ pub(crate) struct Inbox<T: Transport> {
     pub(crate) send_cq: Arc<T::Cq>,
     pub(crate) recv_cq: Arc<T::Cq>,
     pub(crate) new: Mutex<Vec<Conn<T>>>,
+    /// Connections pushed to `new` since the worker last looked (checked without the lock).
+    pub(crate) pending: AtomicUsize,
 }
 
 impl<T: Transport> Server<T> {
@@ -369,6 +374,7 @@ impl<T: Transport> Server<T> {
                 send_cq: Arc::new(shared.t.create_cq()?),
                 recv_cq: Arc::new(shared.t.create_cq()?),
                 new: Mutex::new(Vec::new()),
+                pending: AtomicUsize::new(0),
             }));
         }
         let mut listeners = Vec::new();
@@ -383,9 +389,7 @@ impl<T: Transport> Server<T> {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("boomkv-worker-{i}"))
-                    .spawn(move || {
-                        Worker { id: i, sh, ib, conns: HashMap::new(), buf: Vec::new(), early: Vec::new() }.run()
-                    })
+                    .spawn(move || Worker::new(i, sh, ib).run())
                     .map_err(|e| Error::io("spawn worker", e))?,
             );
         }
@@ -488,6 +492,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                         sh.counters.clients_total.fetch_add(1, Ordering::Relaxed);
                         sh.log(&format!("client {id} connected ({}, worker {w})", c.protocol));
                         ib.new.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+                        ib.pending.fetch_add(1, Ordering::AcqRel);
                         rr.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => sh.log(&format!("client {id}: setup failed: {e}")),
@@ -558,7 +563,7 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) seg_mr: Option<T::Mr>,
     pub(crate) segments: u64,
     /// wr_id -> (key, version) of GET data writes not yet completed.
-    pub(crate) gets: HashMap<u64, (Vec<u8>, u64)>,
+    pub(crate) gets: ConnMap<u64, (Vec<u8>, u64)>,
     pub(crate) next_wr: u64,
     pub(crate) last_active: Instant,
     pub(crate) dead: Option<String>,
@@ -589,7 +594,7 @@ impl<T: Transport> Conn<T> {
             seg: None,
             seg_mr: None,
             segments: 0,
-            gets: HashMap::new(),
+            gets: ConnMap::default(),
             next_wr: 0,
             last_active: Instant::now(),
             dead: None,
@@ -612,19 +617,38 @@ pub(crate) struct Worker<T: Transport> {
     pub(crate) id: usize,
     pub(crate) sh: Arc<Shared<T>>,
     pub(crate) ib: Arc<Inbox<T>>,
-    pub(crate) conns: HashMap<u32, Conn<T>>,
+    pub(crate) conns: ConnMap<u32, Conn<T>>,
     pub(crate) buf: Vec<u8>,
     /// Completions of connections the acceptor has not handed over yet: a client's
     /// first request can complete between its receives being posted and the hand-over.
     pub(crate) early: Vec<(bool, Completion, Instant)>,
+    /// A coarse clock, refreshed by the polling loop (idle timeouts need ms, not ns).
+    pub(crate) now: Instant,
 }
 
 impl<T: Transport> Worker<T> {
+    fn new(id: usize, sh: Arc<Shared<T>>, ib: Arc<Inbox<T>>) -> Worker<T> {
+        Worker { id, sh, ib, conns: ConnMap::default(), buf: Vec::new(), early: Vec::new(), now: Instant::now() }
+    }
+
     pub(crate) fn run(mut self) {
         let mut comps: Vec<Completion> = Vec::with_capacity(64);
-        let mut idle_since = Instant::now();
-        let mut last_sweep = Instant::now();
+        // The clock is read once every CLOCK_EVERY rounds, not per completion: a PUT's
+        // latency is a few hundred ns, of which a clock read would be a noticeable part.
+        const CLOCK_EVERY: u32 = 64;
+        let mut idle_since = self.now;
+        let mut last_sweep = self.now;
+        let mut idle_rounds = 0u32;
+        let mut rounds = 0u32;
         loop {
+            rounds = rounds.wrapping_add(1);
+            if rounds % CLOCK_EVERY == 0 {
+                self.now = Instant::now();
+                if self.now.duration_since(last_sweep) > Duration::from_millis(100) {
+                    last_sweep = self.now;
+                    self.sweep();
+                }
+            }
             let stopping = self.sh.shutdown.load(Ordering::Acquire);
             self.adopt_new();
             comps.clear();
@@ -637,25 +661,35 @@ impl<T: Transport> Worker<T> {
                 self.on_send(c);
             }
             if n + m > 0 {
-                idle_since = Instant::now();
-            } else if stopping {
-                break;
-            } else if !self.sh.coop.help(self.id, self.sh.pool.media()) {
-                if idle_since.elapsed() > Duration::from_millis(2) && !self.sh.coop.enabled() {
-                    // Park on the receive queue instead of burning a core.
-                    if let Ok(c) = self.ib.recv_cq.wait(Duration::from_millis(5)) {
-                        self.on_recv(c);
-                        idle_since = Instant::now();
-                    }
-                } else if idle_since.elapsed() > Duration::from_millis(50) {
-                    std::thread::sleep(Duration::from_micros(200));
-                } else {
-                    std::hint::spin_loop();
-                }
+                idle_rounds = 0;
+                continue;
             }
-            if last_sweep.elapsed() > Duration::from_millis(100) {
-                last_sweep = Instant::now();
-                self.sweep();
+            if stopping {
+                break;
+            }
+            if self.sh.coop.help(self.id, self.sh.pool.media()) {
+                idle_rounds = 0;
+                continue;
+            }
+            idle_rounds += 1;
+            if idle_rounds == 1 {
+                idle_since = self.now;
+            }
+            if idle_rounds % CLOCK_EVERY != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.now = Instant::now();
+            let idle = self.now.duration_since(idle_since);
+            if idle > Duration::from_millis(2) && !self.sh.coop.enabled() {
+                // Park on the receive queue instead of burning a core.
+                if let Ok(c) = self.ib.recv_cq.wait(Duration::from_millis(5)) {
+                    self.now = Instant::now();
+                    self.on_recv(c);
+                    idle_rounds = 0;
+                }
+            } else if idle > Duration::from_millis(50) {
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
         let ids: Vec<u32> = self.conns.keys().copied().collect();
@@ -665,7 +699,8 @@ impl<T: Transport> Worker<T> {
     }
 
     pub(crate) fn adopt_new(&mut self) {
-        {
+        if self.ib.pending.load(Ordering::Acquire) > 0 {
+            self.ib.pending.store(0, Ordering::Release);
             let mut new = self.ib.new.lock().unwrap_or_else(|e| e.into_inner());
             for c in new.drain(..) {
                 self.conns.insert(c.qp.qp_num(), c);
@@ -680,7 +715,7 @@ impl<T: Transport> Worker<T> {
                     } else {
                         self.on_send(c)
                     }
-                } else if since.elapsed() < Duration::from_secs(5) {
+                } else if self.now.duration_since(since) < Duration::from_secs(5) {
                     self.early.push((is_recv, c, since));
                 }
             }
@@ -695,7 +730,7 @@ impl<T: Transport> Worker<T> {
             } else if c.qp.is_error() {
                 dead.push((*q, c.qp.error_reason().unwrap_or_else(|| "connection error".into())));
             } else if let Some(t) = self.sh.cfg.idle_timeout {
-                if c.last_active.elapsed() > t {
+                if self.now.duration_since(c.last_active) > t {
                     dead.push((*q, format!("idle for more than {t:?}")));
                 }
             }
@@ -724,7 +759,7 @@ impl<T: Transport> Worker<T> {
 
     pub(crate) fn on_send(&mut self, c: Completion) {
         let Some(conn) = self.conns.get_mut(&c.qp_num) else {
-            self.early.push((false, c, Instant::now()));
+            self.early.push((false, c, self.now));
             return;
         };
         if let Some((key, v)) = conn.gets.remove(&c.wr_id) {
@@ -737,10 +772,10 @@ impl<T: Transport> Worker<T> {
 
     pub(crate) fn on_recv(&mut self, c: Completion) {
         let Some(mut conn) = self.conns.remove(&c.qp_num) else {
-            self.early.push((true, c, Instant::now()));
+            self.early.push((true, c, self.now));
             return;
         };
-        conn.last_active = Instant::now();
+        conn.last_active = self.now;
         if !c.status.is_ok() {
             let why = match conn.qp.error_reason() {
                 Some(r) if r.contains("peer closed") => "closed by the client".to_string(),

@@ -85,6 +85,8 @@ const LATENCY_COLUMNS: &[&str] = cols!(
     "get_writeback_us",
     "get_index_us",
     "get_other_us",
+    "entry_writeback_us",
+    "count_persist_us",
     "flush",
     "put_hlog",
     "get_hlog",
@@ -203,6 +205,8 @@ pub fn columns(preset: Preset) -> &'static [&'static str] {
 /// - `writeback`: [`Media::persist`] of one freshly written entry of the size (header +
 ///   24 B key + value) on a pool file in the embedded servers' directory, with the
 ///   flush instruction the servers use.
+/// - `count`: [`Media::persist`] of one freshly stored 8-byte word: the second fence of
+///   an append (`count`), or of an in-place rewrite (`version_num`).
 /// - `index_put`, `index_get`: [`Index::upsert`] / [`Index::get`] of one key in a hash
 ///   index of 100 000 keys (keys compared through a [`KeySource`], as on PM).
 /// - `memcpy`: one copy of an entry of the size between two DRAM buffers.
@@ -216,6 +220,8 @@ pub struct Components {
     pub meta: f64,
     /// Write-back of one entry.
     pub writeback: f64,
+    /// Persist of one 8-byte word (`count`).
+    pub count: f64,
     /// Index upsert.
     pub index_put: f64,
     /// Index lookup.
@@ -241,7 +247,8 @@ pub fn copies(p: Protocol) -> (f64, f64) {
 pub const BREAKDOWN_METHOD: &str = "transport = the floor's WRITE_WITH_IMM+16 B reply round trip of the size \
 (RDMP GET: READ of the size); metadata = the floor's 64 B SEND/RECV round trip (RDMP only); copies = \
 entry-size memcpy x copies on the code path (BOOM/RDMP 2, RPC 3); write-back = Media::persist of one entry \
-(PUT only); index = hash index upsert/get at 100k keys; other = median latency minus all of these \
+plus Media::persist of one 8-byte word (PUT only: every protocol's commit fences twice, the entry with its version, \
+then count); index = hash index upsert/get at 100k keys; other = median latency minus all of these \
 (protocol processing, checksums, scheduling; negative when the parts overlap). All medians.";
 
 /// What each preset runs, for SETUP.md.
@@ -261,7 +268,7 @@ workers, the point's flush instruction, cooperative write-back on or off, for 1 
 
 /// The short form of [`BREAKDOWN_METHOD`] for figure captions.
 pub const BREAKDOWN_CAPTION: &str = "transport, metadata: transport-floor round trips of the request's shape; \
-copies: memcpy x copies on the code path; write-back: Media::persist of one entry; index: one hash-index \
+copies: memcpy x copies on the code path; write-back: Media::persist of one entry and of count; index: one hash-index \
 operation; other: the rest of the median. Full method: SETUP.md.";
 
 /// Runs grid points and keeps what they share (transport floors, components).
@@ -663,6 +670,7 @@ impl<'a> Context<'a> {
             read: med(FloorTest::Read, size).unwrap_or(0.0),
             meta: med(FloorTest::SendRecv, 64).unwrap_or(0.0),
             writeback: writeback_us(self.o.pmem_dir.clone(), entry as usize, iters)?,
+            count: writeback_us(self.o.pmem_dir.clone(), 8, iters)?,
             index_put: index_us(true, pick(self.o.quick, 20_000, 100_000) as usize)?,
             index_get: index_us(false, pick(self.o.quick, 20_000, 100_000) as usize)?,
             memcpy: memcpy_us(entry as usize, iters),
@@ -722,7 +730,8 @@ impl<'a> Context<'a> {
             Protocol::Boom | Protocol::Rpc => (c.wir, 0.0, c.wir, 0.0),
             Protocol::Rdmp => (c.wir, c.meta, c.read, c.meta),
         };
-        let put_parts = [put_t, put_m, cp * c.memcpy, c.writeback, c.index_put];
+        // Every protocol's PUT commits through the same path: two persists.
+        let put_parts = [put_t, put_m, cp * c.memcpy, c.writeback + c.count, c.index_put];
         let get_parts = [get_t, get_m, cg * c.memcpy, 0.0, c.index_get];
         for (names, parts, total) in [
             (
@@ -755,6 +764,8 @@ impl<'a> Context<'a> {
             }
             row.insert(names[5], f3(total - parts.iter().sum::<f64>()));
         }
+        row.insert("entry_writeback_us", f3(c.writeback));
+        row.insert("count_persist_us", f3(c.count));
         row.insert("flush", FlushKind::detect().to_string());
         Ok(())
     }
