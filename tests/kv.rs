@@ -24,7 +24,13 @@ fn cfg(workers: usize, coop: bool) -> ServerConfig {
 }
 
 fn opts(p: Protocol) -> ClientOptions {
-    ClientOptions { protocol: p, timeout: Duration::from_secs(10), ..Default::default() }
+    // A full pool is final in these tests (the cleaner is off unless a test turns it on).
+    ClientOptions {
+        protocol: p,
+        timeout: Duration::from_secs(10),
+        pool_full_wait: Duration::from_millis(100),
+        ..Default::default()
+    }
 }
 
 trait Backend: Transport {
@@ -236,6 +242,26 @@ fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
     assert_eq!(c2.get(b"survivor").unwrap().unwrap(), b"still here");
 }
 
+/// One-shot clients (a CLI `put` each) take a segment apiece; once they leave, the
+/// cleaner must give those segments back, or the pool fills with a few bytes of data.
+fn short_lived_clients_do_not_fill_the_pool<T: Backend>() {
+    let c = ServerConfig { cleaner: true, clean_interval: Duration::from_millis(5), ..cfg(1, false) };
+    let f = Fixture::<T>::new(8 << 20, 1 << 20, c);
+    let segments = 8;
+    for i in 0..3 * segments {
+        let o = ClientOptions { pool_full_wait: Duration::from_secs(10), ..opts(Protocol::Boom) };
+        let mut c = Client::connect(&T::make(), &f.ep, o).unwrap();
+        c.put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+            .unwrap_or_else(|e| panic!("client {i} could not store its key: {e}"));
+    }
+    let mut c = f.client(Protocol::Boom);
+    for i in 0..3 * segments {
+        assert_eq!(c.get(format!("k{i}").as_bytes()).unwrap().unwrap(), format!("v{i}").as_bytes());
+    }
+    let st = c.stats().unwrap();
+    assert!(st["cleaner"]["segments_freed"].as_u64().unwrap() >= segments as u64, "{st}");
+}
+
 macro_rules! suite {
     ($m:ident, $t:ty) => {
         mod $m {
@@ -272,6 +298,10 @@ macro_rules! suite {
             #[test]
             fn hybrid_update_decisions() {
                 hybrid_updates::<$t>()
+            }
+            #[test]
+            fn short_lived_clients() {
+                short_lived_clients_do_not_fill_the_pool::<$t>()
             }
             #[test]
             fn pool_full() {

@@ -442,5 +442,29 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         s["cleaner"]["segments_freed"].as_u64().unwrap_or(0),
         s["cleaner"]["entries_moved"].as_u64().unwrap_or(0)
     );
+    let ph = &s["phases"];
+    let f = |k: &str| ph[k].as_f64().unwrap_or(0.0);
+    if ph["put_samples"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "PUT steps     validate {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, reply {:.2}; total {:.2} us \
+             (medians of {} sampled)",
+            f("put_validate_us"),
+            f("put_writeback_us"),
+            f("put_second_persist_us"),
+            f("put_index_us"),
+            f("put_reply_us"),
+            f("put_total_us"),
+            ph["put_samples"].as_u64().unwrap_or(0)
+        );
+    }
+    if ph["get_samples"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "GET steps     lookup {:.2}, post {:.2}; total {:.2} us (medians of {} sampled)",
+            f("get_lookup_us"),
+            f("get_write_us"),
+            f("get_total_us"),
+            ph["get_samples"].as_u64().unwrap_or(0)
+        );
+    }
     Ok(())
 }

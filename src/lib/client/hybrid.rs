@@ -12,7 +12,7 @@
 //!
 //! Otherwise it appends. Moving to a new segment forgets everything.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 /// One of a key's entries in the current segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

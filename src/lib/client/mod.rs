@@ -27,7 +27,7 @@
 
 pub mod hybrid;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
@@ -73,6 +73,9 @@ pub struct ClientOptions {
     pub torn_retries: u32,
     /// Told of every BOOM write's target before and after it.
     pub on_write: Option<WriteHook>,
+    /// BOOM: how long a segment grant keeps asking a full pool (the cleaner may free a
+    /// segment) before the PUT fails with "pool full".
+    pub pool_full_wait: Duration,
 }
 
 impl Default for ClientOptions {
@@ -84,6 +87,7 @@ impl Default for ClientOptions {
             response_buffer: 64 << 10,
             torn_retries: 8,
             on_write: None,
+            pool_full_wait: Duration::from_secs(2),
         }
     }
 }
@@ -280,6 +284,14 @@ impl<T: Transport> Client<T> {
     }
 
     pub(crate) fn call(&mut self, m: &Msg, what: &'static str) -> Result<Msg> {
+        match self.call_raw(m, what)? {
+            Msg::Error { code, message } => Err(server_error(code, message)),
+            m => Ok(m),
+        }
+    }
+
+    /// Like [`Client::call`], but a server error comes back as the message.
+    pub(crate) fn call_raw(&mut self, m: &Msg, what: &'static str) -> Result<Msg> {
         let req = self.req();
         let mut b = std::mem::take(&mut self.buf);
         m.encode_into(req, &mut b);
@@ -295,7 +307,10 @@ impl<T: Transport> Client<T> {
         let r = self.qp.post_send_bytes(wr, &b);
         self.buf = b;
         r?;
-        self.wait_msg(what)
+        match self.wait_arrival(what)? {
+            Arrival::Msg(m) => Ok(m),
+            Arrival::Data(_) | Arrival::RpcValue(_) => Err(Error::Protocol(format!("unexpected data during {what}"))),
+        }
     }
 
     pub(crate) fn check_sizes(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -348,14 +363,25 @@ impl<T: Transport> Client<T> {
     }
 
     pub(crate) fn grant(&mut self) -> Result<()> {
-        match self.call(&Msg::GrantSegment, "segment grant")? {
-            Msg::SegmentGranted { segment, region } => {
-                self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
-                self.hybrid.reset();
-                self.counters.grants += 1;
-                Ok(())
+        // A full pool is often waiting for the cleaner: segments of clients that left
+        // are sealed and compacted in the background. Ask again for a while.
+        let deadline = Instant::now() + self.opts.pool_full_wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match self.call_raw(&Msg::GrantSegment, "segment grant")? {
+                Msg::SegmentGranted { segment, region } => {
+                    self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
+                    self.hybrid.reset();
+                    self.counters.grants += 1;
+                    return Ok(());
+                }
+                Msg::Error { code: ErrorCode::PoolFull, .. } if Instant::now() + pause < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Msg::Error { code, message } => return Err(server_error(code, message)),
+                m => return Err(Error::Protocol(format!("expected a segment grant, got {m:?}"))),
             }
-            m => Err(Error::Protocol(format!("expected a segment grant, got {m:?}"))),
         }
     }
 

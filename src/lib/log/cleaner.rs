@@ -53,19 +53,19 @@ impl Cleaner {
         Cleaner::default()
     }
 
-    /// Sealed segments whose live bytes are at most `max_live` of their used bytes,
-    /// emptiest first (at most `n`).
+    /// Sealed segments whose live bytes are at most `max_live` of their capacity,
+    /// emptiest first (at most `n`). Capacity, not bytes used: a segment sealed early
+    /// (its client left) wastes its unused tail as surely as garbage.
     pub fn victims(&self, pool: &Pool, max_live: f64, n: usize) -> Vec<u64> {
         let own = self.seg.as_ref().map(|s| s.id);
+        let capacity = pool.segment_size().saturating_sub(SEGMENT_HEADER_SIZE).max(1) as f64;
         let mut v: Vec<(f64, u64)> = pool
             .seg_metas()
             .iter()
             .enumerate()
             .filter(|(id, m)| m.state == SegmentState::Sealed && Some(*id as u64) != own)
             .filter_map(|(id, _)| {
-                let used = pool.segment_used(id as u64);
-                let live = pool.segment_live(id as u64);
-                let frac = if used == 0 { 0.0 } else { live as f64 / used as f64 };
+                let frac = pool.segment_live(id as u64) as f64 / capacity;
                 (frac <= max_live).then_some((frac, id as u64))
             })
             .collect();

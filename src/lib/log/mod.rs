@@ -25,7 +25,7 @@ use crate::pmem::{resolve_pool_path, Media, MediaOptions};
 use format::*;
 pub use recovery::RecoveryReport;
 pub use space::{SpaceCounters, SpaceReport};
-pub use writer::{ActiveSegment, CommitError, Committed, LocalWriter, WriteMode};
+pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, Laps, LocalWriter, WriteMode};
 
 /// How to open a pool.
 #[derive(Clone, Debug)]
@@ -232,6 +232,15 @@ impl Pool {
     /// persisting it (see the allocation order in [`format`](mod@format)) and linking `prev` to it.
     pub fn alloc_segment(&self, owner: u64, prev: Option<u64>) -> Result<u64> {
         let mut a = self.lock();
+        // The last free segments are the cleaner's: without a segment to copy live
+        // entries into, a full pool could never be compacted again.
+        let reserve = if owner == CLEANER_OWNER { 0 } else { self.cleaner_reserve() };
+        if a.free.len() <= reserve {
+            return Err(Error::PoolFull {
+                segments: self.header.segment_count,
+                segment_size: self.header.segment_size,
+            });
+        }
         let id = a
             .free
             .pop()
@@ -280,6 +289,16 @@ impl Pool {
         self.seg_used[id as usize].store(0, Ordering::Relaxed);
         self.seg_live[id as usize].store(0, Ordering::Relaxed);
         Ok(id)
+    }
+
+    /// Free segments kept for the cleaner's output (none in pools of fewer than 4
+    /// segments, which could not spare one).
+    pub fn cleaner_reserve(&self) -> usize {
+        if self.header.segment_count >= 4 {
+            1
+        } else {
+            0
+        }
     }
 
     /// Marks an active segment sealed (no more appends).

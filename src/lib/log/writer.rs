@@ -27,6 +27,7 @@ use super::format::*;
 use super::Pool;
 use crate::error::{Error, Result};
 use crate::index::{Loc, Upsert};
+use std::time::Instant;
 
 /// The server's view of a client's active segment.
 #[derive(Clone, Debug)]
@@ -59,6 +60,39 @@ impl ActiveSegment {
     pub fn slot_end(&self, offset: u64) -> Option<u64> {
         let o = u32::try_from(offset).ok()?;
         self.slots.binary_search_by_key(&o, |s| s.0).ok().map(|i| self.slots[i].1 as u64)
+    }
+}
+
+/// Durations of a commit's steps in nanoseconds (filled when a commit is timed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitTimes {
+    /// Checking the entry.
+    pub validate: u64,
+    /// Writing the entry back (with its version, for an append).
+    pub writeback: u64,
+    /// The second persist: `count` or `version_num`.
+    pub second_persist: u64,
+    /// Index upsert and space accounting.
+    pub index: u64,
+}
+
+/// A stopwatch that records laps into a [`CommitTimes`] only when there is one.
+pub struct Laps<'a>(Option<(&'a mut CommitTimes, Instant)>);
+
+impl<'a> Laps<'a> {
+    /// Starts timing into `t` (or does nothing with `None`).
+    pub fn start(t: Option<&'a mut CommitTimes>) -> Laps<'a> {
+        Laps(t.map(|t| (t, Instant::now())))
+    }
+
+    /// Adds the time since the last lap to the field `f` picks.
+    #[inline]
+    pub fn lap(&mut self, f: fn(&mut CommitTimes) -> &mut u64) {
+        if let Some((t, last)) = &mut self.0 {
+            let now = Instant::now();
+            *f(t) += now.duration_since(*last).as_nanos() as u64;
+            *last = now;
+        }
     }
 }
 
@@ -109,13 +143,14 @@ pub enum CommitError {
 impl Pool {
     /// Commits the entry a client wrote at `offset` of `seg` (see the module docs).
     /// `writeback(pool_offset, len)` writes the lines back and fences; the protocols pass
-    /// the cooperative write-back here.
+    /// the cooperative write-back here. With `times`, the steps are timed into it.
     pub fn commit(
         &self,
         seg: &mut ActiveSegment,
         offset: u64,
         mode: WriteMode,
         writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
+        times: Option<&mut CommitTimes>,
     ) -> std::result::Result<Committed, CommitError> {
         match mode {
             WriteMode::Append if offset != seg.tail => {
@@ -129,8 +164,10 @@ impl Pool {
             }
             _ => {}
         }
+        let mut laps = Laps::start(times);
         let h = self.validate_entry(seg.id, offset).map_err(|fault| CommitError::Invalid { offset, fault })?;
-        self.commit_validated(seg, offset, mode, h, writeback)
+        laps.lap(|t| &mut t.validate);
+        self.commit_steps(seg, offset, mode, h, writeback, laps)
     }
 
     /// [`Pool::commit`] for an entry whose header `h` was already validated (the server
@@ -142,6 +179,19 @@ impl Pool {
         mode: WriteMode,
         h: EntryHeader,
         writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
+        times: Option<&mut CommitTimes>,
+    ) -> std::result::Result<Committed, CommitError> {
+        self.commit_steps(seg, offset, mode, h, writeback, Laps::start(times))
+    }
+
+    fn commit_steps(
+        &self,
+        seg: &mut ActiveSegment,
+        offset: u64,
+        mode: WriteMode,
+        h: EntryHeader,
+        writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
+        mut laps: Laps<'_>,
     ) -> std::result::Result<Committed, CommitError> {
         if mode == WriteMode::Append && offset != seg.tail {
             return Err(CommitError::Misplaced(format!("append at {offset}, tail is {}", seg.tail)));
@@ -165,6 +215,7 @@ impl Pool {
             if !planted("skip-writeback") {
                 writeback(pool_off, len)?;
             }
+            laps.lap(|t| &mut t.writeback);
             self.media().crash_point();
         } else {
             // 1. An in-place rewrite sits in a counted slot: its content (version 0 as
@@ -173,11 +224,13 @@ impl Pool {
             if !planted("skip-writeback") {
                 writeback(pool_off, len)?;
             }
+            laps.lap(|t| &mut t.writeback);
             self.media().crash_point();
             // 2. Then its version: one aligned 8-byte store, written back on its own.
             self.store_version(seg.id, offset, version)?;
             self.media().crash_point();
             self.media().persist(pool_off + ENTRY_VERSION_OFF, 8)?;
+            laps.lap(|t| &mut t.second_persist);
             self.media().crash_point();
         }
         // 2. For an append, `count` now covers it.
@@ -185,6 +238,7 @@ impl Pool {
             if !count_first {
                 self.persist_count(seg.id, seg.count + 1)?;
             }
+            laps.lap(|t| &mut t.second_persist);
             seg.push_slot(offset, h.next_offset);
             self.note_append(seg.id, h.next_offset - offset);
         } else {
@@ -204,6 +258,7 @@ impl Pool {
             .map_err(CommitError::Media)?
             .to_vec();
         let upsert = self.index_entry(&key, loc);
+        laps.lap(|t| &mut t.index);
         Ok(Committed { version, loc, upsert, key, header: h })
     }
 
@@ -300,9 +355,29 @@ impl<'a> LocalWriter<'a> {
     fn commit(&mut self, offset: u64, mode: WriteMode) -> Result<Committed> {
         let pool = self.pool;
         let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no active segment"))?;
-        pool.commit(seg, offset, mode, &mut |o, l| pool.writeback(o, l)).map_err(|e| match e {
+        pool.commit(seg, offset, mode, &mut |o, l| pool.writeback(o, l), None).map_err(|e| match e {
             CommitError::Media(e) => e,
             other => Error::Protocol(other.to_string()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn laps_fill_only_when_timed() {
+        let mut t = CommitTimes::default();
+        {
+            let mut l = Laps::start(Some(&mut t));
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            l.lap(|t| &mut t.writeback);
+            l.lap(|t| &mut t.index);
+        }
+        assert!(t.writeback >= 2_000_000, "{t:?}");
+        assert!(t.index < t.writeback, "{t:?}");
+        let mut off = Laps::start(None);
+        off.lap(|t| &mut t.writeback);
     }
 }

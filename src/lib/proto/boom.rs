@@ -29,6 +29,7 @@ use crate::client::hybrid::{Decision, SlotInfo};
 use crate::client::{server_error, Arrival, Client, PutInfo, WriteIntent};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
+use crate::server::phases::GetTimer;
 use crate::server::{Conn, Worker};
 use crate::transport::{Access, MemoryRegion, QueuePair, Transport};
 use crate::wire::{DataImm, DataStatus, ErrorCode, Msg, Protocol, PutImm};
@@ -49,7 +50,10 @@ impl<T: Transport> Worker<T> {
     }
 
     pub(crate) fn boom_get(&mut self, conn: &mut Conn<T>, key: Vec<u8>, buf: crate::wire::RegionDesc) -> Result<()> {
-        let Some(loc) = self.sh.pool.lookup(&key) else {
+        let mut timer = GetTimer::start(self.sampled());
+        let found = self.sh.pool.lookup(&key);
+        GetTimer::looked_up(&mut timer);
+        let Some(loc) = found else {
             self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
             return self.data_imm(conn, &buf, DataStatus::NotFound, 0);
         };
@@ -63,7 +67,9 @@ impl<T: Transport> Worker<T> {
         let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
         self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
         self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-        conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm)
+        let r = conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm);
+        GetTimer::posted(timer, &self.sh.phases);
+        r
     }
 
     pub(crate) fn boom_scan(

@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use crate::client::{Client, PutInfo};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
+use crate::server::phases::GetTimer;
 use crate::server::{Conn, Worker};
 use crate::transport::{Access, CompletionQueue, MemoryRegion, QueuePair, Transport};
 use crate::wire::{ErrorCode, Msg, PutImm};
@@ -55,12 +56,18 @@ impl<T: Transport> Worker<T> {
 
     /// RDMP phase 1 of a GET: where the entry of `key` is (the client then READs it).
     pub(crate) fn rdmp_locate(&mut self, conn: &mut Conn<T>, key: &[u8], req: u32) -> Result<()> {
-        match self.sh.pool.lookup(key) {
+        let mut timer = GetTimer::start(self.sampled());
+        let found = self.sh.pool.lookup(key);
+        GetTimer::looked_up(&mut timer);
+        match found {
             Some(loc) => {
                 let mr = self.sh.seg_mr(loc.segment as u64)?;
                 let r = mr.remote();
                 self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
-                self.send(conn, &Msg::Located { addr: r.at(loc.offset as u64), rkey: r.rkey, len: loc.len }, req)
+                let r =
+                    self.send(conn, &Msg::Located { addr: r.at(loc.offset as u64), rkey: r.rkey, len: loc.len }, req);
+                GetTimer::posted(timer, &self.sh.phases);
+                r
             }
             None => {
                 self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);

@@ -18,6 +18,7 @@ use crate::client::{server_error, Arrival, Client, PutInfo, RPC_VALUE_OFF};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, EntryHeader, ENTRY_HEADER_SIZE};
 use crate::log::WriteMode;
+use crate::server::phases::GetTimer;
 use crate::server::{Conn, Worker};
 use crate::transport::{MemoryRegion, QueuePair, Transport};
 use crate::wire::{ErrorCode, Msg};
@@ -58,7 +59,10 @@ impl<T: Transport> Worker<T> {
 
     /// RDMA-KV GET: copy the entry PM -> DRAM and SEND it.
     pub(crate) fn rpc_get(&mut self, conn: &mut Conn<T>, key: &[u8], req: u32) -> Result<()> {
-        let Some(loc) = self.sh.pool.lookup(key) else {
+        let mut timer = GetTimer::start(self.sampled());
+        let found = self.sh.pool.lookup(key);
+        GetTimer::looked_up(&mut timer);
+        let Some(loc) = found else {
             self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
             return self.send(conn, &Msg::NotFound, req);
         };
@@ -75,7 +79,9 @@ impl<T: Transport> Worker<T> {
         self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
         self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
         let wr = conn.wr();
-        conn.qp.post_send(wr, &send_mr, 0, h.len() as u32 + loc.len)
+        let r = conn.qp.post_send(wr, &send_mr, 0, h.len() as u32 + loc.len);
+        GetTimer::posted(timer, &self.sh.phases);
+        r
     }
 }
 

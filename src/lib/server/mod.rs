@@ -10,6 +10,7 @@
 
 pub mod coop;
 pub mod inflight;
+pub mod phases;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,13 +21,14 @@ use crate::error::{Error, Result};
 use crate::index::IndexKind;
 use crate::log::cleaner::Cleaner;
 use crate::log::format::{self as fmt, EntryHeader};
-use crate::log::{ActiveSegment, CommitError, Pool, WriteMode};
+use crate::log::{ActiveSegment, CommitError, CommitTimes, Pool, WriteMode};
 use crate::transport::{
     Access, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, Transport, WcOpcode,
 };
 use crate::wire::{ErrorCode, Hello, Msg, Protocol, PutImm, Welcome, MAX_MESSAGE};
 use coop::CoopWriteback;
 use inflight::InflightGets;
+use phases::{Phase, Phases};
 
 /// The worker's small maps (connections by queue pair, GETs by work request): hashbrown
 /// with its fast default hasher, since they are touched on every completion.
@@ -175,6 +177,8 @@ pub struct ServerStats {
     pub flush_kind: String,
     /// Index kind.
     pub index: IndexKind,
+    /// Sampled in-server timings of PUT and GET steps (medians).
+    pub phases: phases::PhaseReport,
 }
 
 /// What every transport's server shares for one pool: the pool, GETs in flight,
@@ -184,6 +188,7 @@ pub struct ServerCore {
     pub(crate) cfg: ServerConfig,
     pub(crate) inflight: InflightGets,
     pub(crate) counters: ServerCounters,
+    pub(crate) phases: Phases,
     pub(crate) cleaned: Mutex<crate::log::cleaner::CleanStats>,
     pub(crate) coop: Mutex<coop::CoopStats>,
     pub(crate) clients: AtomicUsize,
@@ -200,6 +205,7 @@ impl ServerCore {
             cfg: ServerConfig { workers: cfg.workers.max(1), ..cfg },
             inflight: InflightGets::default(),
             counters: ServerCounters::default(),
+            phases: Phases::default(),
             cleaned: Mutex::new(Default::default()),
             coop: Mutex::new(Default::default()),
             clients: AtomicUsize::new(0),
@@ -274,6 +280,7 @@ impl ServerCore {
             workers: self.cfg.workers,
             flush_kind: self.pool.media().flush_kind().to_string(),
             index: self.pool.index().kind(),
+            phases: self.phases.report(),
         }
     }
 
@@ -624,11 +631,31 @@ pub(crate) struct Worker<T: Transport> {
     pub(crate) early: Vec<(bool, Completion, Instant)>,
     /// A coarse clock, refreshed by the polling loop (idle timeouts need ms, not ns).
     pub(crate) now: Instant,
+    /// Requests seen, for sampling one in [`phases::SAMPLE_EVERY`].
+    pub(crate) seen: u32,
+    /// Refused segment grants are not logged again before this.
+    pub(crate) pool_full_quiet: Instant,
 }
 
 impl<T: Transport> Worker<T> {
     fn new(id: usize, sh: Arc<Shared<T>>, ib: Arc<Inbox<T>>) -> Worker<T> {
-        Worker { id, sh, ib, conns: ConnMap::default(), buf: Vec::new(), early: Vec::new(), now: Instant::now() }
+        Worker {
+            id,
+            sh,
+            ib,
+            conns: ConnMap::default(),
+            buf: Vec::new(),
+            early: Vec::new(),
+            now: Instant::now(),
+            seen: 0,
+            pool_full_quiet: Instant::now(),
+        }
+    }
+
+    /// Whether to time this request's steps (one in [`phases::SAMPLE_EVERY`]).
+    pub(crate) fn sampled(&mut self) -> bool {
+        self.seen = self.seen.wrapping_add(1);
+        self.seen % phases::SAMPLE_EVERY == 0
     }
 
     pub(crate) fn run(mut self) {
@@ -845,18 +872,34 @@ impl<T: Transport> Worker<T> {
         let Some(seg) = conn.seg.as_mut() else {
             return self.error_reply(conn, 0, ErrorCode::BadRequest, "PUT before any segment was granted".into());
         };
+        let t0 = self.sampled().then(Instant::now);
+        let mut times = CommitTimes::default();
         let (pool, coop, id) = (&self.sh.pool, &self.sh.coop, self.id);
         let mut wb = |o: u64, l: usize| coop.writeback(id, pool.media(), o, l);
+        let tm = t0.map(|_| &mut times);
         let r = match pre {
-            Some(h) => pool.commit_validated(seg, offset, mode, h, &mut wb),
-            None => pool.commit(seg, offset, mode, &mut wb),
+            Some(h) => pool.commit_validated(seg, offset, mode, h, &mut wb, tm),
+            None => pool.commit(seg, offset, mode, &mut wb, tm),
         };
         match r {
             Ok(c) => {
                 let ctr = if c.loc.tombstone { &self.sh.counters.dels } else { &self.sh.counters.puts };
                 ctr.fetch_add(1, Ordering::Relaxed);
+                let t1 = t0.map(|_| Instant::now());
                 let min = self.sh.inflight.min_version(&c.key);
-                self.send(conn, &Msg::PutOk { version: c.version, min_get_version: min }, 0)
+                let r = self.send(conn, &Msg::PutOk { version: c.version, min_get_version: min }, 0);
+                if let (Some(t0), Some(t1)) = (t0, t1) {
+                    let now = Instant::now();
+                    self.sh.phases.record(&[
+                        (Phase::PutValidate, times.validate),
+                        (Phase::PutWriteback, times.writeback),
+                        (Phase::PutSecondPersist, times.second_persist),
+                        (Phase::PutIndex, times.index),
+                        (Phase::PutReply, now.duration_since(t1).as_nanos() as u64),
+                        (Phase::PutTotal, now.duration_since(t0).as_nanos() as u64),
+                    ]);
+                }
+                r
             }
             Err(CommitError::Media(e)) => self.error_reply(conn, 0, ErrorCode::Internal, format!("media error: {e}")),
             Err(e) => self.error_reply(conn, 0, ErrorCode::InvalidEntry, e.to_string()),
@@ -920,7 +963,17 @@ impl<T: Transport> Worker<T> {
                     let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote() };
                     self.send(conn, &msg, req)
                 }
-                Err((code, msg)) => self.error_reply(conn, req, code, msg),
+                Err((ErrorCode::PoolFull, message)) if self.now < self.pool_full_quiet => {
+                    // Clients ask again while the cleaner works: log once a second.
+                    self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    self.send(conn, &Msg::Error { code: ErrorCode::PoolFull, message }, req)
+                }
+                Err((code, msg)) => {
+                    if code == ErrorCode::PoolFull {
+                        self.pool_full_quiet = self.now + Duration::from_secs(1);
+                    }
+                    self.error_reply(conn, req, code, msg)
+                }
             },
             (Protocol::Boom, Msg::Get { key, buf }) => self.boom_get(conn, key, buf),
             (Protocol::Boom, Msg::Scan { start, count, buf }) => self.boom_scan(conn, start, count, buf),

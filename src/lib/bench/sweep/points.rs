@@ -38,6 +38,7 @@ use crate::client::{Client, ClientOptions};
 use crate::index::{Index, IndexKind, KeySource, Loc};
 use crate::log::format::ENTRY_HEADER_SIZE;
 use crate::pmem::{FlushKind, Media, MediaOptions};
+use crate::server::phases::PhaseReport;
 use crate::server::ServerConfig;
 use crate::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
 use crate::units::short_bytes;
@@ -87,6 +88,15 @@ const LATENCY_COLUMNS: &[&str] = cols!(
     "get_other_us",
     "entry_writeback_us",
     "count_persist_us",
+    "srv_put_validate_us",
+    "srv_put_writeback_us",
+    "srv_put_second_persist_us",
+    "srv_put_index_us",
+    "srv_put_reply_us",
+    "srv_put_total_us",
+    "srv_get_lookup_us",
+    "srv_get_write_us",
+    "srv_get_total_us",
     "flush",
     "put_hlog",
     "get_hlog",
@@ -701,14 +711,35 @@ impl<'a> Context<'a> {
         ro_put.duration = cap;
         let mut ro_get = self.run_opts(format!("{label} GET"), 1, n, warm, Some(get_hlog.clone()));
         ro_get.duration = cap;
-        let (put, get) = on_target!(self.o, eo, |t, ep| {
+        let (put, get, phases) = on_target!(self.o, eo, |t, ep| {
             runner::load(&t, &ep, &copts, &warm_w, &ro_warm)?;
             let put = runner::load(&t, &ep, &copts, &put_w, &ro_put)?;
             // GETs over the keys stored so far (the PUT phase may have stopped early).
             let get_w = mix_spec(1.0, 0.0, warm + put.run.operations, n, size, Skew::Uniform, seed)?;
             let get = runner::run(&t, &ep, &copts, &get_w, &ro_get)?;
-            Ok::<_, SweepError>((put, get))
+            // The server's own sampled step timings; a server too old to report them
+            // leaves the columns empty.
+            let phases = Client::connect(&t, &ep, copts.clone())
+                .and_then(|mut c| c.stats())
+                .ok()
+                .and_then(|v| serde_json::from_value::<PhaseReport>(v.get("phases")?.clone()).ok());
+            Ok::<_, SweepError>((put, get, phases))
         })?;
+        if let Some(ph) = phases.filter(|p| p.put_samples > 0 || p.get_samples > 0) {
+            for (c, v) in [
+                ("srv_put_validate_us", ph.put_validate_us),
+                ("srv_put_writeback_us", ph.put_writeback_us),
+                ("srv_put_second_persist_us", ph.put_second_persist_us),
+                ("srv_put_index_us", ph.put_index_us),
+                ("srv_put_reply_us", ph.put_reply_us),
+                ("srv_put_total_us", ph.put_total_us),
+                ("srv_get_lookup_us", ph.get_lookup_us),
+                ("srv_get_write_us", ph.get_write_us),
+                ("srv_get_total_us", ph.get_total_us),
+            ] {
+                row.insert(c, f3(v));
+            }
+        }
         let ps = Stat::series(&put.measurements, &["INSERT"])?;
         let gs = Stat::series(&get.measurements, &["READ"])?;
         row.insert("protocol", protocol.to_string());

@@ -468,10 +468,66 @@ fn breakdown(t: &Table, b: &mut Builder) -> Result<()> {
             ));
         }
     }
+    server_phases(t, b)?;
     if let Some(r) = row_at(t, "boom", 64)? {
         b.line(&put_floor_target(t, r)?);
     }
     b.para(&format!("Method: {}", super::points::BREAKDOWN_METHOD));
+    Ok(())
+}
+
+/// The server's own sampled step timings, per row that has them.
+fn server_phases(t: &Table, b: &mut Builder) -> Result<()> {
+    let cols = [
+        "srv_put_validate_us",
+        "srv_put_writeback_us",
+        "srv_put_second_persist_us",
+        "srv_put_index_us",
+        "srv_put_reply_us",
+        "srv_put_total_us",
+        "srv_get_lookup_us",
+        "srv_get_write_us",
+        "srv_get_total_us",
+    ];
+    let mut tab = TextTable::new(&[
+        "protocol",
+        "size",
+        "PUT validate",
+        "write-back",
+        "2nd persist",
+        "index",
+        "reply",
+        "PUT total",
+        "GET lookup",
+        "post",
+        "GET total",
+    ]);
+    let mut any = false;
+    for i in 0..t.rows.len() {
+        let mut cells = vec![t.str(i, "protocol")?.to_string(), short_bytes(t.req(i, "size")? as u64)];
+        let mut have = false;
+        for c in cols {
+            match t.num(i, c)? {
+                Some(v) => {
+                    have = true;
+                    cells.push(us(v));
+                }
+                None => cells.push(String::new()),
+            }
+        }
+        if have {
+            any = true;
+            tab.push(cells);
+        }
+    }
+    if any {
+        b.line(&format!(
+            "Inside the server (us, medians of 1 request in {} timed step by step where it runs; 2nd persist: \
+             `count` of an append or `version_num` of an in-place rewrite):",
+            crate::server::phases::SAMPLE_EVERY
+        ));
+        b.table(&tab);
+    }
     Ok(())
 }
 
@@ -510,6 +566,20 @@ fn put_floor_target(t: &Table, r: usize) -> Result<String> {
             if wir + ewb > 0.0 { mech / (wir + ewb) } else { 0.0 },
             us((p50 - mech).max(0.0))
         ));
+        if let (Some(v), Some(i), Some(rp), Some(tot)) = (
+            t.num(r, "srv_put_validate_us")?,
+            t.num(r, "srv_put_index_us")?,
+            t.num(r, "srv_put_reply_us")?,
+            t.num(r, "srv_put_total_us")?,
+        ) {
+            s.push_str(&format!(
+                ". Measured inside the server: validation {} us, index {} us, reply {} us; the server's whole part {} us",
+                us(v),
+                us(i),
+                us(rp),
+                us(tot)
+            ));
+        }
     }
     Ok(s)
 }
