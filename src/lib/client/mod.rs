@@ -121,6 +121,8 @@ pub(crate) struct Segment {
 }
 
 const RECV_SLOTS: u32 = 4;
+/// Consumed receives reposted together.
+const REPOST_BATCH: usize = 2;
 const WR_SEND: u64 = 1 << 63;
 
 /// A connection to a boomkv server.
@@ -130,6 +132,8 @@ pub struct Client<T: Transport> {
     pub(crate) cq: T::Cq,
     pub(crate) recv_mr: T::Mr,
     pub(crate) recv_size: u32,
+    /// Receive slots consumed and not yet posted again.
+    pub(crate) unposted: Vec<u64>,
     pub(crate) resp_mr: T::Mr,
     pub(crate) entry_mr: T::Mr,
     pub(crate) opts: ClientOptions,
@@ -189,6 +193,7 @@ impl<T: Transport> Client<T> {
             cq,
             recv_mr,
             recv_size,
+            unposted: Vec::with_capacity(REPOST_BATCH),
             resp_mr,
             entry_mr,
             hybrid: HybridTable::new(opts.update_mode),
@@ -270,7 +275,14 @@ impl<T: Transport> Client<T> {
                 }
                 (op, _) => Err(Error::Protocol(format!("unexpected completion {op:?}"))),
             };
-            self.qp.post_recv(slot, &self.recv_mr, slot * self.recv_size as u64, self.recv_size)?;
+            // Receives go back in pairs: one request is in flight at a time, so two of
+            // the four stay posted, and a pair shares the ring's cache lines.
+            self.unposted.push(slot);
+            if self.unposted.len() >= REPOST_BATCH {
+                for s in std::mem::take(&mut self.unposted) {
+                    self.qp.post_recv(s, &self.recv_mr, s * self.recv_size as u64, self.recv_size)?;
+                }
+            }
             return arrival;
         }
     }

@@ -223,11 +223,12 @@ impl Media {
             Mapping::map_file(&file, 0, len as usize, true).map_err(|e| perr(e.to_string()))?
         };
         let flush = pick_flush(opts.flush)?;
+        let shared = if opts.read_only { None } else { reopen(&file) };
         let file = Arc::new(file);
         Ok((
             Media {
                 path: path.into(),
-                shared_file: Some(file.clone()),
+                shared_file: Some(shared.map(Arc::new).unwrap_or_else(|| file.clone())),
                 _file: Some(file),
                 map: Arc::new(map),
                 flush,
@@ -454,6 +455,14 @@ fn allocate(file: &File, size: u64) -> std::io::Result<()> {
 
 /// Takes an exclusive advisory lock on the pool file for as long as it is open, so a
 /// second server (or `recover --repair`) cannot write the same pool.
+/// A second open file description of `file`, for handing to peers. The lock belongs to
+/// the first one: a client that still holds a region's descriptor after the server died
+/// would otherwise keep the pool locked against the next server.
+fn reopen(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+}
+
 fn lock_exclusive(file: &File) -> std::result::Result<(), String> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on an open fd; the lock is released when the fd is closed.
@@ -513,6 +522,19 @@ mod tests {
         assert!(e.contains("in use by another process"), "{e}");
         let ro = MediaOptions { read_only: true, create: false, ..Default::default() };
         assert!(Media::open(&path, &ro).is_ok(), "inspection of a live pool is allowed");
+    }
+
+    #[test]
+    fn a_peer_holding_the_shared_descriptor_does_not_keep_the_pool_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        let opts = MediaOptions { create_size: Some(2 << 20), ..Default::default() };
+        let (m, _) = Media::open(&path, &opts).unwrap();
+        // What the shm transport hands a client (SCM_RIGHTS makes a dup like this one).
+        let peer = m.file().unwrap().try_clone().unwrap();
+        drop(m);
+        let (m2, _) = Media::open(&path, &opts).expect("the server died; its successor must open the pool");
+        drop((m2, peer));
     }
 
     #[test]

@@ -478,17 +478,9 @@ fn breakdown(t: &Table, b: &mut Builder) -> Result<()> {
 
 /// The server's own sampled step timings, per row that has them.
 fn server_phases(t: &Table, b: &mut Builder) -> Result<()> {
-    let cols = [
-        "srv_put_validate_us",
-        "srv_put_writeback_us",
-        "srv_put_second_persist_us",
-        "srv_put_index_us",
-        "srv_put_reply_us",
-        "srv_put_total_us",
-        "srv_get_lookup_us",
-        "srv_get_write_us",
-        "srv_get_total_us",
-    ];
+    // In CSV order: PUT validate .. total, GET lookup, post, total.
+    let cols: Vec<&str> =
+        super::points::columns(Preset::Breakdown).iter().copied().filter(|c| c.starts_with("srv_")).collect();
     let mut tab = TextTable::new(&[
         "protocol",
         "size",
@@ -506,7 +498,7 @@ fn server_phases(t: &Table, b: &mut Builder) -> Result<()> {
     for i in 0..t.rows.len() {
         let mut cells = vec![t.str(i, "protocol")?.to_string(), short_bytes(t.req(i, "size")? as u64)];
         let mut have = false;
-        for c in cols {
+        for &c in &cols {
             match t.num(i, c)? {
                 Some(v) => {
                     have = true;
