@@ -25,7 +25,7 @@ use crate::pmem::{resolve_pool_path, Media, MediaOptions};
 use format::*;
 pub use recovery::RecoveryReport;
 pub use space::{SpaceCounters, SpaceReport};
-pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, Laps, LocalWriter, WriteMode};
+pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, LocalWriter, WriteMode};
 
 /// How to open a pool.
 #[derive(Clone, Debug)]

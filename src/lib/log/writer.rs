@@ -77,17 +77,17 @@ pub struct CommitTimes {
 }
 
 /// A stopwatch that records laps into a [`CommitTimes`] only when there is one.
-pub struct Laps<'a>(Option<(&'a mut CommitTimes, Instant)>);
+struct Laps<'a>(Option<(&'a mut CommitTimes, Instant)>);
 
 impl<'a> Laps<'a> {
     /// Starts timing into `t` (or does nothing with `None`).
-    pub fn start(t: Option<&'a mut CommitTimes>) -> Laps<'a> {
+    fn start(t: Option<&'a mut CommitTimes>) -> Laps<'a> {
         Laps(t.map(|t| (t, Instant::now())))
     }
 
     /// Adds the time since the last lap to the field `f` picks.
     #[inline]
-    pub fn lap(&mut self, f: fn(&mut CommitTimes) -> &mut u64) {
+    fn lap(&mut self, f: fn(&mut CommitTimes) -> &mut u64) {
         if let Some((t, last)) = &mut self.0 {
             let now = Instant::now();
             *f(t) += now.duration_since(*last).as_nanos() as u64;

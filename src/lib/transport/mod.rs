@@ -792,6 +792,39 @@ pub(crate) enum Handshake {
     Rejected(Error),
 }
 
+/// One handshake attempt of an accept loop: `Ok(Some(qp))` when accepted; `Ok(None)`
+/// when it failed before the callback ran (logged; `cb` stays for the next client);
+/// an error when the callback refused the client or the attempt failed after it.
+pub(crate) fn accept_attempt<Q, F>(
+    local: &Endpoint,
+    cb: &mut Option<F>,
+    handshake: impl FnOnce(&mut dyn FnMut(&[u8]) -> Result<Vec<u8>>) -> Result<Q, Handshake>,
+) -> Result<Option<Q>>
+where
+    F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+{
+    let mut used = false;
+    let r = handshake(&mut |p| {
+        used = true;
+        match cb.take() {
+            Some(f) => f(p),
+            None => Err(Error::Transport("accept callback already used".into())),
+        }
+    });
+    match r {
+        Ok(qp) => Ok(Some(qp)),
+        Err(Handshake::Rejected(e)) => Err(e),
+        Err(Handshake::Refused(why)) => {
+            log_event(&format!("refused connection on {local}: {why}"));
+            if used {
+                Err(Error::Transport(why))
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
 /// The accept loop shared by the backends whose connection handshake runs over a TCP
 /// socket: waits up to `timeout` for a client whose `handshake` succeeds. Attempts that
 /// fail before reaching the callback are logged and skipped (the callback is kept for
@@ -812,23 +845,8 @@ where
     loop {
         match l.accept() {
             Ok((s, _)) => {
-                let mut used = false;
-                let r = handshake(s, &mut |p| {
-                    used = true;
-                    match cb.take() {
-                        Some(f) => f(p),
-                        None => Err(Error::Transport("accept callback already used".into())),
-                    }
-                });
-                match r {
-                    Ok(qp) => return Ok(qp),
-                    Err(Handshake::Rejected(e)) => return Err(e),
-                    Err(Handshake::Refused(why)) => {
-                        log_event(&format!("refused connection on {local}: {why}"));
-                        if used {
-                            return Err(Error::Transport(why));
-                        }
-                    }
+                if let Some(qp) = accept_attempt(local, &mut cb, |f| handshake(s, f))? {
+                    return Ok(qp);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

@@ -638,25 +638,12 @@ impl Listener for ShmListener {
         loop {
             if wait_readable(&self.sock, until) {
                 if let Some(sock) = self.accept_fd() {
-                    let used = std::cell::Cell::new(false);
-                    let cb = std::cell::RefCell::new(f.take());
-                    let r = self.handshake(sock, send_cq, recv_cq, |p| {
-                        used.set(true);
-                        match cb.borrow_mut().take() {
-                            Some(cb) => cb(p),
-                            None => Err(Error::Transport("accept callback already used".into())),
-                        }
-                    });
-                    match r {
-                        Ok(qp) => return Ok(qp),
-                        Err(Handshake::Rejected(e)) => return Err(e),
-                        Err(Handshake::Refused(why)) => {
-                            log_event(&format!("refused connection on {}: {why}", self.endpoint()));
-                            if used.get() {
-                                return Err(Error::Transport(why));
-                            }
-                            f = cb.into_inner();
-                        }
+                    let local = self.endpoint();
+                    let attempt = |cb: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| {
+                        self.handshake(sock, send_cq, recv_cq, |p: &[u8]| cb(p))
+                    };
+                    if let Some(qp) = super::accept_attempt(&local, &mut f, attempt)? {
+                        return Ok(qp);
                     }
                 }
             }

@@ -885,9 +885,7 @@ impl<'a> Context<'a> {
         row.insert("value_size", size.to_string());
         row.insert("ops", n.to_string());
         row.insert("put_ops_per_sec", format!("{:.1}", r.run.throughput()));
-        row.insert("put_avg_us", f3(st.avg));
-        row.insert("put_p50_us", f3(st.p50));
-        row.insert("put_p99_us", f3(st.p99));
+        st.put(row, "put_", &["put_avg_us", "put_p50_us", "put_p99_us"]);
         row.insert("logical_bytes", d.logical.to_string());
         row.insert("pm_bytes_used", d.pm_used.to_string());
         row.insert("bytes_in_place", d.in_place_bytes.to_string());
@@ -933,9 +931,7 @@ impl<'a> Context<'a> {
         row.insert("workers", workers.to_string());
         row.insert("ops", r.run.operations.to_string());
         row.insert("put_ops_per_sec", format!("{:.1}", r.run.throughput()));
-        row.insert("put_avg_us", f3(st.avg));
-        row.insert("put_p50_us", f3(st.p50));
-        row.insert("put_p99_us", f3(st.p99));
+        st.put(row, "put_", &["put_avg_us", "put_p50_us", "put_p99_us"]);
         row.insert("coop_ranges", d.coop_ranges.to_string());
         row.insert("coop_steals", d.coop_steals.to_string());
         row.insert("flush_lines", d.flush_lines.to_string());
@@ -980,11 +976,9 @@ impl<'a> Context<'a> {
         row.insert("cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string());
         row.insert("ops", (put.run.operations + get.run.operations).to_string());
         row.insert("put_ops_per_sec", format!("{:.1}", put.run.throughput()));
-        row.insert("put_avg_us", f3(ps.avg));
-        row.insert("put_p99_us", f3(ps.p99));
+        ps.put(row, "put_", &["put_avg_us", "put_p99_us"]);
         row.insert("get_ops_per_sec", format!("{:.1}", get.run.throughput()));
-        row.insert("get_avg_us", f3(gs.avg));
-        row.insert("get_p99_us", f3(gs.p99));
+        gs.put(row, "get_", &["get_avg_us", "get_p99_us"]);
         row.insert("errors", (put.errors + get.errors).to_string());
         row.insert("put_hlog", file_name(&put_hlog));
         row.insert("get_hlog", file_name(&get_hlog));
