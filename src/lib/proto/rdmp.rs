@@ -61,8 +61,16 @@ impl<T: Transport> Worker<T> {
         GetTimer::looked_up(&mut timer);
         match found {
             Some(loc) => {
-                let mr = self.sh.seg_mr(loc.segment as u64)?;
-                let r = mr.remote();
+                let seg = loc.segment as u64;
+                let r = match conn.read_mrs.get(&seg) {
+                    Some(mr) => mr.remote(),
+                    None => {
+                        let mr = self.sh.bound_seg_mr(&conn.qp, seg, Access::REMOTE_READ)?;
+                        let r = mr.remote();
+                        conn.read_mrs.insert(seg, mr);
+                        r
+                    }
+                };
                 self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
                 let r =
                     self.send(conn, &Msg::Located { addr: r.at(loc.offset as u64), rkey: r.rkey, len: loc.len }, req);

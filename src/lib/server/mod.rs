@@ -132,6 +132,8 @@ pub struct ServerCounters {
     pub clients_refused: AtomicU64,
     /// Bytes of entries written to clients (GET data).
     pub bytes_out: AtomicU64,
+    /// Clients disconnected for going over a per-connection bound.
+    pub over_limit: AtomicU64,
 }
 
 /// A snapshot of the server's statistics (what `boomctl stats` prints).
@@ -159,6 +161,12 @@ pub struct ServerStats {
     pub grants: u64,
     /// Errors returned.
     pub errors: u64,
+    /// Peers' one-sided operations refused by the transports (a foreign or unknown
+    /// rkey, out of bounds, missing access); each closed the connection it came on.
+    pub access_violations: u64,
+    /// Clients disconnected for going over a per-connection bound (GETs in flight,
+    /// send backlog).
+    pub over_limit: u64,
     /// Keys indexed (tombstones included).
     pub index_entries: usize,
     /// Space accounting.
@@ -195,6 +203,8 @@ pub struct ServerCore {
     pub(crate) shutdown: AtomicBool,
     pub(crate) started: Instant,
     pub(crate) housekeeping: Mutex<Option<JoinHandle<()>>>,
+    /// One counter of refused one-sided operations per transport serving this core.
+    pub(crate) violation_sources: Mutex<Vec<Box<dyn Fn() -> u64 + Send + Sync>>>,
 }
 
 impl ServerCore {
@@ -212,6 +222,7 @@ impl ServerCore {
             shutdown: AtomicBool::new(false),
             started: Instant::now(),
             housekeeping: Mutex::new(None),
+            violation_sources: Mutex::new(Vec::new()),
         });
         if core.cfg.cleaner || core.cfg.stats_interval.is_some() {
             let c = core.clone();
@@ -271,6 +282,14 @@ impl ServerCore {
             scans: l(&c.scans),
             grants: l(&c.grants),
             errors: l(&c.errors),
+            access_violations: self
+                .violation_sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|f| f())
+                .sum(),
+            over_limit: l(&c.over_limit),
             index_entries: self.pool.index().len(),
             space: self.pool.space_report(),
             free_segments: self.pool.free_segments(),
@@ -302,7 +321,9 @@ pub(crate) struct Shared<T: Transport> {
     pub(crate) pool: Arc<Pool>,
     pub(crate) t: T,
     pub(crate) coop: CoopWriteback,
-    /// Per segment: a region over it for local reads and remote READs (RDMP GET).
+    /// Per segment: a region over it for local use only (the source of GET replies).
+    /// Peers never get these rkeys: what a client may touch is registered bound to its
+    /// own queue pair ([`Shared::bound_seg_mr`]).
     pub(crate) seg_mrs: Mutex<Vec<Option<T::Mr>>>,
 }
 
@@ -325,13 +346,26 @@ impl<T: Transport> Shared<T> {
             media.file().cloned(),
             self.pool.segment_offset(seg),
             self.pool.segment_size(),
-            Access::REMOTE_READ,
+            Access::NONE,
         )?;
         if v.len() <= seg as usize {
             v.resize(seg as usize + 1, None);
         }
         v[seg as usize] = Some(mr.clone());
         Ok(mr)
+    }
+
+    /// A region over segment `seg` that only the client on `qp` can reach, with `access`.
+    pub(crate) fn bound_seg_mr(&self, qp: &T::Qp, seg: u64, access: Access) -> Result<T::Mr> {
+        let media = self.pool.media();
+        self.t.register_bound(
+            qp,
+            media.map_arc().clone(),
+            media.file().cloned(),
+            self.pool.segment_offset(seg),
+            self.pool.segment_size(),
+            access,
+        )
     }
 
     pub(crate) fn stats(&self) -> ServerStats {
@@ -368,6 +402,13 @@ impl<T: Transport> Server<T> {
             return Err(Error::invalid("no address to listen on"));
         }
         let workers = core.cfg.workers;
+        {
+            let t = t.clone();
+            core.violation_sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Box::new(move || t.access_violations()));
+        }
         let shared = Arc::new(Shared {
             coop: CoopWriteback::new(workers, core.cfg.coop_writeback, core.cfg.coop_chunk),
             seg_mrs: Mutex::new(Vec::new()),
@@ -568,6 +609,9 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) send_mr: Option<T::Mr>,
     pub(crate) seg: Option<ActiveSegment>,
     pub(crate) seg_mr: Option<T::Mr>,
+    /// Read-only regions over segments this client READs (RDMP GET), bound to its queue
+    /// pair; revoked when it leaves.
+    pub(crate) read_mrs: ConnMap<u64, T::Mr>,
     pub(crate) segments: u64,
     /// wr_id -> (key, version) of GET data writes not yet completed.
     pub(crate) gets: ConnMap<u64, (Vec<u8>, u64)>,
@@ -600,6 +644,7 @@ impl<T: Transport> Conn<T> {
             send_mr,
             seg: None,
             seg_mr: None,
+            read_mrs: ConnMap::default(),
             segments: 0,
             gets: ConnMap::default(),
             next_wr: 0,
@@ -930,17 +975,9 @@ impl<T: Transport> Worker<T> {
         if let Some(old) = conn.seg_mr.take() {
             old.deregister();
         }
-        let media = self.sh.pool.media();
         let mr = self
             .sh
-            .t
-            .register(
-                media.map_arc().clone(),
-                media.file().cloned(),
-                self.sh.pool.segment_offset(seg.id),
-                self.sh.pool.segment_size(),
-                Access::REMOTE_WRITE,
-            )
+            .bound_seg_mr(&conn.qp, seg.id, Access::REMOTE_WRITE)
             .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
         conn.seg = Some(seg);
         conn.seg_mr = Some(mr);

@@ -1,7 +1,7 @@
 //! The transport seam: a small verbs-like interface that the protocols are written
 //! against, with a shared-memory backend ([`shm`]) for one host and a TCP backend
-//! ([`tcp`]) for any two hosts. A real ibverbs backend (`verbs`, feature `rdma`) comes
-//! later behind the same traits.
+//! ([`tcp`]) for any two hosts, and a real ibverbs backend (`verbs`, feature `rdma`)
+//! behind the same traits.
 //!
 //! This module owns the interface (the traits [`Transport`], [`QueuePair`],
 //! [`CompletionQueue`], [`Listener`], [`MemoryRegion`]), the value types that cross it
@@ -128,7 +128,7 @@ pub enum Backend {
     Shm,
     /// TCP between any two hosts.
     Tcp,
-    /// Real ibverbs (not built yet).
+    /// Real ibverbs (the `rdma` feature).
     Verbs,
 }
 
@@ -629,6 +629,30 @@ pub trait Transport: Clone + Send + Sync + 'static {
         len: u64,
         access: Access,
     ) -> Result<Self::Mr>;
+
+    /// Like [`Transport::register`], but peers reach the region only through the local
+    /// queue pair `qp` (a type-2 memory window bound to it): an rkey used on any other
+    /// connection is a remote access error. Servers bind every region they expose to
+    /// the client it is for. The default registers unbound, for backends that cannot
+    /// bind (see their docs).
+    fn register_bound(
+        &self,
+        qp: &Self::Qp,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Self::Mr> {
+        let _ = qp;
+        self.register(mapping, file, offset, len, access)
+    }
+
+    /// Peers' one-sided operations this protection domain refused so far (bad or foreign
+    /// rkey, out of bounds, missing access); each also closed the connection it came on.
+    fn access_violations(&self) -> u64 {
+        0
+    }
 
     /// A new completion queue. Any number of queue pairs may share one.
     fn create_cq(&self) -> Result<Self::Cq>;

@@ -12,11 +12,26 @@
 //! For `shm` the table lives in a sealed shared-memory file handed to peers at connect
 //! time; for `tcp` it is private memory. Either way the rules are the same.
 //!
-//! An rkey is `(generation << 16) | slot` with a non-zero generation that advances
-//! every time the slot is reused, so a stale rkey never matches a newer region.
+//! # Remote keys
+//!
+//! An rkey is 32 bits that say nothing about the slot: the `n`-th registration of a
+//! protection domain gets a keyed pseudo-random permutation of `n` (a four-round Feistel
+//! network whose round function is SipHash under a key drawn from the OS at start-up).
+//! A permutation never repeats, so an rkey is never reused within the domain's life and
+//! a stale rkey never matches a newer region; and a peer that knows its own rkeys cannot
+//! compute another's. Owners find a region by rkey through a hash map, not by decoding it.
+//!
+//! # Binding to a queue pair
+//!
+//! A region may be *bound* to one local queue pair ([`Pd::register_bound`]), like a
+//! type-2 memory window in verbs: a peer's one-sided operation on it is accepted only
+//! when it arrives on that queue pair. A server binds every region it exposes to the one
+//! client it is for, so one client's rkeys are worthless on another client's connection.
 
+use std::collections::HashMap;
 use std::fs::File;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -48,9 +63,17 @@ pub(crate) struct RegionInfo {
     pub len: u64,
     pub addr: u64,
     pub access: Access,
+    /// The local queue pair this region is bound to (see the module docs), if any.
+    pub bound: Option<u32>,
 }
 
 impl RegionInfo {
+    /// True when a peer's one-sided operation arriving on local queue pair `qp_num` may
+    /// use this region at all (before access rights and bounds are checked).
+    pub fn reachable_from(&self, qp_num: u32) -> bool {
+        self.bound.is_none_or(|q| q == qp_num)
+    }
+
     /// Translates `[remote_addr, remote_addr + len)` into an offset in `mapping`, if it
     /// lies inside the region.
     pub fn translate(&self, remote_addr: u64, len: u64) -> Option<u64> {
@@ -63,7 +86,53 @@ impl RegionInfo {
 struct SlotAlloc {
     free: Vec<u32>,
     next_fresh: u32,
-    generation: Vec<u16>,
+}
+
+/// The keyed permutation behind rkeys (see the module docs).
+struct RkeyGen {
+    keys: std::collections::hash_map::RandomState,
+    next: AtomicU32,
+}
+
+impl RkeyGen {
+    fn new() -> RkeyGen {
+        // RandomState draws its SipHash keys from the OS (once per process, then
+        // advanced per instance), so every protection domain permutes differently.
+        RkeyGen { keys: std::collections::hash_map::RandomState::new(), next: AtomicU32::new(1) }
+    }
+
+    fn round(&self, round: u32, half: u16) -> u16 {
+        let mut h = self.keys.build_hasher();
+        h.write_u32(round);
+        h.write_u16(half);
+        h.finish() as u16
+    }
+
+    /// The permutation of `n`: four Feistel rounds over 16-bit halves.
+    fn permute(&self, n: u32) -> u32 {
+        let (mut l, mut r) = ((n >> 16) as u16, n as u16);
+        for round in 0..4 {
+            let f = self.round(round, r);
+            (l, r) = (r, l ^ f);
+        }
+        ((l as u32) << 16) | r as u32
+    }
+
+    /// A fresh rkey: never 0 (the region table's "no region"), never one given before.
+    fn fresh(&self) -> Result<u32> {
+        loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            if n == 0 {
+                // 2^32 registrations: the permutation is used up; never wrap into reuse.
+                self.next.store(0, Ordering::Relaxed);
+                return Err(Error::Transport("protection domain has used every rkey".into()));
+            }
+            let k = self.permute(n);
+            if k != 0 {
+                return Ok(k);
+            }
+        }
+    }
 }
 
 /// A protection domain: the region table and the registered regions.
@@ -72,7 +141,10 @@ pub(crate) struct Pd {
     pub table: Arc<Mapping>,
     pub table_file: Option<Arc<File>>,
     alloc: Mutex<SlotAlloc>,
-    infos: RwLock<Vec<Option<Arc<RegionInfo>>>>,
+    rkeys: RkeyGen,
+    infos: RwLock<HashMap<u32, Arc<RegionInfo>>>,
+    /// Peers' one-sided operations refused (bad rkey, wrong queue pair, bounds, access).
+    violations: AtomicU64,
 }
 
 impl std::fmt::Debug for Pd {
@@ -94,12 +166,24 @@ impl Pd {
             id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
             table: Arc::new(table),
             table_file,
-            alloc: Mutex::new(SlotAlloc { free: Vec::new(), next_fresh: 0, generation: Vec::new() }),
-            infos: RwLock::new(Vec::new()),
+            alloc: Mutex::new(SlotAlloc { free: Vec::new(), next_fresh: 0 }),
+            rkeys: RkeyGen::new(),
+            infos: RwLock::new(HashMap::new()),
+            violations: AtomicU64::new(0),
         })
     }
 
-    /// Registers `[offset, offset + len)` of `mapping`.
+    /// Counts a refused one-sided operation of a peer.
+    pub fn count_violation(&self) {
+        self.violations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Peers' one-sided operations refused so far.
+    pub fn violations(&self) -> u64 {
+        self.violations.load(Ordering::Relaxed)
+    }
+
+    /// Registers `[offset, offset + len)` of `mapping`, reachable from every queue pair.
     pub fn register(
         self: &Arc<Self>,
         mapping: Arc<Mapping>,
@@ -107,6 +191,20 @@ impl Pd {
         offset: u64,
         len: u64,
         access: Access,
+    ) -> Result<Mr> {
+        self.register_bound(mapping, file, offset, len, access, None)
+    }
+
+    /// Registers `[offset, offset + len)` of `mapping`; with `bound`, peers reach it only
+    /// through that local queue pair.
+    pub fn register_bound(
+        self: &Arc<Self>,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+        bound: Option<u32>,
     ) -> Result<Mr> {
         let ulen = usize::try_from(len).map_err(|_| Error::invalid("region too large"))?;
         mapping.check(offset, ulen)?;
@@ -119,20 +217,17 @@ impl Pd {
                 )));
             }
         }
-        let (slot, rkey) = {
+        let rkey = self.rkeys.fresh()?;
+        let slot = {
             let mut a = self.alloc.lock().map_err(|_| Error::Transport("region table lock poisoned".into()))?;
-            let slot = match a.free.pop() {
+            match a.free.pop() {
                 Some(s) => s,
                 None if a.next_fresh < SLOTS => {
                     a.next_fresh += 1;
-                    a.generation.push(0);
                     a.next_fresh - 1
                 }
                 None => return Err(Error::Transport(format!("protection domain is out of region slots ({SLOTS})"))),
-            };
-            let g = &mut a.generation[slot as usize];
-            *g = if *g == u16::MAX { 1 } else { *g + 1 };
-            (slot, ((*g as u32) << 16) | slot)
+            }
         };
         let info = Arc::new(RegionInfo {
             slot,
@@ -143,13 +238,11 @@ impl Pd {
             map_off: offset,
             len,
             access,
+            bound,
         });
         {
             let mut infos = self.infos.write().map_err(|_| Error::Transport("region table lock poisoned".into()))?;
-            if infos.len() <= slot as usize {
-                infos.resize(slot as usize + 1, None);
-            }
-            infos[slot as usize] = Some(info.clone());
+            infos.insert(rkey, info.clone());
         }
         // Publish the rkey last, keeping any user count a stale initiator left behind.
         let word = self.word(slot)?;
@@ -172,9 +265,17 @@ impl Pd {
 
     /// The live region named by `rkey`, if any.
     pub fn lookup(&self, rkey: u32) -> Option<Arc<RegionInfo>> {
-        let slot = rkey & 0xffff;
-        let infos = self.infos.read().ok()?;
-        infos.get(slot as usize)?.as_ref().filter(|i| i.rkey == rkey).cloned()
+        self.infos.read().ok()?.get(&rkey).cloned()
+    }
+
+    /// The live region named by `rkey` that a peer on local queue pair `qp_num` may use
+    /// with `need`; `None` (counted as a violation) otherwise.
+    pub fn lookup_remote(&self, rkey: u32, qp_num: u32, need: Access) -> Option<Arc<RegionInfo>> {
+        let found = self.lookup(rkey).filter(|i| i.reachable_from(qp_num) && i.access.contains(need));
+        if found.is_none() {
+            self.count_violation();
+        }
+        found
     }
 
     fn revoke(&self, info: &RegionInfo) {
@@ -200,11 +301,7 @@ impl Pd {
             std::thread::yield_now();
         }
         if let Ok(mut infos) = self.infos.write() {
-            if let Some(slot) = infos.get_mut(info.slot as usize) {
-                if slot.as_ref().is_some_and(|i| i.rkey == info.rkey) {
-                    *slot = None;
-                }
-            }
+            infos.remove(&info.rkey);
         }
         if drained {
             if let Ok(mut a) = self.alloc.lock() {
@@ -370,15 +467,58 @@ mod tests {
         mr.deregister();
         assert!(!guard_enter(&pd.table, info.slot, r.rkey));
         assert!(pd.lookup(r.rkey).is_none());
-        // The slot is reused with a new generation; the old rkey stays dead.
+        // The slot is reused with a new rkey; the old rkey stays dead.
         let mr2 = pd.register(m, None, 0, 10, Access::ALL).unwrap();
         assert_ne!(mr2.rkey(), r.rkey);
-        assert_eq!(mr2.rkey() & 0xffff, r.rkey & 0xffff);
+        assert_eq!(mr2.info().slot, info.slot);
         assert!(!guard_enter(&pd.table, info.slot, r.rkey));
+        assert!(pd.lookup(r.rkey).is_none());
         assert!(mr.check_local(pd.id, 0, 1, Access::NONE).is_err());
         assert_eq!(mr2.check_local(pd.id, 2, 8, Access::LOCAL_WRITE), Ok(2));
         assert!(mr2.check_local(pd.id, 2, 9, Access::NONE).is_err());
         assert!(mr2.check_local(pd.id + 1, 0, 1, Access::NONE).is_err());
+    }
+
+    #[test]
+    fn rkeys_are_never_reused_and_do_not_reveal_the_slot() {
+        let pd = Arc::new(Pd::new(false).unwrap());
+        let m = Arc::new(Mapping::anonymous(4096).unwrap());
+        let mut seen = std::collections::HashSet::new();
+        let mut low_bits_equal_slot = 0;
+        for _ in 0..20_000 {
+            let mr = pd.register(m.clone(), None, 0, 64, Access::ALL).unwrap();
+            assert!(seen.insert(mr.rkey()), "rkey {:#x} given twice", mr.rkey());
+            assert_ne!(mr.rkey(), 0);
+            if mr.rkey() & 0xffff == mr.info().slot {
+                low_bits_equal_slot += 1;
+            }
+            // Dropped here: the slot is reused every time, the rkey never.
+        }
+        assert!(low_bits_equal_slot < 10, "{low_bits_equal_slot} rkeys carried their slot number");
+        // Two protection domains permute differently.
+        let pd2 = Arc::new(Pd::new(false).unwrap());
+        let a: Vec<u32> = (0..8).map(|_| pd.register(m.clone(), None, 0, 64, Access::ALL).unwrap().rkey()).collect();
+        let b: Vec<u32> = (0..8).map(|_| pd2.register(m.clone(), None, 0, 64, Access::ALL).unwrap().rkey()).collect();
+        assert_ne!(a, b);
+        // The permutation is a bijection on a sample.
+        let g = RkeyGen::new();
+        let outs: std::collections::HashSet<u32> = (0..100_000u32).map(|n| g.permute(n)).collect();
+        assert_eq!(outs.len(), 100_000);
+    }
+
+    #[test]
+    fn bound_regions_are_reachable_only_from_their_queue_pair() {
+        let pd = Arc::new(Pd::new(false).unwrap());
+        let m = Arc::new(Mapping::anonymous(4096).unwrap());
+        let mr = pd.register_bound(m.clone(), None, 0, 64, Access::REMOTE_WRITE, Some(7)).unwrap();
+        let open = pd.register(m, None, 0, 64, Access::REMOTE_READ).unwrap();
+        assert!(pd.lookup_remote(mr.rkey(), 7, Access::REMOTE_WRITE).is_some());
+        assert_eq!(pd.violations(), 0);
+        assert!(pd.lookup_remote(mr.rkey(), 8, Access::REMOTE_WRITE).is_none());
+        assert!(pd.lookup_remote(mr.rkey(), 7, Access::REMOTE_READ).is_none());
+        assert!(pd.lookup_remote(open.rkey(), 8, Access::REMOTE_READ).is_some());
+        assert!(pd.lookup_remote(open.rkey() ^ 1, 8, Access::REMOTE_READ).is_none());
+        assert_eq!(pd.violations(), 3);
     }
 
     #[test]

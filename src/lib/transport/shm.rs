@@ -92,6 +92,9 @@ const MSG_RESOLVE: u8 = 4;
 const MSG_RESOLVED: u8 = 5;
 const MAX_CTL_MSG: usize = MAX_PRIVATE_DATA + 256;
 
+/// Peer regions an initiator keeps mapped before it forgets them all.
+const MAX_CACHED_REGIONS: usize = 1024;
+
 /// How long an initiator waits for the owner to answer an rkey look-up.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -342,6 +345,7 @@ impl ShmTransport {
         pf: PeerFiles,
         send_cq: &ShmCq,
         recv_cq: &ShmCq,
+        trust_peer_files: bool,
     ) -> std::result::Result<ShmQp, String> {
         let PeerFiles { page: peer_page, db: peer_db, table: peer_table } = pf;
         let state = Arc::new(QpState {
@@ -363,6 +367,7 @@ impl ShmTransport {
         let conn = Arc::new(Conn {
             qp_num,
             peer_qp_num: peer.qp_num,
+            trust_peer_files,
             t: self.clone(),
             sock,
             state,
@@ -377,7 +382,7 @@ impl ShmTransport {
                 rq_next: 0,
                 cq_next: 0,
                 cq_polled: 0,
-                regions: Vec::new(),
+                regions: HashMap::new(),
             }),
             pending: Mutex::new(Pending { next: 1, answers: HashMap::new(), closed: false }),
             pending_cv: Condvar::new(),
@@ -449,6 +454,25 @@ impl Transport for ShmTransport {
             return Err(Error::invalid("shm transport: a region with remote access needs the file behind its mapping"));
         }
         self.inner.pd.register(mapping, file, offset, len, access)
+    }
+
+    fn register_bound(
+        &self,
+        qp: &ShmQp,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        if file.is_none() && (access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE)) {
+            return Err(Error::invalid("shm transport: a region with remote access needs the file behind its mapping"));
+        }
+        self.inner.pd.register_bound(mapping, file, offset, len, access, Some(qp.conn.qp_num))
+    }
+
+    fn access_violations(&self) -> u64 {
+        self.inner.pd.violations()
     }
 
     fn create_cq(&self) -> Result<ShmCq> {
@@ -523,7 +547,7 @@ impl Transport for ShmTransport {
         let private = h.private.clone();
         let pf = Self::map_peer_files(&h, msg.files).map_err(|e| Error::Transport(format!("{ep}: {e}")))?;
         let qp = self
-            .build_qp(sock, qp_num, page, &h, pf, send_cq, recv_cq)
+            .build_qp(sock, qp_num, page, &h, pf, send_cq, recv_cq, true)
             .map_err(|e| Error::Transport(format!("{ep}: {e}")))?;
         Ok((qp, private))
     }
@@ -613,7 +637,7 @@ impl ShmListener {
         let files = self.t.own_files(&pf, recv_cq).map_err(|e| Handshake::Refused(e.to_string()))?;
         send_msg(&sock, &accept, &files)
             .map_err(|e| Handshake::Refused(format!("sending the handshake reply: {e}")))?;
-        self.t.build_qp(sock, qp_num, page, &h, peer_files, send_cq, recv_cq).map_err(Handshake::Refused)
+        self.t.build_qp(sock, qp_num, page, &h, peer_files, send_cq, recv_cq, false).map_err(Handshake::Refused)
     }
 
     fn accept_fd(&self) -> Option<OwnedFd> {
@@ -949,7 +973,6 @@ impl RecvSide {
 
 /// A peer region mapped into this process.
 struct PeerRegion {
-    rkey: u32,
     slot: u32,
     addr: u64,
     len: u64,
@@ -976,7 +999,7 @@ struct SendSide {
     cq_next: u64,
     /// Last known count of ring completions the peer has polled.
     cq_polled: u64,
-    regions: Vec<Option<Arc<PeerRegion>>>,
+    regions: HashMap<u32, Arc<PeerRegion>>,
 }
 
 struct Pending {
@@ -993,6 +1016,7 @@ enum Answer {
 
 struct Resolved {
     rkey: u32,
+    slot: u32,
     access: Access,
     addr: u64,
     len: u64,
@@ -1002,6 +1026,10 @@ struct Resolved {
 struct Conn {
     qp_num: u32,
     peer_qp_num: u32,
+    /// Whether regions the peer hands over may be plain files (the connecting side
+    /// trusts its server's pool file); an accepting side takes only files sealed
+    /// against shrinking.
+    trust_peer_files: bool,
     t: ShmTransport,
     sock: OwnedFd,
     state: Arc<QpState>,
@@ -1073,7 +1101,16 @@ impl Conn {
         };
         drop(p);
         let (r, file) = answer?;
-        if r.rkey != rkey {
+        if r.rkey != rkey || r.slot >= super::region::SLOTS {
+            return None;
+        }
+        if !self.trust_peer_files && !is_shrink_sealed(&file) {
+            // A file the peer could shrink under our mapping would kill this process
+            // with SIGBUS on the next copy: refuse it, and the connection with it.
+            log_event(&format!(
+                "qp {} (peer qp {}): the peer's region file for rkey {rkey:#x} is not sealed against shrinking",
+                self.qp_num, self.peer_qp_num
+            ));
             return None;
         }
         let flen = file_len(&file).ok()?;
@@ -1085,8 +1122,7 @@ impl Conn {
         let map_len = (r.file_off + r.len - start).max(1);
         let mapping = Mapping::map_file(&file, start, map_len as usize, false).ok()?;
         Some(Arc::new(PeerRegion {
-            rkey,
-            slot: rkey & 0xffff,
+            slot: r.slot,
             addr: r.addr,
             len: r.len,
             access: r.access,
@@ -1097,17 +1133,15 @@ impl Conn {
 
     /// The peer region for `rkey`, from the cache or a look-up.
     fn region(&self, s: &mut SendSide, rkey: u32) -> Option<Arc<PeerRegion>> {
-        let slot = (rkey & 0xffff) as usize;
-        if let Some(Some(r)) = s.regions.get(slot) {
-            if r.rkey == rkey {
-                return Some(r.clone());
-            }
+        if let Some(r) = s.regions.get(&rkey) {
+            return Some(r.clone());
         }
         let r = self.resolve(rkey)?;
-        if s.regions.len() <= slot {
-            s.regions.resize(slot + 1, None);
+        if s.regions.len() >= MAX_CACHED_REGIONS {
+            // Regions come and go (segments are granted and sealed); forget the old ones.
+            s.regions.clear();
         }
-        s.regions[slot] = Some(r.clone());
+        s.regions.insert(rkey, r.clone());
         Some(r)
     }
 
@@ -1128,9 +1162,7 @@ impl Conn {
         let Some(off) = r.translate(raddr, len as u64).filter(|_| r.access.contains(need)) else { return false };
         if !guard_enter(&s.peer_table, r.slot, rkey) {
             // Revoked: forget the mapping.
-            if let Some(e) = s.regions.get_mut(r.slot as usize) {
-                *e = None;
-            }
+            s.regions.remove(&rkey);
             return false;
         }
         let ok = if to_peer {
@@ -1228,11 +1260,31 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
     let rkey = r.u32()?;
     let mut reply = vec![MSG_RESOLVED];
     reply.extend_from_slice(&id.to_le_bytes());
-    let info = c.t.inner.pd.lookup(rkey).filter(|i| i.file.is_some());
+    // Only regions a peer may touch at all, and only through the queue pair they are
+    // bound to: never a local-only buffer (staging, someone else's receive queue), never
+    // another client's grant.
+    // A receive buffer posted on this queue pair is fair game too: the sender of a SEND
+    // copies into it.
+    let posted_here = || lock(&c.recv.rq).wrs.iter().any(|(_, m)| m.rkey() == rkey);
+    let info = c
+        .t
+        .inner
+        .pd
+        .lookup(rkey)
+        .filter(|i| {
+            i.file.is_some()
+                && i.reachable_from(c.qp_num)
+                && (i.access.contains(Access::REMOTE_READ) || i.access.contains(Access::REMOTE_WRITE) || posted_here())
+        })
+        .or_else(|| {
+            c.t.inner.pd.count_violation();
+            None
+        });
     let sent = match &info {
         Some(i) => {
             reply.push(0);
             reply.extend_from_slice(&i.rkey.to_le_bytes());
+            reply.extend_from_slice(&i.slot.to_le_bytes());
             reply.extend_from_slice(&i.access.bits().to_le_bytes());
             reply.extend_from_slice(&i.addr.to_le_bytes());
             reply.extend_from_slice(&i.len.to_le_bytes());
@@ -1244,7 +1296,11 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
         }
         None => {
             reply.push(1);
-            send_msg(&c.sock, &reply, &[])
+            let _ = send_msg(&c.sock, &reply, &[]);
+            // A remote access error: the connection closes (logged by the caller).
+            return Err(format!(
+                "remote access error: the peer asked for rkey {rkey:#x}, which names no region it may use"
+            ));
         }
     };
     sent.map_err(|e| format!("answering an rkey look-up: {e}"))
@@ -1255,12 +1311,13 @@ fn take_resolved(c: &Conn, r: &mut Rd<'_>, files: Vec<File>) -> std::result::Res
     let status = r.u8()?;
     let answer = if status == 0 {
         let rkey = r.u32()?;
+        let slot = r.u32()?;
         let access = Access::from_bits(r.u32()?);
         let addr = r.u64()?;
         let len = r.u64()?;
         let file_off = r.u64()?;
         let file = files.into_iter().next().ok_or("rkey answer without its file")?;
-        Answer::Found(Resolved { rkey, access, addr, len, file_off }, file)
+        Answer::Found(Resolved { rkey, slot, access, addr, len, file_off }, file)
     } else {
         Answer::NotFound
     };

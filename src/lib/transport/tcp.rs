@@ -244,10 +244,12 @@ impl TcpTransport {
         sock.set_read_timeout(None).map_err(|e| Error::io("set_read_timeout", e))?;
         let nudge = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| Error::io("eventfd", e.into()))?;
+        let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
         let conn = Arc::new(Conn {
             id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
             qp_num,
             peer_qp_num: peer_qp,
+            peer,
             sock,
             pd: self.inner.pd.clone(),
             cfg: self.inner.cfg.clone(),
@@ -310,6 +312,22 @@ impl Transport for TcpTransport {
         access: Access,
     ) -> Result<Mr> {
         self.inner.pd.register(mapping, file, offset, len, access)
+    }
+
+    fn register_bound(
+        &self,
+        qp: &TcpQp,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<std::fs::File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        self.inner.pd.register_bound(mapping, file, offset, len, access, Some(qp.conn.qp_num))
+    }
+
+    fn access_violations(&self) -> u64 {
+        self.inner.pd.violations()
     }
 
     fn create_cq(&self) -> Result<TcpCq> {
@@ -719,6 +737,8 @@ struct Conn {
     id: u64,
     qp_num: u32,
     peer_qp_num: u32,
+    /// The peer's socket address, for log lines.
+    peer: String,
     sock: TcpStream,
     pd: Arc<Pd>,
     cfg: TransportConfig,
@@ -1096,7 +1116,8 @@ impl Conn {
                 if !self.apply_write(h.raddr, h.rkey, payload) {
                     self.send_nak(h.psn, WcStatus::RemoteAccessError);
                     return Err(format!(
-                        "remote access error: WRITE of {} bytes at {:#x} with rkey {:#x}",
+                        "remote access error from {}: WRITE of {} bytes at {:#x} with rkey {:#x}",
+                        self.peer,
                         payload.len(),
                         h.raddr,
                         h.rkey
@@ -1124,8 +1145,7 @@ impl Conn {
                 }
                 let region = self
                     .pd
-                    .lookup(h.rkey)
-                    .filter(|i| i.access.contains(Access::REMOTE_READ))
+                    .lookup_remote(h.rkey, self.qp_num, Access::REMOTE_READ)
                     .and_then(|i| i.translate(h.raddr, len as u64).map(|off| (i, off)));
                 let ok = match region {
                     Some((info, off)) if guard_enter(&self.pd.table, info.slot, info.rkey) => {
@@ -1145,10 +1165,11 @@ impl Conn {
                     _ => false,
                 };
                 if !ok {
+                    self.pd.count_violation();
                     self.send_nak(h.psn, WcStatus::RemoteAccessError);
                     return Err(format!(
-                        "remote access error: READ of {len} bytes at {:#x} with rkey {:#x}",
-                        h.raddr, h.rkey
+                        "remote access error from {}: READ of {len} bytes at {:#x} with rkey {:#x}",
+                        self.peer, h.raddr, h.rkey
                     ));
                 }
                 Ok(Exec::Done)
@@ -1223,11 +1244,15 @@ impl Conn {
     }
 
     fn apply_write(&self, raddr: u64, rkey: u32, data: &[u8]) -> bool {
-        let Some(info) = self.pd.lookup(rkey).filter(|i| i.access.contains(Access::REMOTE_WRITE)) else {
+        let Some(info) = self.pd.lookup_remote(rkey, self.qp_num, Access::REMOTE_WRITE) else {
             return false;
         };
-        let Some(off) = info.translate(raddr, data.len() as u64) else { return false };
+        let Some(off) = info.translate(raddr, data.len() as u64) else {
+            self.pd.count_violation();
+            return false;
+        };
         if !guard_enter(&self.pd.table, info.slot, info.rkey) {
+            self.pd.count_violation();
             return false;
         }
         let ok = info.mapping.write(off, data).is_ok();

@@ -1,0 +1,244 @@
+//! Isolation between clients, written as a hostile client would try it (issue: integrity
+//! and isolation). Every attack runs over tcp and shm against a real server:
+//!
+//! - another client's rkey used on my own connection (the victim's segment);
+//! - blind rkey guessing with zero-length WRITEs (a free probe before);
+//! - slow and silent sockets beside an honest client (handshakes off the accept path);
+//! - a client that sends GETs and never reads the replies (bounded per connection).
+//!
+//! The offender loses its connection; the victim keeps its data and its service.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use boomkv::client::{Client, ClientOptions};
+use boomkv::log::format::{encode_entry, SEGMENT_HEADER_SIZE};
+use boomkv::log::{Pool, PoolOptions};
+use boomkv::server::{Server, ServerConfig};
+use boomkv::transport::{
+    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, ShmTransport, TcpTransport, Transport,
+    WcOpcode,
+};
+use boomkv::wire::{Hello, Msg, Protocol, PutImm, Welcome};
+
+fn quiet() -> ServerConfig {
+    ServerConfig { log_clients: false, cleaner: false, ..Default::default() }
+}
+
+fn pool(dir: &std::path::Path) -> Arc<Pool> {
+    let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
+    o.media.create_size = Some(16 << 20);
+    Arc::new(Pool::open(dir, &o).unwrap().0)
+}
+
+fn tcp_server(dir: &std::path::Path, cfg: ServerConfig) -> Server<TcpTransport> {
+    let ep = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
+    Server::start(TcpTransport::new().unwrap(), pool(dir), &[ep], cfg).unwrap()
+}
+
+fn shm_server(dir: &std::path::Path, cfg: ServerConfig) -> Server<ShmTransport> {
+    let ep = Endpoint::Shm(dir.join("iso.sock"));
+    Server::start(ShmTransport::new().unwrap(), pool(dir), &[ep], cfg).unwrap()
+}
+
+fn opts() -> ClientOptions {
+    ClientOptions { timeout: Duration::from_secs(5), ..Default::default() }
+}
+
+/// A hand-driven BOOM client: raw queue pair, its own buffers.
+struct Raw<T: Transport> {
+    qp: T::Qp,
+    cq: T::Cq,
+    buf: T::Mr,
+    recv: T::Mr,
+    wr: u64,
+}
+
+impl<T: Transport> Raw<T> {
+    fn connect(t: &T, ep: &Endpoint) -> Raw<T> {
+        let cq = t.create_cq().unwrap();
+        let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
+        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
+        let (qp, w) = t.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        for i in 0..8u64 {
+            qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
+        }
+        Raw { qp, cq, buf, recv, wr: 1000 }
+    }
+
+    /// The next message (skipping send completions); None on a failed completion.
+    fn next_msg(&mut self) -> Option<Msg> {
+        loop {
+            let c = self.cq.wait(Duration::from_secs(5)).ok()?;
+            if !c.status.is_ok() {
+                return None;
+            }
+            if c.opcode == WcOpcode::Recv {
+                let mut b = vec![0u8; c.byte_len as usize];
+                self.recv.read(c.wr_id * 4096, &mut b).unwrap();
+                self.qp.post_recv(c.wr_id, &self.recv, c.wr_id * 4096, 4096).unwrap();
+                return Some(Msg::decode(&b).unwrap().0);
+            }
+        }
+    }
+
+    fn grant(&mut self) -> RemoteRegion {
+        self.qp.post_send_bytes(1, &Msg::GrantSegment.encode(1)).unwrap();
+        match self.next_msg() {
+            Some(Msg::SegmentGranted { region, .. }) => region,
+            m => panic!("expected a grant, got {m:?}"),
+        }
+    }
+
+    /// Writes `bytes` at `offset` of `seg` and signals it as a PUT.
+    fn put_raw(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8]) -> Option<Msg> {
+        self.buf.write(0, bytes).unwrap();
+        self.wr += 1;
+        let imm = PutImm { offset, in_place: false }.encode().unwrap();
+        self.qp.post_write_imm(self.wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
+        self.next_msg()
+    }
+
+    /// Posts a signaled WRITE of `len` bytes and returns its completion status.
+    fn write(&mut self, addr: u64, rkey: u32, len: u32) -> bool {
+        self.wr += 1;
+        if self.qp.post_write(self.wr, &self.buf, 0, len, addr, rkey, true).is_err() {
+            return false;
+        }
+        loop {
+            match self.cq.wait(Duration::from_secs(5)) {
+                Ok(c) if c.opcode == WcOpcode::Write || !c.status.is_ok() => return c.status.is_ok(),
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 32 + key.len() + value.len()];
+    encode_entry(&mut b, key, value, false, next).unwrap();
+    b
+}
+
+/// The victim's acknowledged entry, then the attacker writes a forged, checksummed entry
+/// for the same key into the victim's segment with the victim's rkey, on its own
+/// connection.
+fn foreign_rkey<T: Transport>(t: &T, s: &Server<T>) {
+    let ep = &s.endpoints()[0];
+    let mut victim = Raw::connect(t, ep);
+    let seg = victim.grant();
+    let at = SEGMENT_HEADER_SIZE;
+    let good = entry(b"victim", b"acknowledged", at + 64);
+    assert!(matches!(victim.put_raw(&seg, at, &good), Some(Msg::PutOk { .. })));
+
+    let mut attacker = Raw::connect(t, ep);
+    let _own = attacker.grant();
+    let forged = entry(b"victim", b"forged by the attacker", at + 64);
+    attacker.buf.write(0, &forged).unwrap();
+    assert!(!attacker.write(seg.at(at), seg.rkey, forged.len() as u32), "a foreign rkey must be refused");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !attacker.qp.is_error() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(attacker.qp.is_error(), "the offender's connection is closed");
+
+    // The victim's data and service are untouched; the violation is counted.
+    let mut reader = Client::connect(t, ep, opts()).unwrap();
+    assert_eq!(reader.get(b"victim").unwrap().unwrap(), b"acknowledged");
+    let next = entry(b"victim2", b"still served", at + 64 + 64);
+    assert!(matches!(victim.put_raw(&seg, at + 64, &next), Some(Msg::PutOk { .. })));
+    assert_eq!(reader.get(b"victim2").unwrap().unwrap(), b"still served");
+    assert!(s.stats().access_violations >= 1, "{:?}", s.stats().access_violations);
+}
+
+/// Blind guessing: every wrong guess costs the guesser its connection, so a search of
+/// the 32-bit rkey space needs a new handshake per guess.
+fn blind_probe<T: Transport>(t: &T, s: &Server<T>) {
+    let ep = &s.endpoints()[0];
+    let mut victim = Raw::connect(t, ep);
+    let seg = victim.grant();
+    let mut probes = 0;
+    let mut connections = 0;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let start = Instant::now();
+    while probes < 40 && start.elapsed() < Duration::from_secs(20) {
+        let mut a = Raw::connect(t, ep);
+        connections += 1;
+        let own = a.grant();
+        // Guess near our own rkey and at random; zero-length writes, as the old probe.
+        for _ in 0..4 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let guess = if probes % 2 == 0 { own.rkey.wrapping_add(1 + probes as u32) } else { rng as u32 };
+            probes += 1;
+            if guess == seg.rkey {
+                continue;
+            }
+            let ok = a.write(seg.addr, guess, 0);
+            assert!(!ok, "a guessed rkey {guess:#x} was accepted");
+            if a.qp.is_error() {
+                break;
+            }
+        }
+    }
+    assert!(connections >= probes / 4, "each connection made at most a few guesses");
+    let mut reader = Client::connect(t, ep, opts()).unwrap();
+    reader.put(b"after", b"fine").unwrap();
+    assert_eq!(reader.get(b"after").unwrap().unwrap(), b"fine");
+}
+
+#[test]
+fn tcp_another_clients_rkey_is_refused_on_my_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), quiet());
+    foreign_rkey(&TcpTransport::new().unwrap(), &s);
+}
+
+#[test]
+fn shm_another_clients_rkey_is_refused_on_my_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    foreign_rkey(&ShmTransport::new().unwrap(), &s);
+}
+
+#[test]
+fn tcp_blind_rkey_probes_cost_a_connection_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), quiet());
+    blind_probe(&TcpTransport::new().unwrap(), &s);
+}
+
+#[test]
+fn shm_blind_rkey_probes_cost_a_connection_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    blind_probe(&ShmTransport::new().unwrap(), &s);
+}
+
+#[test]
+fn rkeys_next_to_my_own_name_nothing_i_may_use_over_shm() {
+    // rkeys were a slot number and a generation, so the neighbours of my own rkey named
+    // the server's other regions (receive buffers, other clients' segments), and a look-up
+    // was answered for any of them. Now they name nothing, and each try costs the asker
+    // its connection.
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    let t = ShmTransport::new().unwrap();
+    let mut a = Raw::connect(&t, &s.endpoints()[0]);
+    let own = a.grant();
+    let mut refused = 0;
+    for k in 1..=8u32 {
+        let mut b = Raw::connect(&t, &s.endpoints()[0]);
+        if !b.write(own.addr, own.rkey.wrapping_sub(k), 8) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 8);
+    let mut c = Client::connect(&t, &s.endpoints()[0], opts()).unwrap();
+    c.put(b"k", b"v").unwrap();
+    assert_eq!(c.get(b"k").unwrap().unwrap(), b"v");
+}
