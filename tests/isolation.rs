@@ -242,3 +242,73 @@ fn rkeys_next_to_my_own_name_nothing_i_may_use_over_shm() {
     c.put(b"k", b"v").unwrap();
     assert_eq!(c.get(b"k").unwrap().unwrap(), b"v");
 }
+
+/// How many slow or silent sockets the handshake tests hold open (each costs the test
+/// two descriptors; the limit here is far above).
+const LORISES: usize = 1000;
+
+#[test]
+fn tcp_an_honest_client_connects_beside_a_thousand_slow_and_silent_sockets() {
+    use std::io::Write;
+    let n = LORISES;
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), quiet());
+    let Endpoint::Tcp(addr) = s.endpoints()[0].clone() else { unreachable!() };
+    let mut socks = Vec::new();
+    for i in 0..n {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        if i % 2 == 0 {
+            // A slow one: the start of a valid hello, then nothing more for now.
+            c.write_all(b"BOOMKVTC").unwrap();
+        }
+        socks.push(c);
+    }
+    // Keep the slow ones trickling: one byte each, while the honest client connects.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut slow: Vec<_> = socks.iter().step_by(2).map(|c| c.try_clone().unwrap()).collect();
+    let stop2 = stop.clone();
+    let trickle = std::thread::spawn(move || {
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            for c in &mut slow {
+                let _ = c.write_all(&[1]);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let t = TcpTransport::new().unwrap();
+    let start = Instant::now();
+    let o = ClientOptions { timeout: Duration::from_secs(3), ..Default::default() };
+    let mut c = Client::connect(&t, &s.endpoints()[0], o).expect("the honest client got in while the lorises waited");
+    let took = start.elapsed();
+    c.put(b"k", b"v").unwrap();
+    assert_eq!(c.get(b"k").unwrap().unwrap(), b"v");
+    eprintln!("honest tcp client connected in {took:?} beside {n} slow or silent sockets");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
+}
+
+#[test]
+fn shm_an_honest_client_connects_beside_a_thousand_silent_sockets() {
+    let n = LORISES;
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    let Endpoint::Shm(path) = s.endpoints()[0].clone() else { unreachable!() };
+    let mut socks = Vec::new();
+    for _ in 0..n {
+        // A silent one: connected, never says hello.
+        let fd =
+            rustix::net::socket(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, None).unwrap();
+        rustix::net::connect(&fd, &rustix::net::SocketAddrUnix::new(path.as_path()).unwrap()).unwrap();
+        socks.push(fd);
+    }
+    let t = ShmTransport::new().unwrap();
+    let start = Instant::now();
+    let o = ClientOptions { timeout: Duration::from_secs(3), ..Default::default() };
+    let mut c = Client::connect(&t, &s.endpoints()[0], o).expect("the honest client got in beside the silent ones");
+    let took = start.elapsed();
+    c.put(b"k", b"v").unwrap();
+    assert_eq!(c.get(b"k").unwrap().unwrap(), b"v");
+    eprintln!("honest shm client connected in {took:?} beside {n} silent sockets");
+    let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.unwrap(), 0o600, "the shm socket is for the server's own user");
+}

@@ -853,6 +853,7 @@ where
 /// socket: waits up to `timeout` for a client whose `handshake` succeeds. Attempts that
 /// fail before reaching the callback are logged and skipped (the callback is kept for
 /// the next client); one that fails after it ends the call with an error.
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
 pub(crate) fn accept_over_tcp<Q, F>(
     l: &std::net::TcpListener,
     local: &Endpoint,
@@ -893,6 +894,7 @@ where
 }
 
 /// [`accept_over_tcp`] without waiting: `Ok(None)` when no good client is there.
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
 pub(crate) fn try_accept_over_tcp<Q, F>(
     l: &std::net::TcpListener,
     local: &Endpoint,
@@ -917,6 +919,176 @@ where
             Ok(None)
         }
     }
+}
+
+/// Most handshakes a listener runs at once; a connection beyond it is closed at once.
+pub const MAX_PENDING_HANDSHAKES: usize = 4096;
+
+/// The first half of a handshake, which waits on the peer: run by the greeter's thread
+/// for one accepted connection, with the deadline for the whole handshake.
+pub(crate) type FirstHalf<S, P> = dyn Fn(S, std::time::Instant) -> std::result::Result<P, String> + Send + Sync;
+
+/// Handshakes off the accept path. A listener's greeter thread accepts connections and
+/// gives each its own short-lived thread that reads the peer's half of the handshake
+/// under one deadline for the whole of it (not per read: a peer sending a byte a second
+/// gets no more time). Finished first halves queue up for [`Listener::accept`], which
+/// runs the application's callback and answers. A slow or silent peer so delays only
+/// its own handshake: thousands of them never hold up an honest client, up to
+/// [`MAX_PENDING_HANDSHAKES`] at once, beyond which new connections are closed.
+pub(crate) struct Greeter<P: Send + 'static> {
+    ready: std::sync::Mutex<std::sync::mpsc::Receiver<P>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<P: Send + 'static> Greeter<P> {
+    /// Starts the greeter: `accept_one` takes one waiting connection without blocking
+    /// (`Ok(None)` when none), `readable` is the listening socket to wait on, `first`
+    /// the first half of the handshake.
+    pub(crate) fn start<S: Send + 'static>(
+        local: Endpoint,
+        readable: std::os::fd::OwnedFd,
+        accept_one: impl Fn() -> std::io::Result<Option<S>> + Send + 'static,
+        first: Arc<FirstHalf<S, P>>,
+        timeout: Duration,
+    ) -> Result<Greeter<P>> {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let (tx, rx) = std::sync::mpsc::channel::<P>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let quiet = Arc::new(LogLimit::default());
+        let thread = std::thread::Builder::new()
+            .name("boomkv-greeter".into())
+            .spawn(move || {
+                let mut refused_quiet = std::time::Instant::now();
+                while !stop2.load(Ordering::Acquire) {
+                    let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 20_000_000 };
+                    let mut fds = [rustix::event::PollFd::new(&readable, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                    loop {
+                        let s = match accept_one() {
+                            Ok(Some(s)) => s,
+                            Ok(None) => break,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                            Err(e) => {
+                                // Per-connection failures (ECONNABORTED, EMFILE) must not end the server.
+                                log_event(&format!("accept on {local}: {e}"));
+                                std::thread::sleep(Duration::from_millis(1));
+                                break;
+                            }
+                        };
+                        if pending.load(Ordering::Acquire) >= MAX_PENDING_HANDSHAKES {
+                            if refused_quiet <= std::time::Instant::now() {
+                                log_event(&format!(
+                                    "{local}: {MAX_PENDING_HANDSHAKES} handshakes in progress; closing new connections"
+                                ));
+                                refused_quiet = std::time::Instant::now() + Duration::from_secs(1);
+                            }
+                            drop(s);
+                            continue;
+                        }
+                        pending.fetch_add(1, Ordering::AcqRel);
+                        let (first, tx, pending2, local2) = (first.clone(), tx.clone(), pending.clone(), local.clone());
+                        let quiet2 = quiet.clone();
+                        let until = deadline(timeout);
+                        let spawned = std::thread::Builder::new()
+                            .name("boomkv-handshake".into())
+                            .stack_size(128 << 10)
+                            .spawn(move || {
+                                match first(s, until) {
+                                    Ok(p) => {
+                                        let _ = tx.send(p);
+                                    }
+                                    Err(why) => {
+                                        if quiet2.allow() {
+                                            log_event(&format!("refused connection on {local2}: {why}"));
+                                        }
+                                    }
+                                }
+                                pending2.fetch_sub(1, Ordering::AcqRel);
+                            });
+                        if let Err(e) = spawned {
+                            pending.fetch_sub(1, Ordering::AcqRel);
+                            log_event(&format!("{local}: cannot start a handshake thread: {e}"));
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::io("spawn the greeter thread", e))?;
+        Ok(Greeter { ready: std::sync::Mutex::new(rx), stop, thread: Some(thread) })
+    }
+
+    /// The next connection whose first half is done, waiting up to `timeout`.
+    pub(crate) fn next(&self, timeout: Duration) -> Option<P> {
+        let rx = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        if timeout.is_zero() {
+            rx.try_recv().ok()
+        } else {
+            rx.recv_timeout(timeout).ok()
+        }
+    }
+}
+
+impl<P: Send + 'static> Drop for Greeter<P> {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// At most [`LogLimit::PER_SECOND`] refused-handshake lines a second, then one line
+/// saying how many were left out: a flood of bad connections must not flood the log.
+#[derive(Default)]
+struct LogLimit(std::sync::Mutex<(Option<std::time::Instant>, u32, u64)>);
+
+impl LogLimit {
+    const PER_SECOND: u32 = 10;
+
+    fn allow(&self) -> bool {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        let (since, n, dropped) = &mut *g;
+        if since.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            if *dropped > 0 {
+                log_event(&format!("... and {dropped} more refused connections not logged"));
+            }
+            (*since, *n, *dropped) = (Some(now), 0, 0);
+        }
+        *n += 1;
+        if *n > Self::PER_SECOND {
+            *dropped += 1;
+            return false;
+        }
+        true
+    }
+}
+
+/// Reads exactly `buf.len()` bytes from `s` before `until` (one deadline for all the
+/// reads, unlike a socket read timeout, which each read gets afresh).
+pub(crate) fn read_exact_by(
+    s: &mut std::net::TcpStream,
+    buf: &mut [u8],
+    until: std::time::Instant,
+) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut got = 0;
+    while got < buf.len() {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake deadline passed"));
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer hung up")),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A point in time `d` from now, saturating far in the future.

@@ -494,8 +494,17 @@ impl Transport for ShmTransport {
             let _ = std::fs::remove_file(path);
         }
         rustix::net::bind(&sock, &addr).map_err(|e| Error::io(format!("bind {ep}"), e.into()))?;
-        rustix::net::listen(&sock, 128).map_err(|e| Error::io(format!("listen {ep}"), e.into()))?;
-        Ok(ShmListener { t: self.clone(), sock, path: path.clone() })
+        // Only the server's own user may connect: an shm peer maps the pool itself (see
+        // the module docs on what a same-host peer can do). Widen it by hand if needed.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| Error::io(format!("chmod 0600 {ep}"), e))?;
+        }
+        rustix::net::listen(&sock, 1024).map_err(|e| Error::io(format!("listen {ep}"), e.into()))?;
+        rustix::fs::fcntl_setfl(&sock, rustix::fs::OFlags::NONBLOCK)
+            .map_err(|e| Error::io(format!("{ep}: O_NONBLOCK"), e.into()))?;
+        ShmListener::start(self.clone(), sock, path.clone())
     }
 
     fn connect(
@@ -561,11 +570,20 @@ fn seqpacket() -> Result<OwnedFd> {
 // ---------------------------------------------------------------------------------------
 // Listener
 
-/// A listener on a Unix socket path. Removes the socket file when dropped.
+/// A listener on a Unix socket path (mode 0600: only the server's user may connect).
+/// Handshakes run off the accept path (see [`super::Greeter`]). Removes the socket file
+/// when dropped.
 pub struct ShmListener {
     t: ShmTransport,
-    sock: OwnedFd,
     path: PathBuf,
+    greeter: super::Greeter<Greeted>,
+}
+
+/// A connection whose hello has arrived and whose files are mapped and checked.
+struct Greeted {
+    sock: OwnedFd,
+    hello: Hello,
+    files: PeerFiles,
 }
 
 impl Drop for ShmListener {
@@ -574,50 +592,68 @@ impl Drop for ShmListener {
     }
 }
 
+/// The first half of an shm handshake: the client's hello and files, under `until`.
+fn greet(sock: OwnedFd, until: Instant) -> std::result::Result<Greeted, String> {
+    if !wait_readable(&sock, until) {
+        return Err("handshake timed out".into());
+    }
+    let msg = match recv_msg(&sock) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Err("client hung up during the handshake".into()),
+        Err(e) => return Err(e),
+    };
+    let reject = |why: &str| {
+        let mut v = vec![MSG_REJECT];
+        v.extend_from_slice(why.as_bytes());
+        let _ = send_msg(&sock, &v, &[]);
+    };
+    if msg.bytes.first() != Some(&MSG_HELLO) {
+        reject("expected a hello");
+        return Err("first message is not a hello".into());
+    }
+    let h = decode_hello(&msg.bytes)?;
+    if h.version != PROTOCOL_VERSION {
+        let why = format!(
+            "transport protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
+            h.version
+        );
+        reject(&why);
+        return Err(why);
+    }
+    match ShmTransport::map_peer_files(&h, msg.files) {
+        Ok(files) => Ok(Greeted { sock, hello: h, files }),
+        Err(why) => {
+            reject(&why);
+            Err(why)
+        }
+    }
+}
+
 impl ShmListener {
-    fn handshake<F>(
-        &self,
-        sock: OwnedFd,
-        send_cq: &ShmCq,
-        recv_cq: &ShmCq,
-        f: F,
-    ) -> std::result::Result<ShmQp, Handshake>
+    fn start(t: ShmTransport, sock: OwnedFd, path: PathBuf) -> Result<ShmListener> {
+        let readable = sock.try_clone().map_err(|e| Error::io("dup the listening socket", e))?;
+        let accept_one = move || match rustix::net::accept_with(&sock, SocketFlags::CLOEXEC) {
+            Ok(s) => Ok(Some(s)),
+            Err(rustix::io::Errno::AGAIN) => Ok(None),
+            Err(e) => Err(std::io::Error::from(e)),
+        };
+        let first: Arc<super::FirstHalf<OwnedFd, Greeted>> = Arc::new(greet);
+        let timeout = t.inner.cfg.handshake_timeout;
+        let greeter = super::Greeter::start(Endpoint::Shm(path.clone()), readable, accept_one, first, timeout)?;
+        Ok(ShmListener { t, path, greeter })
+    }
+
+    /// The second half: the application's answer, our files, the queue pair. Nothing
+    /// here waits on the peer.
+    fn finish<F>(&self, g: Greeted, send_cq: &ShmCq, recv_cq: &ShmCq, f: F) -> std::result::Result<ShmQp, Handshake>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let cfg = &self.t.inner.cfg;
-        if !wait_readable(&sock, deadline(cfg.handshake_timeout)) {
-            return Err(Handshake::Refused("handshake timed out".into()));
-        }
-        let msg = match recv_msg(&sock) {
-            Ok(Some(m)) => m,
-            Ok(None) => return Err(Handshake::Refused("client hung up during the handshake".into())),
-            Err(e) => return Err(Handshake::Refused(e)),
-        };
+        let Greeted { sock, hello: h, files: peer_files } = g;
         let reject = |why: &str| {
             let mut v = vec![MSG_REJECT];
             v.extend_from_slice(why.as_bytes());
             let _ = send_msg(&sock, &v, &[]);
-        };
-        if msg.bytes.first() != Some(&MSG_HELLO) {
-            reject("expected a hello");
-            return Err(Handshake::Refused("first message is not a hello".into()));
-        }
-        let h = decode_hello(&msg.bytes).map_err(Handshake::Refused)?;
-        if h.version != PROTOCOL_VERSION {
-            let why = format!(
-                "transport protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
-                h.version
-            );
-            reject(&why);
-            return Err(Handshake::Refused(why));
-        }
-        let peer_files = match ShmTransport::map_peer_files(&h, msg.files) {
-            Ok(p) => p,
-            Err(why) => {
-                reject(&why);
-                return Err(Handshake::Refused(why));
-            }
         };
         let qp_num = self.t.inner.next_qp.fetch_add(1, Ordering::Relaxed);
         let (pf, page) = self.t.new_page().map_err(|e| Handshake::Refused(e.to_string()))?;
@@ -639,10 +675,6 @@ impl ShmListener {
             .map_err(|e| Handshake::Refused(format!("sending the handshake reply: {e}")))?;
         self.t.build_qp(sock, qp_num, page, &h, peer_files, send_cq, recv_cq, false).map_err(Handshake::Refused)
     }
-
-    fn accept_fd(&self) -> Option<OwnedFd> {
-        rustix::net::accept_with(&self.sock, SocketFlags::CLOEXEC).ok()
-    }
 }
 
 impl Listener for ShmListener {
@@ -659,16 +691,14 @@ impl Listener for ShmListener {
     {
         let until = deadline(timeout);
         let mut f = Some(on_connect);
+        let local = self.endpoint();
         loop {
-            if wait_readable(&self.sock, until) {
-                if let Some(sock) = self.accept_fd() {
-                    let local = self.endpoint();
-                    let attempt = |cb: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| {
-                        self.handshake(sock, send_cq, recv_cq, |p: &[u8]| cb(p))
-                    };
-                    if let Some(qp) = super::accept_attempt(&local, &mut f, attempt)? {
-                        return Ok(qp);
-                    }
+            let left = until.saturating_duration_since(Instant::now());
+            if let Some(g) = self.greeter.next(left.max(Duration::from_micros(1))) {
+                let attempt =
+                    |cb: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, |p: &[u8]| cb(p));
+                if let Some(qp) = super::accept_attempt(&local, &mut f, attempt)? {
+                    return Ok(qp);
                 }
             }
             if Instant::now() >= until {
@@ -681,12 +711,8 @@ impl Listener for ShmListener {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
-        if !matches!(rustix::event::poll(&mut fds, Some(&ts(Duration::ZERO))), Ok(n) if n > 0) {
-            return Ok(None);
-        }
-        let Some(sock) = self.accept_fd() else { return Ok(None) };
-        match self.handshake(sock, send_cq, recv_cq, on_connect) {
+        let Some(g) = self.greeter.next(Duration::ZERO) else { return Ok(None) };
+        match self.finish(g, send_cq, recv_cq, on_connect) {
             Ok(qp) => Ok(Some(qp)),
             Err(Handshake::Rejected(e)) => Err(e),
             Err(Handshake::Refused(why)) => {

@@ -185,9 +185,10 @@ fn io_why(what: &str, e: std::io::Error) -> String {
     }
 }
 
-fn read_hello(s: &mut TcpStream) -> std::result::Result<Hello, String> {
+/// Reads a handshake message before `until` (one deadline for all of it).
+fn read_hello(s: &mut TcpStream, until: Instant) -> std::result::Result<Hello, String> {
     let mut h = [0u8; HELLO_LEN];
-    s.read_exact(&mut h).map_err(|e| io_why("handshake", e))?;
+    super::read_exact_by(s, &mut h, until).map_err(|e| io_why("handshake", e))?;
     let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
     let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
     let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or([0; 8]));
@@ -199,7 +200,7 @@ fn read_hello(s: &mut TcpStream) -> std::result::Result<Hello, String> {
         return Err(format!("handshake: private data of {plen} bytes is over the {MAX_PRIVATE_DATA}-byte limit"));
     }
     let mut private = vec![0u8; plen];
-    s.read_exact(&mut private).map_err(|e| io_why("handshake: truncated private data", e))?;
+    super::read_exact_by(s, &mut private, until).map_err(|e| io_why("handshake: truncated private data", e))?;
     Ok(Hello { version: u16_at(8), kind: u16_at(10), qp_num: u32_at(12), private })
 }
 
@@ -341,7 +342,7 @@ impl Transport for TcpTransport {
         let l = TcpListener::bind(hp.as_str()).map_err(|e| Error::io(format!("listen on {ep}"), e))?;
         l.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
         let local = l.local_addr().map_err(|e| Error::io("local_addr", e))?;
-        Ok(TcpListenerHandle { t: self.clone(), l, local: Endpoint::Tcp(local.to_string()) })
+        TcpListenerHandle::start(self.clone(), l, Endpoint::Tcp(local.to_string()))
     }
 
     fn connect(
@@ -382,7 +383,7 @@ impl Transport for TcpTransport {
         let qp_num = self.inner.next_qp.fetch_add(1, Ordering::Relaxed);
         sock.write_all(&encode_hello(PROTOCOL_VERSION, KIND_HELLO, qp_num, private_data))
             .map_err(|e| Error::Transport(format!("{ep}: sending handshake: {e}")))?;
-        let h = read_hello(&mut sock).map_err(|e| {
+        let h = read_hello(&mut sock, end).map_err(|e| {
             if e == HANDSHAKE_TIMED_OUT {
                 Error::Timeout(timeout, "the tcp connection handshake")
             } else {
@@ -410,43 +411,60 @@ impl Transport for TcpTransport {
 // ---------------------------------------------------------------------------------------
 // Listener
 
-/// A TCP listener.
+/// A TCP listener. Handshakes run off the accept path (see [`super::Greeter`]).
 pub struct TcpListenerHandle {
     t: TcpTransport,
-    l: TcpListener,
     local: Endpoint,
+    greeter: super::Greeter<Greeted>,
+}
+
+/// A connection whose hello has arrived, waiting for the application's answer.
+struct Greeted {
+    sock: TcpStream,
+    peer: String,
+    hello: Hello,
 }
 
 impl TcpListenerHandle {
-    fn handshake<F>(
-        &self,
-        mut s: TcpStream,
-        send_cq: &TcpCq,
-        recv_cq: &TcpCq,
-        f: F,
-    ) -> std::result::Result<TcpQp, Handshake>
+    fn start(t: TcpTransport, l: TcpListener, local: Endpoint) -> Result<TcpListenerHandle> {
+        let readable: OwnedFd = l.try_clone().map_err(|e| Error::io("dup the listening socket", e))?.into();
+        let timeout = t.inner.cfg.handshake_timeout;
+        let accept_one = move || match l.accept() {
+            Ok((s, _)) => Ok(Some(s)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        };
+        let first: Arc<super::FirstHalf<TcpStream, Greeted>> = Arc::new(|mut s: TcpStream, until: Instant| {
+            let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+            s.set_nonblocking(false).map_err(|e| format!("{peer}: {e}"))?;
+            let hello = read_hello(&mut s, until).map_err(|e| format!("{peer}: {e}"))?;
+            if hello.version != PROTOCOL_VERSION || hello.kind != KIND_HELLO {
+                let why = format!(
+                    "transport protocol version {} (kind {}) is not supported; this server speaks version {PROTOCOL_VERSION}",
+                    hello.version, hello.kind
+                );
+                let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_REJECT, 0, why.as_bytes()));
+                return Err(format!("{peer}: {why}"));
+            }
+            Ok(Greeted { sock: s, peer, hello })
+        });
+        let greeter = super::Greeter::start(local.clone(), readable, accept_one, first, timeout)?;
+        Ok(TcpListenerHandle { t, local, greeter })
+    }
+
+    /// The second half of a handshake: the application's answer, then the queue pair.
+    /// Runs on the accepting thread; nothing here waits on the peer (the reply is small
+    /// enough for the socket's buffer, and the write is bounded anyway).
+    fn finish<F>(&self, g: Greeted, send_cq: &TcpCq, recv_cq: &TcpCq, f: F) -> std::result::Result<TcpQp, Handshake>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-        let cfg = &self.t.inner.cfg;
-        let setup = s
-            .set_nonblocking(false)
-            .and_then(|_| s.set_read_timeout(Some(cfg.handshake_timeout)))
-            .and_then(|_| s.set_write_timeout(Some(cfg.handshake_timeout)));
-        if let Err(e) = setup {
+        let Greeted { sock: mut s, peer, hello: h } = g;
+        if let Err(e) = s.set_write_timeout(Some(Duration::from_secs(1))) {
             return Err(Handshake::Refused(format!("{peer}: {e}")));
         }
-        let h = read_hello(&mut s).map_err(|e| Handshake::Refused(format!("{peer}: {e}")))?;
         let qp_num = self.t.inner.next_qp.fetch_add(1, Ordering::Relaxed);
-        if h.version != PROTOCOL_VERSION || h.kind != KIND_HELLO {
-            let why = format!(
-                "transport protocol version {} (kind {}) is not supported; this server speaks version {PROTOCOL_VERSION}",
-                h.version, h.kind
-            );
-            let _ = s.write_all(&encode_hello(PROTOCOL_VERSION, KIND_REJECT, qp_num, why.as_bytes()));
-            return Err(Handshake::Refused(format!("{peer}: {why}")));
-        }
         let reply = match f(&h.private) {
             Ok(r) if r.len() <= MAX_PRIVATE_DATA => r,
             Ok(r) => {
@@ -481,16 +499,35 @@ impl Listener for TcpListenerHandle {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        super::accept_over_tcp(&self.l, &self.local, timeout, "a tcp connection", on_connect, |s, cb| {
-            self.handshake(s, send_cq, recv_cq, |p: &[u8]| cb(p))
-        })
+        let end = deadline(timeout);
+        let mut cb = Some(on_connect);
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if let Some(g) = self.greeter.next(left.max(Duration::from_micros(1))) {
+                let attempt = |f: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, f);
+                if let Some(qp) = super::accept_attempt(&self.local, &mut cb, attempt)? {
+                    return Ok(qp);
+                }
+            }
+            if Instant::now() >= end {
+                return Err(Error::Timeout(timeout, "a tcp connection"));
+            }
+        }
     }
 
     fn try_accept<F>(&self, send_cq: &TcpCq, recv_cq: &TcpCq, on_connect: F) -> Result<Option<TcpQp>>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        super::try_accept_over_tcp(&self.l, &self.local, on_connect, |s, cb| self.handshake(s, send_cq, recv_cq, cb))
+        let Some(g) = self.greeter.next(Duration::ZERO) else { return Ok(None) };
+        match self.finish(g, send_cq, recv_cq, on_connect) {
+            Ok(qp) => Ok(Some(qp)),
+            Err(Handshake::Rejected(e)) => Err(e),
+            Err(Handshake::Refused(why)) => {
+                log_event(&format!("refused connection on {}: {why}", self.local));
+                Ok(None)
+            }
+        }
     }
 }
 
@@ -1603,7 +1640,7 @@ mod tests {
         });
         let qp = qp.unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let h = read_hello(&mut s).unwrap();
+        let h = read_hello(&mut s, Instant::now() + Duration::from_secs(5)).unwrap();
         assert_eq!(h.kind, KIND_ACCEPT);
         assert_eq!(h.private, b"ok");
         let _ = t;
@@ -1695,7 +1732,7 @@ mod tests {
         let (cqp, _) = h.join().unwrap().unwrap();
         assert!(!qp.is_error() && !cqp.is_error());
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let r = read_hello(&mut s).unwrap();
+        let r = read_hello(&mut s, Instant::now() + Duration::from_secs(5)).unwrap();
         assert_eq!(r.kind, KIND_REJECT);
         assert!(String::from_utf8_lossy(&r.private).contains("not supported"));
     }
