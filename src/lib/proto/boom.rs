@@ -60,6 +60,11 @@ impl<T: Transport> Worker<T> {
         if loc.len as u64 > buf.len {
             return self.data_imm(conn, &buf, DataStatus::TooSmall, loc.len);
         }
+        if let Err(why) = conn.admit_get(loc.len, self.sh.cfg.max_value) {
+            self.sh.counters.over_limit.fetch_add(1, Ordering::Relaxed);
+            conn.dead.get_or_insert(why);
+            return Ok(());
+        }
         let mr = self.sh.seg_mr(loc.segment as u64)?;
         let wr = conn.wr();
         self.sh.inflight.begin(&key, loc.version);

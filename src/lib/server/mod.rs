@@ -615,12 +615,19 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) segments: u64,
     /// wr_id -> (key, version) of GET data writes not yet completed.
     pub(crate) gets: ConnMap<u64, (Vec<u8>, u64)>,
+    /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`Conn::max_get_bytes`]).
+    pub(crate) get_bytes: u64,
     pub(crate) next_wr: u64,
     pub(crate) last_active: Instant,
     pub(crate) dead: Option<String>,
 }
 
 const WR_SEND: u64 = 1 << 63;
+
+/// Most GET replies one client may have in flight (written, not yet acknowledged by its
+/// transport). A client that sends GETs and never reads the replies is disconnected at
+/// this bound instead of piling them up in the server's send buffers.
+pub const MAX_GETS_IN_FLIGHT: usize = 64;
 
 impl<T: Transport> Conn<T> {
     pub(crate) fn new(sh: &Shared<T>, qp: T::Qp, hello: Hello, id: u64) -> Result<Conn<T>> {
@@ -647,10 +654,36 @@ impl<T: Transport> Conn<T> {
             read_mrs: ConnMap::default(),
             segments: 0,
             gets: ConnMap::default(),
+            get_bytes: 0,
             next_wr: 0,
             last_active: Instant::now(),
             dead: None,
         })
+    }
+
+    /// Most bytes of GET replies one client may have in flight: room for two of the
+    /// largest values, and at least 4 MiB.
+    pub(crate) fn max_get_bytes(max_value: u32) -> u64 {
+        (2 * max_value as u64 + (64 << 10)).max(4 << 20)
+    }
+
+    /// Counts a GET reply of `len` bytes as in flight, or says why the client is over
+    /// its bound.
+    pub(crate) fn admit_get(&mut self, len: u32, max_value: u32) -> std::result::Result<(), String> {
+        if self.gets.len() >= MAX_GETS_IN_FLIGHT {
+            return Err(format!(
+                "over the limit of {MAX_GETS_IN_FLIGHT} GET replies in flight (the client does not read them)"
+            ));
+        }
+        let limit = Self::max_get_bytes(max_value);
+        if self.get_bytes + len as u64 > limit {
+            return Err(format!(
+                "over the limit of {} of GET replies in flight (the client does not read them)",
+                crate::units::human_bytes(limit)
+            ));
+        }
+        self.get_bytes += len as u64;
+        Ok(())
     }
 
     pub(crate) fn wr(&mut self) -> u64 {
@@ -680,6 +713,9 @@ pub(crate) struct Worker<T: Transport> {
     pub(crate) seen: u32,
     /// Refused segment grants are not logged again before this.
     pub(crate) pool_full_quiet: Instant,
+    /// Queue pairs dropped lately: their flushed completions are dropped too, not
+    /// mistaken for a connection not yet adopted.
+    pub(crate) gone: ConnMap<u32, Instant>,
 }
 
 impl<T: Transport> Worker<T> {
@@ -694,6 +730,7 @@ impl<T: Transport> Worker<T> {
             now: Instant::now(),
             seen: 0,
             pool_full_quiet: Instant::now(),
+            gone: ConnMap::default(),
         }
     }
 
@@ -810,6 +847,8 @@ impl<T: Transport> Worker<T> {
         for (q, why) in dead {
             self.drop_conn(q, &why);
         }
+        let now = self.now;
+        self.gone.retain(|_, t| now.duration_since(*t) < Duration::from_secs(10));
     }
 
     pub(crate) fn drop_conn(&mut self, q: u32, why: &str) {
@@ -823,7 +862,9 @@ impl<T: Transport> Worker<T> {
             if let Some(s) = c.seg.take() {
                 let _ = self.sh.pool.seal_segment(s.id);
             }
+            c.read_mrs.clear();
             c.qp.close();
+            self.gone.insert(q, self.now);
             self.sh.clients.fetch_sub(1, Ordering::AcqRel);
             self.sh.log(&format!("client {} disconnected: {why}", c.id));
         }
@@ -831,20 +872,30 @@ impl<T: Transport> Worker<T> {
 
     pub(crate) fn on_send(&mut self, c: Completion) {
         let Some(conn) = self.conns.get_mut(&c.qp_num) else {
-            self.early.push((false, c, self.now));
+            if !self.gone.contains_key(&c.qp_num) {
+                self.early.push((false, c, self.now));
+            }
             return;
         };
         if let Some((key, v)) = conn.gets.remove(&c.wr_id) {
             self.sh.inflight.end(&key, v);
+            conn.get_bytes = conn.get_bytes.saturating_sub(c.byte_len as u64);
         }
         if !c.status.is_ok() && conn.dead.is_none() {
             conn.dead = Some(format!("{:?} completed with {}", c.opcode, c.status));
+        }
+        if let Some(why) = conn.dead.clone() {
+            // Drop it now, not at the next sweep: a closed connection must not hold a
+            // --max-clients place.
+            self.drop_conn(c.qp_num, &why);
         }
     }
 
     pub(crate) fn on_recv(&mut self, c: Completion) {
         let Some(mut conn) = self.conns.remove(&c.qp_num) else {
-            self.early.push((true, c, self.now));
+            if !self.gone.contains_key(&c.qp_num) {
+                self.early.push((true, c, self.now));
+            }
             return;
         };
         conn.last_active = self.now;
@@ -855,8 +906,9 @@ impl<T: Transport> Worker<T> {
                 None if c.status == crate::transport::WcStatus::WrFlushError => "closed by the client".to_string(),
                 None => format!("receive completed with {}", c.status),
             };
-            conn.dead.get_or_insert(why);
+            conn.dead.get_or_insert(why.clone());
             self.conns.insert(c.qp_num, conn);
+            self.drop_conn(c.qp_num, &why);
             return;
         }
         let slot = c.wr_id;
@@ -887,7 +939,11 @@ impl<T: Transport> Worker<T> {
             };
             conn.dead.get_or_insert(why);
         }
+        let dead = conn.dead.clone();
         self.conns.insert(c.qp_num, conn);
+        if let Some(why) = dead {
+            self.drop_conn(c.qp_num, &why);
+        }
     }
 
     pub(crate) fn error_reply(&mut self, conn: &mut Conn<T>, req: u32, code: ErrorCode, message: String) -> Result<()> {

@@ -1066,7 +1066,10 @@ impl Conn {
                     rx.end -= rx.start;
                     rx.start = 0;
                     if rx.buf.len() < total {
-                        rx.buf.resize(total.next_power_of_two(), 0);
+                        // Memory for a frame is spent only on one that can land: a peer
+                        // cannot make us buffer 16 MiB by announcing it.
+                        self.precheck(&h)?;
+                        rx.buf.resize(total, 0);
                     }
                 }
                 return Ok(Step::More);
@@ -1091,6 +1094,56 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Before buffering a large frame: would it be executed at all? A WRITE must name a
+    /// region this connection may write, with the bytes inside it; a READ response must
+    /// answer a READ of that length; a SEND must fit the receive it will consume (when
+    /// one is posted already).
+    fn precheck(&self, h: &Hdr) -> std::result::Result<(), String> {
+        let len = h.len as u64;
+        match h.op {
+            OP_WRITE | OP_WRITE_IMM => {
+                let ok = self
+                    .pd
+                    .lookup_remote(h.rkey, self.qp_num, Access::REMOTE_WRITE)
+                    .is_some_and(|i| i.translate(h.raddr, len).is_some());
+                if !ok {
+                    self.pd.count_violation();
+                    self.send_nak(h.psn, WcStatus::RemoteAccessError);
+                    return Err(format!(
+                        "remote access error from {}: WRITE of {len} bytes at {:#x} with rkey {:#x}",
+                        self.peer, h.raddr, h.rkey
+                    ));
+                }
+            }
+            OP_READ_RESP => {
+                let sq = lock(&self.sq);
+                let ok = sq.outstanding.iter().any(|w| w.psn == h.psn && w.read_to.is_some() && w.len as u64 == len);
+                if !ok {
+                    return Err(format!("READ response of {len} bytes for psn {} answers no such READ", h.psn));
+                }
+            }
+            OP_SEND => {
+                let short = {
+                    let mut rq = lock(&self.rq);
+                    match rq.front() {
+                        Some(r) if (r.len as u64) < len => rq.pop_front(),
+                        _ => None,
+                    }
+                };
+                if let Some(r) = short {
+                    // As when the whole frame is here (see `execute_one`), without the wait.
+                    self.mark_error("incoming SEND longer than the receive buffer");
+                    let c = self.completion(r.wr_id, WcStatus::LocalLengthError, WcOpcode::Recv, h.len, None);
+                    self.recv_cq.push(c);
+                    self.send_nak(h.psn, WcStatus::RemoteInvalidRequest);
+                    return Err(format!("incoming SEND of {len} bytes: receive buffer of {} bytes", r.len));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     fn validate(&self, h: &Hdr) -> std::result::Result<(), String> {
@@ -1786,5 +1839,109 @@ mod tests {
         h.encode(&mut v);
         assert_eq!(v.len(), HDR);
         assert_eq!(Hdr::decode(v[..].try_into().unwrap()), h);
+    }
+}
+
+/// A server facing a client written against the frame format, that sends requests and
+/// never reads what comes back.
+#[cfg(test)]
+mod hostile_tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::client::{Client, ClientOptions};
+    use crate::log::{Pool, PoolOptions};
+    use crate::server::{Server, ServerConfig, MAX_GETS_IN_FLIGHT};
+    use crate::transport::RemoteRegion;
+    use crate::wire::{Hello as WireHello, Msg, Protocol};
+
+    fn server(dir: &std::path::Path) -> Server<TcpTransport> {
+        let mut o = PoolOptions { segment_size: 1 << 20, ..Default::default() };
+        o.media.create_size = Some(16 << 20);
+        let pool = Arc::new(Pool::open(dir, &o).unwrap().0);
+        let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
+        let ep = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
+        Server::start(TcpTransport::new().unwrap(), pool, &[ep], cfg).unwrap()
+    }
+
+    /// Connects by hand: the transport handshake with a BOOM hello, nothing else.
+    fn raw(s: &Server<TcpTransport>) -> TcpStream {
+        let Endpoint::Tcp(hp) = s.endpoints()[0].clone() else { unreachable!() };
+        let mut sock = TcpStream::connect(hp).unwrap();
+        let response = RemoteRegion { addr: 0x10_0000, len: 1 << 20, rkey: 5 };
+        let hello = WireHello { protocol: Protocol::Boom, recv_size: 4096, response };
+        sock.write_all(&encode_hello(PROTOCOL_VERSION, KIND_HELLO, 1, &hello.encode())).unwrap();
+        let h = read_hello(&mut sock, Instant::now() + Duration::from_secs(5)).unwrap();
+        assert_eq!(h.kind, KIND_ACCEPT);
+        sock
+    }
+
+    fn send_frame(psn: u64, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        Hdr { op: OP_SEND, len: payload.len() as u32, psn, ..Hdr::default() }.encode(&mut v);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn a_client_that_never_reads_its_get_replies_is_cut_off_at_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path());
+        let o = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
+        let mut honest = Client::connect(&TcpTransport::new().unwrap(), &s.endpoints()[0], o.clone()).unwrap();
+        honest.put(b"big", &vec![7u8; 64 << 10]).unwrap();
+        let mut sock = raw(&s);
+        // Many more GETs than the bound, in one go; never a byte read, never an ACK.
+        let buf = RemoteRegion { addr: 0x10_0000, len: 1 << 20, rkey: 5 };
+        let mut out = Vec::new();
+        let n = (MAX_GETS_IN_FLIGHT * 4) as u64;
+        for psn in 0..n {
+            out.extend_from_slice(&send_frame(psn, &Msg::Get { key: b"big".to_vec(), buf }.encode(psn as u32)));
+        }
+        sock.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        let _ = sock.write_all(&out);
+        let end = Instant::now() + Duration::from_secs(10);
+        while s.stats().over_limit == 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let st = s.stats();
+        assert_eq!(st.over_limit, 1, "the reader that does not read is disconnected");
+        assert!(st.gets <= MAX_GETS_IN_FLIGHT as u64 + 1, "{} GETs served before the cut", st.gets);
+        // Its socket is closed; everyone else is served.
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut sink = vec![0u8; 1 << 20];
+        let closed = (0..64).any(|_| matches!(sock.read(&mut sink), Ok(0) | Err(_)));
+        assert!(closed, "the server closed the connection");
+        assert_eq!(honest.get(b"big").unwrap().unwrap().len(), 64 << 10);
+    }
+
+    #[test]
+    fn an_announced_frame_that_cannot_land_is_refused_before_it_is_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path());
+        // A 16 MiB WRITE to a region nobody granted: refused on the header alone.
+        let mut sock = raw(&s);
+        let mut v = Vec::new();
+        Hdr { op: OP_WRITE, len: MAX_MESSAGE, psn: 0, raddr: 0x1000, rkey: 0x1234_5678, ..Hdr::default() }
+            .encode(&mut v);
+        sock.write_all(&v).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; HDR];
+        sock.read_exact(&mut b).unwrap();
+        let h = Hdr::decode(&b);
+        assert_eq!((h.op, h.status), (OP_NAK, WcStatus::RemoteAccessError.code()));
+        // A 16 MiB SEND to a 4 KiB-or-so receive: refused on the header alone too.
+        let mut sock = raw(&s);
+        let mut v = Vec::new();
+        Hdr { op: OP_SEND, len: MAX_MESSAGE, psn: 0, ..Hdr::default() }.encode(&mut v);
+        sock.write_all(&v).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        sock.read_exact(&mut b).unwrap();
+        let h = Hdr::decode(&b);
+        assert_eq!((h.op, h.status), (OP_NAK, WcStatus::RemoteInvalidRequest.code()));
+        assert!(s.stats().access_violations >= 1);
     }
 }
