@@ -56,9 +56,14 @@ struct Raw<T: Transport> {
 
 impl<T: Transport> Raw<T> {
     fn connect(t: &T, ep: &Endpoint) -> Raw<T> {
+        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        Self::connect_with(t, ep, buf)
+    }
+
+    /// Connects with `buf` as the response region (where the server WRITEs GET data).
+    fn connect_with(t: &T, ep: &Endpoint, buf: T::Mr) -> Raw<T> {
         let cq = t.create_cq().unwrap();
         let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
-        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
         let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
         let (qp, w) = t.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
         assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
@@ -311,4 +316,47 @@ fn shm_an_honest_client_connects_beside_a_thousand_silent_sockets() {
     eprintln!("honest shm client connected in {took:?} beside {n} silent sockets");
     let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.unwrap(), 0o600, "the shm socket is for the server's own user");
+}
+
+#[test]
+fn shm_a_response_buffer_the_client_could_shrink_is_refused() {
+    // The server maps the file behind a client's response region to WRITE GET data into
+    // it. A plain file (not a memfd sealed against shrinking) could be truncated under
+    // that mapping, and the server's next copy would die of SIGBUS: it is refused, and
+    // the client with it.
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    let t = ShmTransport::new().unwrap();
+    let mut honest = Client::connect(&t, &s.endpoints()[0], opts()).unwrap();
+    honest.put(b"k", b"value").unwrap();
+
+    let f = tempfile::tempfile().unwrap();
+    f.set_len(1 << 20).unwrap();
+    let m = boomkv::pmem::Mapping::map_file(&f, 0, 1 << 20, false).unwrap();
+    let buf = t
+        .register(
+            Arc::new(m),
+            Some(Arc::new(f.try_clone().unwrap())),
+            0,
+            1 << 20,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let evil = Raw::connect_with(&t, &s.endpoints()[0], buf.clone());
+    evil.qp.post_send_bytes(1, &Msg::Get { key: b"k".to_vec(), buf: buf.remote() }.encode(1)).unwrap();
+    // The reply never lands: the connection closes instead.
+    let mut landed = false;
+    let end = Instant::now() + Duration::from_secs(5);
+    while !evil.qp.is_error() && Instant::now() < end {
+        if let Ok(c) = evil.cq.wait(Duration::from_millis(50)) {
+            landed |= c.opcode == WcOpcode::RecvWithImm && c.status.is_ok();
+        }
+    }
+    assert!(!landed, "the server wrote into an unsealed client file");
+    assert!(evil.qp.is_error(), "the client with the unsealed file is disconnected");
+    f.set_len(0).unwrap();
+    // The server is alive and serves everyone else.
+    assert_eq!(honest.get(b"k").unwrap().unwrap(), b"value");
+    let mut fresh = Client::connect(&t, &s.endpoints()[0], opts()).unwrap();
+    assert_eq!(fresh.get(b"k").unwrap().unwrap(), b"value");
 }

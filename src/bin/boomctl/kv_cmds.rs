@@ -17,9 +17,8 @@ use boomkv::wire::Protocol;
 
 use crate::common::{size_arg, MediaArgs, PmemArgs, VerbsArgs};
 
-/// The shm socket used when no address is given.
-pub const DEFAULT_SHM: &str = "shm:/tmp/boomkv.sock";
-/// The TCP address served by default.
+/// The address served, and asked, when none is given (TCP on loopback; shm only when
+/// asked for, see `serve --help`).
 pub const DEFAULT_TCP: &str = "127.0.0.1:7470";
 
 /// Runs `$body` with `$t` bound to a transport of the backend `$b`.
@@ -66,11 +65,12 @@ pub struct ServeArgs {
     pmem: PmemArgs,
     #[command(flatten)]
     media: MediaArgs,
-    /// Address to listen on (repeatable): shm:/path for same-host clients, host:port or
-    /// tcp://host:port for TCP, verbs://host:port for RDMA (builds with --features rdma;
-    /// the TCP port carries the connection handshake). Binding a non-loopback address is
-    /// your explicit choice.
-    /// [default: shm:/tmp/boomkv.sock and 127.0.0.1:7470]
+    /// Address to listen on (repeatable): host:port or tcp://host:port for TCP,
+    /// verbs://host:port for RDMA (builds with --features rdma; the TCP port carries the
+    /// connection handshake), shm:/path for trusted clients of the same user on this host
+    /// (they map the pool file itself; the socket is made mode 0600). Binding a
+    /// non-loopback address is your explicit choice.
+    /// [default: 127.0.0.1:7470]
     #[arg(long, value_name = "ADDR")]
     listen: Vec<String>,
     #[command(flatten)]
@@ -147,7 +147,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         log_clients: !a.quiet,
         ..Default::default()
     };
-    let listen = if a.listen.is_empty() { vec![DEFAULT_SHM.to_string(), DEFAULT_TCP.to_string()] } else { a.listen };
+    // shm only when asked for: a same-host shm peer maps the pool file itself, so it is
+    // for trusted local clients (README, "Trust and isolation").
+    let listen = if a.listen.is_empty() { vec![DEFAULT_TCP.to_string()] } else { a.listen };
     let mut shm = Vec::new();
     let mut tcp = Vec::new();
     let mut verbs = Vec::new();
@@ -238,7 +240,7 @@ fn media_flush(core: &ServerCore) -> String {
 pub struct ClientArgs {
     /// Server address: shm:/path, host:port, tcp://host:port, or verbs://host:port for RDMA
     /// (device from $BOOMKV_RDMA_DEVICE, port $BOOMKV_RDMA_PORT, GID $BOOMKV_RDMA_GID_INDEX).
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_SHM)]
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_TCP)]
     pub server: String,
     /// Transport, if the address does not say (shm, tcp or verbs).
     #[arg(long, value_name = "shm|tcp|verbs")]
