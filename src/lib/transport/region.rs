@@ -23,7 +23,7 @@
 //!
 //! # Binding to a queue pair
 //!
-//! A region may be *bound* to one local queue pair ([`Pd::register_bound`]), like a
+//! A region may be *bound* to one local queue pair (`Pd::register_bound`, [`crate::transport::Transport::register_bound`]), like a
 //! type-2 memory window in verbs: a peer's one-sided operation on it is accepted only
 //! when it arrives on that queue pair. A server binds every region it exposes to the one
 //! client it is for, so one client's rkeys are worthless on another client's connection.

@@ -571,7 +571,7 @@ fn seqpacket() -> Result<OwnedFd> {
 // Listener
 
 /// A listener on a Unix socket path (mode 0600: only the server's user may connect).
-/// Handshakes run off the accept path (see [`super::Greeter`]). Removes the socket file
+/// Handshakes run off the accept path (a greeter thread, see the `transport` module). Removes the socket file
 /// when dropped.
 pub struct ShmListener {
     t: ShmTransport,

@@ -411,7 +411,7 @@ impl Transport for TcpTransport {
 // ---------------------------------------------------------------------------------------
 // Listener
 
-/// A TCP listener. Handshakes run off the accept path (see [`super::Greeter`]).
+/// A TCP listener. Handshakes run off the accept path (a greeter thread, see the `transport` module).
 pub struct TcpListenerHandle {
     t: TcpTransport,
     local: Endpoint,
