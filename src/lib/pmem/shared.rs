@@ -1,16 +1,19 @@
-//! Primitives for memory shared between processes: sealed shared-memory files and
-//! futex parking on words inside a [`Mapping`].
+//! Primitives for memory shared between processes: sealed shared-memory files, read-only
+//! views of a peer's words, and futex parking on words inside a [`Mapping`].
 //!
 //! The `shm` transport builds its rings, doorbells and region tables from these. They
 //! are safe wrappers: the system calls go through `rustix`, whose `futex` and `memfd`
-//! functions take references and owned descriptors, so no `unsafe` is needed here.
+//! functions take references and owned descriptors; only the read-only mapping of
+//! [`ReadOnlyWords`] needs `unsafe`, each block with its reason.
 //!
 //! Futex calls use the shared (not process-private) variant: the word may live in a
 //! mapping of a file that another process maps too, and the kernel keys the wait queue
 //! on the file page, so a wake from either process reaches a waiter in the other.
 
 use std::fs::File;
-use std::sync::atomic::AtomicU32;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rustix::fs::{MemfdFlags, SealFlags};
@@ -34,6 +37,76 @@ pub fn sealed_memfd(name: &str, len: usize) -> Result<(File, Mapping)> {
         .map_err(|e| Error::io("memfd add seals", e.into()))?;
     let map = Mapping::map_file(&file, 0, len.max(1), false)?;
     Ok((file, map))
+}
+
+/// Like [`sealed_memfd`], but only the creator can ever write it: after the creator's
+/// own writable mapping is made, the file is sealed with `F_SEAL_FUTURE_WRITE`, so a
+/// peer that receives it can map it only read-only (and `write(2)` fails). For words the
+/// creator publishes and peers only read, such as a region table.
+pub fn owner_writable_memfd(name: &str, len: usize) -> Result<(File, Mapping)> {
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| Error::io("memfd_create", e.into()))?;
+    let file = File::from(fd);
+    file.set_len(len as u64).map_err(|e| Error::io("memfd set_len", e))?;
+    let map = Mapping::map_file(&file, 0, len.max(1), false)?;
+    rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
+        .map_err(|e| Error::io("memfd add seals", e.into()))?;
+    Ok((file, map))
+}
+
+/// A read-only shared mapping of `8 * n` bytes of a peer's file: its aligned 8-byte
+/// words can be loaded atomically, never stored. For memory the peer owns and we only
+/// observe (its region table).
+pub struct ReadOnlyWords {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain read-only memory; loads go through atomics.
+unsafe impl Send for ReadOnlyWords {}
+// SAFETY: as above.
+unsafe impl Sync for ReadOnlyWords {}
+
+impl std::fmt::Debug for ReadOnlyWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlyWords").field("len", &self.len).finish()
+    }
+}
+
+impl ReadOnlyWords {
+    /// Maps the first `len` bytes of `file` shared and read-only. The caller has checked
+    /// that the file is at least `len` bytes long and sealed against shrinking.
+    pub fn map(file: &File, len: usize) -> Result<ReadOnlyWords> {
+        if len == 0 {
+            return Err(Error::invalid("cannot map zero bytes"));
+        }
+        // SAFETY: a fresh read-only mapping at a kernel-chosen address; the fd is open.
+        let p =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io("mmap (read-only)", std::io::Error::last_os_error()));
+        }
+        let ptr = NonNull::new(p as *mut u8).ok_or_else(|| Error::invalid("mmap returned null"))?;
+        Ok(ReadOnlyWords { ptr, len })
+    }
+
+    /// Loads the aligned word at byte offset `off`; `None` when out of bounds or unaligned.
+    pub fn load(&self, off: u64, order: Ordering) -> Option<u64> {
+        if off % 8 != 0 || off.checked_add(8)? > self.len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds and aligned (the mapping is page aligned); AtomicU64 has the
+        // layout of u64; only `load` is called on it, which a read-only page allows.
+        let w = unsafe { &*(self.ptr.as_ptr().add(off as usize) as *const AtomicU64) };
+        Some(w.load(order))
+    }
+}
+
+impl Drop for ReadOnlyWords {
+    fn drop(&mut self) {
+        // SAFETY: exactly what mmap returned; nothing borrows it past `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
 }
 
 /// True when `file` is a sealed shared-memory file that can no longer shrink.

@@ -110,7 +110,7 @@ pub use tcp::TcpTransport;
 pub use verbs::{VerbsConfig, VerbsTransport};
 
 /// Version of the transports' own handshake and framing. Peers must agree exactly.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Port used when a TCP address leaves it out.
 pub const DEFAULT_PORT: u16 = 7470;

@@ -9,8 +9,15 @@
 //! step. Revocation clears the rkey, then waits until the users drain, so once
 //! [`Mr::deregister`] returns no copy is running and none can start.
 //!
-//! For `shm` the table lives in a sealed shared-memory file handed to peers at connect
-//! time; for `tcp` it is private memory. Either way the rules are the same.
+//! For `tcp` the table is private memory and the initiators are the owner's own NIC
+//! threads, which count themselves in the table words. For `shm` the table lives in a
+//! shared-memory file that only the owner can write (sealed with `F_SEAL_FUTURE_WRITE`;
+//! peers map it read-only), and a peer initiator counts its copies in a word of its own
+//! queue-pair page instead ([`peer_guard_enter`]): it raises its count, then checks the
+//! rkey; revocation clears the rkey, then waits for the count of each peer that could be
+//! copying ([`CopyWatch`]). A peer that holds its count up past [`PEER_REVOKE_WAIT`] is
+//! disconnected, so a hostile peer can stall one revocation once, by that much, and
+//! never write the owner's table.
 //!
 //! # Remote keys
 //!
@@ -49,7 +56,45 @@ pub(crate) const TABLE_BYTES: usize = SLOTS as usize * 8;
 /// longer is presumed dead (its process cannot touch the memory any more).
 const REVOKE_WAIT: Duration = Duration::from_secs(1);
 
+/// How long revocation waits for one shm peer's copies before it disconnects that peer.
+pub const PEER_REVOKE_WAIT: Duration = Duration::from_millis(100);
+
 static NEXT_PD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A connection whose peer may be copying into or out of our regions right now (the shm
+/// backend's queue pairs): revocation asks it, and disconnects it when it stays busy.
+pub(crate) trait CopyWatch: Send + Sync {
+    /// True while the peer says it is inside a copy.
+    fn in_copy(&self) -> bool;
+    /// The peer held a copy open past [`PEER_REVOKE_WAIT`]: close its connection.
+    fn stuck(&self);
+}
+
+/// Starts a peer initiator's access to a region of the owner's table: raises the
+/// peer's own copy count (a word of its queue-pair page), then checks `rkey` against the
+/// table word of `slot`. On `true` the caller must call [`peer_guard_exit`].
+pub(crate) fn peer_guard_enter(
+    table: &crate::pmem::shared::ReadOnlyWords,
+    copying: &AtomicU64,
+    slot: u32,
+    rkey: u32,
+) -> bool {
+    // SeqCst on both sides (here, and in `Pd::revoke`): either the owner sees our count,
+    // or we see its cleared rkey.
+    copying.fetch_add(1, Ordering::SeqCst);
+    let word = table.load(slot as u64 * 8, Ordering::SeqCst).unwrap_or(0);
+    if rkey != 0 && (word >> 32) as u32 == rkey {
+        true
+    } else {
+        copying.fetch_sub(1, Ordering::Release);
+        false
+    }
+}
+
+/// Ends a copy started by a successful [`peer_guard_enter`].
+pub(crate) fn peer_guard_exit(copying: &AtomicU64) {
+    copying.fetch_sub(1, Ordering::Release);
+}
 
 /// What the owner knows about one registered region.
 #[derive(Debug)]
@@ -145,6 +190,8 @@ pub(crate) struct Pd {
     infos: RwLock<HashMap<u32, Arc<RegionInfo>>>,
     /// Peers' one-sided operations refused (bad rkey, wrong queue pair, bounds, access).
     violations: AtomicU64,
+    /// shm connections by local queue-pair number, for revocation to wait on.
+    watchers: Mutex<HashMap<u32, std::sync::Weak<dyn CopyWatch>>>,
 }
 
 impl std::fmt::Debug for Pd {
@@ -157,7 +204,7 @@ impl Pd {
     /// A protection domain whose table is shared memory (`shared`) or private memory.
     pub fn new(shared: bool) -> Result<Pd> {
         let (table, table_file) = if shared {
-            let (f, m) = crate::pmem::shared::sealed_memfd("boomkv-pd", TABLE_BYTES)?;
+            let (f, m) = crate::pmem::shared::owner_writable_memfd("boomkv-pd", TABLE_BYTES)?;
             (m, Some(Arc::new(f)))
         } else {
             (Mapping::anonymous(TABLE_BYTES)?, None)
@@ -170,7 +217,39 @@ impl Pd {
             rkeys: RkeyGen::new(),
             infos: RwLock::new(HashMap::new()),
             violations: AtomicU64::new(0),
+            watchers: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Registers the connection on local queue pair `qp_num` as one whose peer copies
+    /// by itself (shm); it is forgotten when dropped.
+    pub fn watch(&self, qp_num: u32, w: std::sync::Weak<dyn CopyWatch>) {
+        if let Ok(mut m) = self.watchers.lock() {
+            m.retain(|_, w| w.strong_count() > 0);
+            m.insert(qp_num, w);
+        }
+    }
+
+    /// Waits for the peers that could be copying in a region bound to `bound` (all of
+    /// them for an unbound region); disconnects each that stays inside a copy too long.
+    fn wait_for_peers(&self, bound: Option<u32>) {
+        let watchers: Vec<Arc<dyn CopyWatch>> = match self.watchers.lock() {
+            Ok(m) => match bound {
+                Some(q) => m.get(&q).and_then(|w| w.upgrade()).into_iter().collect(),
+                None => m.values().filter_map(|w| w.upgrade()).collect(),
+            },
+            Err(_) => return,
+        };
+        for w in watchers {
+            let until = Instant::now() + PEER_REVOKE_WAIT;
+            while w.in_copy() {
+                if Instant::now() >= until {
+                    w.stuck();
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Counts a refused one-sided operation of a peer.
@@ -285,11 +364,13 @@ impl Pd {
             if (cur >> 32) as u32 != info.rkey {
                 break;
             }
-            match word.compare_exchange_weak(cur, cur & 0xffff_ffff, Ordering::AcqRel, Ordering::Acquire) {
+            match word.compare_exchange_weak(cur, cur & 0xffff_ffff, Ordering::SeqCst, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(v) => cur = v,
             }
         }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.wait_for_peers(info.bound);
         // Wait for copies that entered before the rkey was cleared.
         let until = Instant::now() + REVOKE_WAIT;
         let mut drained = false;
@@ -519,6 +600,49 @@ mod tests {
         assert!(pd.lookup_remote(open.rkey(), 8, Access::REMOTE_READ).is_some());
         assert!(pd.lookup_remote(open.rkey() ^ 1, 8, Access::REMOTE_READ).is_none());
         assert_eq!(pd.violations(), 3);
+    }
+
+    #[test]
+    fn peers_cannot_write_the_table_and_cannot_stall_revocation_for_long() {
+        use std::io::Write;
+        use std::sync::atomic::AtomicBool;
+        let pd = Arc::new(Pd::new(true).unwrap());
+        let f = pd.table_file.as_ref().unwrap();
+        // What a peer receives: it can map the table only read-only, and not write it.
+        assert!(Mapping::map_file(f, 0, TABLE_BYTES, false).is_err(), "a writable mapping of the table");
+        assert!((&**f).write(&[1u8; 8]).is_err(), "a write(2) into the table");
+        let ro = crate::pmem::shared::ReadOnlyWords::map(f, TABLE_BYTES).unwrap();
+
+        // A peer that raises its copy count and never lowers it.
+        struct Hostile(AtomicBool, AtomicBool);
+        impl CopyWatch for Hostile {
+            fn in_copy(&self) -> bool {
+                !self.1.load(Ordering::Acquire)
+            }
+            fn stuck(&self) {
+                self.0.store(true, Ordering::Release);
+                self.1.store(true, Ordering::Release);
+            }
+        }
+        let h: Arc<dyn CopyWatch> = Arc::new(Hostile(AtomicBool::new(false), AtomicBool::new(false)));
+        pd.watch(3, Arc::downgrade(&h));
+        let m = Arc::new(Mapping::anonymous(4096).unwrap());
+        let mr = pd.register_bound(m.clone(), None, 0, 64, Access::REMOTE_WRITE, Some(3)).unwrap();
+        let copying = AtomicU64::new(0);
+        assert!(peer_guard_enter(&ro, &copying, mr.info().slot, mr.rkey()));
+        peer_guard_exit(&copying);
+        let t = Instant::now();
+        mr.deregister();
+        assert!(t.elapsed() < PEER_REVOKE_WAIT * 5, "revocation waited {:?}", t.elapsed());
+        assert!(!h.in_copy(), "the stuck peer was told to go");
+        assert!(!peer_guard_enter(&ro, &copying, mr.info().slot, mr.rkey()), "revoked for peers");
+        assert_eq!(copying.load(Ordering::Relaxed), 0);
+        // An unrelated connection's peer is not waited for on a bound region.
+        let other: Arc<dyn CopyWatch> = Arc::new(Hostile(AtomicBool::new(false), AtomicBool::new(false)));
+        pd.watch(4, Arc::downgrade(&other));
+        let mr2 = pd.register_bound(m, None, 0, 64, Access::REMOTE_WRITE, Some(3)).unwrap();
+        mr2.deregister();
+        assert!(other.in_copy(), "a peer on another queue pair was left alone");
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! | 8                   | owner      | ring depth `D` (receive queue and completion ring) |
 //! | 64                  | peer       | receives consumed so far                        |
 //! | 128                 | owner      | ring completions polled so far                  |
+//! | 192                 | owner      | one-sided copies the owner is making into or out of the peer's regions right now |
 //! | 256 + 64 i          | owner      | receive slot `i`: `seq`, `addr`, `len \| rkey << 32` |
 //! | 256 + 64 (D + i)    | peer       | completion slot `i`: `seq`, `byte_len \| imm << 32`, `opcode \| status << 8 \| has_imm << 16` |
 //!
@@ -30,8 +31,10 @@
 //! A completion queue's *doorbell* is a page with a futex word at 0 and a waiter count
 //! at 64. A producer that finds waiters bumps the word and wakes them, so a waiting
 //! thread parks in `futex_wait` instead of spinning. The protection domain's region
-//! table (see [`super::region`]) is shared the same way; initiators check and count
-//! their copies in it, which is what makes deregistration immediate.
+//! table (see [`super::region`]) is handed over too, but only its owner can write it
+//! (peers map it read-only): an initiator raises the copy count in its own page (offset
+//! 192), then checks the rkey in the owner's table, which is what makes deregistration
+//! immediate without letting a peer write anything of the owner's but its rings.
 //!
 //! # Control socket
 //!
@@ -64,14 +67,14 @@ use rustix::net::{
     SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
-use super::region::{guard_enter, guard_exit, Pd, TABLE_BYTES};
+use super::region::{peer_guard_enter, peer_guard_exit, CopyWatch, Pd, TABLE_BYTES};
 use super::{
     deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion, Mr,
     QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_PRIVATE_DATA,
     PROTOCOL_VERSION,
 };
 use crate::error::{Error, Result};
-use crate::pmem::shared::{file_len, futex_wait, futex_wake, is_shrink_sealed, sealed_memfd};
+use crate::pmem::shared::{file_len, futex_wait, futex_wake, is_shrink_sealed, sealed_memfd, ReadOnlyWords};
 use crate::pmem::Mapping;
 
 const QP_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVQP");
@@ -79,6 +82,7 @@ const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVSH");
 const OFF_DEPTH: u64 = 8;
 const OFF_RQ_CONSUMED: u64 = 64;
 const OFF_CQ_POLLED: u64 = 128;
+const OFF_COPYING: u64 = 192;
 const OFF_RINGS: u64 = 256;
 const SLOT: u64 = 64;
 const MAX_DEPTH: u32 = 1 << 16;
@@ -330,7 +334,14 @@ impl ShmTransport {
             return Err("peer queue-pair page has a bad header".into());
         }
         let db = map_peer(&dbf, DOORBELL_BYTES, "doorbell")?;
-        let table = map_peer(&tf, TABLE_BYTES, "region table")?;
+        if !is_shrink_sealed(&tf) {
+            return Err("peer's region table file is not sealed against shrinking".into());
+        }
+        if file_len(&tf).map_err(|e| e.to_string())? < TABLE_BYTES as u64 {
+            return Err("peer's region table file is too short".into());
+        }
+        let table =
+            ReadOnlyWords::map(&tf, TABLE_BYTES).map_err(|e| format!("mapping the peer's region table: {e}"))?;
         Ok(PeerFiles { page, db, table })
     }
 
@@ -348,6 +359,7 @@ impl ShmTransport {
         trust_peer_files: bool,
     ) -> std::result::Result<ShmQp, String> {
         let PeerFiles { page: peer_page, db: peer_db, table: peer_table } = pf;
+        let peer_page = Arc::new(peer_page);
         let state = Arc::new(QpState {
             error: AtomicBool::new(false),
             reason: Mutex::new(None),
@@ -374,8 +386,9 @@ impl ShmTransport {
             recv: recv.clone(),
             send_cq: send_cq.inner.clone(),
             recv_cq: recv_cq.inner.clone(),
+            peer_copies: peer_page.clone(),
             send: Mutex::new(SendSide {
-                peer_page: Arc::new(peer_page),
+                peer_page,
                 peer_depth: peer.depth,
                 peer_db,
                 peer_table: Arc::new(peer_table),
@@ -389,6 +402,8 @@ impl ShmTransport {
             stats: StatCounters::default(),
         });
         recv_cq.inner.attach(recv);
+        let watch: Arc<dyn CopyWatch> = conn.clone();
+        self.inner.pd.watch(qp_num, Arc::downgrade(&watch));
         let c2 = conn.clone();
         std::thread::Builder::new()
             .name(format!("boomkv-shm-{qp_num}"))
@@ -409,7 +424,7 @@ impl ShmTransport {
 struct PeerFiles {
     page: Mapping,
     db: Mapping,
-    table: Mapping,
+    table: ReadOnlyWords,
 }
 
 fn map_peer(f: &File, need: usize, what: &str) -> std::result::Result<Mapping, String> {
@@ -1020,7 +1035,7 @@ struct SendSide {
     peer_page: Arc<Mapping>,
     peer_depth: u32,
     peer_db: Mapping,
-    peer_table: Arc<Mapping>,
+    peer_table: Arc<ReadOnlyWords>,
     rq_next: u64,
     cq_next: u64,
     /// Last known count of ring completions the peer has polled.
@@ -1058,6 +1073,8 @@ struct Conn {
     trust_peer_files: bool,
     t: ShmTransport,
     sock: OwnedFd,
+    /// The peer's page, for its copy count (read without the `send` lock).
+    peer_copies: Arc<Mapping>,
     state: Arc<QpState>,
     recv: Arc<RecvSide>,
     send_cq: Arc<CqInner>,
@@ -1066,6 +1083,16 @@ struct Conn {
     pending: Mutex<Pending>,
     pending_cv: Condvar,
     stats: StatCounters,
+}
+
+impl CopyWatch for Conn {
+    fn in_copy(&self) -> bool {
+        word(&self.peer_copies, OFF_COPYING).load(Ordering::SeqCst) != 0
+    }
+
+    fn stuck(&self) {
+        self.fail("the peer held a copy open past a region's revocation", true);
+    }
 }
 
 impl Conn {
@@ -1186,7 +1213,8 @@ impl Conn {
     ) -> bool {
         let Some(r) = self.region(s, rkey) else { return false };
         let Some(off) = r.translate(raddr, len as u64).filter(|_| r.access.contains(need)) else { return false };
-        if !guard_enter(&s.peer_table, r.slot, rkey) {
+        let copying = word(&self.recv.page, OFF_COPYING);
+        if !peer_guard_enter(&s.peer_table, copying, r.slot, rkey) {
             // Revoked: forget the mapping.
             s.regions.remove(&rkey);
             return false;
@@ -1196,7 +1224,7 @@ impl Conn {
         } else {
             r.mapping.copy_to(off, local.0, local.1, len as usize).is_ok()
         };
-        guard_exit(&s.peer_table, r.slot);
+        peer_guard_exit(copying);
         ok
     }
 
@@ -1552,11 +1580,12 @@ impl ShmQp {
         let Some(off) = r.translate(raddr, data.len() as u64).filter(|_| r.access.contains(Access::LOCAL_WRITE)) else {
             return false;
         };
-        if !guard_enter(&s.peer_table, r.slot, rkey) {
+        let copying = word(&c.recv.page, OFF_COPYING);
+        if !peer_guard_enter(&s.peer_table, copying, r.slot, rkey) {
             return false;
         }
         let ok = r.mapping.write(off, data).is_ok();
-        guard_exit(&s.peer_table, r.slot);
+        peer_guard_exit(copying);
         ok
     }
 }
