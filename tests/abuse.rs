@@ -5,14 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
 use boomkv::client::{Client, ClientOptions};
-use boomkv::log::format::{encode_entry, slot_size, SEGMENT_HEADER_SIZE};
+use boomkv::log::format::{slot_size, SEGMENT_HEADER_SIZE};
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
-use boomkv::transport::{
-    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, ShmTransport, Transport, WcOpcode,
-};
-use boomkv::wire::{ErrorCode, Hello, Msg, Protocol, PutImm, Welcome};
+use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport};
+use boomkv::wire::{ErrorCode, Msg};
+use common::{entry, Raw};
 
 fn server(dir: &std::path::Path, cfg: ServerConfig) -> Server<ShmTransport> {
     let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
@@ -31,68 +32,8 @@ fn client(s: &Server<ShmTransport>) -> Client<ShmTransport> {
     Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap()
 }
 
-/// A hand-driven BOOM client: raw queue pair, its own buffers.
-struct Raw {
-    qp: <ShmTransport as Transport>::Qp,
-    cq: <ShmTransport as Transport>::Cq,
-    buf: <ShmTransport as Transport>::Mr,
-    recv: <ShmTransport as Transport>::Mr,
-    wr: u64,
-}
-
-impl Raw {
-    fn connect(s: &Server<ShmTransport>) -> Raw {
-        let t = ShmTransport::new().unwrap();
-        let cq = t.create_cq().unwrap();
-        let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
-        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
-        let (qp, w) = t.connect(&s.endpoints()[0], &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
-        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
-        for i in 0..8u64 {
-            qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
-        }
-        Raw { qp, cq, buf, recv, wr: 1000 }
-    }
-
-    /// Waits for the next message (skipping send completions); None on a failed completion.
-    fn next_msg(&mut self) -> Option<Msg> {
-        loop {
-            let c = self.cq.wait(Duration::from_secs(5)).ok()?;
-            if !c.status.is_ok() {
-                return None;
-            }
-            if c.opcode == WcOpcode::Recv {
-                let mut b = vec![0u8; c.byte_len as usize];
-                self.recv.read(c.wr_id * 4096, &mut b).unwrap();
-                self.qp.post_recv(c.wr_id, &self.recv, c.wr_id * 4096, 4096).unwrap();
-                return Some(Msg::decode(&b).unwrap().0);
-            }
-        }
-    }
-
-    fn grant(&mut self) -> RemoteRegion {
-        self.qp.post_send_bytes(1, &Msg::GrantSegment.encode(1)).unwrap();
-        match self.next_msg() {
-            Some(Msg::SegmentGranted { region, .. }) => region,
-            m => panic!("expected a grant, got {m:?}"),
-        }
-    }
-
-    /// Writes `bytes` at `offset` of the segment and signals it as a PUT.
-    fn put_raw(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8], in_place: bool) -> Option<Msg> {
-        self.buf.write(0, bytes).unwrap();
-        self.wr += 1;
-        let imm = PutImm { offset, in_place }.encode().unwrap();
-        self.qp.post_write_imm(self.wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
-        self.next_msg()
-    }
-}
-
-fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
-    let mut b = vec![0u8; 32 + key.len() + value.len()];
-    encode_entry(&mut b, key, value, false, next).unwrap();
-    b
+fn raw_client(s: &Server<ShmTransport>) -> Raw<ShmTransport> {
+    Raw::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0])
 }
 
 #[test]
@@ -101,7 +42,7 @@ fn malformed_entries_get_an_error_and_are_never_counted() {
     let s = server(dir.path(), quiet());
     let mut good = client(&s);
     good.put(b"safe", b"acknowledged").unwrap();
-    let mut raw = Raw::connect(&s);
+    let mut raw = raw_client(&s);
     let seg = raw.grant();
     let at = SEGMENT_HEADER_SIZE;
     let is_invalid = |m: Option<Msg>| matches!(m, Some(Msg::Error { code: ErrorCode::InvalidEntry, .. }));
@@ -133,7 +74,7 @@ fn forged_keys_and_out_of_segment_writes_cut_off_only_the_offender() {
     let s = server(dir.path(), quiet());
     let mut good = client(&s);
     good.put(b"before", b"1").unwrap();
-    let mut raw = Raw::connect(&s);
+    let mut raw = raw_client(&s);
     let seg = raw.grant();
     // past the end of the granted segment
     let e = entry(b"x", b"y", 0);
@@ -142,7 +83,7 @@ fn forged_keys_and_out_of_segment_writes_cut_off_only_the_offender() {
     let c = raw.cq.wait(Duration::from_secs(5)).unwrap();
     assert!(!c.status.is_ok(), "a write past the segment must fail: {c:?}");
     // a forged rkey on a fresh connection
-    let mut raw2 = Raw::connect(&s);
+    let mut raw2 = raw_client(&s);
     let seg2 = raw2.grant();
     raw2.qp.post_write(8, &raw2.buf, 0, 64, seg2.addr, seg2.rkey ^ 0x5555, true).unwrap();
     let c = raw2.cq.wait(Duration::from_secs(5)).unwrap();

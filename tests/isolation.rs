@@ -11,15 +11,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
 use boomkv::client::{Client, ClientOptions};
-use boomkv::log::format::{encode_entry, SEGMENT_HEADER_SIZE};
+use boomkv::log::format::SEGMENT_HEADER_SIZE;
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{
-    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, ShmTransport, TcpTransport, Transport,
-    WcOpcode,
+    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport, TcpTransport, Transport, WcOpcode,
 };
-use boomkv::wire::{Hello, Msg, Protocol, PutImm, Welcome};
+use boomkv::wire::Msg;
+use common::{entry, Raw};
 
 fn quiet() -> ServerConfig {
     ServerConfig { log_clients: false, cleaner: false, ..Default::default() }
@@ -45,89 +47,6 @@ fn opts() -> ClientOptions {
     ClientOptions { timeout: Duration::from_secs(5), ..Default::default() }
 }
 
-/// A hand-driven BOOM client: raw queue pair, its own buffers.
-struct Raw<T: Transport> {
-    qp: T::Qp,
-    cq: T::Cq,
-    buf: T::Mr,
-    recv: T::Mr,
-    wr: u64,
-}
-
-impl<T: Transport> Raw<T> {
-    fn connect(t: &T, ep: &Endpoint) -> Raw<T> {
-        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-        Self::connect_with(t, ep, buf)
-    }
-
-    /// Connects with `buf` as the response region (where the server WRITEs GET data).
-    fn connect_with(t: &T, ep: &Endpoint, buf: T::Mr) -> Raw<T> {
-        let cq = t.create_cq().unwrap();
-        let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
-        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
-        let (qp, w) = t.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
-        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
-        for i in 0..8u64 {
-            qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
-        }
-        Raw { qp, cq, buf, recv, wr: 1000 }
-    }
-
-    /// The next message (skipping send completions); None on a failed completion.
-    fn next_msg(&mut self) -> Option<Msg> {
-        loop {
-            let c = self.cq.wait(Duration::from_secs(5)).ok()?;
-            if !c.status.is_ok() {
-                return None;
-            }
-            if c.opcode == WcOpcode::Recv {
-                let mut b = vec![0u8; c.byte_len as usize];
-                self.recv.read(c.wr_id * 4096, &mut b).unwrap();
-                self.qp.post_recv(c.wr_id, &self.recv, c.wr_id * 4096, 4096).unwrap();
-                return Some(Msg::decode(&b).unwrap().0);
-            }
-        }
-    }
-
-    fn grant(&mut self) -> RemoteRegion {
-        self.qp.post_send_bytes(1, &Msg::GrantSegment.encode(1)).unwrap();
-        match self.next_msg() {
-            Some(Msg::SegmentGranted { region, .. }) => region,
-            m => panic!("expected a grant, got {m:?}"),
-        }
-    }
-
-    /// Writes `bytes` at `offset` of `seg` and signals it as a PUT.
-    fn put_raw(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8]) -> Option<Msg> {
-        self.buf.write(0, bytes).unwrap();
-        self.wr += 1;
-        let imm = PutImm { offset, in_place: false }.encode().unwrap();
-        self.qp.post_write_imm(self.wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
-        self.next_msg()
-    }
-
-    /// Posts a signaled WRITE of `len` bytes and returns its completion status.
-    fn write(&mut self, addr: u64, rkey: u32, len: u32) -> bool {
-        self.wr += 1;
-        if self.qp.post_write(self.wr, &self.buf, 0, len, addr, rkey, true).is_err() {
-            return false;
-        }
-        loop {
-            match self.cq.wait(Duration::from_secs(5)) {
-                Ok(c) if c.opcode == WcOpcode::Write || !c.status.is_ok() => return c.status.is_ok(),
-                Ok(_) => continue,
-                Err(_) => return false,
-            }
-        }
-    }
-}
-
-fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
-    let mut b = vec![0u8; 32 + key.len() + value.len()];
-    encode_entry(&mut b, key, value, false, next).unwrap();
-    b
-}
-
 /// The victim's acknowledged entry, then the attacker writes a forged, checksummed entry
 /// for the same key into the victim's segment with the victim's rkey, on its own
 /// connection.
@@ -137,7 +56,7 @@ fn foreign_rkey<T: Transport>(t: &T, s: &Server<T>) {
     let seg = victim.grant();
     let at = SEGMENT_HEADER_SIZE;
     let good = entry(b"victim", b"acknowledged", at + 64);
-    assert!(matches!(victim.put_raw(&seg, at, &good), Some(Msg::PutOk { .. })));
+    assert!(matches!(victim.put_raw(&seg, at, &good, false), Some(Msg::PutOk { .. })));
 
     let mut attacker = Raw::connect(t, ep);
     let _own = attacker.grant();
@@ -154,7 +73,7 @@ fn foreign_rkey<T: Transport>(t: &T, s: &Server<T>) {
     let mut reader = Client::connect(t, ep, opts()).unwrap();
     assert_eq!(reader.get(b"victim").unwrap().unwrap(), b"acknowledged");
     let next = entry(b"victim2", b"still served", at + 64 + 64);
-    assert!(matches!(victim.put_raw(&seg, at + 64, &next), Some(Msg::PutOk { .. })));
+    assert!(matches!(victim.put_raw(&seg, at + 64, &next, false), Some(Msg::PutOk { .. })));
     assert_eq!(reader.get(b"victim2").unwrap().unwrap(), b"still served");
     assert!(s.stats().access_violations >= 1, "{:?}", s.stats().access_violations);
 }

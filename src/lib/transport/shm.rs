@@ -309,6 +309,23 @@ impl ShmTransport {
         Ok(ShmTransport { inner: Arc::new(Shared { pd: Arc::new(Pd::new(true)?), cfg, next_qp: AtomicU32::new(1) }) })
     }
 
+    /// Registers a region (bound to local queue pair `bound`, if given). A peer reaches
+    /// a region through the file behind it, so remote access needs one.
+    fn register_for(
+        &self,
+        bound: Option<u32>,
+        mapping: Arc<Mapping>,
+        file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        if file.is_none() && (access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE)) {
+            return Err(Error::invalid("shm transport: a region with remote access needs the file behind its mapping"));
+        }
+        self.inner.pd.register_bound(mapping, file, offset, len, access, bound)
+    }
+
     fn table_file(&self) -> Result<&File> {
         self.inner.pd.table_file.as_deref().ok_or_else(|| Error::Transport("shm region table has no file".into()))
     }
@@ -465,10 +482,7 @@ impl Transport for ShmTransport {
         len: u64,
         access: Access,
     ) -> Result<Mr> {
-        if file.is_none() && (access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE)) {
-            return Err(Error::invalid("shm transport: a region with remote access needs the file behind its mapping"));
-        }
-        self.inner.pd.register(mapping, file, offset, len, access)
+        self.register_for(None, mapping, file, offset, len, access)
     }
 
     fn register_bound(
@@ -480,10 +494,7 @@ impl Transport for ShmTransport {
         len: u64,
         access: Access,
     ) -> Result<Mr> {
-        if file.is_none() && (access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE)) {
-            return Err(Error::invalid("shm transport: a region with remote access needs the file behind its mapping"));
-        }
-        self.inner.pd.register_bound(mapping, file, offset, len, access, Some(qp.conn.qp_num))
+        self.register_for(Some(qp.conn.qp_num), mapping, file, offset, len, access)
     }
 
     fn access_violations(&self) -> u64 {

@@ -1,0 +1,94 @@
+//! Test helpers shared by the integration tests that play a hostile client.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use boomkv::log::format::encode_entry;
+use boomkv::transport::{
+    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, Transport, WcOpcode,
+};
+use boomkv::wire::{Hello, Msg, Protocol, PutImm, Welcome};
+
+/// A hand-driven BOOM client: raw queue pair, its own buffers.
+pub struct Raw<T: Transport> {
+    pub qp: T::Qp,
+    pub cq: T::Cq,
+    pub buf: T::Mr,
+    pub recv: T::Mr,
+    pub wr: u64,
+}
+
+impl<T: Transport> Raw<T> {
+    pub fn connect(t: &T, ep: &Endpoint) -> Raw<T> {
+        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        Self::connect_with(t, ep, buf)
+    }
+
+    /// Connects with `buf` as the response region (where the server WRITEs GET data).
+    pub fn connect_with(t: &T, ep: &Endpoint, buf: T::Mr) -> Raw<T> {
+        let cq = t.create_cq().unwrap();
+        let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
+        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
+        let (qp, w) = t.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        for i in 0..8u64 {
+            qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
+        }
+        Raw { qp, cq, buf, recv, wr: 1000 }
+    }
+
+    /// The next message (skipping send completions); None on a failed completion.
+    pub fn next_msg(&mut self) -> Option<Msg> {
+        loop {
+            let c = self.cq.wait(Duration::from_secs(5)).ok()?;
+            if !c.status.is_ok() {
+                return None;
+            }
+            if c.opcode == WcOpcode::Recv {
+                let mut b = vec![0u8; c.byte_len as usize];
+                self.recv.read(c.wr_id * 4096, &mut b).unwrap();
+                self.qp.post_recv(c.wr_id, &self.recv, c.wr_id * 4096, 4096).unwrap();
+                return Some(Msg::decode(&b).unwrap().0);
+            }
+        }
+    }
+
+    pub fn grant(&mut self) -> RemoteRegion {
+        self.qp.post_send_bytes(1, &Msg::GrantSegment.encode(1)).unwrap();
+        match self.next_msg() {
+            Some(Msg::SegmentGranted { region, .. }) => region,
+            m => panic!("expected a grant, got {m:?}"),
+        }
+    }
+
+    /// Writes `bytes` at `offset` of `seg` and signals it as a PUT.
+    pub fn put_raw(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8], in_place: bool) -> Option<Msg> {
+        self.buf.write(0, bytes).unwrap();
+        self.wr += 1;
+        let imm = PutImm { offset, in_place }.encode().unwrap();
+        self.qp.post_write_imm(self.wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
+        self.next_msg()
+    }
+
+    /// Posts a signaled WRITE of `len` bytes and returns its completion status.
+    pub fn write(&mut self, addr: u64, rkey: u32, len: u32) -> bool {
+        self.wr += 1;
+        if self.qp.post_write(self.wr, &self.buf, 0, len, addr, rkey, true).is_err() {
+            return false;
+        }
+        loop {
+            match self.cq.wait(Duration::from_secs(5)) {
+                Ok(c) if c.opcode == WcOpcode::Write || !c.status.is_ok() => return c.status.is_ok(),
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// An entry as a client encodes it (version and seal left for the server).
+pub fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 32 + key.len() + value.len()];
+    encode_entry(&mut b, key, value, false, next).unwrap();
+    b
+}
