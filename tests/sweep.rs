@@ -96,6 +96,8 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
         "- git commit: ",
         "- command: `",
         "--sizes 32,4k",
+        "## Machine load during the runs",
+        "other processes ",
     ] {
         assert!(setup.contains(want), "{want} not in SETUP.md:\n{setup}");
     }

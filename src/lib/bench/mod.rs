@@ -9,7 +9,9 @@
 //! - [`sweep`]: `boomctl sweep`: grids of runs that reproduce the paper's figures, CSV,
 //!   plots and a summary against the paper.
 //! - [`LatencySummary`]: perftest-style statistics of a latency sample.
+//! - [`busy`]: whether other processes or the hypervisor took CPU time during a run.
 
+pub mod busy;
 pub mod embedded;
 pub mod floor;
 pub mod hlog;

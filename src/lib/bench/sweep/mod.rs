@@ -903,6 +903,7 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         prog.println(&format!("resume: {} points already in the CSV files are skipped", outcome.skipped));
     }
     let started = Instant::now();
+    let probe = crate::bench::busy::LoadProbe::start();
     let mut ctx = points::Context::new(o, prog.bars());
     for (preset, pts, _) in &todo {
         let fresh = o.overwrite && !o.resume;
@@ -936,6 +937,13 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     );
     for (l, e) in &outcome.failed {
         let _ = writeln!(out, "  failed: {l}: {e}");
+    }
+    if let Some(load) = probe.finish() {
+        let _ = writeln!(out, "sweep: machine {}", load.describe());
+        for w in load.warnings() {
+            let _ = writeln!(out, "warning: {w}: these figures may measure the machine, not the protocols");
+        }
+        setup::append_load(o, &load)?;
     }
     ctx.finish();
     outcome.rendered = Some(render(&o.out, out)?);

@@ -139,6 +139,21 @@ fn durability(dir: Option<PathBuf>) -> String {
     }
 }
 
+/// Appends how busy the machine was during the runs to `SETUP.md`.
+pub fn append_load(o: &SweepOptions, load: &crate::bench::busy::MachineLoad) -> Result<()> {
+    use std::io::Write as _;
+    let path = o.out.join("SETUP.md");
+    let mut text = format!("\n## Machine load during the runs\n\n{}\n", load.describe());
+    for w in load.warnings() {
+        text.push_str(&format!("\n**Warning**: {w}; compare these figures with a run on an idle machine.\n"));
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| super::SweepError::Io { path: path.clone(), source: e })
+}
+
 /// Writes `SETUP.md` into the output directory.
 pub fn write_setup(o: &SweepOptions) -> Result<()> {
     let m = Machine::detect();

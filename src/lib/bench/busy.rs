@@ -1,0 +1,224 @@
+//! Was the machine busy while we measured? A benchmark's numbers mean little when other
+//! processes took CPU time from it, so a run samples the machine's CPU accounting at
+//! its start and end (Linux `/proc/stat`, `/proc/self/stat`, `/proc/loadavg`) and says
+//! so, the way hyperfine warns about outliers.
+//!
+//! What is measured, over the run: CPU time used by *other* processes (all CPU time
+//! that was not idle, not stolen and not ours), steal time (a hypervisor running other
+//! guests on our CPUs), and the load average at the end. Our own process, embedded
+//! servers included, does not count; a server started separately (`--server`) does.
+//!
+//! This module owns only the reading and the verdict; callers print it. It imports
+//! nothing from the rest of the crate.
+
+use std::time::Instant;
+
+/// Other processes may use this much CPU (in CPUs, averaged over the run) before a run
+/// is called busy: a tenth of one CPU.
+pub const OTHERS_LIMIT_CPUS: f64 = 0.1;
+/// Steal time above this share of the run's CPU time makes a run busy.
+pub const STEAL_LIMIT_PCT: f64 = 2.0;
+
+/// CPU time counters of the whole machine, in clock ticks (the `cpu` line of `/proc/stat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// All ticks.
+    pub total: u64,
+    /// Idle and I/O-wait ticks.
+    pub idle: u64,
+    /// Ticks stolen by the hypervisor.
+    pub steal: u64,
+}
+
+/// Parses the aggregate `cpu` line of `/proc/stat`.
+pub fn parse_proc_stat(s: &str) -> Option<CpuTimes> {
+    let line = s.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    if v.len() < 8 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
+    // already counted in user, so the total is the first eight.
+    Some(CpuTimes { total: v[..8].iter().sum(), idle: v[3] + v[4], steal: v[7] })
+}
+
+/// Parses `/proc/self/stat` (or `/proc/PID/stat`): user plus system ticks of the process.
+pub fn parse_self_stat(s: &str) -> Option<u64> {
+    // The command name is in parentheses and may contain spaces: split after the last ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 (index 0 here), utime field 14, stime field 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Parses `/proc/loadavg`: the 1-minute load average and the runnable tasks now.
+pub fn parse_loadavg(s: &str) -> Option<(f64, u32)> {
+    let mut it = s.split_whitespace();
+    let load1: f64 = it.next()?.parse().ok()?;
+    let runnable: u32 = it.nth(2)?.split('/').next()?.parse().ok()?;
+    Some((load1, runnable))
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// A sample taken at the start of a run; [`LoadProbe::finish`] compares with the end.
+#[derive(Clone, Debug)]
+pub struct LoadProbe {
+    machine: Option<CpuTimes>,
+    ours: Option<u64>,
+    started: Instant,
+}
+
+impl LoadProbe {
+    /// Samples now.
+    pub fn start() -> LoadProbe {
+        LoadProbe {
+            machine: read("/proc/stat").as_deref().and_then(parse_proc_stat),
+            ours: read("/proc/self/stat").as_deref().and_then(parse_self_stat),
+            started: Instant::now(),
+        }
+    }
+
+    /// What happened on the machine since [`LoadProbe::start`]; `None` where `/proc` is
+    /// not readable (not Linux).
+    pub fn finish(&self) -> Option<MachineLoad> {
+        let end = read("/proc/stat").as_deref().and_then(parse_proc_stat)?;
+        let ours_end = read("/proc/self/stat").as_deref().and_then(parse_self_stat)?;
+        let (load1, runnable) = read("/proc/loadavg").as_deref().and_then(parse_loadavg).unwrap_or((0.0, 0));
+        Some(MachineLoad::between(
+            self.machine?,
+            end,
+            self.ours?,
+            ours_end,
+            cpus(),
+            self.started.elapsed().as_secs_f64(),
+            load1,
+            runnable,
+        ))
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The machine's load over one run.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MachineLoad {
+    /// CPUs available.
+    pub cpus: usize,
+    /// Length of the run, seconds.
+    pub seconds: f64,
+    /// CPU used by other processes, in CPUs, averaged over the run.
+    pub others_cpus: f64,
+    /// Ticks stolen by the hypervisor, as a percentage of all ticks.
+    pub steal_pct: f64,
+    /// The 1-minute load average at the end.
+    pub load1: f64,
+    /// Runnable tasks at the end (ours included).
+    pub runnable: u32,
+}
+
+impl MachineLoad {
+    /// The load between two samples of the machine's and our own CPU ticks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn between(
+        a: CpuTimes,
+        b: CpuTimes,
+        ours_a: u64,
+        ours_b: u64,
+        cpus: usize,
+        seconds: f64,
+        load1: f64,
+        runnable: u32,
+    ) -> MachineLoad {
+        let total = b.total.saturating_sub(a.total);
+        let idle = b.idle.saturating_sub(a.idle);
+        let steal = b.steal.saturating_sub(a.steal);
+        let ours = ours_b.saturating_sub(ours_a);
+        let others = total.saturating_sub(idle).saturating_sub(steal).saturating_sub(ours);
+        // `total` ticks are spread over `cpus` CPUs for the run's length.
+        let others_cpus = if total == 0 { 0.0 } else { others as f64 / total as f64 * cpus as f64 };
+        let steal_pct = if total == 0 { 0.0 } else { 100.0 * steal as f64 / total as f64 };
+        MachineLoad { cpus, seconds, others_cpus, steal_pct, load1, runnable }
+    }
+
+    /// True when the numbers of this run should not be trusted as an idle machine's.
+    pub fn is_busy(&self) -> bool {
+        !self.warnings().is_empty()
+    }
+
+    /// One sentence per reason the machine was busy (none when it was quiet).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.others_cpus > OTHERS_LIMIT_CPUS {
+            w.push(format!("other processes kept {:.2} of {} CPUs busy during the run", self.others_cpus, self.cpus));
+        }
+        if self.steal_pct > STEAL_LIMIT_PCT {
+            w.push(format!("the hypervisor stole {:.1}% of the CPU time", self.steal_pct));
+        }
+        w
+    }
+
+    /// A one-line description for reports and SETUP.md.
+    pub fn describe(&self) -> String {
+        let verdict = if self.is_busy() { "BUSY" } else { "quiet" };
+        format!(
+            "{verdict}: other processes {:.2} CPUs of {}, steal {:.1}%, load average {:.2} ({} runnable) over {:.1} s",
+            self.others_cpus, self.cpus, self.steal_pct, self.load1, self.runnable, self.seconds
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_files() {
+        let stat = "cpu  647838 0 59462 21623 713 0 1283 7853 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        let c = parse_proc_stat(stat).unwrap();
+        assert_eq!(c, CpuTimes { total: 647838 + 59462 + 21623 + 713 + 1283 + 7853, idle: 21623 + 713, steal: 7853 });
+        assert!(parse_proc_stat("cpu0 1 2 3\n").is_none());
+        let me = "12351 (my (odd) name) R 12329 12329 1104 0 -1 4194304 128 0 0 0 17 4 0 0 20 0 1";
+        assert_eq!(parse_self_stat(me), Some(21));
+        assert_eq!(parse_loadavg("12.47 11.89 9.73 9/165 12350\n"), Some((12.47, 9)));
+        assert!(parse_loadavg("x").is_none());
+    }
+
+    #[test]
+    fn others_are_what_is_neither_idle_stolen_nor_ours() {
+        let a = CpuTimes { total: 0, idle: 0, steal: 0 };
+        // 2 CPUs for 1 s at 100 ticks/s = 200 ticks: 100 ours, 50 others, 40 idle, 10 stolen.
+        let b = CpuTimes { total: 200, idle: 40, steal: 10 };
+        let l = MachineLoad::between(a, b, 0, 100, 2, 1.0, 3.0, 4);
+        assert!((l.others_cpus - 0.5).abs() < 1e-9, "{l:?}");
+        assert!((l.steal_pct - 5.0).abs() < 1e-9);
+        assert!(l.is_busy());
+        assert_eq!(l.warnings().len(), 2);
+        assert!(l.describe().starts_with("BUSY"));
+        // Only us and idle time: quiet.
+        let b = CpuTimes { total: 200, idle: 99, steal: 0 };
+        let q = MachineLoad::between(a, b, 0, 100, 2, 1.0, 1.0, 1);
+        assert!(!q.is_busy(), "{q:?}");
+        assert!(q.describe().starts_with("quiet"));
+    }
+
+    #[test]
+    fn a_probe_of_this_machine_reads_sane_numbers() {
+        let p = LoadProbe::start();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        std::hint::black_box(x);
+        if let Some(l) = p.finish() {
+            assert!(l.cpus >= 1 && l.others_cpus >= 0.0 && l.others_cpus <= l.cpus as f64 + 0.01, "{l:?}");
+            assert!((0.0..=100.0).contains(&l.steal_pct));
+        }
+    }
+}
