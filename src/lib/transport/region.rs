@@ -12,12 +12,14 @@
 //! For `tcp` the table is private memory and the initiators are the owner's own NIC
 //! threads, which count themselves in the table words. For `shm` the table lives in a
 //! shared-memory file that only the owner can write (sealed with `F_SEAL_FUTURE_WRITE`;
-//! peers map it read-only), and a peer initiator counts its copies in a word of its own
-//! queue-pair page instead ([`peer_guard_enter`]): it raises its count, then checks the
-//! rkey; revocation clears the rkey, then waits for the count of each peer that could be
-//! copying ([`CopyWatch`]). A peer that holds its count up past [`PEER_REVOKE_WAIT`] is
-//! disconnected, so a hostile peer can stall one revocation once, by that much, and
-//! never write the owner's table.
+//! peers map it read-only), and a peer initiator counts its copies in two words of its
+//! own queue-pair page instead ([`peer_guard_enter`]): copies started, then (after it
+//! checked the rkey, and copied if it matched) copies finished. Revocation clears the
+//! rkey, reads how many copies each peer that could be copying had started
+//! ([`CopyWatch`]), and waits until as many have finished: exactly the copies that may
+//! have seen the old rkey, however busy the peer stays with others. A peer that does not
+//! finish them within [`PEER_REVOKE_WAIT`] is disconnected, so a hostile peer can stall
+//! one revocation once, by that much, and never write the owner's table.
 //!
 //! # Remote keys
 //!
@@ -56,44 +58,56 @@ pub(crate) const TABLE_BYTES: usize = SLOTS as usize * 8;
 /// longer is presumed dead (its process cannot touch the memory any more).
 const REVOKE_WAIT: Duration = Duration::from_secs(1);
 
-/// How long revocation waits for one shm peer's copies before it disconnects that peer.
-pub const PEER_REVOKE_WAIT: Duration = Duration::from_millis(100);
+/// How long revocation waits for one shm peer's copies before it disconnects that peer
+/// (generous: an honest peer may be descheduled in the middle of a copy).
+pub const PEER_REVOKE_WAIT: Duration = Duration::from_secs(1);
 
 static NEXT_PD_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A connection whose peer may be copying into or out of our regions right now (the shm
 /// backend's queue pairs): revocation asks it, and disconnects it when it stays busy.
 pub(crate) trait CopyWatch: Send + Sync {
-    /// True while the peer says it is inside a copy.
-    fn in_copy(&self) -> bool;
-    /// The peer held a copy open past [`PEER_REVOKE_WAIT`]: close its connection.
+    /// Copies the peer says it has started (a counter that only grows).
+    fn copies_started(&self) -> u64;
+    /// Copies the peer says it has finished.
+    fn copies_finished(&self) -> u64;
+    /// The peer did not finish its copies within [`PEER_REVOKE_WAIT`]: close its connection.
     fn stuck(&self);
 }
 
-/// Starts a peer initiator's access to a region of the owner's table: raises the
-/// peer's own copy count (a word of its queue-pair page), then checks `rkey` against the
-/// table word of `slot`. On `true` the caller must call [`peer_guard_exit`].
+/// A peer initiator's copy counters: two words of its own queue-pair page.
+pub(crate) struct CopyCounters<'a> {
+    /// Copies started.
+    pub started: &'a AtomicU64,
+    /// Copies finished (refused ones included).
+    pub finished: &'a AtomicU64,
+}
+
+/// Starts a peer initiator's access to a region of the owner's table: counts the copy
+/// as started, then checks `rkey` against the table word of `slot`. On `true` the
+/// caller copies and then calls [`peer_guard_exit`]; on `false` it is already counted
+/// as finished.
 pub(crate) fn peer_guard_enter(
     table: &crate::pmem::shared::ReadOnlyWords,
-    copying: &AtomicU64,
+    c: &CopyCounters<'_>,
     slot: u32,
     rkey: u32,
 ) -> bool {
-    // SeqCst on both sides (here, and in `Pd::revoke`): either the owner sees our count,
-    // or we see its cleared rkey.
-    copying.fetch_add(1, Ordering::SeqCst);
+    // SeqCst on both sides (here, and in `Pd::revoke`): either the owner counts this
+    // copy among the started ones, or we see its cleared rkey.
+    c.started.fetch_add(1, Ordering::SeqCst);
     let word = table.load(slot as u64 * 8, Ordering::SeqCst).unwrap_or(0);
     if rkey != 0 && (word >> 32) as u32 == rkey {
         true
     } else {
-        copying.fetch_sub(1, Ordering::Release);
+        c.finished.fetch_add(1, Ordering::Release);
         false
     }
 }
 
 /// Ends a copy started by a successful [`peer_guard_enter`].
-pub(crate) fn peer_guard_exit(copying: &AtomicU64) {
-    copying.fetch_sub(1, Ordering::Release);
+pub(crate) fn peer_guard_exit(c: &CopyCounters<'_>) {
+    c.finished.fetch_add(1, Ordering::Release);
 }
 
 /// What the owner knows about one registered region.
@@ -241,8 +255,10 @@ impl Pd {
             Err(_) => return,
         };
         for w in watchers {
+            // Wrapping: a hostile peer may set any value; it then only waits out the bound.
+            let started = w.copies_started();
             let until = Instant::now() + PEER_REVOKE_WAIT;
-            while w.in_copy() {
+            while (started.wrapping_sub(w.copies_finished()) as i64) > 0 {
                 if Instant::now() >= until {
                     w.stuck();
                     break;
@@ -613,36 +629,45 @@ mod tests {
         assert!((&**f).write(&[1u8; 8]).is_err(), "a write(2) into the table");
         let ro = crate::pmem::shared::ReadOnlyWords::map(f, TABLE_BYTES).unwrap();
 
-        // A peer that raises its copy count and never lowers it.
-        struct Hostile(AtomicBool, AtomicBool);
+        // A peer that starts a copy and never finishes it.
+        struct Hostile(AtomicBool);
         impl CopyWatch for Hostile {
-            fn in_copy(&self) -> bool {
-                !self.1.load(Ordering::Acquire)
+            fn copies_started(&self) -> u64 {
+                7
+            }
+            fn copies_finished(&self) -> u64 {
+                if self.0.load(Ordering::Acquire) {
+                    7
+                } else {
+                    6
+                }
             }
             fn stuck(&self) {
                 self.0.store(true, Ordering::Release);
-                self.1.store(true, Ordering::Release);
             }
         }
-        let h: Arc<dyn CopyWatch> = Arc::new(Hostile(AtomicBool::new(false), AtomicBool::new(false)));
+        let hostile = Arc::new(Hostile(AtomicBool::new(false)));
+        let h: Arc<dyn CopyWatch> = hostile.clone();
         pd.watch(3, Arc::downgrade(&h));
         let m = Arc::new(Mapping::anonymous(4096).unwrap());
         let mr = pd.register_bound(m.clone(), None, 0, 64, Access::REMOTE_WRITE, Some(3)).unwrap();
-        let copying = AtomicU64::new(0);
-        assert!(peer_guard_enter(&ro, &copying, mr.info().slot, mr.rkey()));
-        peer_guard_exit(&copying);
+        let (started, finished) = (AtomicU64::new(0), AtomicU64::new(0));
+        let c = CopyCounters { started: &started, finished: &finished };
+        assert!(peer_guard_enter(&ro, &c, mr.info().slot, mr.rkey()));
+        peer_guard_exit(&c);
         let t = Instant::now();
         mr.deregister();
-        assert!(t.elapsed() < PEER_REVOKE_WAIT * 5, "revocation waited {:?}", t.elapsed());
-        assert!(!h.in_copy(), "the stuck peer was told to go");
-        assert!(!peer_guard_enter(&ro, &copying, mr.info().slot, mr.rkey()), "revoked for peers");
-        assert_eq!(copying.load(Ordering::Relaxed), 0);
+        assert!(t.elapsed() < PEER_REVOKE_WAIT * 3, "revocation waited {:?}", t.elapsed());
+        assert!(hostile.0.load(Ordering::Acquire), "the stuck peer was told to go");
+        assert!(!peer_guard_enter(&ro, &c, mr.info().slot, mr.rkey()), "revoked for peers");
+        assert_eq!(started.load(Ordering::Relaxed), finished.load(Ordering::Relaxed));
         // An unrelated connection's peer is not waited for on a bound region.
-        let other: Arc<dyn CopyWatch> = Arc::new(Hostile(AtomicBool::new(false), AtomicBool::new(false)));
-        pd.watch(4, Arc::downgrade(&other));
+        let other = Arc::new(Hostile(AtomicBool::new(false)));
+        let o: Arc<dyn CopyWatch> = other.clone();
+        pd.watch(4, Arc::downgrade(&o));
         let mr2 = pd.register_bound(m, None, 0, 64, Access::REMOTE_WRITE, Some(3)).unwrap();
         mr2.deregister();
-        assert!(other.in_copy(), "a peer on another queue pair was left alone");
+        assert!(!other.0.load(Ordering::Acquire), "a peer on another queue pair was left alone");
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! | 8                   | owner      | ring depth `D` (receive queue and completion ring) |
 //! | 64                  | peer       | receives consumed so far                        |
 //! | 128                 | owner      | ring completions polled so far                  |
-//! | 192                 | owner      | one-sided copies the owner is making into or out of the peer's regions right now |
+//! | 192                 | owner      | one-sided copies into or out of the peer's regions the owner has started |
+//! | 200                 | owner      | ... and finished (see [`super::region`])         |
 //! | 256 + 64 i          | owner      | receive slot `i`: `seq`, `addr`, `len \| rkey << 32` |
 //! | 256 + 64 (D + i)    | peer       | completion slot `i`: `seq`, `byte_len \| imm << 32`, `opcode \| status << 8 \| has_imm << 16` |
 //!
@@ -32,8 +33,8 @@
 //! at 64. A producer that finds waiters bumps the word and wakes them, so a waiting
 //! thread parks in `futex_wait` instead of spinning. The protection domain's region
 //! table (see [`super::region`]) is handed over too, but only its owner can write it
-//! (peers map it read-only): an initiator raises the copy count in its own page (offset
-//! 192), then checks the rkey in the owner's table, which is what makes deregistration
+//! (peers map it read-only): an initiator counts a copy as started in its own page
+//! (offset 192), then checks the rkey in the owner's table, and counts it finished, which is what makes deregistration
 //! immediate without letting a peer write anything of the owner's but its rings.
 //!
 //! # Control socket
@@ -67,7 +68,7 @@ use rustix::net::{
     SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
-use super::region::{peer_guard_enter, peer_guard_exit, CopyWatch, Pd, TABLE_BYTES};
+use super::region::{peer_guard_enter, peer_guard_exit, CopyCounters, CopyWatch, Pd, TABLE_BYTES};
 use super::{
     deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion, Mr,
     QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_PRIVATE_DATA,
@@ -82,7 +83,8 @@ const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"BOOMKVSH");
 const OFF_DEPTH: u64 = 8;
 const OFF_RQ_CONSUMED: u64 = 64;
 const OFF_CQ_POLLED: u64 = 128;
-const OFF_COPYING: u64 = 192;
+const OFF_COPIES_STARTED: u64 = 192;
+const OFF_COPIES_FINISHED: u64 = 200;
 const OFF_RINGS: u64 = 256;
 const SLOT: u64 = 64;
 const MAX_DEPTH: u32 = 1 << 16;
@@ -1097,8 +1099,12 @@ struct Conn {
 }
 
 impl CopyWatch for Conn {
-    fn in_copy(&self) -> bool {
-        word(&self.peer_copies, OFF_COPYING).load(Ordering::SeqCst) != 0
+    fn copies_started(&self) -> u64 {
+        word(&self.peer_copies, OFF_COPIES_STARTED).load(Ordering::SeqCst)
+    }
+
+    fn copies_finished(&self) -> u64 {
+        word(&self.peer_copies, OFF_COPIES_FINISHED).load(Ordering::Acquire)
     }
 
     fn stuck(&self) {
@@ -1224,8 +1230,8 @@ impl Conn {
     ) -> bool {
         let Some(r) = self.region(s, rkey) else { return false };
         let Some(off) = r.translate(raddr, len as u64).filter(|_| r.access.contains(need)) else { return false };
-        let copying = word(&self.recv.page, OFF_COPYING);
-        if !peer_guard_enter(&s.peer_table, copying, r.slot, rkey) {
+        let copies = self.copy_counters();
+        if !peer_guard_enter(&s.peer_table, &copies, r.slot, rkey) {
             // Revoked: forget the mapping.
             s.regions.remove(&rkey);
             return false;
@@ -1235,8 +1241,16 @@ impl Conn {
         } else {
             r.mapping.copy_to(off, local.0, local.1, len as usize).is_ok()
         };
-        peer_guard_exit(copying);
+        peer_guard_exit(&copies);
         ok
+    }
+
+    /// This side's copy counters, in its own page.
+    fn copy_counters(&self) -> CopyCounters<'_> {
+        CopyCounters {
+            started: word(&self.recv.page, OFF_COPIES_STARTED),
+            finished: word(&self.recv.page, OFF_COPIES_FINISHED),
+        }
     }
 
     /// The next posted receive of the peer, waiting up to the RNR timeout.
@@ -1591,12 +1605,12 @@ impl ShmQp {
         let Some(off) = r.translate(raddr, data.len() as u64).filter(|_| r.access.contains(Access::LOCAL_WRITE)) else {
             return false;
         };
-        let copying = word(&c.recv.page, OFF_COPYING);
-        if !peer_guard_enter(&s.peer_table, copying, r.slot, rkey) {
+        let copies = c.copy_counters();
+        if !peer_guard_enter(&s.peer_table, &copies, r.slot, rkey) {
             return false;
         }
         let ok = r.mapping.write(off, data).is_ok();
-        peer_guard_exit(copying);
+        peer_guard_exit(&copies);
         ok
     }
 }

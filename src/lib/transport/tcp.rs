@@ -1933,8 +1933,14 @@ mod hostile_tests {
         sock.read_exact(&mut b).unwrap();
         let h = Hdr::decode(&b);
         assert_eq!((h.op, h.status), (OP_NAK, WcStatus::RemoteAccessError.code()));
-        // A 16 MiB SEND to a 4 KiB-or-so receive: refused on the header alone too.
+        // A 16 MiB SEND to a 4 KiB-or-so receive: refused on the header alone too, once
+        // the server has posted its receives (it counts the client after that).
+        let before = s.stats().clients_total;
         let mut sock = raw(&s);
+        let end = Instant::now() + Duration::from_secs(5);
+        while s.stats().clients_total == before && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(2));
+        }
         let mut v = Vec::new();
         Hdr { op: OP_SEND, len: MAX_MESSAGE, psn: 0, ..Hdr::default() }.encode(&mut v);
         sock.write_all(&v).unwrap();
