@@ -35,8 +35,9 @@ pub struct WorkloadArgs {
     /// Value size: a constant (2k) or a uniform range (32..16k).
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
-    /// Zipfian skew for any theta: a true Zipf over the real key space (YCSB's own
-    /// generator supports only 0.99).
+    /// Zipf exponent (any theta >= 0, including 1): a true Zipf law over the real key
+    /// space for zipfian and latest. Without it YCSB's own generator runs (Gray et al.'s
+    /// approximation, theta 0.99 only), bit for bit.
     #[arg(long)]
     pub theta: Option<f64>,
     /// Seed of the operation streams (same seed, same operations).
