@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
 use boomkv::bench::hlog::merge_hlog_files;
-use boomkv::bench::report::{append_csv, json_report, parse_percentiles, write_ycsb_text, CsvSchema, RunInfo};
+use boomkv::bench::report::{
+    append_csv, json_report, parse_percentiles, write_ycsb_text, write_ycsb_text_in, CsvSchema, LatencyUnit, RunInfo,
+};
 use boomkv::bench::runner::{self, Progress, RunOptions, RunResult};
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
@@ -154,6 +156,10 @@ pub struct YcsbArgs {
     /// Percentiles to report (hdrhistogram.percentiles).
     #[arg(long, value_name = "LIST")]
     percentiles: Option<String>,
+    /// Latency unit of the text report: us (YCSB's whole microseconds, truncated) or ns
+    /// (sub-microsecond figures; CSV and JSON always keep them).
+    #[arg(long, value_name = "us|ns", default_value = "us")]
+    latency_unit: LatencyUnit,
     /// Append one CSV row for this run (stable column names).
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
@@ -242,7 +248,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let m = merge_hlog_files(&a.merge)?;
         let pcts = if pcts.is_empty() { vec![95.0, 99.0] } else { pcts };
         let mut out = std::io::stdout().lock();
-        write_ycsb_text(&mut out, &m.measurements, &m.run, &pcts)?;
+        write_ycsb_text_in(&mut out, &m.measurements, &m.run, &pcts, a.latency_unit)?;
         return Ok(());
     }
     let mut spec = a.w.spec()?;
@@ -326,7 +332,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         }
     };
     let mut out = std::io::stdout().lock();
-    write_ycsb_text(&mut out, &result.measurements, &result.run, &pcts)?;
+    write_ycsb_text_in(&mut out, &result.measurements, &result.run, &pcts, a.latency_unit)?;
     if let Some(sp) = &space {
         for (k, name) in [
             ("logical_bytes", "LogicalBytesWritten"),
