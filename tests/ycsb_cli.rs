@@ -84,3 +84,73 @@ fn latency_unit_ns_prints_nanoseconds() {
     assert!(num(&r, "READ", "MinLatency(ns)") > 0.0, "{r:?}");
     assert!(!r.keys().any(|(_, m)| m.ends_with("(us)")), "{r:?}");
 }
+
+#[test]
+fn a_ycsb_command_line_runs_unchanged_with_status_lines() {
+    let wl = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/workloada");
+    let out = run(&[
+        "ycsb",
+        "-P",
+        wl,
+        "-threads",
+        "2",
+        "-target",
+        "1000",
+        "-s",
+        "-p",
+        "recordcount=300",
+        "-p",
+        "operationcount=1500",
+        "-p",
+        "status.interval=1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Command line: ycsb -P"), "{err}");
+    let status: Vec<&str> = err.lines().filter(|l| l.contains(" sec: ") && l.contains(" operations; ")).collect();
+    // Load: first and final line; run (1.5 s at 1000 ops/s): first, one a second, final.
+    assert!(status.len() >= 5, "{err}");
+    // 2026-11-24 04:06:59:779 0 sec: 0 operations; est completion in 0 second
+    let first = status[0];
+    assert_eq!(&first[4..5], "-");
+    assert_eq!(&first[19..20], ":", "{first}");
+    assert!(first[23..].starts_with(" 0 sec: 0 operations; est completion in "), "{first}");
+    assert!(
+        status.iter().any(|l| l.contains("current ops/sec; est completion in ")
+            && l.contains("[READ: Count=")
+            && l.contains(", 99.99=")),
+        "{err}"
+    );
+    let r = rows(&out.stdout);
+    assert_eq!(num(&r, "READ", "Operations") + num(&r, "UPDATE", "Operations"), 1500.0);
+    assert_eq!(num(&r, "CLEANUP", "Operations"), 2.0);
+    assert!(r.contains_key(&("Intended-READ".into(), "Operations".into())), "-target measures intended latency");
+}
+
+#[test]
+fn load_only_export_file_and_layered_property_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = dir.path().join("more.properties");
+    std::fs::write(&extra, "recordcount=120\n").unwrap();
+    let report = dir.path().join("report.txt");
+    let wl = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/workloadb");
+    let out = run(&[
+        "ycsb",
+        "-load",
+        "--quiet",
+        "-P",
+        wl,
+        "-P",
+        extra.to_str().unwrap(),
+        "-p",
+        &format!("exportfile={}", report.display()),
+        "-db",
+        "site.ycsb.BasicDB",
+    ]);
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-db site.ycsb.BasicDB ignored"));
+    let text = std::fs::read(&report).unwrap();
+    let r = rows(&text);
+    // The later file's recordcount wins; only the load phase ran.
+    assert_eq!(num(&r, "INSERT", "Operations"), 120.0, "{r:?}");
+    assert!(!r.keys().any(|(s, _)| s == "READ"), "{r:?}");
+}

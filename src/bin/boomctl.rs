@@ -68,8 +68,38 @@ enum Command {
     Sweep(sweep_cmd::SweepArgs),
 }
 
+/// YCSB's own single-dash flags after `ycsb` (`-threads 2`, `-target 1000`, `-load`,
+/// `-t`, `-db X`), rewritten to boomctl's, so a YCSB command line works unchanged
+/// after `boomctl ycsb`. (`-P`, `-p` and `-s` are boomctl flags as they are.)
+fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let Some(pos) = args.iter().position(|a| a == "ycsb") else { return args };
+    if args[1..pos].iter().any(|a| !a.to_string_lossy().starts_with('-')) {
+        return args; // "ycsb" is a value of another subcommand
+    }
+    let mut out: Vec<std::ffi::OsString> = args[..=pos].to_vec();
+    let mut it = args[pos + 1..].iter().cloned();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-threads") => out.push("--threads".into()),
+            Some("-target") => out.push("--target".into()),
+            Some("-load") => out.extend(["-p".into(), "dotransactions=false".into()]),
+            Some("-t") => {}
+            Some("-db") => {
+                let db = it.next().unwrap_or_default();
+                eprintln!("boomctl: warning: -db {} ignored: the database is boomkv", db.to_string_lossy());
+            }
+            Some("--") => {
+                out.push(a);
+                out.extend(it.by_ref());
+            }
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(ycsb_compat_args(std::env::args_os().collect()));
     let r = match cli.command {
         Command::Serve(a) => kv_cmds::serve(a),
         Command::Put(a) => kv_cmds::put(a),

@@ -28,9 +28,10 @@ pub struct WorkloadArgs {
     /// d (read latest), e (scans), f (read-modify-write).
     #[arg(long, value_name = "a..f", conflicts_with = "workload")]
     pub mix: Option<char>,
-    /// A YCSB workload property file (any of YCSB's, or your own).
-    #[arg(long, value_name = "FILE")]
-    pub workload: Option<PathBuf>,
+    /// A YCSB workload property file (any of YCSB's, or your own); YCSB's -P.
+    /// Repeatable: later files override earlier ones.
+    #[arg(long, short = 'P', value_name = "FILE")]
+    pub workload: Vec<PathBuf>,
     /// Override a property like YCSB's -p (repeatable), e.g. -p recordcount=100000.
     #[arg(short = 'p', value_name = "KEY=VALUE")]
     pub props: Vec<String>,
@@ -52,8 +53,14 @@ pub struct WorkloadArgs {
 
 impl WorkloadArgs {
     pub fn spec(&self) -> anyhow::Result<WorkloadSpec> {
-        let mut spec = match (&self.workload, self.mix) {
-            (Some(f), _) => WorkloadSpec::from_file(f)?,
+        let mut spec = match (self.workload.split_first(), self.mix) {
+            (Some((first, rest)), _) => {
+                let mut spec = WorkloadSpec::from_file(first)?;
+                for f in rest {
+                    spec.load_file(f)?;
+                }
+                spec
+            }
             (None, Some(m)) => WorkloadSpec::from_mix(m)?,
             (None, None) => WorkloadSpec::from_mix('a')?,
         };
@@ -79,7 +86,7 @@ impl WorkloadArgs {
     }
 
     pub fn label(&self) -> String {
-        match (&self.workload, self.mix) {
+        match (self.workload.last(), self.mix) {
             (Some(f), _) => f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             (None, Some(m)) => format!("workload{m}"),
             (None, None) => "workloada".into(),
@@ -172,6 +179,10 @@ pub struct YcsbArgs {
     /// No progress output.
     #[arg(long)]
     quiet: bool,
+    /// YCSB's -s: status lines on standard error every status.interval seconds
+    /// (default 10), also on a terminal.
+    #[arg(short = 's')]
+    status: bool,
     /// Print operations instead of running them.
     #[arg(long)]
     dry_run: bool,
@@ -284,6 +295,24 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     let threads = spec.thread_count()?.max(1) as usize;
     let seed = spec.seed()?.unwrap_or(1);
+    let transactions = spec.do_transactions()?;
+    if !transactions && a.no_load {
+        bail!("dotransactions=false (-load) runs only the load phase, and --no-load skips it: nothing to run");
+    }
+    if !a.quiet {
+        // YCSB's Client prints its command line and the phases on standard error.
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        eprintln!("Command line: {}", args.join(" "));
+        eprintln!("boomctl {} (BOOM-KV, YCSB-compatible client)", env!("CARGO_PKG_VERSION"));
+        eprintln!();
+        eprintln!("Loading workload...");
+        eprintln!("Starting test.");
+    }
+    let progress = if a.status { Progress::Lines } else { Progress::auto(a.quiet) };
+    let hlog = match &a.hdr_log {
+        Some(p) => Some(p.clone()),
+        None => spec.hdr_file_output()?,
+    };
     let run_opts = RunOptions {
         threads,
         ops: cfg.operation_count,
@@ -291,9 +320,10 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         target: spec.target()?,
         warmup_ops: a.warmup,
         seed,
-        progress: Progress::auto(a.quiet),
-        hlog: a.hdr_log.clone(),
+        progress,
+        hlog,
         interval: Duration::from_secs(1),
+        status_interval: spec.status_interval()?,
         measurement: spec.measurement_interval()?,
         label: a.target_args.protocol.to_string(),
         bars: None,
@@ -303,7 +333,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let (result, space) = match &ta.server {
         Some(addr) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
-            crate::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load)?)
+            crate::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?)
         }
         None => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
@@ -327,11 +357,17 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             crate::with_transport!(backend, t => {
                 let emb = Embedded::start(t.clone(), backend, &eo)?;
                 let ep = emb.endpoint().clone();
-                run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load)?
+                run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?
             })
         }
     };
-    let mut out = std::io::stdout().lock();
+    let export = spec.export_file();
+    let mut out: Box<dyn Write> = match &export {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("exportfile: creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
     write_ycsb_text_in(&mut out, &result.measurements, &result.run, &pcts, a.latency_unit)?;
     if let Some(sp) = &space {
         for (k, name) in [
@@ -377,6 +413,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The load phase (unless `no_load`), then the run phase (if `transactions`; else the
+/// load phase's result is the report, as YCSB's `-load`).
+#[allow(clippy::too_many_arguments)]
 fn run_phases<T: Transport>(
     t: &T,
     ep: &Endpoint,
@@ -384,7 +423,14 @@ fn run_phases<T: Transport>(
     w: &CoreWorkload,
     o: &RunOptions,
     no_load: bool,
+    transactions: bool,
 ) -> anyhow::Result<(RunResult, Option<serde_json::Value>)> {
+    let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s["space"].clone());
+    if !transactions {
+        let lo = RunOptions { label: "load".into(), target: None, warmup_ops: 0, ..o.clone() };
+        let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
+        return Ok((r, space()));
+    }
     if !no_load {
         let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
         let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
@@ -401,6 +447,5 @@ fn run_phases<T: Transport>(
         }
     }
     let r = runner::run(t, ep, copts, w, o).context("run phase")?;
-    let space = Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s["space"].clone());
-    Ok((r, space))
+    Ok((r, space()))
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::bench::hlog::HlogWriter;
 use crate::bench::measure::{MeasurementInterval, Measurements, Status};
 use crate::bench::report::RunInfo;
+use crate::bench::status;
 use crate::client::{Client, ClientOptions};
 use crate::error::{Error, Result};
 use crate::transport::{Endpoint, Transport};
@@ -29,7 +30,8 @@ use crate::workload::{CoreWorkload, Op, OpKind};
 pub enum Progress {
     /// A live bar on standard error (a terminal).
     Bar,
-    /// A status line every 10 s on standard error (not a terminal).
+    /// YCSB's status lines on standard error every `status_interval` (not a
+    /// terminal, or YCSB's `-s`); see [`status`](super::status).
     Lines,
     /// Nothing.
     Quiet,
@@ -68,8 +70,10 @@ pub struct RunOptions {
     pub progress: Progress,
     /// Interval log to write.
     pub hlog: Option<PathBuf>,
-    /// Reporting interval (interval log, status lines).
+    /// Reporting interval of the interval log.
     pub interval: Duration,
+    /// Interval of the status lines (YCSB's `status.interval`, default 10 s).
+    pub status_interval: Duration,
     /// What latencies to record.
     pub measurement: MeasurementInterval,
     /// A label for progress output ("load", "run", "boom 2k").
@@ -90,6 +94,7 @@ impl Default for RunOptions {
             progress: Progress::Quiet,
             hlog: None,
             interval: Duration::from_secs(1),
+            status_interval: Duration::from_secs(10),
             measurement: MeasurementInterval::Op,
             label: "run".into(),
             bars: None,
@@ -326,12 +331,32 @@ fn phase<T: Transport>(
         None => b,
     });
     let mut last_tick = Instant::now();
+    let lines = opts.progress == Progress::Lines;
+    let mut status_acc = Measurements::new(opts.measurement);
     let mut last_line = Instant::now();
     let mut last_done = 0u64;
+    let status_line = |acc: &Measurements, last_line: Instant, last_done: u64, done: u64| {
+        let p = status::StatusPoint {
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+            interval_ms: last_line.elapsed().as_millis() as u64,
+            total_ops: done,
+            last_total_ops: last_done,
+            todo_ops: total.saturating_sub(done),
+        };
+        eprintln!("{}", status::line(SystemTime::now(), &p, acc));
+    };
+    if lines {
+        status_line(&status_acc, last_line, 0, 0);
+    }
     let mut interval_start = start_measured;
     loop {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(m) => interval.merge(&m)?,
+            Ok(m) => {
+                interval.merge(&m)?;
+                if lines {
+                    status_acc.merge(&m)?;
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
@@ -347,13 +372,14 @@ fn phase<T: Transport>(
         let done = sh.done.load(Ordering::Relaxed);
         if let Some(b) = &bar {
             b.set_position(done);
-        } else if opts.progress == Progress::Lines && last_line.elapsed() >= Duration::from_secs(10) {
-            let el = t0.elapsed().as_secs_f64();
-            let rate = (done - last_done) as f64 / last_line.elapsed().as_secs_f64();
-            eprintln!("{} {:.0} sec: {done} operations; {rate:.1} current ops/sec", opts.label, el);
+        } else if lines && last_line.elapsed() >= opts.status_interval {
+            status_line(&status_acc.take(), last_line, last_done, done);
             last_line = Instant::now();
             last_done = done;
         }
+    }
+    if lines {
+        status_line(&status_acc.take(), last_line, last_done, sh.done.load(Ordering::Relaxed));
     }
     let runtime = t0.elapsed();
     let mut first_err: Option<Error> = None;
