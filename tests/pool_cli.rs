@@ -105,3 +105,23 @@ fn shell_completions() {
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(s.contains("_boomctl") && s.contains("inspect-log") && s.contains("crashtest"));
 }
+
+#[test]
+fn inspect_log_and_recover_into_a_closed_pipe_exit_normally() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    for args in [&["inspect-log", "--entries", "--pmem"][..], &["recover", "--pmem"][..]] {
+        let mut child = boomctl()
+            .args(args)
+            .arg(&pool)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

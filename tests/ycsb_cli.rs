@@ -154,3 +154,21 @@ fn load_only_export_file_and_layered_property_files() {
     assert_eq!(num(&r, "INSERT", "Operations"), 120.0, "{r:?}");
     assert!(!r.keys().any(|(s, _)| s == "READ"), "{r:?}");
 }
+
+/// Runs boomctl with its standard output closed from the start (a reader that has
+/// gone, like `| head` after its lines): it must exit 0 without a panic or an error.
+fn run_into_closed_pipe(args: &[&str]) {
+    let mut child =
+        boomctl().args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+}
+
+#[test]
+fn a_closed_pipe_is_a_normal_exit() {
+    run_into_closed_pipe(&["ycsb", "--mix", "b", "--dry-run", "--print-ops", "100000000"]);
+    run_into_closed_pipe(&["completions", "bash"]);
+}

@@ -114,13 +114,18 @@ fn main() -> ExitCode {
         Command::BenchTransport(a) => bench_transport::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut std::io::stdout());
-            Ok(())
+            use std::io::Write as _;
+            // Into memory first: clap_complete panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut script);
+            std::io::stdout().lock().write_all(&script).map_err(anyhow::Error::from)
         }
         Command::Sweep(a) => sweep_cmd::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`| head`) is a normal end, not a failure.
+        Err(e) if common::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("boomctl: error: {e:#}");
             ExitCode::FAILURE

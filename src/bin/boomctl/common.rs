@@ -7,6 +7,21 @@ use boomkv::log::PoolOptions;
 use boomkv::pmem::{Durability, FlushKind, MediaOptions};
 use boomkv::units::parse_bytes;
 
+/// `println!` that returns the write error instead of panicking, so a closed pipe
+/// (`boomctl inspect-log | head`) ends the command normally (see `main`).
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// Is this error, anywhere in its chain, a closed pipe on our output?
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
 /// Parses a byte size for clap (`2k`, `64M`, `1G`).
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_bytes(s).map_err(|e| e.to_string())
@@ -71,7 +86,7 @@ pub fn read_only_options(index: IndexKind) -> PoolOptions {
 /// Writes `v` as pretty JSON to stdout.
 pub fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v)?;
-    println!("{s}");
+    crate::outln!("{s}")?;
     Ok(())
 }
 

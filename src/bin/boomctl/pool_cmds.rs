@@ -79,37 +79,41 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
             "recovery": rep,
         }));
     }
-    print_summary(&pool, &rep);
-    Ok(())
+    print_summary(&pool, &rep)
 }
 
-fn print_summary(pool: &Pool, r: &RecoveryReport) {
+fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
     let h = pool.header();
-    println!(
+    crate::outln!(
         "pool        {}: {}, {} segments of {}, uuid {}",
         pool.media().path().display(),
         human_bytes(h.pool_size),
         h.segment_count,
         human_bytes(h.segment_size),
         h.uuid_hex()
-    );
-    println!("recovered   in {:.1} ms ({} threads)", r.elapsed_ms, r.threads);
-    println!("keys        {} live, {} deleted (tombstones)", r.keys, r.tombstones);
+    )?;
+    crate::outln!("recovered   in {:.1} ms ({} threads)", r.elapsed_ms, r.threads)?;
+    crate::outln!("keys        {} live, {} deleted (tombstones)", r.keys, r.tombstones)?;
     let rej: Vec<String> = r.entries_rejected.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    println!(
+    crate::outln!(
         "entries     {} valid ({} superseded), {} rejected{}",
         r.entries_valid,
         r.entries_superseded,
         r.rejected(),
         if rej.is_empty() { String::new() } else { format!(": {}", rej.join(", ")) }
-    );
-    println!(
+    )?;
+    crate::outln!(
         "space       {} used: {} live, {} garbage",
         human_bytes(r.used_bytes),
         human_bytes(r.live_bytes),
         human_bytes(r.garbage_bytes)
-    );
-    println!("segments    {} in use, {} free, {} damaged", r.segments_in_use, r.segments_free, r.segments_damaged);
+    )?;
+    crate::outln!(
+        "segments    {} in use, {} free, {} damaged",
+        r.segments_in_use,
+        r.segments_free,
+        r.segments_damaged
+    )?;
     if !r.segments_per_client.is_empty() {
         let per: Vec<String> =
             r.segments_per_client
@@ -124,20 +128,21 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) {
                 })
                 .collect();
         let more = r.segments_per_client.len().saturating_sub(20);
-        println!(
+        crate::outln!(
             "clients     {} (segments per client: {}{})",
             r.segments_per_client.len(),
             per.join(", "),
             if more > 0 { format!(", {more} more") } else { String::new() }
-        );
+        )?;
     }
-    println!("next        version {}", r.next_version);
+    crate::outln!("next        version {}", r.next_version)?;
     for p in &r.problems {
-        println!("problem     {p}");
+        crate::outln!("problem     {p}")?;
     }
     for p in &r.repairs {
-        println!("repaired    {p}");
+        crate::outln!("repaired    {p}")?;
     }
+    Ok(())
 }
 
 fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
@@ -201,20 +206,25 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
             best_rec = best_rec.min(rec_s);
         }
     }
-    println!("pool                 {} ({} entries of {} values)", human_bytes(file_len), n, short_bytes(a.value_size));
-    println!(
+    crate::outln!(
+        "pool                 {} ({} entries of {} values)",
+        human_bytes(file_len),
+        n,
+        short_bytes(a.value_size)
+    )?;
+    crate::outln!(
         "sequential read      {:8.1} ms  ({:.2} GB/s, best of {})",
         best_read * 1e3,
         file_len as f64 / best_read / 1e9,
         a.repeat
-    );
-    println!(
+    )?;
+    crate::outln!(
         "recovery (open+scan) {:8.1} ms  ({:.2} GB/s, best of {})",
         best_rec * 1e3,
         file_len as f64 / best_rec / 1e9,
         a.repeat
-    );
-    println!("ratio                {:8.2}x  (target: at most 2x)", best_rec / best_read);
+    )?;
+    crate::outln!("ratio                {:8.2}x  (target: at most 2x)", best_rec / best_read)?;
     Ok(())
 }
 
@@ -259,31 +269,40 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         return print_json(&ins);
     }
     let h = &ins.header;
-    println!("pool {}  uuid {}", ins.path, ins.uuid);
-    println!(
+    crate::outln!("pool {}  uuid {}", ins.path, ins.uuid)?;
+    crate::outln!(
         "  size {}  segments {} x {}  format v{}  next version {}",
         human_bytes(h.pool_size),
         h.segment_count,
         human_bytes(h.segment_size),
         boomkv::log::format::FORMAT_VERSION,
         rep.next_version
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  keys {} live, {} deleted; {} valid entries, {} superseded, {} rejected",
         rep.keys,
         rep.tombstones,
         rep.entries_valid,
         rep.entries_superseded,
         rep.rejected()
-    );
-    println!();
-    println!(
+    )?;
+    crate::outln!()?;
+    crate::outln!(
         "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6} {:>10} {:>10}  problem",
-        "segment", "state", "client", "seq", "prev", "next", "count", "fill%", "live", "garbage"
-    );
+        "segment",
+        "state",
+        "client",
+        "seq",
+        "prev",
+        "next",
+        "count",
+        "fill%",
+        "live",
+        "garbage"
+    )?;
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
     for s in &ins.segments {
-        println!(
+        crate::outln!(
             "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6.1} {:>10} {:>10}  {}",
             s.id,
             s.state,
@@ -296,16 +315,23 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
             human_bytes(s.live_bytes),
             human_bytes(s.garbage_bytes),
             s.problem.as_deref().unwrap_or("")
-        );
+        )?;
     }
     if !ins.entries.is_empty() || f.entries || f.key.is_some() {
-        println!();
-        println!(
+        crate::outln!()?;
+        crate::outln!(
             "{:>7} {:>7} {:>10} {:>12} {:>9} {:<5} {:<10} {:<15} key",
-            "segment", "slot", "offset", "version", "value", "flags", "checksum", "status"
-        );
+            "segment",
+            "slot",
+            "offset",
+            "version",
+            "value",
+            "flags",
+            "checksum",
+            "status"
+        )?;
         for e in &ins.entries {
-            println!(
+            crate::outln!(
                 "{:>7} {:>7} {:>10} {:>12} {:>9} {:<5} {:<10} {:<15} {}",
                 e.segment,
                 e.slot,
@@ -319,7 +345,7 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
                     None => e.status.to_string(),
                 },
                 e.key
-            );
+            )?;
         }
     }
     Ok(())

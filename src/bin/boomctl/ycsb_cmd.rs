@@ -281,11 +281,16 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let w = CoreWorkload::new(&spec)?;
     let pcts = if pcts.is_empty() { spec.percentiles()? } else { pcts };
     if a.dry_run {
+        // One operation at a time: nothing is held, and a reader that stops early
+        // (`| head`) ends the run at once (a closed pipe is a normal exit, see main).
         let mut s = w.stream(spec.seed()?.unwrap_or(1), 0);
-        let mut out = std::io::stdout().lock();
-        for op in s.dry_run(a.print_ops)? {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for _ in 0..a.print_ops {
+            let op = s.next_op();
+            s.complete(&op)?;
             writeln!(out, "{op}")?;
         }
+        out.flush()?;
         return Ok(());
     }
     let cfg = w.config().clone();
