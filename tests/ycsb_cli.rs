@@ -172,3 +172,57 @@ fn a_closed_pipe_is_a_normal_exit() {
     run_into_closed_pipe(&["ycsb", "--mix", "b", "--dry-run", "--print-ops", "100000000"]);
     run_into_closed_pipe(&["completions", "bash"]);
 }
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = boomctl().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+#[test]
+fn first_contact_messages() {
+    // YCSB's file name as --mix, and upper case.
+    run(&["ycsb", "--mix", "workloadc", "--dry-run", "--print-ops", "1"]);
+    run(&["ycsb", "--mix", "B", "--dry-run", "--print-ops", "1"]);
+    fails_with(&["ycsb", "--mix", "z", "--dry-run"], "possible values: a, b, c, d, e, f");
+    // Sizes: binary units only; "kb" is ambiguous; 0 is no value.
+    run(&["ycsb", "--size", "2KiB", "--dry-run", "--print-ops", "1"]);
+    fails_with(&["ycsb", "--size", "2kb", "--dry-run"], "ambiguous");
+    fails_with(&["ycsb", "--size", "0", "--dry-run"], "at least 1 byte");
+    fails_with(&["ycsb", "--size", "0..4k", "--dry-run"], "at least 1 byte");
+    // A value over the server's limit says so before running.
+    fails_with(&["ycsb", "--size", "2m", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"], "over the limit");
+}
+
+#[test]
+fn tcp_prefix_parses_like_shm_prefix() {
+    use boomkv::transport::Endpoint;
+    let ep = Endpoint::parse("tcp:127.0.0.1:7470").unwrap();
+    assert_eq!(ep, Endpoint::parse("tcp://127.0.0.1:7470").unwrap());
+}
+
+#[test]
+fn falling_behind_the_target_is_reported() {
+    // No machine runs a debug build at 10^9 ops/s.
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "c",
+        "--quiet",
+        "--target",
+        "1000000000",
+        "-p",
+        "recordcount=50",
+        "-p",
+        "operationcount=500",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("fell behind --target"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out =
+        run(&["ycsb", "--mix", "c", "--quiet", "--target", "200", "-p", "recordcount=50", "-p", "operationcount=100"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("fell behind"));
+}

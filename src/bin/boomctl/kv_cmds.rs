@@ -350,6 +350,11 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
         writeln!(out, "{hex}")?;
     } else {
         out.write_all(&v)?;
+        // On a terminal, end the line so the prompt does not run into the value; in a
+        // pipe or file the bytes stay exactly the value.
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !v.ends_with(b"\n") {
+            out.write_all(b"\n")?;
+        }
     }
     Ok(())
 }
@@ -367,6 +372,11 @@ pub fn del(a: DelArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
     with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
+        // The protocol's DELETE does not say whether the key existed; ask first, so a
+        // missing key is reported (exit 1, like `get`) and no tombstone is written.
+        if c.get(a.key.as_bytes()).with_context(|| format!("GET {}", a.key))?.is_none() {
+            bail!("key not found: {}", a.key);
+        }
         let info = c.delete(a.key.as_bytes()).with_context(|| format!("DEL {}", a.key))?;
         eprintln!("deleted {} (version {})", a.key, info.version);
         Ok(())

@@ -21,13 +21,50 @@ use boomkv::workload::{names, CoreWorkload, WorkloadSpec};
 
 use crate::common::size_arg;
 
+/// A built-in workload (`--mix b`; YCSB's file names `workloadb` are accepted too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mix {
+    /// 50% reads, 50% updates.
+    #[value(alias = "workloada")]
+    A,
+    /// 95% reads, 5% updates.
+    #[value(alias = "workloadb")]
+    B,
+    /// Reads only.
+    #[value(alias = "workloadc")]
+    C,
+    /// 95% reads of the latest keys, 5% inserts.
+    #[value(alias = "workloadd")]
+    D,
+    /// 95% short scans, 5% inserts (--protocol boom only).
+    #[value(alias = "workloade")]
+    E,
+    /// 50% reads, 50% read-modify-writes.
+    #[value(alias = "workloadf")]
+    F,
+}
+
+impl Mix {
+    /// `a`..`f`.
+    pub fn letter(self) -> char {
+        match self {
+            Mix::A => 'a',
+            Mix::B => 'b',
+            Mix::C => 'c',
+            Mix::D => 'd',
+            Mix::E => 'e',
+            Mix::F => 'f',
+        }
+    }
+}
+
 /// Which workload, shared by `ycsb` and `load`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkloadArgs {
     /// A built-in YCSB workload: a (50/50 read/update), b (95/5), c (read only),
     /// d (read latest), e (scans), f (read-modify-write).
-    #[arg(long, value_name = "a..f", conflicts_with = "workload")]
-    pub mix: Option<char>,
+    #[arg(long, value_name = "a..f", conflicts_with = "workload", ignore_case = true)]
+    pub mix: Option<Mix>,
     /// A YCSB workload property file (any of YCSB's, or your own); YCSB's -P.
     /// Repeatable: later files override earlier ones.
     #[arg(long, short = 'P', value_name = "FILE")]
@@ -61,7 +98,7 @@ impl WorkloadArgs {
                 }
                 spec
             }
-            (None, Some(m)) => WorkloadSpec::from_mix(m)?,
+            (None, Some(m)) => WorkloadSpec::from_mix(m.letter())?,
             (None, None) => WorkloadSpec::from_mix('a')?,
         };
         for p in &self.props {
@@ -88,7 +125,7 @@ impl WorkloadArgs {
     pub fn label(&self) -> String {
         match (self.workload.last(), self.mix) {
             (Some(f), _) => f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            (None, Some(m)) => format!("workload{m}"),
+            (None, Some(m)) => format!("workload{}", m.letter()),
             (None, None) => "workloada".into(),
         }
     }
@@ -238,7 +275,7 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
     let r = crate::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
     print_report(&r, &spec.percentiles()?)?;
     if r.errors > 0 {
-        bail!("{} inserts failed", r.errors);
+        bail!("{} inserts failed (first: {})", r.errors, r.first_error.as_deref().unwrap_or("unknown"));
     }
     Ok(())
 }
@@ -413,7 +450,20 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
     }
     if result.errors > 0 {
-        eprintln!("boomctl: {} operations failed (see Return= rows)", result.errors);
+        eprintln!(
+            "boomctl: {} operations failed (see Return= rows); first: {}",
+            result.errors,
+            result.first_error.as_deref().unwrap_or("unknown")
+        );
+    }
+    if let Some(t) = run_opts.target {
+        let achieved = result.run.throughput();
+        if achieved < 0.95 * t {
+            eprintln!(
+                "boomctl: warning: fell behind --target {t} ops/s (achieved {achieved:.0} ops/s); \
+                 latencies from the intended start times (Intended-* rows) include the backlog"
+            );
+        }
     }
     Ok(())
 }
@@ -440,7 +490,12 @@ fn run_phases<T: Transport>(
         let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
         let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
         if r.errors > 0 {
-            bail!("load phase: {} of {} inserts failed", r.errors, r.run.operations);
+            bail!(
+                "load phase: {} of {} inserts failed (first: {})",
+                r.errors,
+                r.run.operations,
+                r.first_error.as_deref().unwrap_or("unknown")
+            );
         }
         if o.progress != Progress::Quiet {
             eprintln!(

@@ -111,6 +111,8 @@ pub struct RunResult {
     pub run: RunInfo,
     /// Operations that failed.
     pub errors: u64,
+    /// The first failure's message, if any failed.
+    pub first_error: Option<String>,
 }
 
 /// A source of values: a fixed random buffer, sliced.
@@ -126,6 +128,7 @@ struct Shared {
     errors: AtomicU64,
     stop: AtomicBool,
     fatal: std::sync::Mutex<Option<String>>,
+    first_error: std::sync::Mutex<Option<String>>,
 }
 
 /// The outcome of one operation: its status, an error message, and for a
@@ -232,11 +235,20 @@ fn phase<T: Transport>(
         errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         fatal: std::sync::Mutex::new(None),
+        first_error: std::sync::Mutex::new(None),
     });
     // Connect every client first, so connection set-up is not measured.
     let mut clients = Vec::new();
     for _ in 0..threads {
         clients.push(Client::connect(t, ep, copts.clone())?);
+    }
+    // The server announces its value limit: a workload above it would only fail every
+    // write, so say why before running anything.
+    if let Some(c) = clients.first() {
+        let largest = w.config().value_size.max();
+        if largest > u64::from(c.max_value()) {
+            return Err(Error::TooLarge { what: "workload value size", len: largest, limit: u64::from(c.max_value()) });
+        }
     }
     let (tx, rx) = mpsc::channel::<Measurements>();
     let mut handles = Vec::new();
@@ -290,7 +302,9 @@ fn phase<T: Transport>(
                 record(&mut m, &op, &outcome, s, end, intended);
                 stream.complete(&op)?;
                 if let Some(e) = outcome.error {
-                    sh.errors.fetch_add(1, Ordering::Relaxed);
+                    if sh.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                        sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                    }
                     if is_fatal(&e) {
                         sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
                         sh.stop.store(true, Ordering::Relaxed);
@@ -413,7 +427,8 @@ fn phase<T: Transport>(
         h.write_summary(&totals, &run)?;
         h.finish()?;
     }
-    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed) })
+    let first_error = sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error })
 }
 
 fn progress_bar(p: Progress, total: u64, label: &str) -> Option<indicatif::ProgressBar> {
