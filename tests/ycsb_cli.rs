@@ -226,3 +226,21 @@ fn falling_behind_the_target_is_reported() {
         run(&["ycsb", "--mix", "c", "--quiet", "--target", "200", "-p", "recordcount=50", "-p", "operationcount=100"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("fell behind"));
 }
+
+#[test]
+fn duration_alone_runs_for_the_duration() {
+    // workloadc says operationcount=1000; --duration without --ops runs by the clock.
+    let out = run(&["ycsb", "--mix", "c", "--quiet", "--duration", "2", "-p", "recordcount=100"]);
+    let r = rows(&out.stdout);
+    let runtime = num(&r, "OVERALL", "RunTime(ms)");
+    assert!((1900.0..4000.0).contains(&runtime), "{r:?}");
+    assert!(num(&r, "READ", "Operations") > 1000.0, "{r:?}");
+}
+
+#[test]
+fn an_embedded_pool_that_cannot_fit_says_why() {
+    fails_with(
+        &["ycsb", "--mix", "c", "--quiet", "--records", "100000000000", "--size", "16k"],
+        "the embedded pool needs",
+    );
+}

@@ -357,7 +357,8 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     };
     let run_opts = RunOptions {
         threads,
-        ops: cfg.operation_count,
+        // --duration alone bounds the run by time: it runs until the clock stops it.
+        ops: if a.duration.is_some() && a.ops.is_none() { u64::MAX } else { cfg.operation_count },
         duration: spec.max_execution_time()?,
         target: spec.target()?,
         warmup_ops: a.warmup,
@@ -379,11 +380,10 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         }
         None => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
-            let slot = cfg.value_size.max() + 64 + 32;
-            let keys = cfg.record_count + (cfg.operation_count as f64 * cfg.insert_proportion) as u64 + 1;
-            let logical = slot * (keys + cfg.operation_count);
-            let need = logical + (threads as u64 + 4) * ta.segment_size;
-            let pool_size = ta.pool_size.unwrap_or_else(|| need.max(256 << 20).next_power_of_two());
+            let pool_size = match ta.pool_size {
+                Some(p) => p,
+                None => embedded_pool_size(&cfg, run_opts.ops, threads, ta)?,
+            };
             let mut server = boomkv::server::ServerConfig { log_clients: false, ..Default::default() };
             if let Some(n) = ta.workers {
                 server.workers = n;
@@ -466,6 +466,54 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The embedded pool's size, from the key space (not the operation count: the cleaner
+/// reclaims what updates supersede): every key's largest entry twice over (live data
+/// plus room for the cleaner to work), a segment per client thread and four spare,
+/// at least 256 MiB, rounded up to a power of two. A run bounded only by time that
+/// inserts is sized for the record count to double. Fails with a hint when the pool
+/// directory's file system cannot hold it.
+fn embedded_pool_size(
+    cfg: &boomkv::workload::CoreConfig,
+    ops: u64,
+    threads: usize,
+    ta: &TargetArgs,
+) -> anyhow::Result<u64> {
+    let slot = cfg.value_size.max() + 64 + 32;
+    let inserts = if ops == u64::MAX {
+        if cfg.insert_proportion > 0.0 {
+            cfg.record_count
+        } else {
+            0
+        }
+    } else {
+        (ops as f64 * cfg.insert_proportion) as u64
+    };
+    let keys = cfg.record_count.saturating_add(inserts).saturating_add(1);
+    let need = slot
+        .saturating_mul(keys)
+        .saturating_mul(2)
+        .saturating_add((threads as u64 + 4).saturating_mul(ta.segment_size))
+        .max(256 << 20);
+    let size = need.checked_next_power_of_two().unwrap_or(need);
+    let dir = ta.pmem.clone().unwrap_or_else(boomkv::bench::embedded::default_parent);
+    if let Ok(fs) = rustix::fs::statvfs(&dir) {
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        if need > free {
+            bail!(
+                "the embedded pool needs {} for {keys} keys of up to {} each, but {} has {} free; \
+                 use fewer --records, a smaller --size, --pmem DIR on a larger file system, or --pool-size",
+                boomkv::units::human_bytes(need),
+                short_bytes(cfg.value_size.max()),
+                dir.display(),
+                boomkv::units::human_bytes(free)
+            );
+        }
+        // Sparse, but leave the file system room if the power of two would not fit.
+        return Ok(if size > free { need } else { size });
+    }
+    Ok(size)
 }
 
 /// The load phase (unless `no_load`), then the run phase (if `transactions`; else the

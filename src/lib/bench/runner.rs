@@ -340,7 +340,14 @@ fn phase<T: Transport>(
     };
     let mut totals = Measurements::new(opts.measurement);
     let mut interval = Measurements::new(opts.measurement);
-    let bar = progress_bar(opts.progress, total, &opts.label).map(|b| match &opts.bars {
+    // A run bounded by time only (`--duration` without `--ops`): the bar and the
+    // status lines follow the clock, not an operation count.
+    let timed = opts.duration.filter(|_| total == u64::MAX);
+    let bar_len = match timed {
+        Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        None => total,
+    };
+    let bar = progress_bar(opts.progress, bar_len, &opts.label, timed.is_some()).map(|b| match &opts.bars {
         Some(m) => m.add(b),
         None => b,
     });
@@ -355,7 +362,7 @@ fn phase<T: Transport>(
             interval_ms: last_line.elapsed().as_millis() as u64,
             total_ops: done,
             last_total_ops: last_done,
-            todo_ops: total.saturating_sub(done),
+            todo_ops: if timed.is_some() { 0 } else { total.saturating_sub(done) },
         };
         eprintln!("{}", status::line(SystemTime::now(), &p, acc));
     };
@@ -385,7 +392,18 @@ fn phase<T: Transport>(
         }
         let done = sh.done.load(Ordering::Relaxed);
         if let Some(b) = &bar {
-            b.set_position(done);
+            let secs = t0.elapsed().as_secs_f64();
+            let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+            match timed {
+                Some(_) => {
+                    b.set_position(u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX).min(bar_len));
+                    b.set_message(format!("{done} ops, {}", readable_rate(rate)));
+                }
+                None => {
+                    b.set_position(done);
+                    b.set_message(readable_rate(rate));
+                }
+            }
         } else if lines && last_line.elapsed() >= opts.status_interval {
             status_line(&status_acc.take(), last_line, last_done, done);
             last_line = Instant::now();
@@ -431,15 +449,30 @@ fn phase<T: Transport>(
     Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error })
 }
 
-fn progress_bar(p: Progress, total: u64, label: &str) -> Option<indicatif::ProgressBar> {
+/// `12.3k ops/s`, `1.25M ops/s`, `950 ops/s`.
+pub fn readable_rate(ops_per_sec: f64) -> String {
+    if ops_per_sec >= 1e6 {
+        format!("{:.2}M ops/s", ops_per_sec / 1e6)
+    } else if ops_per_sec >= 1e4 {
+        format!("{:.1}k ops/s", ops_per_sec / 1e3)
+    } else {
+        format!("{ops_per_sec:.0} ops/s")
+    }
+}
+
+fn progress_bar(p: Progress, len: u64, label: &str, timed: bool) -> Option<indicatif::ProgressBar> {
     if p != Progress::Bar {
         return None;
     }
-    let b = indicatif::ProgressBar::new(total);
-    let style = indicatif::ProgressStyle::with_template(
-        "{prefix:>8} [{elapsed_precise}] {wide_bar} {pos}/{len} ops {per_sec} eta {eta}",
-    )
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let b = indicatif::ProgressBar::new(len);
+    // A timed bar counts milliseconds: show the clock and the duration's ETA instead.
+    let template = if timed {
+        "{prefix:>8} [{elapsed_precise}] {wide_bar} {msg} eta {eta}"
+    } else {
+        "{prefix:>8} [{elapsed_precise}] {wide_bar} {pos}/{len} ops {msg} eta {eta}"
+    };
+    let style =
+        indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     b.set_style(style);
     b.set_prefix(label.to_string());
     Some(b)
