@@ -244,3 +244,61 @@ fn an_embedded_pool_that_cannot_fit_says_why() {
         "the embedded pool needs",
     );
 }
+
+#[test]
+fn every_export_carries_the_run_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, json) = (dir.path().join("r.csv"), dir.path().join("r.json"));
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "b",
+        "--quiet",
+        "--theta",
+        "1.1",
+        "--size",
+        "2k",
+        "--seed",
+        "7",
+        "-p",
+        "recordcount=50",
+        "-p",
+        "operationcount=100",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let r = rows(&out.stdout);
+    let cfg = |k: &str| r.get(&("CONFIG".to_string(), k.to_string())).cloned().unwrap_or_default();
+    assert_eq!(cfg("protocol"), "boom");
+    assert_eq!(cfg("value_size"), "2048");
+    assert_eq!(cfg("records"), "50");
+    assert_eq!(cfg("seed"), "7");
+    assert_eq!(cfg("distribution"), "zipfian (true Zipf, theta 1.1)");
+    assert!(!cfg("commit").is_empty() && !cfg("version").is_empty(), "{r:?}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    for col in [
+        "protocol",
+        "transport",
+        "records",
+        "operations",
+        "threads",
+        "value_size",
+        "distribution",
+        "seed",
+        "target",
+        "durability",
+        "flush",
+        "host",
+        "version",
+        "commit",
+    ] {
+        assert!(header.contains(&col), "no {col} in {header:?}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["config"]["distribution"], "zipfian (true Zipf, theta 1.1)");
+    assert_eq!(v["config"]["threads"], "1");
+}

@@ -26,7 +26,7 @@ use clap::Parser;
 /// server's persistent memory with one-sided RDMA operations, and the benchmarks
 /// that compare it with the protocols it claims to beat.
 #[derive(Parser, Debug)]
-#[command(name = "boomctl", version, about, long_about = None, propagate_version = true)]
+#[command(name = "boomctl", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BOOMKV_COMMIT"), ")"), about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

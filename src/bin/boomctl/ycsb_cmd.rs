@@ -403,6 +403,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             })
         }
     };
+    let config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
     let export = spec.export_file();
     let mut out: Box<dyn Write> = match &export {
         Some(p) => Box::new(std::io::BufWriter::new(
@@ -410,6 +411,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         )),
         None => Box::new(std::io::stdout().lock()),
     };
+    for (k, v) in &config {
+        writeln!(out, "[CONFIG], {k}, {v}")?;
+    }
     write_ycsb_text_in(&mut out, &result.measurements, &result.run, &pcts, a.latency_unit)?;
     if let Some(sp) = &space {
         for (k, name) in [
@@ -425,25 +429,19 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     drop(out);
-    let size_label = a.w.size.clone().unwrap_or_else(|| short_bytes(cfg.value_size.max()));
     if let Some(csv) = &a.csv {
-        let schema = CsvSchema::new(&["protocol", "transport", "workload", "value_size", "threads", "update_mode"])
-            .with_percentiles(&if pcts.is_empty() { vec![50.0, 95.0, 99.0, 99.9] } else { pcts.clone() });
-        let transport = ta.transport.map(|b| b.to_string()).unwrap_or_else(|| match &ta.server {
-            Some(s) => Endpoint::parse(s).map(|e| e.backend().to_string()).unwrap_or_default(),
-            None => "shm".into(),
+        let names: Vec<&str> = config.iter().map(|(k, _)| *k).collect();
+        let values: Vec<&str> = config.iter().map(|(_, v)| v.as_str()).collect();
+        let schema = CsvSchema::new(&names).with_percentiles(&if pcts.is_empty() {
+            vec![50.0, 95.0, 99.0, 99.9]
+        } else {
+            pcts.clone()
         });
-        let mode = format!("{:?}", ta.update_mode).to_lowercase();
-        append_csv(
-            csv,
-            &schema,
-            &[ta.protocol.name(), &transport, &a.w.label(), &size_label, &threads.to_string(), &mode],
-            &result.measurements,
-            &result.run,
-        )?;
+        append_csv(csv, &schema, &values, &result.measurements, &result.run)?;
     }
     if let Some(j) = &a.json {
         let mut v = json_report(&result.measurements, &result.run, &pcts, true);
+        v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
         if let Some(sp) = space {
             v["space"] = sp;
         }
@@ -466,6 +464,61 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The run's configuration, as `[CONFIG]` rows, CSV context columns and the JSON
+/// `config` object (same names everywhere).
+fn run_config(
+    a: &YcsbArgs,
+    cfg: &boomkv::workload::CoreConfig,
+    o: &RunOptions,
+    threads: usize,
+    seed: u64,
+    operations: u64,
+) -> Vec<(&'static str, String)> {
+    use boomkv::workload::RequestDistribution as D;
+    let ta = &a.target_args;
+    let transport = ta.transport.map(|b| b.to_string()).unwrap_or_else(|| match &ta.server {
+        Some(s) => Endpoint::parse(s).map(|e| e.backend().to_string()).unwrap_or_default(),
+        None => "shm".into(),
+    });
+    let (lo, hi) = (cfg.value_size.min(), cfg.value_size.max());
+    let value_bytes = if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") };
+    let distribution = match (&cfg.request_distribution, cfg.theta) {
+        (D::Zipfian, None) => "zipfian (YCSB scrambled, Gray et al. theta 0.99)".to_string(),
+        (D::Zipfian, Some(t)) => format!("zipfian (true Zipf, theta {t})"),
+        (D::Latest, None) => "latest (YCSB, Gray et al. theta 0.99)".to_string(),
+        (D::Latest, Some(t)) => format!("latest (true Zipf, theta {t})"),
+        (D::Uniform, _) => "uniform".into(),
+        (D::Hotspot { data_fraction, opn_fraction }, _) => {
+            format!("hotspot ({data_fraction} of keys get {opn_fraction} of ops)")
+        }
+        (D::Sequential, _) => "sequential".into(),
+        (D::Exponential { percentile, frac }, _) => format!("exponential (percentile {percentile} frac {frac})"),
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let (durability, flush) = match &ta.server {
+        Some(_) => ("server's".to_string(), "server's".to_string()),
+        None => ("flush".to_string(), "best available".to_string()),
+    };
+    vec![
+        ("protocol", ta.protocol.name().to_string()),
+        ("transport", transport),
+        ("workload", a.w.label()),
+        ("records", cfg.record_count.to_string()),
+        ("operations", operations.to_string()),
+        ("threads", threads.to_string()),
+        ("value_size", value_bytes),
+        ("distribution", distribution),
+        ("seed", seed.to_string()),
+        ("target", o.target.map(|t| t.to_string()).unwrap_or_else(|| "none".into())),
+        ("update_mode", format!("{:?}", ta.update_mode).to_lowercase()),
+        ("durability", durability),
+        ("flush", flush),
+        ("host", host),
+        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("commit", env!("BOOMKV_COMMIT").to_string()),
+    ]
 }
 
 /// The embedded pool's size, from the key space (not the operation count: the cleaner
