@@ -29,6 +29,9 @@ pub struct RecoverArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// List the keys that survived (live, in key order, printable), after the summary.
+    #[arg(long)]
+    keys: bool,
     /// Benchmark: build a pool of --bench-size filled with --value-size entries in
     /// --bench-dir, then time recovery against one sequential read of the same file.
     #[arg(long)]
@@ -61,14 +64,12 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
         return recover_bench(&a);
     }
     let arg = a.pmem.and_then(|p| p.pmem).context("--pmem is required")?;
+    // --keys lists them in order: the ordered index has them sorted.
+    let index = if a.keys { IndexKind::Ordered } else { IndexKind::Hash };
     let opts = if a.repair {
-        PoolOptions {
-            media: MediaOptions { create: false, ..Default::default() },
-            index: IndexKind::Hash,
-            ..Default::default()
-        }
+        PoolOptions { media: MediaOptions { create: false, ..Default::default() }, index, ..Default::default() }
     } else {
-        read_only_options(IndexKind::Hash)
+        read_only_options(index)
     };
     let (pool, rep) = Pool::open(&arg, &opts)?;
     if a.json {
@@ -77,9 +78,22 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
             "header": pool.header(),
             "uuid": pool.header().uuid_hex(),
             "recovery": rep,
+            "keys": if a.keys { Some(live_keys(&pool)?) } else { None },
         }));
     }
-    print_summary(&pool, &rep)
+    print_summary(&pool, &rep)?;
+    if a.keys {
+        crate::outln!()?;
+        for k in live_keys(&pool)? {
+            crate::outln!("{k}")?;
+        }
+    }
+    Ok(())
+}
+
+/// The live keys of a pool opened with the ordered index, printable, in key order.
+fn live_keys(pool: &Pool) -> anyhow::Result<Vec<String>> {
+    Ok(pool.index().scan(b"", usize::MAX)?.into_iter().map(|(k, _)| boomkv::log::inspect::printable_key(&k)).collect())
 }
 
 fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
@@ -250,6 +264,9 @@ pub struct InspectArgs {
     /// Also list free segments.
     #[arg(long)]
     free: bool,
+    /// Also show each entry's value (printable: other bytes as \xNN; implies --entries).
+    #[arg(long)]
+    values: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -261,8 +278,9 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         segment: a.segment,
         key: a.key.map(String::into_bytes),
         client: a.client,
-        entries: a.entries,
+        entries: a.entries || a.values,
         free: a.free,
+        values: a.values,
     };
     let ins = inspect(&pool, &rep, &f);
     if a.json {
@@ -286,36 +304,43 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         rep.entries_superseded,
         rep.rejected()
     )?;
-    crate::outln!()?;
-    crate::outln!(
-        "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6} {:>10} {:>10}  problem",
-        "segment",
-        "state",
-        "client",
-        "seq",
-        "prev",
-        "next",
-        "count",
-        "fill%",
-        "live",
-        "garbage"
-    )?;
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-    for s in &ins.segments {
+    let owner = |v: Option<u64>| match v {
+        Some(boomkv::log::format::CLEANER_OWNER) => "cleaner".to_string(),
+        other => opt(other),
+    };
+    // With --key the entries are the answer; the segment table would bury them.
+    if f.key.is_none() {
+        crate::outln!()?;
         crate::outln!(
-            "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6.1} {:>10} {:>10}  {}",
-            s.id,
-            s.state,
-            opt(s.owner),
-            opt(s.log_seq),
-            opt(s.prev),
-            opt(s.next),
-            s.count,
-            s.fill_percent,
-            human_bytes(s.live_bytes),
-            human_bytes(s.garbage_bytes),
-            s.problem.as_deref().unwrap_or("")
+            "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6} {:>10} {:>10}  problem",
+            "segment",
+            "state",
+            "client",
+            "seq",
+            "prev",
+            "next",
+            "count",
+            "fill%",
+            "live",
+            "garbage"
         )?;
+        for s in &ins.segments {
+            crate::outln!(
+                "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6.1} {:>10} {:>10}  {}",
+                s.id,
+                s.state,
+                owner(s.owner),
+                opt(s.log_seq),
+                opt(s.prev),
+                opt(s.next),
+                s.count,
+                s.fill_percent,
+                human_bytes(s.live_bytes),
+                human_bytes(s.garbage_bytes),
+                s.problem.as_deref().unwrap_or("")
+            )?;
+        }
     }
     if !ins.entries.is_empty() || f.entries || f.key.is_some() {
         crate::outln!()?;
@@ -346,7 +371,16 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
                 },
                 e.key
             )?;
+            if let Some(v) = &e.value {
+                crate::outln!("{:>7} {:>7} value: {v}", "", "")?;
+            }
         }
+        crate::outln!()?;
+        crate::outln!("flags: T = tombstone (a DELETE), - = a value")?;
+        crate::outln!(
+            "status: live = what a GET returns; deleted = the key's live tombstone; superseded = an older \
+             version; rejected = failed a check (reason given)"
+        )?;
     }
     Ok(())
 }
