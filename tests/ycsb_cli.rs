@@ -302,3 +302,13 @@ fn every_export_carries_the_run_configuration() {
     assert_eq!(v["config"]["distribution"], "zipfian (true Zipf, theta 1.1)");
     assert_eq!(v["config"]["threads"], "1");
 }
+
+#[test]
+fn help_has_examples_and_completions_know_the_values() {
+    let help = String::from_utf8(run(&["--help"]).stdout).unwrap();
+    assert!(help.contains("Examples:") && help.contains("boomctl ycsb --mix b --size 2k"), "{help}");
+    let bash = String::from_utf8(run(&["completions", "bash"]).stdout).unwrap();
+    for values in ["boom rdmp rpc", "clwb clflushopt clflush none", "a b c d e f", "segment-size skew writeback"] {
+        assert!(bash.contains(values), "no completion for {values}");
+    }
+}

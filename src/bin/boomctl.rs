@@ -26,7 +26,22 @@ use clap::Parser;
 /// server's persistent memory with one-sided RDMA operations, and the benchmarks
 /// that compare it with the protocols it claims to beat.
 #[derive(Parser, Debug)]
-#[command(name = "boomctl", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BOOMKV_COMMIT"), ")"), about, long_about = None, propagate_version = true)]
+#[command(
+    name = "boomctl",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BOOMKV_COMMIT"), ")"),
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = "Examples:
+  boomctl ycsb --mix b --size 2k                   # YCSB B, 2 KiB values, embedded server (nothing to set up)
+  boomctl ycsb -P workloads/workloada -threads 2 -target 1000 -s -p recordcount=1000   # a YCSB command line
+  boomctl serve --pmem /mnt/pmem0 --listen 0.0.0.0:7470
+  boomctl put --server 10.0.0.5:7470 user42 hello && boomctl get --server 10.0.0.5:7470 user42
+  boomctl sweep latency --quick                    # the paper's figures 13 and 14 on this machine
+  boomctl recover --pmem /mnt/pmem0 --keys         # what survived, offline
+
+Each command has its own --help with more examples."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -22,6 +22,19 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+use clap::builder::TypedValueParser as _;
+
+/// `--protocol`: the three protocols, named for shell completion.
+pub fn protocol_parser() -> impl clap::builder::TypedValueParser<Value = boomkv::wire::Protocol> {
+    clap::builder::PossibleValuesParser::new(["boom", "rdmp", "rpc"]).try_map(|s| s.parse::<boomkv::wire::Protocol>())
+}
+
+/// `--flush`: the write-back instructions, named for shell completion.
+pub fn flush_parser() -> impl clap::builder::TypedValueParser<Value = FlushKind> {
+    clap::builder::PossibleValuesParser::new(["clwb", "clflushopt", "clflush", "none"])
+        .try_map(|s| s.parse::<FlushKind>())
+}
+
 /// Parses a byte size for clap (`2k`, `64M`, `1G`).
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_bytes(s).map_err(|e| e.to_string())
@@ -46,7 +59,7 @@ pub struct MediaArgs {
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "64M")]
     pub segment_size: u64,
     /// Cache-line write-back instruction [default: the best this CPU has].
-    #[arg(long, value_name = "clwb|clflushopt|clflush|none")]
+    #[arg(long, value_name = "clwb|clflushopt|clflush|none", value_parser = flush_parser())]
     pub flush: Option<FlushKind>,
     /// How durability is reached: `flush` (write-back + fence; enough on DAX or eADR) or
     /// `msync` (also msync the pages: needed for power-loss durability off DAX; slow).

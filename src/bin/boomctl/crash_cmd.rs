@@ -22,7 +22,7 @@ pub struct CrashArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Protocol the clients speak.
-    #[arg(long, default_value = "boom")]
+    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
     /// Client threads.
     #[arg(long, default_value_t = 3)]

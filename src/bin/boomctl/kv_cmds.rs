@@ -244,7 +244,7 @@ pub struct ClientArgs {
     #[arg(long, value_name = "shm|tcp|verbs")]
     pub transport: Option<Backend>,
     /// Protocol: boom (one round trip), rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
-    #[arg(long, value_name = "boom|rdmp|rpc", default_value = "boom")]
+    #[arg(long, value_name = "boom|rdmp|rpc", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// Seconds to wait for the server before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10)]

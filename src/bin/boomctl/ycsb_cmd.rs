@@ -142,7 +142,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "shm|tcp")]
     pub transport: Option<Backend>,
     /// Protocol: boom, rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
-    #[arg(long, default_value = "boom")]
+    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// BOOM updates: hybrid (append + in place) or append (append only).
     #[arg(long, value_name = "hybrid|append", default_value = "hybrid")]
@@ -246,7 +246,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "shm|tcp")]
     transport: Option<Backend>,
     /// Protocol.
-    #[arg(long, default_value = "boom")]
+    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
