@@ -31,7 +31,7 @@ pub enum Progress {
     /// A live bar on standard error (a terminal).
     Bar,
     /// YCSB's status lines on standard error every `status_interval` (not a
-    /// terminal, or YCSB's `-s`); see [`status`](super::status).
+    /// terminal, or YCSB's `-s`); see [`super::status`].
     Lines,
     /// Nothing.
     Quiet,
