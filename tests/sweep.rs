@@ -210,7 +210,8 @@ fn bad_input_is_reported_with_the_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes"), "{}", String::from_utf8_lossy(&out.stderr));
     let out = boomctl().args(["sweep", "nonsense"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid value 'nonsense'") && err.contains("possible values: transport, latency"), "{err}");
 
     // A grid file from workloads/.
     let g = dir.path().join("g.grid");

@@ -40,7 +40,8 @@ pub struct SweepArgs {
             "transport", "latency", "breakdown", "ycsb", "segment-size", "skew", "writeback", "threads", "all",
         ]),
         value_delimiter = ',',
-        num_args = 1
+        num_args = 1,
+        ignore_case = true
     )]
     preset: Vec<String>,
     /// Small op counts and fewer points (latency --quick takes under 2 minutes).

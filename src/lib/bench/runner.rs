@@ -428,6 +428,11 @@ fn phase<T: Transport>(
     }
     if let Some(b) = bar {
         b.finish_and_clear();
+        // A finished bar stays in a MultiProgress (as an empty line that pushes the
+        // sweep's overall bar down, run after run) until it is removed.
+        if let Some(m) = &opts.bars {
+            m.remove(&b);
+        }
     }
     let now = SystemTime::now();
     if let Some(h) = hlog.as_mut() {
