@@ -305,10 +305,6 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         rep.rejected()
     )?;
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-    let owner = |v: Option<u64>| match v {
-        Some(boomkv::log::format::CLEANER_OWNER) => "cleaner".to_string(),
-        other => opt(other),
-    };
     // With --key the entries are the answer; the segment table would bury them.
     if f.key.is_none() {
         crate::outln!()?;
@@ -330,7 +326,7 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
                 "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6.1} {:>10} {:>10}  {}",
                 s.id,
                 s.state,
-                owner(s.owner),
+                owner_label(s.owner),
                 opt(s.log_seq),
                 opt(s.prev),
                 opt(s.next),
@@ -383,4 +379,24 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A segment's owner for people: the client id, "cleaner" for the cleaner's own
+/// segments, "-" for none.
+fn owner_label(owner: Option<u64>) -> String {
+    match owner {
+        Some(boomkv::log::format::CLEANER_OWNER) => "cleaner".to_string(),
+        Some(id) => id.to_string(),
+        None => "-".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cleaner_is_named() {
+        assert_eq!(super::owner_label(Some(boomkv::log::format::CLEANER_OWNER)), "cleaner");
+        assert_eq!(super::owner_label(Some(3)), "3");
+        assert_eq!(super::owner_label(None), "-");
+    }
 }
