@@ -2,7 +2,8 @@
 # Checks that HdrHistogram's own Java tools read boomkv's interval logs (.hlog).
 #
 # Writes a sample log with `cargo run --example hlog_sample`, runs
-# org.HdrHistogram.HistogramLogProcessor on every tag in it, and compares the
+# org.HdrHistogram.HistogramLogProcessor on it with no flags but -i (as a user
+# would first), then on the untagged total and every tag, and compares the
 # total count, max, median and 99th percentile the Java tool reports with what the
 # Rust side computed from the same histograms. Fails on any error or mismatch.
 #
@@ -44,6 +45,24 @@ if [[ ! -s "$work/expected.txt" ]]; then
 fi
 
 failures=0
+# No flags but -i: the Java tool reads the untagged lines and must not fail.
+if ! java -cp "$jar" org.HdrHistogram.HistogramLogProcessor -i "$work/sample.hlog" \
+    >"$work/plain.stdout" 2>"$work/plain.stderr" || grep -qiE 'exception|error' "$work/plain.stderr"; then
+    echo "FAIL HistogramLogProcessor -i sample.hlog (no other flags):" >&2
+    cat "$work/plain.stderr" >&2
+    failures=$((failures + 1))
+else
+    want_total=$(awk '/^tag=UNTAGGED /{for(i=1;i<=NF;i++) if ($i ~ /^count=/) print substr($i,7)}' "$work/expected.txt")
+    # Without -o the percentile distribution goes to stdout, ending with
+    # "#[Max     =        0.220, Total count    =       100000]" (milliseconds).
+    got_total=$(grep -E '^#\[Max' "$work/plain.stdout" | sed -E 's/.*Total count *= *([0-9]+)\].*/\1/' || true)
+    if [[ "$got_total" != "$want_total" ]]; then
+        echo "FAIL no-flag run: total count $got_total in Java, $want_total in Rust" >&2
+        failures=$((failures + 1))
+    else
+        echo "ok   HistogramLogProcessor -i sample.hlog (no flags): total count $got_total"
+    fi
+fi
 while read -r line; do
     # tag=READ count=89987 max_ns=220415 p50_ns=12079 p99_ns=21999
     declare -A want=()
@@ -52,8 +71,12 @@ while read -r line; do
     done
     tag=${want[tag]}
     out="$work/out-$tag"
+    tag_args=(-tag "$tag")
+    if [[ $tag == UNTAGGED ]]; then
+        tag_args=()
+    fi
     if ! java -cp "$jar" org.HdrHistogram.HistogramLogProcessor \
-        -i "$work/sample.hlog" -tag "$tag" -o "$out" -outputValueUnitRatio 1 \
+        -i "$work/sample.hlog" "${tag_args[@]}" -o "$out" -outputValueUnitRatio 1 \
         >"$out.stdout" 2>"$out.stderr"; then
         echo "FAIL $tag: HistogramLogProcessor exited with an error:" >&2
         cat "$out.stderr" >&2

@@ -4,7 +4,8 @@
 //! `cargo run --example hlog_sample -- out.hlog` writes `out.hlog` (5 one-second
 //! intervals; tags READ, READ-FAILED, UPDATE, Intended-READ, Intended-READ-FAILED,
 //! Intended-UPDATE) and prints one line per tag:
-//! `tag=<TAG> count=<N> max_ns=<MAX> p50_ns=<P50> p99_ns=<P99>`, computed from the same
+//! `tag=<TAG> count=<N> max_ns=<MAX> p50_ns=<P50> p99_ns=<P99>` (first `tag=UNTAGGED`, the
+//! all-operations line the Java tools read without `-tag`), computed from the same
 //! histograms with the Rust crate. `ci/check-hdr-java.sh` compares these with the
 //! output of `org.HdrHistogram.HistogramLogProcessor`.
 
@@ -57,6 +58,21 @@ fn run(path: &std::path::Path) -> boomkv::Result<()> {
     }
     log.write_summary(&totals, &RunInfo { runtime: Duration::from_secs(5), operations })?;
     log.finish()?;
+    // The untagged line of each interval: what the Java tools read without -tag.
+    let mut all = boomkv::bench::measure::new_histogram();
+    for (name, series) in totals.series() {
+        if boomkv::bench::hlog::counts_in_total(name) {
+            all.add(series.histogram()).map_err(|e| boomkv::Error::invalid(format!("{e:?}")))?;
+        }
+    }
+    println!(
+        "tag={} count={} max_ns={} p50_ns={} p99_ns={}",
+        boomkv::bench::hlog::UNTAGGED,
+        all.len(),
+        all.max(),
+        all.value_at_quantile(0.5),
+        all.value_at_quantile(0.99)
+    );
     for (name, series) in totals.series() {
         let h = series.histogram();
         println!(

@@ -76,6 +76,13 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     let out = run(&["put", "--server", &tcp, "k", "--value-file", big.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("over the limit"));
+    // deleting a missing key is "not found", exit 1, like get
+    let out = run(&["del", "--server", &tcp, "never-written"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("key not found: never-written"));
+    // `tcp:host:port`, like `shm:/path`
+    let tcp_prefixed = format!("tcp:{tcp}");
+    assert_eq!(run(&["get", "--server", &tcp_prefixed, "bin", "--hex"]).stdout, b"000102ff\n");
     let out = run(&["stats", "--server", &shm]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("puts"));
     // SIGTERM stops it cleanly with status 0

@@ -105,3 +105,47 @@ fn shell_completions() {
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(s.contains("_boomctl") && s.contains("inspect-log") && s.contains("crashtest"));
 }
+
+#[test]
+fn inspect_log_and_recover_into_a_closed_pipe_exit_normally() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    for args in [&["inspect-log", "--entries", "--pmem"][..], &["recover", "--pmem"][..]] {
+        let mut child = boomctl()
+            .args(args)
+            .arg(&pool)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn inspect_log_names_the_cleaner_shows_values_and_recover_lists_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    // --key: only the entries (no segment table), with values and the legend.
+    let out = boomctl().args(["inspect-log", "--key", "user7", "--values", "--pmem"]).arg(&pool).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(!s.contains("fill%"), "segment table reprinted with --key:\n{s}");
+    assert!(s.lines().any(|l| l.trim_start().starts_with("value: vvvv")), "{s}");
+    assert!(s.contains("flags: T = tombstone"), "{s}");
+    // recover --keys: the 100 live keys (user5 deleted), in order, printable.
+    let out = boomctl().args(["recover", "--keys", "--pmem"]).arg(&pool).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let keys: Vec<&str> = s.lines().skip_while(|l| !l.is_empty()).skip(1).collect();
+    assert_eq!(keys.len(), 100, "{s}");
+    assert!(keys.contains(&"user0") && !keys.contains(&"user5"), "{s}");
+    assert!(keys.contains(&"we\"ird\\\\key\\x01"), "{s}");
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+}

@@ -26,7 +26,22 @@ use clap::Parser;
 /// server's persistent memory with one-sided RDMA operations, and the benchmarks
 /// that compare it with the protocols it claims to beat.
 #[derive(Parser, Debug)]
-#[command(name = "boomctl", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "boomctl",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BOOMKV_COMMIT"), ")"),
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = "Examples:
+  boomctl ycsb --mix b --size 2k                   # YCSB B, 2 KiB values, embedded server (nothing to set up)
+  boomctl ycsb -P workloads/workloada -threads 2 -target 1000 -s -p recordcount=1000   # a YCSB command line
+  boomctl serve --pmem /mnt/pmem0 --listen 0.0.0.0:7470
+  boomctl put --server 10.0.0.5:7470 user42 hello && boomctl get --server 10.0.0.5:7470 user42
+  boomctl sweep latency --quick                    # the paper's figures 13 and 14 on this machine
+  boomctl recover --pmem /mnt/pmem0 --keys         # what survived, offline
+
+Each command has its own --help with more examples."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -68,8 +83,38 @@ enum Command {
     Sweep(sweep_cmd::SweepArgs),
 }
 
+/// YCSB's own single-dash flags after `ycsb` (`-threads 2`, `-target 1000`, `-load`,
+/// `-t`, `-db X`), rewritten to boomctl's, so a YCSB command line works unchanged
+/// after `boomctl ycsb`. (`-P`, `-p` and `-s` are boomctl flags as they are.)
+fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let Some(pos) = args.iter().position(|a| a == "ycsb") else { return args };
+    if args[1..pos].iter().any(|a| !a.to_string_lossy().starts_with('-')) {
+        return args; // "ycsb" is a value of another subcommand
+    }
+    let mut out: Vec<std::ffi::OsString> = args[..=pos].to_vec();
+    let mut it = args[pos + 1..].iter().cloned();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-threads") => out.push("--threads".into()),
+            Some("-target") => out.push("--target".into()),
+            Some("-load") => out.extend(["-p".into(), "dotransactions=false".into()]),
+            Some("-t") => {}
+            Some("-db") => {
+                let db = it.next().unwrap_or_default();
+                eprintln!("boomctl: warning: -db {} ignored: the database is boomkv", db.to_string_lossy());
+            }
+            Some("--") => {
+                out.push(a);
+                out.extend(it.by_ref());
+            }
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(ycsb_compat_args(std::env::args_os().collect()));
     let r = match cli.command {
         Command::Serve(a) => kv_cmds::serve(a),
         Command::Put(a) => kv_cmds::put(a),
@@ -84,13 +129,18 @@ fn main() -> ExitCode {
         Command::BenchTransport(a) => bench_transport::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut std::io::stdout());
-            Ok(())
+            use std::io::Write as _;
+            // Into memory first: clap_complete panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut script);
+            std::io::stdout().lock().write_all(&script).map_err(anyhow::Error::from)
         }
         Command::Sweep(a) => sweep_cmd::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`| head`) is a normal end, not a failure.
+        Err(e) if common::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("boomctl: error: {e:#}");
             ExitCode::FAILURE

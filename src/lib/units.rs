@@ -2,19 +2,36 @@
 
 use crate::error::{Error, Result};
 
-/// Parses a byte count: a number with an optional binary suffix `k`/`K`/`KiB`/`KB`
-/// (1024), `m`/`MiB`, `g`/`GiB`, `t`/`TiB`; `b`/`B` or none for bytes.
+/// Parses a byte count: a number with an optional binary suffix, any case: `k`,
+/// `KiB` (1024), `m`, `MiB`, `g`, `GiB`, `t`, `TiB`; `b` or none for bytes.
+///
+/// `kb`, `KB`, `MB`... are refused: they mean 1000 to some and 1024 to others, and a
+/// silent guess either way mis-sizes a benchmark. Every unit here is a power of 1024.
 pub fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, suf) = t.split_at(split);
-    let mult: u64 = match suf.trim().to_ascii_lowercase().as_str() {
+    let suf = suf.trim();
+    let mult: u64 = match suf.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(Error::invalid(format!("'{s}': unknown size suffix '{other}' (use k, M, G or T)"))),
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" | "mb" | "gb" | "tb" => {
+            let unit = &suf[..1];
+            return Err(Error::invalid(format!(
+                "'{s}' is ambiguous ({}B means 1000 or 1024): write {num}{unit} or {num}{}iB for powers of 1024, \
+                 or the number of bytes",
+                unit.to_ascii_uppercase(),
+                unit.to_ascii_uppercase()
+            )));
+        }
+        other => {
+            return Err(Error::invalid(format!(
+                "'{s}': unknown size suffix '{other}' (use k, M, G or T; or KiB, MiB...)"
+            )))
+        }
     };
     if num.is_empty() {
         return Err(Error::invalid(format!("'{s}' is not a size (examples: 64, 2k, 64M, 1G)")));
@@ -72,7 +89,11 @@ mod tests {
         assert_eq!(parse_bytes("64MiB").unwrap(), 64 << 20);
         assert_eq!(parse_bytes("1G").unwrap(), 1 << 30);
         assert_eq!(parse_bytes("1.5k").unwrap(), 1536);
-        assert_eq!(parse_bytes(" 16 kb ").unwrap(), 16384);
+        assert_eq!(parse_bytes(" 16 kib ").unwrap(), 16384);
+        for ambiguous in ["16kb", "16KB", "16kB", "1MB", "1gb", "2TB"] {
+            let e = parse_bytes(ambiguous).unwrap_err().to_string();
+            assert!(e.contains("ambiguous"), "{ambiguous}: {e}");
+        }
         for bad in ["", "k", "12q", "-1", "1.3", "abc", "1e400"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }

@@ -72,7 +72,7 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.csv {
         let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         report.write_csv(&mut f).with_context(|| format!("writing {}", path.display()))?;
-        println!(" csv: {}", path.display());
+        crate::outln!(" csv: {}", path.display())?;
     }
     if args.strict {
         let failed: Vec<_> = report.checks.iter().filter(|c| !c.passed()).map(|c| c.what.clone()).collect();

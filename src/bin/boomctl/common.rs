@@ -7,6 +7,34 @@ use boomkv::log::PoolOptions;
 use boomkv::pmem::{Durability, FlushKind, MediaOptions};
 use boomkv::units::parse_bytes;
 
+/// `println!` that returns the write error instead of panicking, so a closed pipe
+/// (`boomctl inspect-log | head`) ends the command normally (see `main`).
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// Is this error, anywhere in its chain, a closed pipe on our output?
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+use clap::builder::TypedValueParser as _;
+
+/// `--protocol`: the three protocols, named for shell completion.
+pub fn protocol_parser() -> impl clap::builder::TypedValueParser<Value = boomkv::wire::Protocol> {
+    clap::builder::PossibleValuesParser::new(["boom", "rdmp", "rpc"]).try_map(|s| s.parse::<boomkv::wire::Protocol>())
+}
+
+/// `--flush`: the write-back instructions, named for shell completion.
+pub fn flush_parser() -> impl clap::builder::TypedValueParser<Value = FlushKind> {
+    clap::builder::PossibleValuesParser::new(["clwb", "clflushopt", "clflush", "none"])
+        .try_map(|s| s.parse::<FlushKind>())
+}
+
 /// Parses a byte size for clap (`2k`, `64M`, `1G`).
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_bytes(s).map_err(|e| e.to_string())
@@ -31,7 +59,7 @@ pub struct MediaArgs {
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "64M")]
     pub segment_size: u64,
     /// Cache-line write-back instruction [default: the best this CPU has].
-    #[arg(long, value_name = "clwb|clflushopt|clflush|none")]
+    #[arg(long, value_name = "clwb|clflushopt|clflush|none", value_parser = flush_parser())]
     pub flush: Option<FlushKind>,
     /// How durability is reached: `flush` (write-back + fence; enough on DAX or eADR) or
     /// `msync` (also msync the pages: needed for power-loss durability off DAX; slow).
@@ -71,7 +99,7 @@ pub fn read_only_options(index: IndexKind) -> PoolOptions {
 /// Writes `v` as pretty JSON to stdout.
 pub fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v)?;
-    println!("{s}");
+    crate::outln!("{s}")?;
     Ok(())
 }
 

@@ -22,7 +22,7 @@ pub struct CrashArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Protocol the clients speak.
-    #[arg(long, default_value = "boom")]
+    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
     /// Client threads.
     #[arg(long, default_value_t = 3)]
@@ -106,24 +106,24 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
     };
     let rep = crate::with_transport!(a.transport, t => crashtest::run(&t, a.transport, &o, show)?);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&rep)?)?;
     } else {
-        println!("crashes simulated          {}", rep.crashes);
-        println!("acknowledged writes checked {}", rep.acked_checked);
-        println!("lost                       {}", rep.lost);
-        println!("corrupted                  {}", rep.corrupted);
-        println!("time                       {:.1} s", rep.elapsed_s);
+        crate::outln!("crashes simulated          {}", rep.crashes)?;
+        crate::outln!("acknowledged writes checked {}", rep.acked_checked)?;
+        crate::outln!("lost                       {}", rep.lost)?;
+        crate::outln!("corrupted                  {}", rep.corrupted)?;
+        crate::outln!("time                       {:.1} s", rep.elapsed_s)?;
         for f in &rep.failures {
-            println!("FAILED at seed {} (crash point {}):", f.seed, f.crash_point);
+            crate::outln!("FAILED at seed {} (crash point {}):", f.seed, f.crash_point)?;
             for v in f.violations.iter().take(5) {
-                println!("  {}: {}", v.kind, v.detail);
+                crate::outln!("  {}: {}", v.kind, v.detail)?;
             }
-            println!(
+            crate::outln!(
                 "  replay: boomctl crashtest --iterations 1 --seed {} --protocol {} --threads {} --ops {} --keys {} --max-value {} --transport {} --keep {}{}{}",
                 f.seed, a.protocol, o.threads, o.ops, o.keys, o.max_value, a.transport, a.keep,
                 if a.no_tear { " --no-tear" } else { "" },
                 if a.no_cleaner { " --no-cleaner" } else { "" },
-            );
+            )?;
         }
     }
     if rep.lost + rep.corrupted > 0 {

@@ -246,7 +246,7 @@ pub struct ClientArgs {
     #[arg(long, value_name = "shm|tcp|verbs")]
     pub transport: Option<Backend>,
     /// Protocol: boom (one round trip), rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
-    #[arg(long, value_name = "boom|rdmp|rpc", default_value = "boom")]
+    #[arg(long, value_name = "boom|rdmp|rpc", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// Seconds to wait for the server before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
@@ -352,6 +352,11 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
         writeln!(out, "{hex}")?;
     } else {
         out.write_all(&v)?;
+        // On a terminal, end the line so the prompt does not run into the value; in a
+        // pipe or file the bytes stay exactly the value.
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !v.ends_with(b"\n") {
+            out.write_all(b"\n")?;
+        }
     }
     Ok(())
 }
@@ -369,6 +374,11 @@ pub fn del(a: DelArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
     with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
+        // The protocol's DELETE does not say whether the key existed; ask first, so a
+        // missing key is reported (exit 1, like `get`) and no tombstone is written.
+        if c.get(a.key.as_bytes()).with_context(|| format!("GET {}", a.key))?.is_none() {
+            bail!("key not found: {}", a.key);
+        }
         let info = c.delete(a.key.as_bytes()).with_context(|| format!("DEL {}", a.key))?;
         eprintln!("deleted {} (version {})", a.key, info.version);
         Ok(())
@@ -392,26 +402,26 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         c.stats()?
     });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&s)?)?;
         return Ok(());
     }
     let n = |k: &str| s[k].as_u64().unwrap_or(0);
     let sp = &s["space"];
     let sn = |k: &str| sp[k].as_u64().unwrap_or(0);
-    println!(
+    crate::outln!(
         "uptime        {:.0} s, {} workers, flush {}, index {}",
         s["uptime_s"].as_f64().unwrap_or(0.0),
         n("workers"),
         s["flush_kind"].as_str().unwrap_or("?"),
         s["index"].as_str().unwrap_or("?")
-    );
-    println!(
+    )?;
+    crate::outln!(
         "clients       {} connected, {} since start, {} refused",
         n("clients"),
         n("clients_total"),
         n("clients_refused")
-    );
-    println!(
+    )?;
+    crate::outln!(
         "operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors",
         n("puts"),
         n("dels"),
@@ -419,35 +429,40 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         n("not_found"),
         n("scans"),
         n("errors")
-    );
-    println!("keys          {} indexed", n("index_entries"));
-    println!(
+    )?;
+    crate::outln!("keys          {} indexed", n("index_entries"))?;
+    crate::outln!(
         "space         {} appended, {} updated in place, {} live, {} garbage",
         human_bytes(sn("bytes_appended")),
         human_bytes(sn("bytes_in_place")),
         human_bytes(sn("live_bytes")),
         human_bytes(sn("garbage_bytes"))
-    );
-    println!("segments      {} in use, {} free, {} granted", sn("segments_in_use"), n("free_segments"), n("grants"));
-    println!(
+    )?;
+    crate::outln!(
+        "segments      {} in use, {} free, {} granted",
+        sn("segments_in_use"),
+        n("free_segments"),
+        n("grants")
+    )?;
+    crate::outln!(
         "write-back    {} lines, {} fences",
         s["flush"]["lines"].as_u64().unwrap_or(0),
         s["flush"]["fences"].as_u64().unwrap_or(0)
-    );
-    println!(
+    )?;
+    crate::outln!(
         "cooperative   {} ranges, {} stolen",
         s["coop"]["ranges"].as_u64().unwrap_or(0),
         s["coop"]["steals"].as_u64().unwrap_or(0)
-    );
-    println!(
+    )?;
+    crate::outln!(
         "cleaner       {} segments freed, {} entries moved",
         s["cleaner"]["segments_freed"].as_u64().unwrap_or(0),
         s["cleaner"]["entries_moved"].as_u64().unwrap_or(0)
-    );
+    )?;
     let ph = &s["phases"];
     let f = |k: &str| ph[k].as_f64().unwrap_or(0.0);
     if ph["put_samples"].as_u64().unwrap_or(0) > 0 {
-        println!(
+        crate::outln!(
             "PUT steps     validate {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, reply {:.2}; total {:.2} us \
              (medians of {} sampled)",
             f("put_validate_us"),
@@ -457,16 +472,16 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
             f("put_reply_us"),
             f("put_total_us"),
             ph["put_samples"].as_u64().unwrap_or(0)
-        );
+        )?;
     }
     if ph["get_samples"].as_u64().unwrap_or(0) > 0 {
-        println!(
+        crate::outln!(
             "GET steps     lookup {:.2}, post {:.2}; total {:.2} us (medians of {} sampled)",
             f("get_lookup_us"),
             f("get_write_us"),
             f("get_total_us"),
             ph["get_samples"].as_u64().unwrap_or(0)
-        );
+        )?;
     }
     Ok(())
 }

@@ -29,6 +29,9 @@ pub struct RecoverArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// List the keys that survived (live, in key order, printable), after the summary.
+    #[arg(long)]
+    keys: bool,
     /// Benchmark: build a pool of --bench-size filled with --value-size entries in
     /// --bench-dir, then time recovery against one sequential read of the same file.
     #[arg(long)]
@@ -61,14 +64,12 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
         return recover_bench(&a);
     }
     let arg = a.pmem.and_then(|p| p.pmem).context("--pmem is required")?;
+    // --keys lists them in order: the ordered index has them sorted.
+    let index = if a.keys { IndexKind::Ordered } else { IndexKind::Hash };
     let opts = if a.repair {
-        PoolOptions {
-            media: MediaOptions { create: false, ..Default::default() },
-            index: IndexKind::Hash,
-            ..Default::default()
-        }
+        PoolOptions { media: MediaOptions { create: false, ..Default::default() }, index, ..Default::default() }
     } else {
-        read_only_options(IndexKind::Hash)
+        read_only_options(index)
     };
     let (pool, rep) = Pool::open(&arg, &opts)?;
     if a.json {
@@ -77,39 +78,56 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
             "header": pool.header(),
             "uuid": pool.header().uuid_hex(),
             "recovery": rep,
+            "keys": if a.keys { Some(live_keys(&pool)?) } else { None },
         }));
     }
-    print_summary(&pool, &rep);
+    print_summary(&pool, &rep)?;
+    if a.keys {
+        crate::outln!()?;
+        for k in live_keys(&pool)? {
+            crate::outln!("{k}")?;
+        }
+    }
     Ok(())
 }
 
-fn print_summary(pool: &Pool, r: &RecoveryReport) {
+/// The live keys of a pool opened with the ordered index, printable, in key order.
+fn live_keys(pool: &Pool) -> anyhow::Result<Vec<String>> {
+    Ok(pool.index().scan(b"", usize::MAX)?.into_iter().map(|(k, _)| boomkv::log::inspect::printable_key(&k)).collect())
+}
+
+fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
     let h = pool.header();
-    println!(
+    crate::outln!(
         "pool        {}: {}, {} segments of {}, uuid {}",
         pool.media().path().display(),
         human_bytes(h.pool_size),
         h.segment_count,
         human_bytes(h.segment_size),
         h.uuid_hex()
-    );
-    println!("recovered   in {:.1} ms ({} threads)", r.elapsed_ms, r.threads);
-    println!("keys        {} live, {} deleted (tombstones)", r.keys, r.tombstones);
+    )?;
+    crate::outln!("recovered   in {:.1} ms ({} threads)", r.elapsed_ms, r.threads)?;
+    crate::outln!("keys        {} live, {} deleted (tombstones)", r.keys, r.tombstones)?;
     let rej: Vec<String> = r.entries_rejected.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    println!(
+    crate::outln!(
         "entries     {} valid ({} superseded), {} rejected{}",
         r.entries_valid,
         r.entries_superseded,
         r.rejected(),
         if rej.is_empty() { String::new() } else { format!(": {}", rej.join(", ")) }
-    );
-    println!(
+    )?;
+    crate::outln!(
         "space       {} used: {} live, {} garbage",
         human_bytes(r.used_bytes),
         human_bytes(r.live_bytes),
         human_bytes(r.garbage_bytes)
-    );
-    println!("segments    {} in use, {} free, {} damaged", r.segments_in_use, r.segments_free, r.segments_damaged);
+    )?;
+    crate::outln!(
+        "segments    {} in use, {} free, {} damaged",
+        r.segments_in_use,
+        r.segments_free,
+        r.segments_damaged
+    )?;
     if !r.segments_per_client.is_empty() {
         let per: Vec<String> =
             r.segments_per_client
@@ -124,20 +142,21 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) {
                 })
                 .collect();
         let more = r.segments_per_client.len().saturating_sub(20);
-        println!(
+        crate::outln!(
             "clients     {} (segments per client: {}{})",
             r.segments_per_client.len(),
             per.join(", "),
             if more > 0 { format!(", {more} more") } else { String::new() }
-        );
+        )?;
     }
-    println!("next        version {}", r.next_version);
+    crate::outln!("next        version {}", r.next_version)?;
     for p in &r.problems {
-        println!("problem     {p}");
+        crate::outln!("problem     {p}")?;
     }
     for p in &r.repairs {
-        println!("repaired    {p}");
+        crate::outln!("repaired    {p}")?;
     }
+    Ok(())
 }
 
 fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
@@ -201,20 +220,25 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
             best_rec = best_rec.min(rec_s);
         }
     }
-    println!("pool                 {} ({} entries of {} values)", human_bytes(file_len), n, short_bytes(a.value_size));
-    println!(
+    crate::outln!(
+        "pool                 {} ({} entries of {} values)",
+        human_bytes(file_len),
+        n,
+        short_bytes(a.value_size)
+    )?;
+    crate::outln!(
         "sequential read      {:8.1} ms  ({:.2} GB/s, best of {})",
         best_read * 1e3,
         file_len as f64 / best_read / 1e9,
         a.repeat
-    );
-    println!(
+    )?;
+    crate::outln!(
         "recovery (open+scan) {:8.1} ms  ({:.2} GB/s, best of {})",
         best_rec * 1e3,
         file_len as f64 / best_rec / 1e9,
         a.repeat
-    );
-    println!("ratio                {:8.2}x  (target: at most 2x)", best_rec / best_read);
+    )?;
+    crate::outln!("ratio                {:8.2}x  (target: at most 2x)", best_rec / best_read)?;
     Ok(())
 }
 
@@ -240,6 +264,9 @@ pub struct InspectArgs {
     /// Also list free segments.
     #[arg(long)]
     free: bool,
+    /// Also show each entry's value (printable: other bytes as \xNN; implies --entries).
+    #[arg(long)]
+    values: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -251,61 +278,81 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         segment: a.segment,
         key: a.key.map(String::into_bytes),
         client: a.client,
-        entries: a.entries,
+        entries: a.entries || a.values,
         free: a.free,
+        values: a.values,
     };
     let ins = inspect(&pool, &rep, &f);
     if a.json {
         return print_json(&ins);
     }
     let h = &ins.header;
-    println!("pool {}  uuid {}", ins.path, ins.uuid);
-    println!(
+    crate::outln!("pool {}  uuid {}", ins.path, ins.uuid)?;
+    crate::outln!(
         "  size {}  segments {} x {}  format v{}  next version {}",
         human_bytes(h.pool_size),
         h.segment_count,
         human_bytes(h.segment_size),
         boomkv::log::format::FORMAT_VERSION,
         rep.next_version
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  keys {} live, {} deleted; {} valid entries, {} superseded, {} rejected",
         rep.keys,
         rep.tombstones,
         rep.entries_valid,
         rep.entries_superseded,
         rep.rejected()
-    );
-    println!();
-    println!(
-        "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6} {:>10} {:>10}  problem",
-        "segment", "state", "client", "seq", "prev", "next", "count", "fill%", "live", "garbage"
-    );
+    )?;
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-    for s in &ins.segments {
-        println!(
-            "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6.1} {:>10} {:>10}  {}",
-            s.id,
-            s.state,
-            opt(s.owner),
-            opt(s.log_seq),
-            opt(s.prev),
-            opt(s.next),
-            s.count,
-            s.fill_percent,
-            human_bytes(s.live_bytes),
-            human_bytes(s.garbage_bytes),
-            s.problem.as_deref().unwrap_or("")
-        );
+    // With --key the entries are the answer; the segment table would bury them.
+    if f.key.is_none() {
+        crate::outln!()?;
+        crate::outln!(
+            "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6} {:>10} {:>10}  problem",
+            "segment",
+            "state",
+            "client",
+            "seq",
+            "prev",
+            "next",
+            "count",
+            "fill%",
+            "live",
+            "garbage"
+        )?;
+        for s in &ins.segments {
+            crate::outln!(
+                "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6.1} {:>10} {:>10}  {}",
+                s.id,
+                s.state,
+                owner_label(s.owner),
+                opt(s.log_seq),
+                opt(s.prev),
+                opt(s.next),
+                s.count,
+                s.fill_percent,
+                human_bytes(s.live_bytes),
+                human_bytes(s.garbage_bytes),
+                s.problem.as_deref().unwrap_or("")
+            )?;
+        }
     }
     if !ins.entries.is_empty() || f.entries || f.key.is_some() {
-        println!();
-        println!(
+        crate::outln!()?;
+        crate::outln!(
             "{:>7} {:>7} {:>10} {:>12} {:>9} {:<5} {:<10} {:<15} key",
-            "segment", "slot", "offset", "version", "value", "flags", "checksum", "status"
-        );
+            "segment",
+            "slot",
+            "offset",
+            "version",
+            "value",
+            "flags",
+            "checksum",
+            "status"
+        )?;
         for e in &ins.entries {
-            println!(
+            crate::outln!(
                 "{:>7} {:>7} {:>10} {:>12} {:>9} {:<5} {:<10} {:<15} {}",
                 e.segment,
                 e.slot,
@@ -319,8 +366,37 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
                     None => e.status.to_string(),
                 },
                 e.key
-            );
+            )?;
+            if let Some(v) = &e.value {
+                crate::outln!("{:>7} {:>7} value: {v}", "", "")?;
+            }
         }
+        crate::outln!()?;
+        crate::outln!("flags: T = tombstone (a DELETE), - = a value")?;
+        crate::outln!(
+            "status: live = what a GET returns; deleted = the key's live tombstone; superseded = an older \
+             version; rejected = failed a check (reason given)"
+        )?;
     }
     Ok(())
+}
+
+/// A segment's owner for people: the client id, "cleaner" for the cleaner's own
+/// segments, "-" for none.
+fn owner_label(owner: Option<u64>) -> String {
+    match owner {
+        Some(boomkv::log::format::CLEANER_OWNER) => "cleaner".to_string(),
+        Some(id) => id.to_string(),
+        None => "-".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cleaner_is_named() {
+        assert_eq!(super::owner_label(Some(boomkv::log::format::CLEANER_OWNER)), "cleaner");
+        assert_eq!(super::owner_label(Some(3)), "3");
+        assert_eq!(super::owner_label(None), "-");
+    }
 }

@@ -33,8 +33,17 @@ Examples:
 pub struct SweepArgs {
     /// Preset: transport, latency, breakdown, ycsb, segment-size, skew, writeback,
     /// threads, or all (several: comma separated).
-    #[arg(value_name = "PRESET", required_unless_present_any = ["plot_only", "grid"])]
-    preset: Option<String>,
+    #[arg(
+        value_name = "PRESET",
+        required_unless_present_any = ["plot_only", "grid"],
+        value_parser = clap::builder::PossibleValuesParser::new([
+            "transport", "latency", "breakdown", "ycsb", "segment-size", "skew", "writeback", "threads", "all",
+        ]),
+        value_delimiter = ',',
+        num_args = 1,
+        ignore_case = true
+    )]
+    preset: Vec<String>,
     /// Small op counts and fewer points (latency --quick takes under 2 minutes).
     #[arg(long)]
     quick: bool,
@@ -123,10 +132,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         Some(p) => GridFile::read(p)?,
         None => GridFile::default(),
     };
-    let presets = match (&a.preset, &file.presets) {
-        (Some(p), _) => sweep::parse_presets(p)?,
-        (None, Some(p)) => p.clone(),
-        (None, None) => bail!("name a preset (or a grid file with `preset = ...`)"),
+    let presets = match (a.preset.is_empty(), &file.presets) {
+        (false, _) => sweep::parse_presets(&a.preset.join(","))?,
+        (true, Some(p)) => p.clone(),
+        (true, None) => bail!("name a preset (or a grid file with `preset = ...`)"),
     };
     let mut axes = file.axes.clone();
     let mut cli = Axes::default();

@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
 use boomkv::bench::hlog::merge_hlog_files;
-use boomkv::bench::report::{append_csv, json_report, parse_percentiles, write_ycsb_text, CsvSchema, RunInfo};
+use boomkv::bench::report::{
+    append_csv, json_report, parse_percentiles, write_ycsb_text, write_ycsb_text_in, CsvSchema, LatencyUnit, RunInfo,
+};
 use boomkv::bench::runner::{self, Progress, RunOptions, RunResult};
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
@@ -19,24 +21,63 @@ use boomkv::workload::{names, CoreWorkload, WorkloadSpec};
 
 use crate::common::size_arg;
 
+/// A built-in workload (`--mix b`; YCSB's file names `workloadb` are accepted too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mix {
+    /// 50% reads, 50% updates.
+    #[value(alias = "workloada")]
+    A,
+    /// 95% reads, 5% updates.
+    #[value(alias = "workloadb")]
+    B,
+    /// Reads only.
+    #[value(alias = "workloadc")]
+    C,
+    /// 95% reads of the latest keys, 5% inserts.
+    #[value(alias = "workloadd")]
+    D,
+    /// 95% short scans, 5% inserts (--protocol boom only).
+    #[value(alias = "workloade")]
+    E,
+    /// 50% reads, 50% read-modify-writes.
+    #[value(alias = "workloadf")]
+    F,
+}
+
+impl Mix {
+    /// `a`..`f`.
+    pub fn letter(self) -> char {
+        match self {
+            Mix::A => 'a',
+            Mix::B => 'b',
+            Mix::C => 'c',
+            Mix::D => 'd',
+            Mix::E => 'e',
+            Mix::F => 'f',
+        }
+    }
+}
+
 /// Which workload, shared by `ycsb` and `load`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkloadArgs {
     /// A built-in YCSB workload: a (50/50 read/update), b (95/5), c (read only),
     /// d (read latest), e (scans), f (read-modify-write).
-    #[arg(long, value_name = "a..f", conflicts_with = "workload")]
-    pub mix: Option<char>,
-    /// A YCSB workload property file (any of YCSB's, or your own).
-    #[arg(long, value_name = "FILE")]
-    pub workload: Option<PathBuf>,
+    #[arg(long, value_name = "a..f", conflicts_with = "workload", ignore_case = true)]
+    pub mix: Option<Mix>,
+    /// A YCSB workload property file (any of YCSB's, or your own); YCSB's -P.
+    /// Repeatable: later files override earlier ones.
+    #[arg(long, short = 'P', value_name = "FILE")]
+    pub workload: Vec<PathBuf>,
     /// Override a property like YCSB's -p (repeatable), e.g. -p recordcount=100000.
     #[arg(short = 'p', value_name = "KEY=VALUE")]
     pub props: Vec<String>,
     /// Value size: a constant (2k) or a uniform range (32..16k).
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
-    /// Zipfian skew for any theta: a true Zipf over the real key space (YCSB's own
-    /// generator supports only 0.99).
+    /// Zipf exponent (any theta >= 0, including 1): a true Zipf law over the real key
+    /// space for zipfian and latest. Without it YCSB's own generator runs (Gray et al.'s
+    /// approximation, theta 0.99 only), bit for bit.
     #[arg(long)]
     pub theta: Option<f64>,
     /// Seed of the operation streams (same seed, same operations).
@@ -49,9 +90,15 @@ pub struct WorkloadArgs {
 
 impl WorkloadArgs {
     pub fn spec(&self) -> anyhow::Result<WorkloadSpec> {
-        let mut spec = match (&self.workload, self.mix) {
-            (Some(f), _) => WorkloadSpec::from_file(f)?,
-            (None, Some(m)) => WorkloadSpec::from_mix(m)?,
+        let mut spec = match (self.workload.split_first(), self.mix) {
+            (Some((first, rest)), _) => {
+                let mut spec = WorkloadSpec::from_file(first)?;
+                for f in rest {
+                    spec.load_file(f)?;
+                }
+                spec
+            }
+            (None, Some(m)) => WorkloadSpec::from_mix(m.letter())?,
             (None, None) => WorkloadSpec::from_mix('a')?,
         };
         for p in &self.props {
@@ -76,9 +123,9 @@ impl WorkloadArgs {
     }
 
     pub fn label(&self) -> String {
-        match (&self.workload, self.mix) {
+        match (self.workload.last(), self.mix) {
             (Some(f), _) => f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            (None, Some(m)) => format!("workload{m}"),
+            (None, Some(m)) => format!("workload{}", m.letter()),
             (None, None) => "workloada".into(),
         }
     }
@@ -95,7 +142,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "shm|tcp")]
     pub transport: Option<Backend>,
     /// Protocol: boom, rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
-    #[arg(long, default_value = "boom")]
+    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// BOOM updates: hybrid (append + in place) or append (append only).
     #[arg(long, value_name = "hybrid|append", default_value = "hybrid")]
@@ -153,6 +200,10 @@ pub struct YcsbArgs {
     /// Percentiles to report (hdrhistogram.percentiles).
     #[arg(long, value_name = "LIST")]
     percentiles: Option<String>,
+    /// Latency unit of the text report: us (YCSB's whole microseconds, truncated) or ns
+    /// (sub-microsecond figures; CSV and JSON always keep them).
+    #[arg(long, value_name = "us|ns", default_value = "us")]
+    latency_unit: LatencyUnit,
     /// Append one CSV row for this run (stable column names).
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
@@ -165,6 +216,10 @@ pub struct YcsbArgs {
     /// No progress output.
     #[arg(long)]
     quiet: bool,
+    /// YCSB's -s: status lines on standard error every status.interval seconds
+    /// (default 10), also on a terminal.
+    #[arg(short = 's')]
+    status: bool,
     /// Print operations instead of running them.
     #[arg(long)]
     dry_run: bool,
@@ -191,7 +246,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "shm|tcp")]
     transport: Option<Backend>,
     /// Protocol.
-    #[arg(long, default_value = "boom")]
+    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
@@ -220,7 +275,7 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
     let r = crate::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
     print_report(&r, &spec.percentiles()?)?;
     if r.errors > 0 {
-        bail!("{} inserts failed", r.errors);
+        bail!("{} inserts failed (first: {})", r.errors, r.first_error.as_deref().unwrap_or("unknown"));
     }
     Ok(())
 }
@@ -241,7 +296,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let m = merge_hlog_files(&a.merge)?;
         let pcts = if pcts.is_empty() { vec![95.0, 99.0] } else { pcts };
         let mut out = std::io::stdout().lock();
-        write_ycsb_text(&mut out, &m.measurements, &m.run, &pcts)?;
+        write_ycsb_text_in(&mut out, &m.measurements, &m.run, &pcts, a.latency_unit)?;
         return Ok(());
     }
     let mut spec = a.w.spec()?;
@@ -263,11 +318,16 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let w = CoreWorkload::new(&spec)?;
     let pcts = if pcts.is_empty() { spec.percentiles()? } else { pcts };
     if a.dry_run {
+        // One operation at a time: nothing is held, and a reader that stops early
+        // (`| head`) ends the run at once (a closed pipe is a normal exit, see main).
         let mut s = w.stream(spec.seed()?.unwrap_or(1), 0);
-        let mut out = std::io::stdout().lock();
-        for op in s.dry_run(a.print_ops)? {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for _ in 0..a.print_ops {
+            let op = s.next_op();
+            s.complete(&op)?;
             writeln!(out, "{op}")?;
         }
+        out.flush()?;
         return Ok(());
     }
     let cfg = w.config().clone();
@@ -277,16 +337,36 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     let threads = spec.thread_count()?.max(1) as usize;
     let seed = spec.seed()?.unwrap_or(1);
+    let transactions = spec.do_transactions()?;
+    if !transactions && a.no_load {
+        bail!("dotransactions=false (-load) runs only the load phase, and --no-load skips it: nothing to run");
+    }
+    if !a.quiet {
+        // YCSB's Client prints its command line and the phases on standard error.
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        eprintln!("Command line: {}", args.join(" "));
+        eprintln!("boomctl {} (BOOM-KV, YCSB-compatible client)", env!("CARGO_PKG_VERSION"));
+        eprintln!();
+        eprintln!("Loading workload...");
+        eprintln!("Starting test.");
+    }
+    let progress = if a.status { Progress::Lines } else { Progress::auto(a.quiet) };
+    let hlog = match &a.hdr_log {
+        Some(p) => Some(p.clone()),
+        None => spec.hdr_file_output()?,
+    };
     let run_opts = RunOptions {
         threads,
-        ops: cfg.operation_count,
+        // --duration alone bounds the run by time: it runs until the clock stops it.
+        ops: if a.duration.is_some() && a.ops.is_none() { u64::MAX } else { cfg.operation_count },
         duration: spec.max_execution_time()?,
         target: spec.target()?,
         warmup_ops: a.warmup,
         seed,
-        progress: Progress::auto(a.quiet),
-        hlog: a.hdr_log.clone(),
+        progress,
+        hlog,
         interval: Duration::from_secs(1),
+        status_interval: spec.status_interval()?,
         measurement: spec.measurement_interval()?,
         label: a.target_args.protocol.to_string(),
         bars: None,
@@ -296,15 +376,14 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let (result, space) = match &ta.server {
         Some(addr) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
-            crate::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load)?)
+            crate::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?)
         }
         None => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
-            let slot = cfg.value_size.max() + 64 + 32;
-            let keys = cfg.record_count + (cfg.operation_count as f64 * cfg.insert_proportion) as u64 + 1;
-            let logical = slot * (keys + cfg.operation_count);
-            let need = logical + (threads as u64 + 4) * ta.segment_size;
-            let pool_size = ta.pool_size.unwrap_or_else(|| need.max(256 << 20).next_power_of_two());
+            let pool_size = match ta.pool_size {
+                Some(p) => p,
+                None => embedded_pool_size(&cfg, run_opts.ops, threads, ta)?,
+            };
             let mut server = boomkv::server::ServerConfig { log_clients: false, ..Default::default() };
             if let Some(n) = ta.workers {
                 server.workers = n;
@@ -320,12 +399,22 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             crate::with_transport!(backend, t => {
                 let emb = Embedded::start(t.clone(), backend, &eo)?;
                 let ep = emb.endpoint().clone();
-                run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load)?
+                run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?
             })
         }
     };
-    let mut out = std::io::stdout().lock();
-    write_ycsb_text(&mut out, &result.measurements, &result.run, &pcts)?;
+    let config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
+    let export = spec.export_file();
+    let mut out: Box<dyn Write> = match &export {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("exportfile: creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    for (k, v) in &config {
+        writeln!(out, "[CONFIG], {k}, {v}")?;
+    }
+    write_ycsb_text_in(&mut out, &result.measurements, &result.run, &pcts, a.latency_unit)?;
     if let Some(sp) = &space {
         for (k, name) in [
             ("logical_bytes", "LogicalBytesWritten"),
@@ -340,36 +429,149 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     drop(out);
-    let size_label = a.w.size.clone().unwrap_or_else(|| short_bytes(cfg.value_size.max()));
     if let Some(csv) = &a.csv {
-        let schema = CsvSchema::new(&["protocol", "transport", "workload", "value_size", "threads", "update_mode"])
-            .with_percentiles(&if pcts.is_empty() { vec![50.0, 95.0, 99.0, 99.9] } else { pcts.clone() });
-        let transport = ta.transport.map(|b| b.to_string()).unwrap_or_else(|| match &ta.server {
-            Some(s) => Endpoint::parse(s).map(|e| e.backend().to_string()).unwrap_or_default(),
-            None => "shm".into(),
+        let names: Vec<&str> = config.iter().map(|(k, _)| *k).collect();
+        let values: Vec<&str> = config.iter().map(|(_, v)| v.as_str()).collect();
+        let schema = CsvSchema::new(&names).with_percentiles(&if pcts.is_empty() {
+            vec![50.0, 95.0, 99.0, 99.9]
+        } else {
+            pcts.clone()
         });
-        let mode = format!("{:?}", ta.update_mode).to_lowercase();
-        append_csv(
-            csv,
-            &schema,
-            &[ta.protocol.name(), &transport, &a.w.label(), &size_label, &threads.to_string(), &mode],
-            &result.measurements,
-            &result.run,
-        )?;
+        append_csv(csv, &schema, &values, &result.measurements, &result.run)?;
     }
     if let Some(j) = &a.json {
         let mut v = json_report(&result.measurements, &result.run, &pcts, true);
+        v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
         if let Some(sp) = space {
             v["space"] = sp;
         }
         std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
     }
     if result.errors > 0 {
-        eprintln!("boomctl: {} operations failed (see Return= rows)", result.errors);
+        eprintln!(
+            "boomctl: {} operations failed (see Return= rows); first: {}",
+            result.errors,
+            result.first_error.as_deref().unwrap_or("unknown")
+        );
+    }
+    if let Some(t) = run_opts.target {
+        let achieved = result.run.throughput();
+        if achieved < 0.95 * t {
+            eprintln!(
+                "boomctl: warning: fell behind --target {t} ops/s (achieved {achieved:.0} ops/s); \
+                 latencies from the intended start times (Intended-* rows) include the backlog"
+            );
+        }
     }
     Ok(())
 }
 
+/// The run's configuration, as `[CONFIG]` rows, CSV context columns and the JSON
+/// `config` object (same names everywhere).
+fn run_config(
+    a: &YcsbArgs,
+    cfg: &boomkv::workload::CoreConfig,
+    o: &RunOptions,
+    threads: usize,
+    seed: u64,
+    operations: u64,
+) -> Vec<(&'static str, String)> {
+    use boomkv::workload::RequestDistribution as D;
+    let ta = &a.target_args;
+    let transport = ta.transport.map(|b| b.to_string()).unwrap_or_else(|| match &ta.server {
+        Some(s) => Endpoint::parse(s).map(|e| e.backend().to_string()).unwrap_or_default(),
+        None => "shm".into(),
+    });
+    let (lo, hi) = (cfg.value_size.min(), cfg.value_size.max());
+    let value_bytes = if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") };
+    let distribution = match (&cfg.request_distribution, cfg.theta) {
+        (D::Zipfian, None) => "zipfian (YCSB scrambled, Gray et al. theta 0.99)".to_string(),
+        (D::Zipfian, Some(t)) => format!("zipfian (true Zipf, theta {t})"),
+        (D::Latest, None) => "latest (YCSB, Gray et al. theta 0.99)".to_string(),
+        (D::Latest, Some(t)) => format!("latest (true Zipf, theta {t})"),
+        (D::Uniform, _) => "uniform".into(),
+        (D::Hotspot { data_fraction, opn_fraction }, _) => {
+            format!("hotspot ({data_fraction} of keys get {opn_fraction} of ops)")
+        }
+        (D::Sequential, _) => "sequential".into(),
+        (D::Exponential { percentile, frac }, _) => format!("exponential (percentile {percentile} frac {frac})"),
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let (durability, flush) = match &ta.server {
+        Some(_) => ("server's".to_string(), "server's".to_string()),
+        None => ("flush".to_string(), "best available".to_string()),
+    };
+    vec![
+        ("protocol", ta.protocol.name().to_string()),
+        ("transport", transport),
+        ("workload", a.w.label()),
+        ("records", cfg.record_count.to_string()),
+        ("operations", operations.to_string()),
+        ("threads", threads.to_string()),
+        ("value_size", value_bytes),
+        ("distribution", distribution),
+        ("seed", seed.to_string()),
+        ("target", o.target.map(|t| t.to_string()).unwrap_or_else(|| "none".into())),
+        ("update_mode", format!("{:?}", ta.update_mode).to_lowercase()),
+        ("durability", durability),
+        ("flush", flush),
+        ("host", host),
+        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("commit", env!("BOOMKV_COMMIT").to_string()),
+    ]
+}
+
+/// The embedded pool's size, from the key space (not the operation count: the cleaner
+/// reclaims what updates supersede): every key's largest entry twice over (live data
+/// plus room for the cleaner to work), a segment per client thread and four spare,
+/// at least 256 MiB, rounded up to a power of two. A run bounded only by time that
+/// inserts is sized for the record count to double. Fails with a hint when the pool
+/// directory's file system cannot hold it.
+fn embedded_pool_size(
+    cfg: &boomkv::workload::CoreConfig,
+    ops: u64,
+    threads: usize,
+    ta: &TargetArgs,
+) -> anyhow::Result<u64> {
+    let slot = cfg.value_size.max() + 64 + 32;
+    let inserts = if ops == u64::MAX {
+        if cfg.insert_proportion > 0.0 {
+            cfg.record_count
+        } else {
+            0
+        }
+    } else {
+        (ops as f64 * cfg.insert_proportion) as u64
+    };
+    let keys = cfg.record_count.saturating_add(inserts).saturating_add(1);
+    let need = slot
+        .saturating_mul(keys)
+        .saturating_mul(2)
+        .saturating_add((threads as u64 + 4).saturating_mul(ta.segment_size))
+        .max(256 << 20);
+    let size = need.checked_next_power_of_two().unwrap_or(need);
+    let dir = ta.pmem.clone().unwrap_or_else(boomkv::bench::embedded::default_parent);
+    if let Ok(fs) = rustix::fs::statvfs(&dir) {
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        if need > free {
+            bail!(
+                "the embedded pool needs {} for {keys} keys of up to {} each, but {} has {} free; \
+                 use fewer --records, a smaller --size, --pmem DIR on a larger file system, or --pool-size",
+                boomkv::units::human_bytes(need),
+                short_bytes(cfg.value_size.max()),
+                dir.display(),
+                boomkv::units::human_bytes(free)
+            );
+        }
+        // Sparse, but leave the file system room if the power of two would not fit.
+        return Ok(if size > free { need } else { size });
+    }
+    Ok(size)
+}
+
+/// The load phase (unless `no_load`), then the run phase (if `transactions`; else the
+/// load phase's result is the report, as YCSB's `-load`).
+#[allow(clippy::too_many_arguments)]
 fn run_phases<T: Transport>(
     t: &T,
     ep: &Endpoint,
@@ -377,12 +579,24 @@ fn run_phases<T: Transport>(
     w: &CoreWorkload,
     o: &RunOptions,
     no_load: bool,
+    transactions: bool,
 ) -> anyhow::Result<(RunResult, Option<serde_json::Value>)> {
+    let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s["space"].clone());
+    if !transactions {
+        let lo = RunOptions { label: "load".into(), target: None, warmup_ops: 0, ..o.clone() };
+        let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
+        return Ok((r, space()));
+    }
     if !no_load {
         let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
         let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
         if r.errors > 0 {
-            bail!("load phase: {} of {} inserts failed", r.errors, r.run.operations);
+            bail!(
+                "load phase: {} of {} inserts failed (first: {})",
+                r.errors,
+                r.run.operations,
+                r.first_error.as_deref().unwrap_or("unknown")
+            );
         }
         if o.progress != Progress::Quiet {
             eprintln!(
@@ -394,6 +608,5 @@ fn run_phases<T: Transport>(
         }
     }
     let r = runner::run(t, ep, copts, w, o).context("run phase")?;
-    let space = Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s["space"].clone());
-    Ok((r, space))
+    Ok((r, space()))
 }

@@ -52,7 +52,9 @@ pub struct Embedded<T: Transport> {
     dir: tempfile::TempDir,
 }
 
-fn default_parent() -> PathBuf {
+/// Where the temporary pool directory goes by default: /dev/shm if it exists, else
+/// the temporary directory.
+pub fn default_parent() -> PathBuf {
     let shm = Path::new("/dev/shm");
     let usable = std::fs::metadata(shm).map(|m| m.is_dir() && !m.permissions().readonly()).unwrap_or(false);
     if usable {

@@ -6,12 +6,18 @@
 //! HdrHistogram's own Java tools read it:
 //!
 //! ```text
+//! java -cp /usr/share/java/hdrhistogram.jar org.HdrHistogram.HistogramLogProcessor -i run.hlog
 //! java -cp /usr/share/java/hdrhistogram.jar org.HdrHistogram.HistogramLogProcessor \
 //!      -i run.hlog -tag READ -outputValueUnitRatio 1000
 //! ```
 //!
-//! Each line after the header is one interval of one measurement name (the tag:
-//! `READ`, `UPDATE`, `Intended-READ`...). Values are latencies in **nanoseconds**
+//! Each interval has one untagged line first: every operation's latency together (all
+//! series except `Intended-*`, `READ-MODIFY-WRITE`, which would count its read and
+//! update twice, and `CLEANUP`). That is what the Java tools read when given no
+//! `-tag`, as for a log from HdrHistogram's own `HistogramLogWriter`. Then one line
+//! per measurement name (the tag: `READ`, `UPDATE`, `Intended-READ`...); readers here
+//! skip the untagged line of a log that has tagged ones (it is their sum). Values are
+//! latencies in **nanoseconds**
 //! (HistogramLogProcessor's default `-outputValueUnitRatio 1000000` shows them in
 //! milliseconds; use 1000 for microseconds). Timestamps are seconds since the
 //! `BaseTime` header, which is the run's start.
@@ -67,6 +73,11 @@ pub const UNTAGGED: &str = "UNTAGGED";
 const RUN_COMMENT: &str = "boomkv-run:";
 const STATUS_COMMENT: &str = "boomkv-status:";
 
+/// Is series `name` part of the untagged all-operations total?
+pub fn counts_in_total(name: &str) -> bool {
+    !name.starts_with(INTENDED_PREFIX) && name != "READ-MODIFY-WRITE" && name != "CLEANUP"
+}
+
 /// Writes an interval log.
 pub struct HlogWriter<W: Write> {
     out: W,
@@ -115,12 +126,22 @@ impl<W: Write> HlogWriter<W> {
         let tag = Tag::new(tag).ok_or_else(|| {
             Error::invalid(format!("`{tag}` cannot be an HdrHistogram log tag (no commas, spaces or line breaks)"))
         })?;
+        self.write_line(Some(tag), histogram, interval_start, duration)
+    }
+
+    fn write_line(
+        &mut self,
+        tag: Option<Tag<'_>>,
+        histogram: &Histogram<u64>,
+        interval_start: SystemTime,
+        duration: Duration,
+    ) -> Result<()> {
         let offset = interval_start.duration_since(self.base).unwrap_or(Duration::ZERO);
         // A builder without headers writes nothing; it only lends us the crate's line writer.
         let mut writer =
             IntervalLogWriterBuilder::new().begin_log_with(&mut self.out, &mut self.serializer).map_err(io_err)?;
         writer
-            .write_histogram(histogram, offset, duration, Some(tag))
+            .write_histogram(histogram, offset, duration, tag)
             .map_err(|e| Error::invalid(format!("writing HdrHistogram log interval: {e}")))
     }
 
@@ -131,6 +152,15 @@ impl<W: Write> HlogWriter<W> {
         interval_start: SystemTime,
         duration: Duration,
     ) -> Result<()> {
+        let mut total = super::measure::new_histogram();
+        for (name, series) in interval.series() {
+            if counts_in_total(name) {
+                total.add(series.histogram()).map_err(|e| Error::invalid(format!("summing histograms: {e:?}")))?;
+            }
+        }
+        if !total.is_empty() {
+            self.write_line(None, &total, interval_start, duration)?;
+        }
         for (name, series) in interval.series() {
             if !series.histogram().is_empty() {
                 self.write_histogram(name, series.histogram(), interval_start, duration)?;
@@ -265,7 +295,8 @@ impl HlogFile {
     /// All intervals merged per tag, plus the summary's status counts.
     pub fn totals(&self) -> Result<Measurements> {
         let mut m = Measurements::new(MeasurementInterval::Op);
-        for i in &self.intervals {
+        let tagged = self.intervals.iter().any(|i| i.tag != UNTAGGED);
+        for i in self.intervals.iter().filter(|i| !(tagged && i.tag == UNTAGGED)) {
             m.add_histogram(&i.tag, &i.histogram)
                 .map_err(|e| Error::corrupt("HdrHistogram log", format!("{}: tag {}: {e}", self.source, i.tag)))?;
         }
@@ -395,9 +426,11 @@ mod tests {
 
         let file = HlogFile::parse(&bytes, "test").unwrap();
         assert_eq!(file.start_time, Some(epoch(start)));
-        // READ, READ-FAILED, UPDATE, Intended-READ, Intended-READ-FAILED, Intended-UPDATE per interval.
-        assert_eq!(file.intervals.len(), 3 * 6);
-        assert_eq!(file.intervals[6].start, epoch(start) + Duration::from_secs(1));
+        // The untagged total, READ, READ-FAILED, UPDATE, Intended-READ, Intended-READ-FAILED,
+        // Intended-UPDATE per interval.
+        assert_eq!(file.intervals.len(), 3 * 7);
+        assert_eq!(file.intervals[7].start, epoch(start) + Duration::from_secs(1));
+        assert_eq!(file.intervals[7].tag, UNTAGGED);
         assert_eq!(file.run, Some(RunInfo { runtime: Duration::from_secs(3), operations: 3300 }));
         let back = file.totals().unwrap();
         for (name, series) in totals.series() {
@@ -431,6 +464,31 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<HlogWriter<std::io::BufWriter<File>>>();
         assert_send::<HlogFile>();
+    }
+
+    #[test]
+    fn each_interval_has_an_untagged_total_that_readers_skip() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut log = HlogWriter::new(Vec::new(), start).unwrap();
+        let mut m = Measurements::new(MeasurementInterval::Both);
+        m.record("READ", Duration::from_micros(5), Status::Ok);
+        m.record("UPDATE", Duration::from_micros(9), Status::Ok);
+        m.measure("READ-MODIFY-WRITE", Duration::from_micros(14), Duration::from_micros(14));
+        m.measure("CLEANUP", Duration::from_micros(100), Duration::from_micros(100));
+        log.write_interval(&m, start, Duration::from_secs(1)).unwrap();
+        log.write_summary(&m, &RunInfo { runtime: Duration::from_secs(1), operations: 2 }).unwrap();
+        let bytes = log.finish().unwrap();
+        let file = HlogFile::parse(&bytes, "mem").unwrap();
+        let untagged: Vec<&HlogInterval> = file.intervals.iter().filter(|i| i.tag == UNTAGGED).collect();
+        assert_eq!(untagged.len(), 1);
+        // READ + UPDATE only: not the intended copies, the RMW pair or CLEANUP.
+        assert_eq!(untagged[0].histogram.len(), 2);
+        let text = String::from_utf8_lossy(&bytes);
+        let first_interval = text.lines().find(|l| !l.starts_with('#') && !l.starts_with('"')).unwrap();
+        assert!(!first_interval.starts_with("Tag="), "{first_interval}");
+        let totals = file.totals().unwrap();
+        assert!(totals.get(UNTAGGED).is_none());
+        assert_eq!(totals.get("READ").unwrap().histogram().len(), 1);
     }
 
     #[test]

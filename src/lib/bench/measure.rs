@@ -7,7 +7,11 @@
 //! `.hlog` files, see [`hlog`](super::hlog)).
 //!
 //! Histograms hold **nanoseconds** with 3 significant digits and resize
-//! automatically (any latency from 1 ns to hours). Reports convert to microseconds.
+//! automatically (any latency from 1 ns to hours); JSON and CSV report those. Each
+//! series also keeps YCSB's own histogram: each latency truncated to whole
+//! microseconds (`(end - start) / 1000` in YCSB's `DBWrapper`), which is what the YCSB
+//! text report prints, so its average, minimum, maximum and percentiles are YCSB's
+//! (rounding instead would add +1 us to half the operations at this scale).
 //!
 //! Naming follows YCSB's `DBWrapper` and `Measurements`:
 //! - a latency is recorded under the op name (`READ`, `UPDATE`, `INSERT`, `SCAN`,
@@ -155,12 +159,13 @@ pub fn new_histogram() -> Histogram<u64> {
 #[derive(Clone, Debug)]
 pub struct Series {
     histogram: Histogram<u64>,
+    truncated_us: Histogram<u64>,
     statuses: [u64; Status::ALL.len()],
 }
 
 impl Default for Series {
     fn default() -> Self {
-        Series { histogram: new_histogram(), statuses: [0; Status::ALL.len()] }
+        Series { histogram: new_histogram(), truncated_us: new_histogram(), statuses: [0; Status::ALL.len()] }
     }
 }
 
@@ -185,23 +190,46 @@ impl Series {
         self.statuses.iter().sum()
     }
 
+    /// Latencies truncated to whole microseconds, as YCSB records them.
+    pub fn truncated_us(&self) -> &Histogram<u64> {
+        &self.truncated_us
+    }
+
     fn record_ns(&mut self, ns: u64) {
         // Auto-resize covers every u64 value HdrHistogram can track; beyond that, clamp.
         if self.histogram.record(ns).is_err() {
             self.histogram.saturating_record(ns);
         }
+        if self.truncated_us.record(ns / 1000).is_err() {
+            self.truncated_us.saturating_record(ns / 1000);
+        }
     }
 
     fn merge(&mut self, other: &Series) -> Result<()> {
-        self.add_histogram(&other.histogram)?;
+        self.histogram.add(&other.histogram).map_err(|e| Error::invalid(format!("cannot merge histograms: {e:?}")))?;
+        self.truncated_us
+            .add(&other.truncated_us)
+            .map_err(|e| Error::invalid(format!("cannot merge histograms: {e:?}")))?;
         for (a, b) in self.statuses.iter_mut().zip(other.statuses) {
             *a += b;
         }
         Ok(())
     }
 
+    /// Adds nanosecond latencies that come without their exact values (an interval
+    /// log): the truncated-microsecond histogram gets each bucket's highest equivalent
+    /// value (HdrHistogram's reporting convention), truncated, so a merged report can
+    /// differ from YCSB's by one microsecond for latencies in a bucket that straddles a
+    /// microsecond (buckets are at most 512 ns wide below 1 ms).
     fn add_histogram(&mut self, h: &Histogram<u64>) -> Result<()> {
-        self.histogram.add(h).map_err(|e| Error::invalid(format!("cannot merge histograms: {e:?}")))
+        self.histogram.add(h).map_err(|e| Error::invalid(format!("cannot merge histograms: {e:?}")))?;
+        for v in h.iter_recorded() {
+            let us = h.highest_equivalent(v.value_iterated_to()) / 1000;
+            if self.truncated_us.record_n(us, v.count_at_value()).is_err() {
+                self.truncated_us.saturating_record_n(us, v.count_at_value());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -307,6 +335,20 @@ impl Measurements {
             }
         }
         self.series_mut("", op, "").statuses[status.index()] += 1;
+    }
+
+    /// Records a latency under `name` without counting a status (YCSB's
+    /// `measure` + `measureIntended` without `reportStatus`: `READ-MODIFY-WRITE`,
+    /// `CLEANUP`), honouring the measurement interval like [`record_intended`](Self::record_intended).
+    pub fn measure(&mut self, name: &str, latency: Duration, intended: Duration) {
+        match self.interval {
+            MeasurementInterval::Op => self.series_mut("", name, "").record_ns(duration_ns(latency)),
+            MeasurementInterval::Intended => self.series_mut("", name, "").record_ns(duration_ns(intended)),
+            MeasurementInterval::Both => {
+                self.series_mut("", name, "").record_ns(duration_ns(latency));
+                self.series_mut(INTENDED_PREFIX, name, "").record_ns(duration_ns(intended));
+            }
+        }
     }
 
     /// Records a latency under `name` exactly (no status, no naming rules).

@@ -2,7 +2,8 @@
 //!
 //! - [`measure`]: latency histograms per operation; [`report`]: YCSB text, CSV and JSON
 //!   reports; [`hlog`]: HdrHistogram interval logs that merge across client processes.
-//! - [`runner`]: the YCSB runner; [`embedded`]: a server on a temporary pool.
+//! - [`runner`]: the YCSB runner; [`status`]: its YCSB status lines; [`embedded`]: a
+//!   server on a temporary pool.
 //! - [`floor`]: the transport floor: raw latency and message rate of each transport
 //!   backend, next to the hardware baselines (a cross-core cache-line ping-pong and a
 //!   plain TCP ping-pong over loopback). Every protocol result is compared against it.
@@ -18,6 +19,7 @@ pub mod hlog;
 pub mod measure;
 pub mod report;
 pub mod runner;
+pub mod status;
 pub mod sweep;
 
 /// Statistics of one latency sample, in microseconds (perftest's columns).

@@ -10,9 +10,11 @@
 //! `<p>PercentileLatency(us)` line per percentile (`95th`, `99th`, `99.9`, as YCSB
 //! names them), and
 //! `Return=<STATUS>, <count>` lines. Doubles print like Java's `Double.toString`
-//! (`98911.0`, `1.0E7`). Min, max and percentiles are whole microseconds as in
-//! YCSB (rounded from the nanosecond histograms); the average keeps the histogram's
-//! sub-microsecond precision.
+//! (`98911.0`, `1.0E7`). Every figure comes from the series' histogram of latencies
+//! truncated to whole microseconds, as YCSB records them, so min, max, average and
+//! percentiles equal YCSB's for the same latencies. [`LatencyUnit::Ns`]
+//! (`--latency-unit ns`) prints the same report from the nanosecond histograms instead
+//! (`AverageLatency(ns)`, ...), for figures below a microsecond.
 //!
 //! **CSV** ([`append_csv`]) writes one row per run; the header is written when the
 //! file is new or empty, and an existing file's header must match (a different
@@ -174,27 +176,62 @@ impl SeriesStats {
     }
 }
 
-/// Whole microseconds, rounded to nearest. YCSB records truncated microseconds; the
-/// histograms here hold nanoseconds in 3-significant-digit buckets, whose edges
-/// (e.g. 249.984..250.111 us) must not print a recorded 250 us as 249.
-fn whole_us(us: f64) -> u64 {
-    us.round() as u64
+/// The unit of the YCSB text report's latencies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LatencyUnit {
+    /// Whole microseconds, truncated per operation, as YCSB prints them.
+    #[default]
+    Us,
+    /// Nanoseconds (3 significant digits), labelled `(ns)`.
+    Ns,
 }
 
-/// Writes the YCSB text report.
+impl std::str::FromStr for LatencyUnit {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<LatencyUnit> {
+        match s {
+            "us" => Ok(LatencyUnit::Us),
+            "ns" => Ok(LatencyUnit::Ns),
+            other => Err(Error::invalid(format!("latency unit `{other}`: expected us or ns"))),
+        }
+    }
+}
+
+/// Writes the YCSB text report (YCSB's truncated microseconds).
 pub fn write_ycsb_text(out: &mut dyn Write, m: &Measurements, run: &RunInfo, percentiles: &[f64]) -> io::Result<()> {
+    write_ycsb_text_in(out, m, run, percentiles, LatencyUnit::Us)
+}
+
+/// Writes the YCSB text report with latencies in `unit`.
+pub fn write_ycsb_text_in(
+    out: &mut dyn Write,
+    m: &Measurements,
+    run: &RunInfo,
+    percentiles: &[f64],
+    unit: LatencyUnit,
+) -> io::Result<()> {
     writeln!(out, "[OVERALL], RunTime(ms), {}", run.runtime_ms())?;
     writeln!(out, "[OVERALL], Throughput(ops/sec), {}", java_double(run.throughput()))?;
+    let u = match unit {
+        LatencyUnit::Us => "us",
+        LatencyUnit::Ns => "ns",
+    };
     for (name, series) in m.series() {
-        let s = SeriesStats::new(name, series, percentiles);
-        writeln!(out, "[{name}], Operations, {}", s.operations)?;
-        writeln!(out, "[{name}], AverageLatency(us), {}", java_double(s.average_us))?;
-        writeln!(out, "[{name}], MinLatency(us), {}", whole_us(s.min_us))?;
-        writeln!(out, "[{name}], MaxLatency(us), {}", whole_us(s.max_us))?;
-        for (p, v) in &s.percentiles_us {
-            writeln!(out, "[{name}], {}PercentileLatency(us), {}", percentile_label(*p), whole_us(*v))?;
+        let h = match unit {
+            LatencyUnit::Us => series.truncated_us(),
+            LatencyUnit::Ns => series.histogram(),
+        };
+        let empty = h.is_empty();
+        let mean = if empty { 0.0 } else { h.mean() };
+        writeln!(out, "[{name}], Operations, {}", h.len())?;
+        writeln!(out, "[{name}], AverageLatency({u}), {}", java_double(mean))?;
+        writeln!(out, "[{name}], MinLatency({u}), {}", if empty { 0 } else { h.min() })?;
+        writeln!(out, "[{name}], MaxLatency({u}), {}", if empty { 0 } else { h.max() })?;
+        for p in percentiles {
+            let v = if empty { 0 } else { h.value_at_percentile(*p) };
+            writeln!(out, "[{name}], {}PercentileLatency({u}), {v}", percentile_label(*p))?;
         }
-        for (status, n) in &s.returns {
+        for (status, n) in series.statuses() {
             writeln!(out, "[{name}], Return={status}, {n}")?;
         }
     }
@@ -494,6 +531,35 @@ mod tests {
         assert!(parse_percentiles("p99").unwrap_err().to_string().contains("invalid percentile `p99`"));
     }
 
+    #[test]
+    fn text_truncates_latencies_like_ycsb() {
+        // YCSB records (end - start) / 1000: 10.999 us is 10, never 11.
+        let mut m = Measurements::new(MeasurementInterval::Op);
+        for ns in [10_999u64, 10_999, 12_600, 249_990] {
+            m.record("READ", Duration::from_nanos(ns), Status::Ok);
+        }
+        let text = ycsb_text(&m, &RunInfo { runtime: Duration::from_millis(1), operations: 4 }, &[50.0, 75.0]);
+        assert!(text.contains("[READ], MinLatency(us), 10\n"), "{text}");
+        assert!(text.contains("[READ], 50thPercentileLatency(us), 10\n"), "{text}");
+        assert!(text.contains("[READ], 75thPercentileLatency(us), 12\n"), "{text}");
+        // 249 us sits in a histogram bucket (249.856..249.983) near 250: still 249.
+        assert!(text.contains("[READ], MaxLatency(us), 249\n"), "{text}");
+        // (10 + 10 + 12 + 249) / 4, as YCSB's histogram mean of whole microseconds.
+        assert!(text.contains("[READ], AverageLatency(us), 70.25\n"), "{text}");
+        let mut ns = Vec::new();
+        write_ycsb_text_in(
+            &mut ns,
+            &m,
+            &RunInfo { runtime: Duration::from_millis(1), operations: 4 },
+            &[50.0],
+            LatencyUnit::Ns,
+        )
+        .unwrap();
+        let ns = String::from_utf8(ns).unwrap();
+        assert!(ns.contains("[READ], 50thPercentileLatency(ns), 10999\n"), "{ns}");
+        assert!(ns.contains("AverageLatency(ns)"), "{ns}");
+    }
+
     fn sample() -> Measurements {
         let mut m = Measurements::new(MeasurementInterval::Op);
         // READ: 1..=100 us, one NOT_FOUND of 7 us; UPDATE: 10 ops of 250 us.
@@ -515,7 +581,7 @@ mod tests {
 [OVERALL], RunTime(ms), 10110
 [OVERALL], Throughput(ops/sec), 10.979228486646884
 [READ], Operations, 100
-[READ], AverageLatency(us), 50.503620000000005
+[READ], AverageLatency(us), 50.5
 [READ], MinLatency(us), 1
 [READ], MaxLatency(us), 100
 [READ], 95thPercentileLatency(us), 95
@@ -524,14 +590,14 @@ mod tests {
 [READ], Return=OK, 100
 [READ], Return=NOT_FOUND, 1
 [READ-FAILED], Operations, 1
-[READ-FAILED], AverageLatency(us), 7.002
+[READ-FAILED], AverageLatency(us), 7.0
 [READ-FAILED], MinLatency(us), 7
 [READ-FAILED], MaxLatency(us), 7
 [READ-FAILED], 95thPercentileLatency(us), 7
 [READ-FAILED], 99thPercentileLatency(us), 7
 [READ-FAILED], 99.9PercentileLatency(us), 7
 [UPDATE], Operations, 10
-[UPDATE], AverageLatency(us), 250.048
+[UPDATE], AverageLatency(us), 250.0
 [UPDATE], MinLatency(us), 250
 [UPDATE], MaxLatency(us), 250
 [UPDATE], 95thPercentileLatency(us), 250

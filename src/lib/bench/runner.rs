@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::bench::hlog::HlogWriter;
 use crate::bench::measure::{MeasurementInterval, Measurements, Status};
 use crate::bench::report::RunInfo;
+use crate::bench::status;
 use crate::client::{Client, ClientOptions};
 use crate::error::{Error, Result};
 use crate::transport::{Endpoint, Transport};
@@ -29,7 +30,8 @@ use crate::workload::{CoreWorkload, Op, OpKind};
 pub enum Progress {
     /// A live bar on standard error (a terminal).
     Bar,
-    /// A status line every 10 s on standard error (not a terminal).
+    /// YCSB's status lines on standard error every `status_interval` (not a
+    /// terminal, or YCSB's `-s`); see [`super::status`].
     Lines,
     /// Nothing.
     Quiet,
@@ -68,8 +70,10 @@ pub struct RunOptions {
     pub progress: Progress,
     /// Interval log to write.
     pub hlog: Option<PathBuf>,
-    /// Reporting interval (interval log, status lines).
+    /// Reporting interval of the interval log.
     pub interval: Duration,
+    /// Interval of the status lines (YCSB's `status.interval`, default 10 s).
+    pub status_interval: Duration,
     /// What latencies to record.
     pub measurement: MeasurementInterval,
     /// A label for progress output ("load", "run", "boom 2k").
@@ -90,6 +94,7 @@ impl Default for RunOptions {
             progress: Progress::Quiet,
             hlog: None,
             interval: Duration::from_secs(1),
+            status_interval: Duration::from_secs(10),
             measurement: MeasurementInterval::Op,
             label: "run".into(),
             bars: None,
@@ -106,6 +111,8 @@ pub struct RunResult {
     pub run: RunInfo,
     /// Operations that failed.
     pub errors: u64,
+    /// The first failure's message, if any failed.
+    pub first_error: Option<String>,
 }
 
 /// A source of values: a fixed random buffer, sliced.
@@ -121,38 +128,70 @@ struct Shared {
     errors: AtomicU64,
     stop: AtomicBool,
     fatal: std::sync::Mutex<Option<String>>,
+    first_error: std::sync::Mutex<Option<String>>,
 }
 
-fn execute<T: Transport>(c: &mut Client<T>, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> (Status, Option<String>) {
+/// The outcome of one operation: its status, an error message, and for a
+/// read-modify-write the read's status and the instant the read ended.
+struct Outcome {
+    status: Status,
+    error: Option<crate::error::Error>,
+    rmw_read: Option<(Status, Instant)>,
+}
+
+fn execute<T: Transport>(c: &mut Client<T>, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> Outcome {
     let key = op.key.as_bytes();
     let val = &values[..op.value_len.min(values.len())];
-    let r: Result<Status> = match op.kind {
-        OpKind::Read => c.get_into(key, buf).map(|f| if f { Status::Ok } else { Status::NotFound }),
-        OpKind::Update | OpKind::Insert => c.put(key, val).map(|_| Status::Ok),
-        OpKind::Scan => c.scan(key, op.scan_len as u32).map(|_| Status::Ok),
-        OpKind::ReadModifyWrite => c.get_into(key, buf).and_then(|_| c.put(key, val)).map(|_| Status::Ok),
-    };
-    match r {
+    let status = |r: Result<Status>| match r {
         Ok(s) => (s, None),
-        Err(e) => (Status::Error, Some(e.to_string())),
+        Err(e) => (Status::Error, Some(e)),
+    };
+    let found = |f: bool| if f { Status::Ok } else { Status::NotFound };
+    match op.kind {
+        OpKind::ReadModifyWrite => {
+            // YCSB times the read and the update separately (each a READ and an UPDATE
+            // of its own) and the pair as READ-MODIFY-WRITE; like YCSB it updates
+            // whatever the read returned.
+            let (rs, re) = status(c.get_into(key, buf).map(found));
+            let read_end = Instant::now();
+            let (us, ue) = status(c.put(key, val).map(|_| Status::Ok));
+            Outcome { status: us, error: re.or(ue), rmw_read: Some((rs, read_end)) }
+        }
+        _ => {
+            let r = match op.kind {
+                OpKind::Read => c.get_into(key, buf).map(found),
+                OpKind::Update | OpKind::Insert => c.put(key, val).map(|_| Status::Ok),
+                OpKind::Scan => c.scan(key, op.scan_len as u32).map(|_| Status::Ok),
+                OpKind::ReadModifyWrite => unreachable!("handled above"),
+            };
+            let (s, e) = status(r);
+            Outcome { status: s, error: e, rmw_read: None }
+        }
     }
 }
 
 /// Errors that make every further operation pointless.
-fn is_fatal(msg: &str) -> bool {
+fn is_fatal(e: &crate::error::Error) -> bool {
+    let msg = e.to_string();
     msg.contains("ordered index")
         || msg.contains("connection lost")
         || msg.contains("pool full")
         || msg.contains("scans are implemented")
 }
 
-fn record(m: &mut Measurements, op: &Op, status: Status, lat: Duration, intended: Duration) {
-    if op.kind == OpKind::ReadModifyWrite {
-        // YCSB records a read-modify-write under READ, UPDATE and READ-MODIFY-WRITE.
-        m.record_intended("READ", lat, intended, status);
-        m.record_intended("UPDATE", lat, intended, status);
+/// Records one operation as YCSB does: a read-modify-write as a READ (start to end
+/// of the read), an UPDATE (end of the read to the end) and a READ-MODIFY-WRITE
+/// (the whole, no status: YCSB prints no Return line for it); intended latencies all
+/// from the operation's intended start.
+fn record(m: &mut Measurements, op: &Op, o: &Outcome, start: Instant, end: Instant, intended: Instant) {
+    match o.rmw_read {
+        Some((read_status, read_end)) => {
+            m.record_intended("READ", read_end - start, read_end - intended, read_status);
+            m.record_intended("UPDATE", end - read_end, end - intended, o.status);
+            m.measure("READ-MODIFY-WRITE", end - start, end - intended);
+        }
+        None => m.record_intended(op.kind.name(), end - start, end - intended, o.status),
     }
-    m.record_intended(op.kind.name(), lat, intended, status);
 }
 
 /// Loads the workload's records (`recordcount` keys from `insertstart`).
@@ -196,11 +235,20 @@ fn phase<T: Transport>(
         errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         fatal: std::sync::Mutex::new(None),
+        first_error: std::sync::Mutex::new(None),
     });
     // Connect every client first, so connection set-up is not measured.
     let mut clients = Vec::new();
     for _ in 0..threads {
         clients.push(Client::connect(t, ep, copts.clone())?);
+    }
+    // The server announces its value limit: a workload above it would only fail every
+    // write, so say why before running anything.
+    if let Some(c) = clients.first() {
+        let largest = w.config().value_size.max();
+        if largest > u64::from(c.max_value()) {
+            return Err(Error::TooLarge { what: "workload value size", len: largest, limit: u64::from(c.max_value()) });
+        }
     }
     let (tx, rx) = mpsc::channel::<Measurements>();
     let mut handles = Vec::new();
@@ -249,14 +297,16 @@ fn phase<T: Transport>(
                     None => Instant::now(),
                 };
                 let s = Instant::now();
-                let (status, err) = execute(&mut c, &op, &values, &mut buf);
+                let outcome = execute(&mut c, &op, &values, &mut buf);
                 let end = Instant::now();
-                record(&mut m, &op, status, end - s, end - intended);
+                record(&mut m, &op, &outcome, s, end, intended);
                 stream.complete(&op)?;
-                if let Some(e) = err {
-                    sh.errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(e) = outcome.error {
+                    if sh.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                        sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                    }
                     if is_fatal(&e) {
-                        sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                        sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
                         sh.stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -270,6 +320,12 @@ fn phase<T: Transport>(
                     break;
                 }
             }
+            // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
+            // connection) is measured as CLEANUP, without a status.
+            let cleanup = Instant::now();
+            drop(c);
+            let took = cleanup.elapsed();
+            m.measure("CLEANUP", took, took);
             let _ = tx.send(m.take());
             Ok(())
         }));
@@ -284,17 +340,44 @@ fn phase<T: Transport>(
     };
     let mut totals = Measurements::new(opts.measurement);
     let mut interval = Measurements::new(opts.measurement);
-    let bar = progress_bar(opts.progress, total, &opts.label).map(|b| match &opts.bars {
+    // A run bounded by time only (`--duration` without `--ops`): the bar and the
+    // status lines follow the clock, not an operation count.
+    let timed = opts.duration.filter(|_| total == u64::MAX);
+    let bar_len = match timed {
+        Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        None => total,
+    };
+    let bar = progress_bar(opts.progress, bar_len, &opts.label, timed.is_some()).map(|b| match &opts.bars {
         Some(m) => m.add(b),
         None => b,
     });
     let mut last_tick = Instant::now();
+    let lines = opts.progress == Progress::Lines;
+    let mut status_acc = Measurements::new(opts.measurement);
     let mut last_line = Instant::now();
     let mut last_done = 0u64;
+    let status_line = |acc: &Measurements, last_line: Instant, last_done: u64, done: u64| {
+        let p = status::StatusPoint {
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+            interval_ms: last_line.elapsed().as_millis() as u64,
+            total_ops: done,
+            last_total_ops: last_done,
+            todo_ops: if timed.is_some() { 0 } else { total.saturating_sub(done) },
+        };
+        eprintln!("{}", status::line(SystemTime::now(), &p, acc));
+    };
+    if lines {
+        status_line(&status_acc, last_line, 0, 0);
+    }
     let mut interval_start = start_measured;
     loop {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(m) => interval.merge(&m)?,
+            Ok(m) => {
+                interval.merge(&m)?;
+                if lines {
+                    status_acc.merge(&m)?;
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
@@ -309,14 +392,26 @@ fn phase<T: Transport>(
         }
         let done = sh.done.load(Ordering::Relaxed);
         if let Some(b) = &bar {
-            b.set_position(done);
-        } else if opts.progress == Progress::Lines && last_line.elapsed() >= Duration::from_secs(10) {
-            let el = t0.elapsed().as_secs_f64();
-            let rate = (done - last_done) as f64 / last_line.elapsed().as_secs_f64();
-            eprintln!("{} {:.0} sec: {done} operations; {rate:.1} current ops/sec", opts.label, el);
+            let secs = t0.elapsed().as_secs_f64();
+            let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+            match timed {
+                Some(_) => {
+                    b.set_position(u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX).min(bar_len));
+                    b.set_message(format!("{done} ops, {}", readable_rate(rate)));
+                }
+                None => {
+                    b.set_position(done);
+                    b.set_message(readable_rate(rate));
+                }
+            }
+        } else if lines && last_line.elapsed() >= opts.status_interval {
+            status_line(&status_acc.take(), last_line, last_done, done);
             last_line = Instant::now();
             last_done = done;
         }
+    }
+    if lines {
+        status_line(&status_acc.take(), last_line, last_done, sh.done.load(Ordering::Relaxed));
     }
     let runtime = t0.elapsed();
     let mut first_err: Option<Error> = None;
@@ -333,6 +428,11 @@ fn phase<T: Transport>(
     }
     if let Some(b) = bar {
         b.finish_and_clear();
+        // A finished bar stays in a MultiProgress (as an empty line that pushes the
+        // sweep's overall bar down, run after run) until it is removed.
+        if let Some(m) = &opts.bars {
+            m.remove(&b);
+        }
     }
     let now = SystemTime::now();
     if let Some(h) = hlog.as_mut() {
@@ -350,18 +450,34 @@ fn phase<T: Transport>(
         h.write_summary(&totals, &run)?;
         h.finish()?;
     }
-    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed) })
+    let first_error = sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error })
 }
 
-fn progress_bar(p: Progress, total: u64, label: &str) -> Option<indicatif::ProgressBar> {
+/// `12.3k ops/s`, `1.25M ops/s`, `950 ops/s`.
+pub fn readable_rate(ops_per_sec: f64) -> String {
+    if ops_per_sec >= 1e6 {
+        format!("{:.2}M ops/s", ops_per_sec / 1e6)
+    } else if ops_per_sec >= 1e4 {
+        format!("{:.1}k ops/s", ops_per_sec / 1e3)
+    } else {
+        format!("{ops_per_sec:.0} ops/s")
+    }
+}
+
+fn progress_bar(p: Progress, len: u64, label: &str, timed: bool) -> Option<indicatif::ProgressBar> {
     if p != Progress::Bar {
         return None;
     }
-    let b = indicatif::ProgressBar::new(total);
-    let style = indicatif::ProgressStyle::with_template(
-        "{prefix:>8} [{elapsed_precise}] {wide_bar} {pos}/{len} ops {per_sec} eta {eta}",
-    )
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let b = indicatif::ProgressBar::new(len);
+    // A timed bar counts milliseconds: show the clock and the duration's ETA instead.
+    let template = if timed {
+        "{prefix:>8} [{elapsed_precise}] {wide_bar} {msg} eta {eta}"
+    } else {
+        "{prefix:>8} [{elapsed_precise}] {wide_bar} {pos}/{len} ops {msg} eta {eta}"
+    };
+    let style =
+        indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     b.set_style(style);
     b.set_prefix(label.to_string());
     Some(b)

@@ -18,6 +18,8 @@ pub struct InspectFilter {
     pub entries: bool,
     /// Include free segments.
     pub free: bool,
+    /// Include each entry's value, printable (as keys are).
+    pub values: bool,
 }
 
 /// One segment as found.
@@ -74,6 +76,9 @@ pub struct EntryRow {
     pub fault: Option<String>,
     /// live, deleted (live tombstone), superseded, or rejected.
     pub status: &'static str,
+    /// The value, printable (with [`InspectFilter::values`]; valid entries only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// The whole picture.
@@ -93,7 +98,8 @@ pub struct Inspection {
     pub entries: Vec<EntryRow>,
 }
 
-/// Renders key bytes printable.
+/// Renders key (or value) bytes printable: ASCII as is, `\` doubled, other bytes as
+/// `\xNN`, cut after 128 bytes with `...`.
 pub fn printable_key(k: &[u8]) -> String {
     let mut s = String::new();
     for &b in k.iter().take(128) {
@@ -148,6 +154,14 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                     return;
                 }
                 let version = u64::from_le_bytes(slot[8..16].try_into().unwrap_or([0; 8]));
+                // The value follows the header and the key (the header's lengths were checked).
+                let value = match &e.result {
+                    Ok(h) if f.values => {
+                        let at = ENTRY_HEADER_SIZE as usize + h.key_len as usize;
+                        slot.get(at..at + h.value_len as usize).map(printable_key)
+                    }
+                    _ => None,
+                };
                 let (status, value_len, tombstone) = match &e.result {
                     Ok(h) => {
                         let cur = pool.index().get(key_bytes, pool);
@@ -173,6 +187,7 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                     checksum_ok: e.result.is_ok(),
                     fault: e.result.as_ref().err().map(|x| x.to_string()),
                     status,
+                    value,
                 });
             });
             if damage.is_some() {

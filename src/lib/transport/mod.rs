@@ -185,7 +185,8 @@ impl Endpoint {
             }
             return Ok(Endpoint::Shm(PathBuf::from(path)));
         }
-        if let Some(rest) = s.strip_prefix("tcp://") {
+        // `tcp:host:port` like `shm:/path`, as well as `tcp://host:port`.
+        if let Some(rest) = s.strip_prefix("tcp://").or_else(|| s.strip_prefix("tcp:")) {
             return Ok(Endpoint::Tcp(host_port(s, rest)?));
         }
         if let Some(rest) = s.strip_prefix("verbs://").or_else(|| s.strip_prefix("rdma://")) {

@@ -465,10 +465,10 @@ impl CoreWorkload {
                     Some(theta) => ScrambledZipfianGenerator::with_theta(min, max, theta)?,
                 })
             }
-            RequestDistribution::Latest => KeyChooser::Latest(SkewedLatestGenerator::new(
-                Arc::clone(inserts),
-                c.theta.unwrap_or(ZIPFIAN_CONSTANT),
-            )?),
+            RequestDistribution::Latest => KeyChooser::Latest(match c.theta {
+                None => SkewedLatestGenerator::ycsb(Arc::clone(inserts))?,
+                Some(theta) => SkewedLatestGenerator::with_theta(Arc::clone(inserts), theta)?,
+            }),
             RequestDistribution::Hotspot { data_fraction, opn_fraction } => {
                 KeyChooser::Hotspot(HotspotGenerator::new(lo, hi, *data_fraction, *opn_fraction)?)
             }
@@ -677,7 +677,7 @@ mod tests {
             (&["readproportion=-1"][..], "proportions must be >= 0"),
             (&["workload=site.ycsb.workloads.TimeSeriesWorkload"][..], "only site.ycsb.workloads.CoreWorkload"),
             (&["boomkv.valuesize=2q"][..], "boomkv.valuesize"),
-            (&["boomkv.theta=1"][..], "theta"),
+            (&["boomkv.theta=-1"][..], "theta"),
             (&["fieldlengthdistribution=histogram"][..], "fieldlengthdistribution"),
             (&["minscanlength=10", "maxscanlength=5"][..], "minscanlength"),
             (&["insertcount=0"][..], "insertcount is 0"),

@@ -5,7 +5,7 @@
 //! | `Utils.fnvhash64` | [`fnvhash64`] | bit-exact, including `Math.abs` |
 //! | `ZipfianGenerator` | [`ZipfianGenerator`] | Gray et al. (SIGMOD'94), incremental zeta, YCSB's quirks kept |
 //! | `ScrambledZipfianGenerator` | [`ScrambledZipfianGenerator::ycsb`] | 10^10 items, zetan 26.46902820178302, FNV-64 fold |
-//! | (none) | [`ScrambledZipfianGenerator::with_theta`] | any theta, zeta over the real key span, true Zipf |
+//! | (none) | [`ScrambledZipfianGenerator::with_theta`], [`TrueZipf`] | `--theta`: any theta >= 0, a true Zipf over the real key span (`rand_distr::Zipf`) |
 //! | `SkewedLatestGenerator` | [`SkewedLatestGenerator`] | over an [`AcknowledgedCounter`] |
 //! | `HotspotIntegerGenerator` | [`HotspotGenerator`] | bad fractions are errors, not silently 0 |
 //! | `UniformLongGenerator` | [`UniformGenerator`] | without modulo bias |
@@ -271,6 +271,63 @@ impl ZipfianGenerator {
     }
 }
 
+/// A true Zipf law over `n` items: rank `k` (0-based) has probability
+/// `(k+1)^-theta / zeta(n, theta)`, for any `theta >= 0` (including 1).
+///
+/// This is `--theta`'s generator. It samples with `rand_distr::Zipf` (rejection-inversion,
+/// Hörmann and Derflinger), which is exact, unlike Gray et al.'s formula in
+/// [`ZipfianGenerator`] (exact for the first two ranks only, with rank 3 about 10 to 20%
+/// too frequent and the tail too rare). Its draws depend on `rand_distr`'s algorithm,
+/// not only on the uniform stream, so `--theta` streams are reproducible for a given
+/// build, not across `rand_distr` major versions.
+#[derive(Clone, Debug)]
+pub struct TrueZipf {
+    items: u64,
+    theta: f64,
+    dist: rand_distr::Zipf<f64>,
+}
+
+impl TrueZipf {
+    /// A Zipf(`theta`) law over `items` ranks (`items >= 1`, `theta >= 0` and finite).
+    pub fn new(items: u64, theta: f64) -> Result<TrueZipf> {
+        if !theta.is_finite() || theta < 0.0 {
+            return Err(Error::invalid(format!("zipfian theta must be a finite number >= 0, got {theta}")));
+        }
+        if items == 0 {
+            return Err(Error::invalid("a Zipf law needs at least one item"));
+        }
+        let dist = rand_distr::Zipf::new(items, theta)
+            .map_err(|e| Error::invalid(format!("Zipf law over {items} items with theta {theta}: {e}")))?;
+        Ok(TrueZipf { items, theta, dist })
+    }
+
+    /// The next rank, `0..items` (0 the most popular).
+    pub fn next(&self, rng: &mut WorkloadRng) -> u64 {
+        use rand_distr::Distribution;
+        // The sample is an integer-valued float in 1..=items.
+        let x = self.dist.sample(rng);
+        (x as u64).clamp(1, self.items) - 1
+    }
+
+    /// The exact probability of rank `k` (0-based): `(k+1)^-theta / zeta(items, theta)`.
+    pub fn probability(&self, k: u64) -> f64 {
+        if k >= self.items {
+            return 0.0;
+        }
+        ((k + 1) as f64).powf(-self.theta) / zeta(self.items, self.theta)
+    }
+
+    /// The number of items.
+    pub fn items(&self) -> u64 {
+        self.items
+    }
+
+    /// The exponent.
+    pub fn theta(&self) -> f64 {
+        self.theta
+    }
+}
+
 /// A fixed pseudo-random bijection of `0..n` (a 4-round Feistel network over FNV-64
 /// with cycle walking).
 ///
@@ -318,16 +375,17 @@ impl KeyPermutation {
     }
 }
 
+/// The rank generator behind a [`ScrambledZipfianGenerator`].
 #[derive(Clone, Debug)]
-enum Scramble {
-    /// YCSB: `min + fnvhash64(rank) % itemcount`.
-    Fnv,
-    /// boomkv `--theta`: `min + permutation(rank)`.
-    Permute(KeyPermutation),
+pub enum ZipfRanks {
+    /// YCSB's Gray et al. generator over 10^10 + 1 ranks (folded with FNV-64).
+    Ycsb(ZipfianGenerator),
+    /// A true Zipf law over the key span (`--theta`), scattered by a [`KeyPermutation`].
+    True(TrueZipf, KeyPermutation),
 }
 
-/// YCSB's `ScrambledZipfianGenerator` (the default request distribution), and its
-/// configurable-theta variant.
+/// YCSB's `ScrambledZipfianGenerator` (the default request distribution), and boomkv's
+/// true-Zipf variant for `--theta`.
 ///
 /// [`ycsb`](Self::ycsb) is exactly YCSB's: a Zipfian generator over 10^10 + 1 items
 /// with theta 0.99 and the precomputed zetan 26.46902820178302, folded into the key
@@ -335,17 +393,16 @@ enum Scramble {
 /// not a Zipf law over the key span (YCSB issue 1495), and theta cannot change
 /// without summing 10^10 terms (issues 685, 1620).
 ///
-/// [`with_theta`](Self::with_theta) is boomkv's `--theta`: the Zipfian generator runs
-/// over the real key span (`itemcount` items, zeta computed in constant time) and
-/// rank `r` becomes key `min + P(r)` for a fixed bijection `P` ([`KeyPermutation`]),
-/// so the keys follow a true Zipf(theta) law, scattered over the span. This is a
-/// documented difference from YCSB, even for theta = 0.99.
+/// [`with_theta`](Self::with_theta) is boomkv's `--theta`: a true Zipf(theta) law
+/// ([`TrueZipf`]) over the real key span, rank `r` becoming key `min + P(r)` for a
+/// fixed bijection `P` ([`KeyPermutation`]), so the keys follow Zipf(theta) exactly,
+/// scattered over the span. This is a documented difference from YCSB, even for
+/// theta = 0.99.
 #[derive(Clone, Debug)]
 pub struct ScrambledZipfianGenerator {
     min: u64,
     itemcount: u64,
-    inner: ZipfianGenerator,
-    scramble: Scramble,
+    ranks: ZipfRanks,
 }
 
 impl ScrambledZipfianGenerator {
@@ -357,42 +414,58 @@ impl ScrambledZipfianGenerator {
         }
         // YCSB: new ZipfianGenerator(0, ITEM_COUNT, 0.99, ZETAN), i.e. ITEM_COUNT + 1 items.
         let inner = ZipfianGenerator::with_zetan(0, YCSB_ITEM_COUNT, ZIPFIAN_CONSTANT, YCSB_ZETAN)?;
-        Ok(ScrambledZipfianGenerator { min, itemcount, inner, scramble: Scramble::Fnv })
+        Ok(ScrambledZipfianGenerator { min, itemcount, ranks: ZipfRanks::Ycsb(inner) })
     }
 
-    /// A true Zipf(`theta`) law over keys `min..=max`, scattered by a fixed bijection.
+    /// A true Zipf(`theta`) law over keys `min..=max` (any `theta >= 0`), scattered by a
+    /// fixed bijection.
     pub fn with_theta(min: u64, max: u64, theta: f64) -> Result<ScrambledZipfianGenerator> {
         let itemcount = ZipfianGenerator::item_count(min, max)?;
-        let inner = ZipfianGenerator::with_theta(0, itemcount - 1, theta)?;
-        Ok(ScrambledZipfianGenerator {
-            min,
-            itemcount,
-            inner,
-            scramble: Scramble::Permute(KeyPermutation::new(itemcount)),
-        })
+        let zipf = TrueZipf::new(itemcount, theta)?;
+        Ok(ScrambledZipfianGenerator { min, itemcount, ranks: ZipfRanks::True(zipf, KeyPermutation::new(itemcount)) })
     }
 
     /// The next key number.
     pub fn next(&mut self, rng: &mut WorkloadRng) -> u64 {
-        let rank = self.inner.next(rng);
+        let rank = match &mut self.ranks {
+            ZipfRanks::Ycsb(g) => g.next(rng),
+            ZipfRanks::True(z, _) => z.next(rng),
+        };
         self.key_of_rank(rank)
     }
 
-    /// The key number that popularity rank `rank` (0 = most popular draw of the inner
+    /// The key number that popularity rank `rank` (0 = most popular draw of the rank
     /// generator) maps to.
     pub fn key_of_rank(&self, rank: u64) -> u64 {
-        match &self.scramble {
-            Scramble::Fnv => {
+        match &self.ranks {
+            ZipfRanks::Ycsb(_) => {
                 let h = fnvhash64(rank as i64);
                 self.min + h.rem_euclid(self.itemcount as i64) as u64
             }
-            Scramble::Permute(p) => self.min + p.apply(rank.min(self.itemcount - 1)),
+            ZipfRanks::True(_, p) => self.min + p.apply(rank.min(self.itemcount - 1)),
         }
     }
 
-    /// The inner (unscrambled) Zipfian generator.
-    pub fn inner(&self) -> &ZipfianGenerator {
-        &self.inner
+    /// The rank generator.
+    pub fn ranks(&self) -> &ZipfRanks {
+        &self.ranks
+    }
+
+    /// The probability of popularity rank `rank` (for the YCSB generator, of the
+    /// unfolded rank).
+    pub fn rank_probability(&self, rank: u64) -> f64 {
+        match &self.ranks {
+            ZipfRanks::Ycsb(g) => g.probability(rank),
+            ZipfRanks::True(z, _) => z.probability(rank),
+        }
+    }
+
+    /// A short description for report headers.
+    pub fn describe(&self) -> String {
+        match &self.ranks {
+            ZipfRanks::Ycsb(_) => "YCSB scrambled zipfian (Gray et al., theta 0.99, FNV fold)".into(),
+            ZipfRanks::True(z, _) => format!("true Zipf theta {} over {} keys", z.theta(), self.itemcount),
+        }
     }
 
     /// Number of keys in the span.
@@ -485,20 +558,34 @@ impl AcknowledgedCounter {
 /// YCSB's `SkewedLatestGenerator`: `last - zipfian(last)` where `last` is the
 /// acknowledged limit of the insert counter, so recently inserted keys are the most
 /// popular. The Zipfian part is per thread; its zeta grows incrementally as inserts
-/// are acknowledged.
+/// are acknowledged. With `--theta` the Zipfian part is a [`TrueZipf`] over `last`
+/// items, rebuilt (in constant time) when `last` moves.
 #[derive(Clone, Debug)]
 pub struct SkewedLatestGenerator {
     basis: Arc<AcknowledgedCounter>,
-    zipf: ZipfianGenerator,
+    skew: LatestSkew,
+}
+
+#[derive(Clone, Debug)]
+enum LatestSkew {
+    Ycsb(ZipfianGenerator),
+    True { theta: f64, zipf: TrueZipf },
 }
 
 impl SkewedLatestGenerator {
-    /// Over `basis` with Zipfian constant `theta` (YCSB: 0.99).
-    pub fn new(basis: Arc<AcknowledgedCounter>, theta: f64) -> Result<SkewedLatestGenerator> {
+    /// Over `basis` with YCSB's Zipfian generator (theta 0.99).
+    pub fn ycsb(basis: Arc<AcknowledgedCounter>) -> Result<SkewedLatestGenerator> {
         // YCSB: new ZipfianGenerator(basis.lastValue()) = items 0..lastValue-1.
         let items = basis.last_value().unwrap_or(0).max(1);
-        let zipf = ZipfianGenerator::with_theta(0, items - 1, theta)?;
-        Ok(SkewedLatestGenerator { basis, zipf })
+        let zipf = ZipfianGenerator::with_theta(0, items - 1, ZIPFIAN_CONSTANT)?;
+        Ok(SkewedLatestGenerator { basis, skew: LatestSkew::Ycsb(zipf) })
+    }
+
+    /// Over `basis` with a true Zipf(`theta`) law (`--theta`).
+    pub fn with_theta(basis: Arc<AcknowledgedCounter>, theta: f64) -> Result<SkewedLatestGenerator> {
+        let items = basis.last_value().unwrap_or(0).max(1);
+        let zipf = TrueZipf::new(items, theta)?;
+        Ok(SkewedLatestGenerator { basis, skew: LatestSkew::True { theta, zipf } })
     }
 
     /// The next key number.
@@ -507,7 +594,19 @@ impl SkewedLatestGenerator {
             Some(m) if m > 0 => m,
             _ => return 0,
         };
-        max - self.zipf.next_for(max, rng).min(max)
+        let rank = match &mut self.skew {
+            LatestSkew::Ycsb(z) => z.next_for(max, rng),
+            LatestSkew::True { theta, zipf } => {
+                if zipf.items() != max {
+                    // max >= 1 and theta was validated at construction.
+                    if let Ok(z) = TrueZipf::new(max, *theta) {
+                        *zipf = z;
+                    }
+                }
+                zipf.next(rng)
+            }
+        };
+        max - rank.min(max)
     }
 }
 
@@ -768,9 +867,10 @@ mod tests {
 
         // ScrambledZipfianGenerator's inner generator: 10^10 + 1 items, YCSB's zetan.
         let s = ScrambledZipfianGenerator::ycsb(0, 999).unwrap();
-        let n = s.inner().items();
+        let ZipfRanks::Ycsb(inner) = s.ranks() else { panic!("ycsb() must use YCSB's generator") };
+        let n = inner.items();
         assert_eq!(n, YCSB_ITEM_COUNT + 1);
-        let got: Vec<u64> = US.iter().map(|&u| s.inner().value_for(u, n)).collect();
+        let got: Vec<u64> = US.iter().map(|&u| inner.value_for(u, n)).collect();
         assert_eq!(got, [0, 0, 0, 0, 1, 2, 6, 296, 134552, 42924421, 1170869537, 8086205587, 9999787803]);
     }
 
@@ -850,12 +950,101 @@ mod tests {
         }
         for rank in 0..4 {
             let key = g.key_of_rank(rank);
-            let p = g.inner().probability(rank);
+            let p = g.rank_probability(rank);
             assert_frequency(counts[(key - 100) as usize], n, p, &format!("rank {rank} (key {key})"));
         }
         // The ranks are scattered: the top keys are not the first keys of the span.
         let top: Vec<u64> = (0..4).map(|r| g.key_of_rank(r)).collect();
         assert_ne!(top, vec![100, 101, 102, 103]);
+    }
+
+    /// The chi-square statistic of rank counts against probabilities `p(rank)`, and its
+    /// degrees of freedom. Ranks are binned from the top so every bin expects >= 20.
+    fn chi_square(counts: &[u64], n: u64, p: impl Fn(u64) -> f64) -> (f64, usize) {
+        let (mut stat, mut bins) = (0.0, 0usize);
+        let (mut obs, mut exp) = (0.0, 0.0);
+        for (k, &c) in counts.iter().enumerate() {
+            obs += c as f64;
+            exp += n as f64 * p(k as u64);
+            if exp >= n as f64 / 100.0 || k + 1 == counts.len() {
+                stat += (obs - exp) * (obs - exp) / exp.max(1e-9);
+                bins += 1;
+                obs = 0.0;
+                exp = 0.0;
+            }
+        }
+        (stat, bins.saturating_sub(1))
+    }
+
+    /// The chi-square critical value at significance 1e-4 (Wilson-Hilferty; z = 3.719).
+    fn chi_square_critical(df: usize) -> f64 {
+        let d = df as f64;
+        let h = 2.0 / (9.0 * d);
+        d * (1.0 - h + 3.719 * h.sqrt()).powi(3)
+    }
+
+    const CHI_THETAS: [f64; 5] = [0.5, 0.99, 1.0, 1.1, 1.5];
+
+    #[test]
+    fn true_zipf_rank_frequencies_pass_chi_square() {
+        let items = 1000u64;
+        let n = 1_000_000u64;
+        for (i, theta) in CHI_THETAS.into_iter().enumerate() {
+            // Through the whole --theta key generator: count keys, then read them by rank.
+            let mut g = ScrambledZipfianGenerator::with_theta(0, items - 1, theta).unwrap();
+            let mut rng = WorkloadRng::new(1234, i as u64);
+            let mut by_key = vec![0u64; items as usize];
+            for _ in 0..n {
+                by_key[g.next(&mut rng) as usize] += 1;
+            }
+            let by_rank: Vec<u64> = (0..items).map(|r| by_key[g.key_of_rank(r) as usize]).collect();
+            let exact = |k: u64| ((k + 1) as f64).powf(-theta) / zeta(items, theta);
+            let (stat, df) = chi_square(&by_rank, n, exact);
+            let crit = chi_square_critical(df);
+            assert!(stat < crit, "theta {theta}: chi-square {stat:.1} >= {crit:.1} (df {df})");
+            assert!((g.rank_probability(2) - exact(2)).abs() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn gray_approximation_fails_the_same_chi_square() {
+        // The check above must be able to fail: Gray et al.'s formula (YCSB's
+        // ZipfianGenerator, which --theta used before) is rejected for every theta it accepts.
+        let items = 1000u64;
+        let n = 1_000_000u64;
+        for (i, theta) in CHI_THETAS.into_iter().filter(|t| *t != 1.0).enumerate() {
+            let mut g = ZipfianGenerator::with_theta(0, items - 1, theta).unwrap();
+            let mut rng = WorkloadRng::new(1234, i as u64);
+            let mut counts = vec![0u64; items as usize];
+            for _ in 0..n {
+                counts[g.next(&mut rng) as usize] += 1;
+            }
+            let exact = |k: u64| ((k + 1) as f64).powf(-theta) / zeta(items, theta);
+            let (stat, df) = chi_square(&counts, n, exact);
+            assert!(stat > chi_square_critical(df), "theta {theta}: Gray passed with {stat:.1} (df {df})");
+        }
+    }
+
+    #[test]
+    fn theta_one_and_zero_are_accepted_by_the_true_zipf() {
+        assert!(ScrambledZipfianGenerator::with_theta(0, 99, 1.0).is_ok());
+        let z = TrueZipf::new(10, 0.0).unwrap();
+        assert!((z.probability(7) - 0.1).abs() < 1e-12);
+        for bad in [-0.1, f64::NAN, f64::INFINITY] {
+            assert!(TrueZipf::new(10, bad).is_err(), "{bad}");
+        }
+        assert!(TrueZipf::new(0, 1.0).is_err());
+    }
+
+    #[test]
+    fn latest_with_theta_prefers_the_newest_key() {
+        let basis = Arc::new(AcknowledgedCounter::new(1000));
+        let mut g = SkewedLatestGenerator::with_theta(Arc::clone(&basis), 1.0).unwrap();
+        let mut rng = WorkloadRng::new(3, 0);
+        let n = 100_000u64;
+        let newest = basis.last_value().unwrap();
+        let hits = (0..n).filter(|_| g.next(&mut rng) == newest).count() as u64;
+        assert_frequency(hits, n, 1.0 / zeta(newest, 1.0), "latest rank 0");
     }
 
     #[test]
@@ -931,7 +1120,7 @@ mod tests {
     #[test]
     fn skewed_latest_prefers_recent_keys() {
         let basis = Arc::new(AcknowledgedCounter::new(1000));
-        let mut g = SkewedLatestGenerator::new(Arc::clone(&basis), ZIPFIAN_CONSTANT).unwrap();
+        let mut g = SkewedLatestGenerator::ycsb(Arc::clone(&basis)).unwrap();
         let mut rng = WorkloadRng::new(5, 0);
         let n = 100_000u64;
         let mut top = 0;

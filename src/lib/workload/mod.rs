@@ -57,10 +57,11 @@
 //!   `ThreadLocalRandom` is not; so the sequences differ from any YCSB run while the
 //!   distributions are the same;
 //! - `boomkv.theta` (`--theta`) sets the Zipfian constant of `zipfian` and `latest`.
-//!   For `zipfian` it switches to a true Zipf law over the real key span (zeta over
-//!   that span, computed in constant time; ranks scattered by a fixed bijection)
-//!   instead of YCSB's 10^10-item generator folded modulo the key count; see
-//!   [`ScrambledZipfianGenerator::with_theta`]. Without it, YCSB's exact generator runs;
+//!   It switches to a true Zipf law (`rand_distr::Zipf`, exact for any theta >= 0,
+//!   including 1): for `zipfian` over the real key span, ranks scattered by a fixed
+//!   bijection, instead of YCSB's 10^10-item generator folded modulo the key count;
+//!   see [`ScrambledZipfianGenerator::with_theta`]. Without it, YCSB's generators run
+//!   bit for bit (Gray et al.'s approximation, theta 0.99);
 //! - a value is one byte string: `boomkv.valuesize` (`--size 2k`, `--size 32..16k`)
 //!   sets its size; otherwise it is YCSB's record size, `fieldcount` draws of
 //!   `fieldlength` (1000 bytes by default). Updates write whole values of that size

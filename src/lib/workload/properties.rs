@@ -30,6 +30,16 @@ pub mod names {
     pub const THETA: &str = "boomkv.theta";
     /// Seed of the random streams (`--seed`).
     pub const SEED: &str = "boomkv.seed";
+    /// Seconds between status lines.
+    pub const STATUS_INTERVAL: &str = "status.interval";
+    /// false: run the load phase only.
+    pub const DO_TRANSACTIONS: &str = "dotransactions";
+    /// File for the text report.
+    pub const EXPORT_FILE: &str = "exportfile";
+    /// Write an HdrHistogram interval log.
+    pub const HDR_FILE_OUTPUT: &str = "hdrhistogram.fileoutput";
+    /// Prefix of the interval log's path.
+    pub const HDR_OUTPUT_PATH: &str = "hdrhistogram.output.path";
     /// YCSB `recordcount`.
     pub const RECORD_COUNT: &str = "recordcount";
     /// YCSB `operationcount`.
@@ -95,17 +105,20 @@ const KNOWN: &[(&str, Use)] = &[
     ("maxexecutiontime", Use::Runner),
     ("measurementtype", Use::Runner),
     ("measurement.interval", Use::Runner),
-    ("measurement.histogram.verbose", Use::Runner),
+    (
+        "measurement.histogram.verbose",
+        Use::NoEffect("the report always has the configured percentiles; --json has full spectra"),
+    ),
     ("hdrhistogram.percentiles", Use::Runner),
-    ("hdrhistogram.fileoutput", Use::Runner),
-    ("hdrhistogram.output.path", Use::Runner),
-    ("status.interval", Use::Runner),
+    (names::HDR_FILE_OUTPUT, Use::Runner),
+    (names::HDR_OUTPUT_PATH, Use::Runner),
+    (names::STATUS_INTERVAL, Use::Runner),
     ("reportlatencyforeacherror", Use::Runner),
-    ("latencytrackederrors", Use::Runner),
+    ("latencytrackederrors", Use::NoEffect("use reportlatencyforeacherror=true to split failed latencies by status")),
     ("exporter", Use::Runner),
-    ("exportfile", Use::Runner),
-    ("dotransactions", Use::Runner),
-    ("db", Use::Runner),
+    (names::EXPORT_FILE, Use::Runner),
+    (names::DO_TRANSACTIONS, Use::Runner),
+    ("db", Use::NoEffect("the database is always boomkv (choose its protocol with --protocol)")),
     (names::SEED, Use::Runner),
     // Known, without effect here
     ("table", Use::NoEffect("boomkv has one key space; there are no tables")),
@@ -286,6 +299,18 @@ impl WorkloadSpec {
             Some(Use::NoEffect(why)) => {
                 self.warnings.push(format!("{at}: property `{key}` has no effect in boomkv: {why}"));
             }
+            Some(Use::Runner) if key == "measurementtype" && !value.trim().eq_ignore_ascii_case("hdrhistogram") => {
+                self.warnings.push(format!(
+                    "{at}: measurementtype={} has no effect: boomkv always records HdrHistograms",
+                    value.trim()
+                ));
+            }
+            Some(Use::Runner) if key == "exporter" && !value.trim().ends_with(".TextMeasurementsExporter") => {
+                self.warnings.push(format!(
+                    "{at}: exporter={} has no effect: the report is YCSB's text format (use --json for JSON)",
+                    value.trim()
+                ));
+            }
             Some(Use::Workload) if key == "readallfields" && value.trim().eq_ignore_ascii_case("false") => {
                 self.warnings.push(format!("{at}: readallfields=false has no effect: boomkv reads whole values"));
             }
@@ -407,6 +432,37 @@ impl WorkloadSpec {
     pub fn max_execution_time(&self) -> Result<Option<Duration>> {
         let s = self.get_u64(names::MAX_EXECUTION_TIME, 0)?;
         Ok((s > 0).then(|| Duration::from_secs(s)))
+    }
+
+    /// `status.interval` in seconds (default 10, at least 1).
+    pub fn status_interval(&self) -> Result<Duration> {
+        let s = self.get_u64(names::STATUS_INTERVAL, 10)?;
+        if s == 0 {
+            return Err(self.bad(names::STATUS_INTERVAL, "at least 1 (seconds)"));
+        }
+        Ok(Duration::from_secs(s))
+    }
+
+    /// `dotransactions` (default true; false = load only, YCSB's `-load`).
+    pub fn do_transactions(&self) -> Result<bool> {
+        self.get_bool(names::DO_TRANSACTIONS, true)
+    }
+
+    /// `exportfile`: where the text report goes instead of standard output.
+    pub fn export_file(&self) -> Option<PathBuf> {
+        self.get(names::EXPORT_FILE).filter(|v| !v.trim().is_empty()).map(|v| PathBuf::from(v.trim()))
+    }
+
+    /// The interval log that `hdrhistogram.fileoutput=true` asks for:
+    /// `<hdrhistogram.output.path>ycsb.hlog` (YCSB writes one file per operation,
+    /// `<path><OP>.hdr`; boomkv writes one log with every operation tagged by name and
+    /// an untagged total, which HdrHistogram's tools read by default).
+    pub fn hdr_file_output(&self) -> Result<Option<PathBuf>> {
+        if !self.get_bool(names::HDR_FILE_OUTPUT, false)? {
+            return Ok(None);
+        }
+        let prefix = self.get_str(names::HDR_OUTPUT_PATH, "");
+        Ok(Some(PathBuf::from(format!("{prefix}ycsb.hlog"))))
     }
 
     /// `boomkv.seed`, if set.
@@ -704,6 +760,46 @@ mod tests {
         assert!(e.contains("property `measurement.interval` = `never` (-p override)"), "{e}");
         let origin = WorkloadSpec::from_mix('b').unwrap().property("readproportion").unwrap().origin.to_string();
         assert!(origin.starts_with("built-in workloadb:"), "{origin}");
+    }
+
+    #[test]
+    fn ycsb_client_properties_take_effect_or_warn() {
+        let mut spec = WorkloadSpec::from_mix('a').unwrap();
+        for kv in [
+            "status.interval=3",
+            "dotransactions=false",
+            "exportfile=/tmp/out.txt",
+            "hdrhistogram.fileoutput=true",
+            "hdrhistogram.output.path=/tmp/h-",
+            "measurementtype=hdrhistogram",
+            "exporter=site.ycsb.measurements.exporter.TextMeasurementsExporter",
+        ] {
+            spec.set_override(kv).unwrap();
+        }
+        assert!(spec.warnings().is_empty(), "{:?}", spec.warnings());
+        assert_eq!(spec.status_interval().unwrap(), Duration::from_secs(3));
+        assert!(!spec.do_transactions().unwrap());
+        assert_eq!(spec.export_file(), Some(PathBuf::from("/tmp/out.txt")));
+        assert_eq!(spec.hdr_file_output().unwrap(), Some(PathBuf::from("/tmp/h-ycsb.hlog")));
+
+        let mut other = WorkloadSpec::from_mix('a').unwrap();
+        for kv in [
+            "measurementtype=timeseries",
+            "exporter=site.ycsb.measurements.exporter.JSONMeasurementsExporter",
+            "measurement.histogram.verbose=true",
+            "db=site.ycsb.BasicDB",
+            "latencytrackederrors=NOT_FOUND",
+            "status.interval=0",
+        ] {
+            other.set_override(kv).unwrap();
+        }
+        let w = other.warnings().join("\n");
+        for key in ["measurementtype", "exporter", "measurement.histogram.verbose", "`db`", "latencytrackederrors"] {
+            assert!(w.contains(key), "no warning for {key}: {w}");
+        }
+        assert!(other.status_interval().is_err());
+        assert!(other.do_transactions().unwrap());
+        assert_eq!(other.hdr_file_output().unwrap(), None);
     }
 
     #[test]

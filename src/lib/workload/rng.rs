@@ -62,6 +62,26 @@ impl WorkloadRng {
     }
 }
 
+/// `rand`'s interface, for distributions from `rand_distr` (the true Zipf of
+/// `--theta`). The numbers are this source's ChaCha8 stream.
+impl RngCore for WorkloadRng {
+    fn next_u32(&mut self) -> u32 {
+        self.inner.next_u32()
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.inner.next_u64()
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        self.inner.fill_bytes(dest)
+    }
+
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> std::result::Result<(), rand::Error> {
+        self.inner.try_fill_bytes(dest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

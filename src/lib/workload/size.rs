@@ -7,7 +7,7 @@
 //! | text | meaning |
 //! |---|---|
 //! | `100`, `100b` | 100 bytes |
-//! | `2k`, `2K`, `2kb`, `2KiB` | 2048 bytes (all units are powers of 1024) |
+//! | `2k`, `2K`, `2KiB` | 2048 bytes (all units are powers of 1024; `2kb` is refused as ambiguous) |
 //! | `1m`, `1MiB` | 1048576 bytes; `g` likewise |
 //! | `32..16k` | uniform over 32..=16384 bytes |
 //! | `32..16k:zipfian` | YCSB-Zipfian over 32..=16384, shortest most popular |
@@ -63,13 +63,20 @@ impl ValueSize {
                 if dist.is_some() {
                     return Err(err("a distribution needs a range, e.g. `32..16k:zipfian`".into()));
                 }
-                Ok(ValueSize::Constant(parse_bytes(range).map_err(err)?))
+                let n = parse_bytes(range).map_err(err)?;
+                if n == 0 {
+                    return Err(err("a value needs at least 1 byte".into()));
+                }
+                Ok(ValueSize::Constant(n))
             }
             Some((lo, hi)) => {
                 let min = parse_bytes(lo.trim()).map_err(&err)?;
                 let max = parse_bytes(hi.trim()).map_err(&err)?;
                 if min > max {
                     return Err(err(format!("range start {min} is above its end {max}")));
+                }
+                if min == 0 {
+                    return Err(err("a value needs at least 1 byte: start the range at 1 or more".into()));
                 }
                 match dist.map(str::to_ascii_lowercase).as_deref() {
                     None | Some("uniform") => Ok(ValueSize::Uniform { min, max }),
@@ -141,23 +148,12 @@ pub fn format_bytes(n: u64) -> String {
     n.to_string()
 }
 
-/// Parses `100`, `2k`, `2KiB`, `1m` ... into bytes.
+/// A byte count in `--size` syntax: [`crate::units::parse_bytes`], whole bytes only.
 pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    if digits.is_empty() {
-        return Err(format!("`{t}` does not start with a number"));
-    }
-    let n: u64 = digits.parse().map_err(|_| format!("`{digits}` is too large"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        other => return Err(format!("unknown unit `{other}` (use b, k, m or g; powers of 1024)")),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("`{t}` is too large"))
+    crate::units::parse_bytes(text).map_err(|e| match e {
+        Error::Invalid(msg) => msg,
+        other => other.to_string(),
+    })
 }
 
 /// Draws value sizes (one per thread).
@@ -197,7 +193,15 @@ mod tests {
         assert_eq!(ValueSize::parse("1m", "--size").unwrap(), ValueSize::Constant(1 << 20));
         assert_eq!(ValueSize::parse("32..16k", "--size").unwrap(), ValueSize::Uniform { min: 32, max: 16384 });
         assert_eq!(ValueSize::parse("32..16k:zipfian", "--size").unwrap(), ValueSize::Zipfian { min: 32, max: 16384 });
-        assert_eq!(ValueSize::parse("0", "--size").unwrap(), ValueSize::Constant(0));
+        for zero in ["0", "0..1k"] {
+            assert!(ValueSize::parse(zero, "--size").unwrap_err().to_string().contains("at least 1 byte"), "{zero}");
+        }
+        for ambiguous in ["2kb", "2KB", "1MB", "1gb"] {
+            assert!(
+                ValueSize::parse(ambiguous, "--size").unwrap_err().to_string().contains("ambiguous"),
+                "{ambiguous}"
+            );
+        }
     }
 
     #[test]

@@ -85,7 +85,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
 pub enum Preset {
     /// The transport floor (WRITE, WRITE_WITH_IMM + reply, SEND/RECV, READ), per backend.
     Transport,
-    /// PUT and GET latency per protocol and size (figures 6, 7, 13, 14).
+    /// PUT and GET latency per protocol and size (figures 13 and 14 are drawn; the
+    /// paper's figures 6 and 7, BOOM against the two-phase protocol, are their RDMP-KV lines).
     Latency,
     /// Where a request's time goes (figures 1, 2).
     Breakdown,
@@ -132,7 +133,7 @@ impl Preset {
     pub fn figures(self) -> &'static str {
         match self {
             Preset::Transport => "the transport floor (no figure)",
-            Preset::Latency => "figures 6, 7, 13, 14",
+            Preset::Latency => "figures 13, 14; 6, 7 are their RDMP-KV lines",
             Preset::Breakdown => "figures 1, 2",
             Preset::Ycsb => "figures 15-17",
             Preset::SegmentSize => "figures 8, 10",

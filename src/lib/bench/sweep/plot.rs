@@ -661,7 +661,7 @@ pub fn figures(preset: Preset, t: &Table, dir: &Path) -> Result<Vec<Figure>> {
                     x_label: "value size (bytes, log scale)".into(),
                     y_label: "average latency (µs), bars p50-p99".into(),
                     series: s,
-                    note: Some(format!("Paper: figures 6, 7, 13, 14. Transport: {transport}.")),
+                    note: Some(format!("Paper: figures 13, 14 (6, 7: the RDMP-KV lines). Transport: {transport}.")),
                     y_log_auto: true,
                 }));
             }

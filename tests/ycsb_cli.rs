@@ -1,0 +1,314 @@
+//! `boomctl ycsb` as a YCSB user drives it: report rows, status lines, YCSB's own flags
+//! and properties, pipes. Every run is embedded (temporary pool), small and bounded.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+
+fn boomctl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_boomctl"))
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = boomctl().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "boomctl {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `[SERIES], Metric, value` rows of a YCSB report.
+fn rows(stdout: &[u8]) -> BTreeMap<(String, String), String> {
+    let text = String::from_utf8_lossy(stdout);
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.splitn(3, ", ").collect();
+        if parts.len() == 3 && parts[0].starts_with('[') {
+            m.insert((parts[0].trim_matches(['[', ']']).to_string(), parts[1].to_string()), parts[2].to_string());
+        }
+    }
+    m
+}
+
+fn num(r: &BTreeMap<(String, String), String>, series: &str, metric: &str) -> f64 {
+    r.get(&(series.to_string(), metric.to_string()))
+        .unwrap_or_else(|| panic!("no [{series}], {metric} in {r:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn workload_f_times_read_and_update_separately() {
+    let out = run(&["ycsb", "--mix", "f", "--quiet", "-p", "recordcount=200", "-p", "operationcount=3000"]);
+    let r = rows(&out.stdout);
+    let rmw = num(&r, "READ-MODIFY-WRITE", "Operations");
+    assert!(rmw > 1000.0, "{r:?}");
+    // Every update of F is the write half of a read-modify-write...
+    assert_eq!(num(&r, "UPDATE", "Operations"), rmw);
+    // ...but timed alone: the whole (read + update) takes longer than its update.
+    assert!(num(&r, "READ-MODIFY-WRITE", "AverageLatency(us)") > num(&r, "UPDATE", "AverageLatency(us)"), "{r:?}");
+    // YCSB reports no status for the pair.
+    assert!(!r.keys().any(|(s, m)| s == "READ-MODIFY-WRITE" && m.starts_with("Return=")), "{r:?}");
+    assert_eq!(num(&r, "UPDATE", "Return=OK"), rmw);
+    // Reads: plain reads plus the read halves.
+    assert_eq!(num(&r, "READ", "Operations"), 3000.0);
+}
+
+#[test]
+fn cleanup_rows_one_per_thread() {
+    let out =
+        run(&["ycsb", "--mix", "c", "--quiet", "--threads", "2", "-p", "recordcount=50", "-p", "operationcount=100"]);
+    let r = rows(&out.stdout);
+    assert_eq!(num(&r, "CLEANUP", "Operations"), 2.0, "{r:?}");
+    assert!(r.contains_key(&("CLEANUP".into(), "MaxLatency(us)".into())));
+    assert!(!r.keys().any(|(s, m)| s == "CLEANUP" && m.starts_with("Return=")), "{r:?}");
+}
+
+#[test]
+fn latency_unit_ns_prints_nanoseconds() {
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "c",
+        "--quiet",
+        "--latency-unit",
+        "ns",
+        "-p",
+        "recordcount=50",
+        "-p",
+        "operationcount=200",
+    ]);
+    let r = rows(&out.stdout);
+    assert!(num(&r, "READ", "MinLatency(ns)") > 0.0, "{r:?}");
+    assert!(!r.keys().any(|(_, m)| m.ends_with("(us)")), "{r:?}");
+}
+
+#[test]
+fn a_ycsb_command_line_runs_unchanged_with_status_lines() {
+    let wl = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/workloada");
+    let out = run(&[
+        "ycsb",
+        "-P",
+        wl,
+        "-threads",
+        "2",
+        "-target",
+        "1000",
+        "-s",
+        "-p",
+        "recordcount=300",
+        "-p",
+        "operationcount=1500",
+        "-p",
+        "status.interval=1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Command line: ycsb -P"), "{err}");
+    let status: Vec<&str> = err.lines().filter(|l| l.contains(" sec: ") && l.contains(" operations; ")).collect();
+    // Load: first and final line; run (1.5 s at 1000 ops/s): first, one a second, final.
+    assert!(status.len() >= 5, "{err}");
+    // 2026-11-24 04:06:59:779 0 sec: 0 operations; est completion in 0 second
+    let first = status[0];
+    assert_eq!(&first[4..5], "-");
+    assert_eq!(&first[19..20], ":", "{first}");
+    assert!(first[23..].starts_with(" 0 sec: 0 operations; est completion in "), "{first}");
+    assert!(
+        status.iter().any(|l| l.contains("current ops/sec; est completion in ")
+            && l.contains("[READ: Count=")
+            && l.contains(", 99.99=")),
+        "{err}"
+    );
+    let r = rows(&out.stdout);
+    assert_eq!(num(&r, "READ", "Operations") + num(&r, "UPDATE", "Operations"), 1500.0);
+    assert_eq!(num(&r, "CLEANUP", "Operations"), 2.0);
+    assert!(r.contains_key(&("Intended-READ".into(), "Operations".into())), "-target measures intended latency");
+}
+
+#[test]
+fn load_only_export_file_and_layered_property_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = dir.path().join("more.properties");
+    std::fs::write(&extra, "recordcount=120\n").unwrap();
+    let report = dir.path().join("report.txt");
+    let wl = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/workloadb");
+    let out = run(&[
+        "ycsb",
+        "-load",
+        "--quiet",
+        "-P",
+        wl,
+        "-P",
+        extra.to_str().unwrap(),
+        "-p",
+        &format!("exportfile={}", report.display()),
+        "-db",
+        "site.ycsb.BasicDB",
+    ]);
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-db site.ycsb.BasicDB ignored"));
+    let text = std::fs::read(&report).unwrap();
+    let r = rows(&text);
+    // The later file's recordcount wins; only the load phase ran.
+    assert_eq!(num(&r, "INSERT", "Operations"), 120.0, "{r:?}");
+    assert!(!r.keys().any(|(s, _)| s == "READ"), "{r:?}");
+}
+
+/// Runs boomctl with its standard output closed from the start (a reader that has
+/// gone, like `| head` after its lines): it must exit 0 without a panic or an error.
+fn run_into_closed_pipe(args: &[&str]) {
+    let mut child =
+        boomctl().args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+}
+
+#[test]
+fn a_closed_pipe_is_a_normal_exit() {
+    run_into_closed_pipe(&["ycsb", "--mix", "b", "--dry-run", "--print-ops", "100000000"]);
+    run_into_closed_pipe(&["completions", "bash"]);
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = boomctl().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+#[test]
+fn first_contact_messages() {
+    // YCSB's file name as --mix, and upper case.
+    run(&["ycsb", "--mix", "workloadc", "--dry-run", "--print-ops", "1"]);
+    run(&["ycsb", "--mix", "B", "--dry-run", "--print-ops", "1"]);
+    fails_with(&["ycsb", "--mix", "z", "--dry-run"], "possible values: a, b, c, d, e, f");
+    // Sizes: binary units only; "kb" is ambiguous; 0 is no value.
+    run(&["ycsb", "--size", "2KiB", "--dry-run", "--print-ops", "1"]);
+    fails_with(&["ycsb", "--size", "2kb", "--dry-run"], "ambiguous");
+    fails_with(&["ycsb", "--size", "0", "--dry-run"], "at least 1 byte");
+    fails_with(&["ycsb", "--size", "0..4k", "--dry-run"], "at least 1 byte");
+    // A value over the server's limit says so before running.
+    fails_with(&["ycsb", "--size", "2m", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"], "over the limit");
+}
+
+#[test]
+fn tcp_prefix_parses_like_shm_prefix() {
+    use boomkv::transport::Endpoint;
+    let ep = Endpoint::parse("tcp:127.0.0.1:7470").unwrap();
+    assert_eq!(ep, Endpoint::parse("tcp://127.0.0.1:7470").unwrap());
+}
+
+#[test]
+fn falling_behind_the_target_is_reported() {
+    // No machine runs a debug build at 10^9 ops/s.
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "c",
+        "--quiet",
+        "--target",
+        "1000000000",
+        "-p",
+        "recordcount=50",
+        "-p",
+        "operationcount=500",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("fell behind --target"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out =
+        run(&["ycsb", "--mix", "c", "--quiet", "--target", "200", "-p", "recordcount=50", "-p", "operationcount=100"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("fell behind"));
+}
+
+#[test]
+fn duration_alone_runs_for_the_duration() {
+    // workloadc says operationcount=1000; --duration without --ops runs by the clock.
+    let out = run(&["ycsb", "--mix", "c", "--quiet", "--duration", "2", "-p", "recordcount=100"]);
+    let r = rows(&out.stdout);
+    let runtime = num(&r, "OVERALL", "RunTime(ms)");
+    assert!((1900.0..4000.0).contains(&runtime), "{r:?}");
+    assert!(num(&r, "READ", "Operations") > 1000.0, "{r:?}");
+}
+
+#[test]
+fn an_embedded_pool_that_cannot_fit_says_why() {
+    fails_with(
+        &["ycsb", "--mix", "c", "--quiet", "--records", "100000000000", "--size", "16k"],
+        "the embedded pool needs",
+    );
+}
+
+#[test]
+fn every_export_carries_the_run_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, json) = (dir.path().join("r.csv"), dir.path().join("r.json"));
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "b",
+        "--quiet",
+        "--theta",
+        "1.1",
+        "--size",
+        "2k",
+        "--seed",
+        "7",
+        "-p",
+        "recordcount=50",
+        "-p",
+        "operationcount=100",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let r = rows(&out.stdout);
+    let cfg = |k: &str| r.get(&("CONFIG".to_string(), k.to_string())).cloned().unwrap_or_default();
+    assert_eq!(cfg("protocol"), "boom");
+    assert_eq!(cfg("value_size"), "2048");
+    assert_eq!(cfg("records"), "50");
+    assert_eq!(cfg("seed"), "7");
+    assert_eq!(cfg("distribution"), "zipfian (true Zipf, theta 1.1)");
+    assert!(!cfg("commit").is_empty() && !cfg("version").is_empty(), "{r:?}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    for col in [
+        "protocol",
+        "transport",
+        "records",
+        "operations",
+        "threads",
+        "value_size",
+        "distribution",
+        "seed",
+        "target",
+        "durability",
+        "flush",
+        "host",
+        "version",
+        "commit",
+    ] {
+        assert!(header.contains(&col), "no {col} in {header:?}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["config"]["distribution"], "zipfian (true Zipf, theta 1.1)");
+    assert_eq!(v["config"]["threads"], "1");
+}
+
+#[test]
+fn help_has_examples_and_completions_know_the_values() {
+    let help = String::from_utf8(run(&["--help"]).stdout).unwrap();
+    assert!(help.contains("Examples:") && help.contains("boomctl ycsb --mix b --size 2k"), "{help}");
+    let bash = String::from_utf8(run(&["completions", "bash"]).stdout).unwrap();
+    for values in ["boom rdmp rpc", "clwb clflushopt clflush none", "a b c d e f", "segment-size skew writeback"] {
+        assert!(bash.contains(values), "no completion for {values}");
+    }
+}
