@@ -111,7 +111,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let (pool, rep) = Pool::open(&a.pmem.pmem, &a.media.pool_options())?;
     let seg = pool.segment_size();
     // Room for the segment header, the entry header and the longest key.
-    let fits = seg - 128 - 32 - boomkv::log::format::MAX_KEY_LEN as u64;
+    let fits = seg
+        - boomkv::log::format::SEGMENT_HEADER_SIZE
+        - boomkv::log::format::ENTRY_HEADER_SIZE
+        - boomkv::log::format::MAX_KEY_LEN as u64;
     let max_value = match a.max_value {
         Some(v) if v > fits => {
             bail!("--max-value {} does not fit a {} segment (at most {fits} bytes)", human_bytes(v), human_bytes(seg))
@@ -446,9 +449,10 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let f = |k: &str| ph[k].as_f64().unwrap_or(0.0);
     if ph["put_samples"].as_u64().unwrap_or(0) > 0 {
         println!(
-            "PUT steps     validate {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, reply {:.2}; total {:.2} us \
-             (medians of {} sampled)",
+            "PUT steps     validate {:.2}, version+seal {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, \
+             reply {:.2}; total {:.2} us (medians of {} sampled)",
             f("put_validate_us"),
+            f("put_seal_us"),
             f("put_writeback_us"),
             f("put_second_persist_us"),
             f("put_index_us"),

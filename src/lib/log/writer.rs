@@ -4,20 +4,25 @@
 //! the RPC baseline); [`Pool::commit`] then makes it durable and visible in the order the
 //! crash promise needs:
 //!
-//! 1. validate the entry (bounds, lengths, checksum; placement);
-//! 2. assign `version_num` from the global counter (one aligned 8-byte store);
-//! 3. an **append** writes its lines back, version included, and fences; then stores
-//!    and persists `count` (one aligned 8-byte store, second fence). Until `count`
-//!    covers the slot recovery ignores it, so the version may become durable with any
-//!    part of the content: that is the paper's order, two fences per append;
+//! 1. validate the entry (bounds, lengths, checksum; placement) and copy its key: from
+//!    here on the server uses only the header it validated and that copy, never the
+//!    client-writable bytes again;
+//! 2. assign `version_num` from the global counter (leased under the durable
+//!    high-water mark) and compute the entry's **seal** (see [`format`](super::format)):
+//!    the server's keyed word over the place, version, header and key; both are stored
+//!    as aligned 8-byte words;
+//! 3. an **append** writes its lines back, version and seal included, and fences; then
+//!    stores and persists the checked `count` (one aligned 8-byte store, second fence).
+//!    Until `count` covers the slot recovery ignores it, so the version may become
+//!    durable with any part of the content: that is the paper's order, two fences per
+//!    append;
 //! 4. an **in-place** rewrite sits in a slot `count` already covers, so its content
-//!    (with `version_num` = 0, as the client wrote it) is written back and fenced
-//!    first, then the version line on its own (second fence). The checksum covers the
-//!    content but not `version_num`: if the new version could become durable while the
-//!    old content was still in the slot, recovery would return the old value under the
-//!    newest version. With this order every durable combination is the old entry, a
-//!    torn (rejected) one, the new content under version 0 or the old slot's version
-//!    (older than the key's newest, so it loses), or the new entry;
+//!    (with `version_num` = `seal` = 0, as the client wrote it) is written back and
+//!    fenced first, then the version and seal on their own (second fence). With this
+//!    order every durable combination is the old entry, a torn one, the new content
+//!    under version 0 or under a version and seal that do not match it (both
+//!    rejected), or the new entry; the slot rewritten is never the key's newest
+//!    (the hybrid rules), so a rejected slot loses nothing acknowledged;
 //! 5. index it. The caller replies after `commit` returns.
 //!
 //! [`LocalWriter`] plays client and server at once (no transport): tests, the crash
@@ -34,6 +39,8 @@ use std::time::Instant;
 pub struct ActiveSegment {
     /// Segment id.
     pub id: u64,
+    /// The segment's allocation generation (bound into every seal and `count` check).
+    pub generation: u64,
     /// Segment offset where the next append must start.
     pub tail: u64,
     /// Appended (counted) slots.
@@ -45,8 +52,8 @@ pub struct ActiveSegment {
 
 impl ActiveSegment {
     /// A freshly allocated, empty segment.
-    pub fn new(id: u64) -> ActiveSegment {
-        ActiveSegment { id, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
+    pub fn new(id: u64, generation: u64) -> ActiveSegment {
+        ActiveSegment { id, generation, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
     }
 
     /// Records an appended, counted slot.
@@ -68,6 +75,8 @@ impl ActiveSegment {
 pub struct CommitTimes {
     /// Checking the entry.
     pub validate: u64,
+    /// Taking a version and computing the entry's seal.
+    pub seal: u64,
     /// Writing the entry back (with its version, for an append).
     pub writeback: u64,
     /// The second persist: `count` or `version_num`.
@@ -135,7 +144,7 @@ pub enum CommitError {
     /// An append not at the tail, or an in-place write not over a slot.
     #[error("{0}")]
     Misplaced(String),
-    /// The media failed.
+    /// The media failed, or no version is left.
     #[error(transparent)]
     Media(#[from] Error),
 }
@@ -201,16 +210,27 @@ impl Pool {
         }
         let pool_off = self.pool_offset(seg.id, offset);
         let len = h.entry_len() as usize;
+        // The key as validated: what the seal covers and the index keys on (a client
+        // rewriting its bytes now changes neither).
+        let key = self
+            .media()
+            .map()
+            .view(pool_off + ENTRY_HEADER_SIZE, h.key_len as usize)
+            .map_err(CommitError::Media)?
+            .to_vec();
         let count_first = planted("count-first") && mode == WriteMode::Append;
         if count_first {
-            self.persist_count(seg.id, seg.count + 1)?;
+            self.persist_count(seg.id, seg.generation, seg.count + 1)?;
         }
-        let version = self.next_version();
+        let version = self.next_version()?;
+        let place = SlotPlace { segment: seg.id, generation: seg.generation, offset };
+        let seal = self.sealer().entry_seal(place, version, &h, &key);
+        laps.lap(|t| &mut t.seal);
         if mode == WriteMode::Append {
-            // 1. The version goes into the entry first, then the entry's lines (version
-            //    included) are written back under one fence: nothing counts the slot
-            //    yet, so no crash image can pair them wrongly.
-            self.store_version(seg.id, offset, version)?;
+            // 1. The version and seal go into the entry first, then the entry's lines
+            //    (both included) are written back under one fence: nothing counts the
+            //    slot yet, so no crash image can pair them wrongly.
+            self.store_version(seg.id, offset, version, seal)?;
             self.media().crash_point();
             if !planted("skip-writeback") {
                 writeback(pool_off, len)?;
@@ -218,25 +238,24 @@ impl Pool {
             laps.lap(|t| &mut t.writeback);
             self.media().crash_point();
         } else {
-            // 1. An in-place rewrite sits in a counted slot: its content (version 0 as
-            //    the client wrote it) must be durable before any version is, because the
-            //    checksum does not cover `version_num`.
+            // 1. An in-place rewrite sits in a counted slot: its content (version and
+            //    seal 0 as the client wrote it) is durable first ...
             if !planted("skip-writeback") {
                 writeback(pool_off, len)?;
             }
             laps.lap(|t| &mut t.writeback);
             self.media().crash_point();
-            // 2. Then its version: one aligned 8-byte store, written back on its own.
-            self.store_version(seg.id, offset, version)?;
+            // 2. ... then its version and seal, written back on their own.
+            self.store_version(seg.id, offset, version, seal)?;
             self.media().crash_point();
-            self.media().persist(pool_off + ENTRY_VERSION_OFF, 8)?;
+            self.media().persist(pool_off + ENTRY_VERSION_OFF, 16)?;
             laps.lap(|t| &mut t.second_persist);
             self.media().crash_point();
         }
         // 2. For an append, `count` now covers it.
         if mode == WriteMode::Append {
             if !count_first {
-                self.persist_count(seg.id, seg.count + 1)?;
+                self.persist_count(seg.id, seg.generation, seg.count + 1)?;
             }
             laps.lap(|t| &mut t.second_persist);
             seg.push_slot(offset, h.next_offset);
@@ -244,6 +263,7 @@ impl Pool {
         } else {
             self.note_in_place(len as u64);
         }
+        let header = EntryHeader { version, seal, ..h };
         let loc = Loc {
             segment: seg.id as u32,
             offset: offset as u32,
@@ -251,15 +271,9 @@ impl Pool {
             version,
             tombstone: h.is_tombstone(),
         };
-        let key = self
-            .media()
-            .map()
-            .view(pool_off + ENTRY_HEADER_SIZE, h.key_len as usize)
-            .map_err(CommitError::Media)?
-            .to_vec();
         let upsert = self.index_entry(&key, loc);
         laps.lap(|t| &mut t.index);
-        Ok(Committed { version, loc, upsert, key, header: h })
+        Ok(Committed { version, loc, upsert, key, header })
     }
 
     /// The default write-back: lines of `[pool_off, pool_off + len)`, then a fence.
@@ -273,7 +287,8 @@ impl Pool {
         if let Some(p) = prev {
             self.seal_segment(p.id)?;
         }
-        Ok(ActiveSegment::new(id))
+        let generation = self.seg_meta(id).map(|m| m.generation).unwrap_or(0);
+        Ok(ActiveSegment::new(id, generation))
     }
 }
 

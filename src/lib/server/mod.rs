@@ -892,6 +892,7 @@ impl<T: Transport> Worker<T> {
                     let now = Instant::now();
                     self.sh.phases.record(&[
                         (Phase::PutValidate, times.validate),
+                        (Phase::PutSeal, times.seal),
                         (Phase::PutWriteback, times.writeback),
                         (Phase::PutSecondPersist, times.second_persist),
                         (Phase::PutIndex, times.index),
