@@ -36,7 +36,7 @@ pub struct RecoverArgs {
     /// Pool size for --bench.
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "1G")]
     bench_size: u64,
-    /// Value size for --bench (entries are this plus a 32-byte header and the key).
+    /// Value size for --bench (entries are this plus a 40-byte header and the key).
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "2k")]
     value_size: u64,
     /// Directory for the --bench pool (deleted afterwards) [default: the temp dir].
@@ -110,6 +110,12 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) {
         human_bytes(r.garbage_bytes)
     );
     println!("segments    {} in use, {} free, {} damaged", r.segments_in_use, r.segments_free, r.segments_damaged);
+    println!(
+        "damage      {} found: {} entries repaired (one flipped bit), {} count words failed their check",
+        r.damaged(),
+        r.entries_repaired,
+        r.counts_damaged
+    );
     if !r.segments_per_client.is_empty() {
         let per: Vec<String> =
             r.segments_per_client
@@ -131,7 +137,7 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) {
             if more > 0 { format!(", {more} more") } else { String::new() }
         );
     }
-    println!("next        version {}", r.next_version);
+    println!("next        version {} (high-water mark {})", r.next_version, r.version_hwm);
     for p in &r.problems {
         println!("problem     {p}");
     }
@@ -269,13 +275,18 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         rep.next_version
     );
     println!(
-        "  keys {} live, {} deleted; {} valid entries, {} superseded, {} rejected",
+        "  keys {} live, {} deleted; {} valid entries, {} superseded, {} rejected; {} damaged ({} repaired)",
         rep.keys,
         rep.tombstones,
         rep.entries_valid,
         rep.entries_superseded,
-        rep.rejected()
+        rep.rejected(),
+        rep.damaged(),
+        rep.entries_repaired
     );
+    for p in &rep.problems {
+        println!("  problem: {p}");
+    }
     println!();
     println!(
         "{:>7} {:<8} {:>6} {:>5} {:>7} {:>7} {:>9} {:>6} {:>10} {:>10}  problem",
@@ -314,9 +325,11 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
                 e.value_len,
                 if e.tombstone { "T" } else { "-" },
                 if e.checksum_ok { "ok".to_string() } else { "bad".to_string() },
-                match &e.fault {
-                    Some(f) => format!("rejected ({f})"),
-                    None => e.status.to_string(),
+                match (&e.fault, e.repaired) {
+                    (Some(f), _) if e.status == "damaged" => format!("damaged ({f})"),
+                    (Some(f), _) => format!("rejected ({f})"),
+                    (None, true) => format!("{} (repaired)", e.status),
+                    (None, false) => e.status.to_string(),
                 },
                 e.key
             );

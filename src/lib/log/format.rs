@@ -764,6 +764,20 @@ pub fn check_entry(
     })
 }
 
+/// An entry whose checksum fails although its seal verifies (over the stored checksum
+/// field, so the key, version and place are what the server committed): its value is
+/// damaged. Recovery indexes it, so that no older value of the key takes its place, and
+/// readers see the key as damaged (its checksum keeps failing) instead of a stale value.
+pub fn check_damaged_value(slot: &[u8], place: SlotPlace, segment_size: u64, trust: &Trust) -> Option<EntryHeader> {
+    if check_entry_body(slot, place.offset, segment_size) != Err(EntryFault::BadChecksum) {
+        return None;
+    }
+    let h = EntryHeader::decode(slot).ok()?;
+    let key = slot.get(ENTRY_HEADER_SIZE as usize..ENTRY_HEADER_SIZE as usize + h.key_len as usize)?;
+    let ok = h.version != 0 && h.version < trust.hwm && trust.sealer.entry_seal(place, h.version, &h, key) == h.seal;
+    ok.then_some(h)
+}
+
 /// Bounds, lengths and checksum of an entry, not its version or seal: what the server
 /// checks of an entry a client has just written, before it assigns the version.
 pub fn check_entry_body(slot: &[u8], offset: u64, segment_size: u64) -> std::result::Result<EntryHeader, EntryFault> {

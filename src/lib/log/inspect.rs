@@ -74,7 +74,8 @@ pub struct EntryRow {
     pub repaired: bool,
     /// Why the slot was rejected.
     pub fault: Option<String>,
-    /// live, deleted (live tombstone), superseded, or rejected.
+    /// live, deleted (live tombstone), superseded, damaged (value fails its checksum
+    /// under a valid seal), or rejected.
     pub status: &'static str,
 }
 
@@ -167,6 +168,7 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                         };
                         (st, h.value_len as u64, h.is_tombstone())
                     }
+                    Err(_) if e.damaged.is_some() => ("damaged", 0, false),
                     Err(_) => ("rejected", 0, false),
                 };
                 entries.push(EntryRow {

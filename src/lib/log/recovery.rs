@@ -30,6 +30,10 @@ use crate::pmem::Mapping;
 pub struct ScannedEntry {
     /// A flipped bit in the entry's version or seal was repaired.
     pub repaired: bool,
+    /// The entry's checksum fails but its seal verifies: the server committed this key
+    /// and version here and the value is damaged ([`check_damaged_value`]).
+    #[serde(skip)]
+    pub damaged: Option<EntryHeader>,
     /// Index of the slot in the segment (0-based).
     pub slot: u64,
     /// Segment offset of the slot.
@@ -199,11 +203,16 @@ pub fn walk_segment(
         });
         let place = SlotPlace { segment: id, generation, offset: off };
         let checked = check_entry(slot, place, size, trust, &mut repairs);
+        let damaged = match checked {
+            Err(EntryFault::BadChecksum) => check_damaged_value(slot, place, size, trust),
+            _ => None,
+        };
         let e = ScannedEntry {
             slot: i,
             offset: off,
             next_offset: next,
             repaired: checked.is_ok_and(|c| c.repaired),
+            damaged,
             result: checked.map(|c| c.header),
         };
         f(&e, slot);
@@ -285,6 +294,9 @@ impl RecoveryReport {
 
 const MAX_PROBLEMS: usize = 100;
 
+/// How recovery reports an entry [`check_damaged_value`] found.
+pub const DAMAGED_VALUE: &str = "value damaged under a valid seal (the key reads as damaged, never as an older value)";
+
 /// Scans `pool`'s media into its index, allocator and counters.
 pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let t0 = Instant::now();
@@ -360,6 +372,30 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                                         tombstone: h.is_tombstone(),
                                     };
                                     pool.index_entry(entry_key(slot, h), loc);
+                                }
+                                Err(_) if e.damaged.is_some() => {
+                                    let Some(h) = e.damaged else { return };
+                                    *local_rej.entry(DAMAGED_VALUE.to_string()).or_default() += 1;
+                                    local_max = local_max.max(h.version);
+                                    let key = entry_key(slot, &h);
+                                    let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                                    if pr.len() < MAX_PROBLEMS {
+                                        pr.push(format!(
+                                            "segment {id} offset {}: key {} version {}: {DAMAGED_VALUE}",
+                                            e.offset,
+                                            super::inspect::printable_key(key),
+                                            h.version
+                                        ));
+                                    }
+                                    drop(pr);
+                                    let loc = Loc {
+                                        segment: id as u32,
+                                        offset: e.offset as u32,
+                                        len: h.entry_len() as u32,
+                                        version: h.version,
+                                        tombstone: h.is_tombstone(),
+                                    };
+                                    pool.index_entry(key, loc);
                                 }
                                 Err(fault) => *local_rej.entry(fault.to_string()).or_default() += 1,
                             }
