@@ -117,18 +117,20 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) {
         r.counts_damaged
     );
     if !r.segments_per_client.is_empty() {
-        let per: Vec<String> =
-            r.segments_per_client
-                .iter()
-                .take(20)
-                .map(|(c, n)| {
-                    if *c == boomkv::log::format::CLEANER_OWNER {
-                        format!("cleaner: {n}")
-                    } else {
-                        format!("{c}: {n}")
-                    }
-                })
-                .collect();
+        let per: Vec<String> = r
+            .segments_per_client
+            .iter()
+            .take(20)
+            .map(|(c, n)| {
+                if *c == boomkv::log::format::CLEANER_OWNER {
+                    format!("cleaner: {n}")
+                } else if *c == boomkv::log::format::TOMBSTONE_OWNER {
+                    format!("tombstones: {n}")
+                } else {
+                    format!("{c}: {n}")
+                }
+            })
+            .collect();
         let more = r.segments_per_client.len().saturating_sub(20);
         println!(
             "clients     {} (segments per client: {}{})",

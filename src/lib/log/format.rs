@@ -58,7 +58,7 @@
 //! | 8 | 4 | format_version | [`FORMAT_VERSION`] |
 //! | 12 | 4 | checksum | CRC-32C of bytes 0..12 and 16..64 |
 //! | 16 | 8 | segment_id | index of this segment in the pool |
-//! | 24 | 8 | owner | client id owning this segment's log ([`CLEANER_OWNER`] for the cleaner) |
+//! | 24 | 8 | owner | client id owning this segment's log ([`CLEANER_OWNER`] for the cleaner, [`TOMBSTONE_OWNER`] for the server's tombstone log) |
 //! | 32 | 8 | prev | previous segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 40 | 8 | log_seq | position in the owner's log, from 0 |
 //! | 48 | 8 | generation | how many times this segment has been allocated |
@@ -162,10 +162,20 @@ pub const SEG_NEXT_OFF: u64 = 80;
 pub const NO_SEGMENT: u64 = u64::MAX;
 /// Owner id used for segments written by the cleaner.
 pub const CLEANER_OWNER: u64 = u64::MAX - 1;
+/// Owner id of the server's tombstone log (DELETEs with no room in their client's segment).
+pub const TOMBSTONE_OWNER: u64 = u64::MAX - 2;
 /// Smallest segment size accepted.
 pub const MIN_SEGMENT_SIZE: u64 = 64 << 10;
 /// Default segment size (the paper's 64 MiB).
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
+
+/// The segment size for a new pool of `pool_size` bytes when none is given: the
+/// paper's 64 MiB, smaller for pools under 4 GiB so that a pool holds about 64 segments
+/// (a 256 MiB pool of 64 MiB segments would hold 3, and 3 clients would fill it); a
+/// multiple of 64 KiB, at least [`MIN_SEGMENT_SIZE`].
+pub fn default_segment_size(pool_size: u64) -> u64 {
+    (pool_size / 64 / MIN_SEGMENT_SIZE * MIN_SEGMENT_SIZE).clamp(MIN_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE)
+}
 
 /// Entry magic.
 pub const ENTRY_MAGIC: u16 = 0xB0E7;
@@ -350,7 +360,9 @@ pub fn read_hwm(a: u64, b: u64) -> std::result::Result<u64, String> {
     match (decode_hwm(a), decode_hwm(b)) {
         (Some(x), Some(y)) => Ok(x.max(y)),
         (Some(x), None) | (None, Some(x)) => Ok(x),
-        (None, None) => Err(format!("both copies of the version high-water mark fail their check ({a:#018x}, {b:#018x})")),
+        (None, None) => {
+            Err(format!("both copies of the version high-water mark fail their check ({a:#018x}, {b:#018x})"))
+        }
     }
 }
 
@@ -836,7 +848,10 @@ mod tests {
         assert!(PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("checksum"));
         let mut bad = b;
         bad[70] ^= 1;
-        assert!(PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("checksum"), "the seal key is covered");
+        assert!(
+            PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("checksum"),
+            "the seal key is covered"
+        );
         let mut bad = b;
         bad[8] = 9;
         assert!(PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("version"));

@@ -25,7 +25,7 @@ use crate::pmem::{resolve_pool_path, Media, MediaOptions};
 use format::*;
 pub use recovery::RecoveryReport;
 pub use space::{SpaceCounters, SpaceReport};
-pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, LocalWriter, WriteMode};
+pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, LocalWriter, ServerLog, WriteMode};
 
 /// How to open a pool.
 #[derive(Clone, Debug)]
@@ -299,8 +299,13 @@ impl Pool {
     pub fn alloc_segment(&self, owner: u64, prev: Option<u64>) -> Result<u64> {
         let mut a = self.lock();
         // The last free segments are the cleaner's: without a segment to copy live
-        // entries into, a full pool could never be compacted again.
-        let reserve = if owner == CLEANER_OWNER { 0 } else { self.cleaner_reserve() };
+        // entries into, a full pool could never be compacted again. The one before is
+        // the tombstone log's, so that DELETEs succeed on a pool clients have filled.
+        let reserve = match owner {
+            CLEANER_OWNER => 0,
+            TOMBSTONE_OWNER => self.cleaner_reserve(),
+            _ => self.cleaner_reserve() + self.tombstone_reserve(),
+        };
         if a.free.len() <= reserve {
             return Err(Error::PoolFull {
                 segments: self.header.segment_count,
@@ -366,6 +371,34 @@ impl Pool {
         } else {
             0
         }
+    }
+
+    /// Free segments kept for the tombstone log (none in pools of fewer than 4 segments).
+    pub fn tombstone_reserve(&self) -> usize {
+        self.cleaner_reserve()
+    }
+
+    /// Makes the last segment of `owner`'s log active again (recovery sealed it) and
+    /// returns it, positioned after its recovered slots; `None` if `owner` has none.
+    pub fn reopen_last_segment(&self, owner: u64) -> Result<Option<ActiveSegment>> {
+        let mut a = self.lock();
+        let last = a
+            .segs
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.owner == owner && m.state != SegmentState::Free)
+            .max_by_key(|(_, m)| m.log_seq)
+            .map(|(id, m)| (id as u64, *m));
+        let Some((id, meta)) = last else { return Ok(None) };
+        if meta.state == SegmentState::Sealed {
+            let off = self.segment_offset(id) + SEG_STATE_OFF;
+            self.media.store_u64(off, SegmentState::Active.to_word())?;
+            self.media.persist(off, 8)?;
+            a.segs[id as usize].state = SegmentState::Active;
+        }
+        let mut s = ActiveSegment::new(id, meta.generation);
+        s.resume_at(SEGMENT_HEADER_SIZE + self.segment_used(id), self.segment_slots(id));
+        Ok(Some(s))
     }
 
     /// Marks an active segment sealed (no more appends).

@@ -90,9 +90,10 @@ impl SegmentFound {
     /// What is wrong with the `count` word, if anything.
     pub fn count_damage(&self) -> Option<String> {
         match self.count_check {
-            Some(CountCheck::Repaired(n)) => {
-                Some(format!("count word {:#018x} fails its check; one flipped bit repaired: {n} slots", self.count_word))
-            }
+            Some(CountCheck::Repaired(n)) => Some(format!(
+                "count word {:#018x} fails its check; one flipped bit repaired: {n} slots",
+                self.count_word
+            )),
             Some(CountCheck::Damaged) => Some(format!(
                 "count word {:#018x} fails its check and no one-bit repair verifies; slots walked by their links",
                 self.count_word
@@ -197,9 +198,7 @@ pub fn walk_segment(
             break;
         }
         let next = next.unwrap_or_else(|_| {
-            u64::from_le_bytes(
-                slot[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].try_into().unwrap_or([0; 8]),
-            )
+            u64::from_le_bytes(slot[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].try_into().unwrap_or([0; 8]))
         });
         let place = SlotPlace { segment: id, generation, offset: off };
         let checked = check_entry(slot, place, size, trust, &mut repairs);
@@ -444,7 +443,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                 a.segs[f.id as usize] =
                     SegMeta { state, owner: h.owner, prev: h.prev, next: f.next, log_seq: h.log_seq, generation: gen };
                 by_owner.entry(h.owner).or_default().push((h.log_seq, f.id));
-                if h.owner != CLEANER_OWNER {
+                if h.owner < TOMBSTONE_OWNER {
                     max_owner = max_owner.max(h.owner);
                 }
                 report.segments_in_use += 1;

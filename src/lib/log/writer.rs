@@ -56,6 +56,13 @@ impl ActiveSegment {
         ActiveSegment { id, generation, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
     }
 
+    /// Continues a recovered segment: appends start at `tail`, `count` slots counted
+    /// (their boundaries are not known, so none of them can be rewritten in place).
+    pub(crate) fn resume_at(&mut self, tail: u64, count: u64) {
+        self.tail = tail;
+        self.count = count;
+    }
+
     /// Records an appended, counted slot.
     pub(crate) fn push_slot(&mut self, offset: u64, next: u64) {
         self.count += 1;
@@ -307,18 +314,28 @@ fn planted(_: &str) -> bool {
     false
 }
 
-/// Writes entries into one client log of a pool directly, as client and server together.
-pub struct LocalWriter<'a> {
-    pool: &'a Pool,
+/// A log the server writes itself, as client and server together: the tombstone log
+/// (DELETEs that find no room in their client's segment, so a full pool can always be
+/// emptied), and the engine of [`LocalWriter`].
+#[derive(Debug)]
+pub struct ServerLog {
     owner: u64,
     seg: Option<ActiveSegment>,
     buf: Vec<u8>,
 }
 
-impl<'a> LocalWriter<'a> {
-    /// A writer with a new client id.
-    pub fn new(pool: &'a Pool) -> LocalWriter<'a> {
-        LocalWriter { pool, owner: pool.new_client_id(), seg: None, buf: Vec::new() }
+impl ServerLog {
+    /// An empty log of `owner` (its first append allocates a segment).
+    pub fn new(owner: u64) -> ServerLog {
+        ServerLog { owner, seg: None, buf: Vec::new() }
+    }
+
+    /// The log of `owner` continuing in its last segment, if the pool has one: a
+    /// restarted server keeps filling its tombstone segment instead of taking another
+    /// (on a full pool there would be none).
+    pub fn resume(pool: &Pool, owner: u64) -> Result<ServerLog> {
+        let seg = pool.reopen_last_segment(owner)?;
+        Ok(ServerLog { owner, seg, buf: Vec::new() })
     }
 
     /// The active segment, if one was granted.
@@ -326,54 +343,96 @@ impl<'a> LocalWriter<'a> {
         self.seg.as_ref()
     }
 
-    fn write_entry(&mut self, seg: u64, offset: u64, key: &[u8], value: &[u8], tomb: bool, next: u64) -> Result<()> {
+    /// Encodes the entry for slot `[offset, next)` of segment `seg` and writes it there.
+    fn write_entry(
+        &mut self,
+        pool: &Pool,
+        (seg, offset, next): (u64, u64, u64),
+        key: &[u8],
+        value: &[u8],
+        tomb: bool,
+    ) -> Result<()> {
         let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
         self.buf.resize(len, 0);
         encode_entry(&mut self.buf, key, value, tomb, next)?;
-        self.pool.media().map().write(self.pool.pool_offset(seg, offset), &self.buf)
+        pool.media().map().write(pool.pool_offset(seg, offset), &self.buf)
     }
 
     /// Appends `key = value` (or a tombstone), granting a new segment when full.
-    pub fn append(&mut self, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+    pub fn append(&mut self, pool: &Pool, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
         let slot = slot_size(key.len(), value.len());
-        if slot > self.pool.segment_size() - SEGMENT_HEADER_SIZE {
+        if slot > pool.segment_size() - SEGMENT_HEADER_SIZE {
             return Err(Error::TooLarge {
                 what: "value",
                 len: value.len() as u64,
-                limit: self.pool.segment_size() - SEGMENT_HEADER_SIZE - ENTRY_HEADER_SIZE - key.len() as u64,
+                limit: pool.segment_size() - SEGMENT_HEADER_SIZE - ENTRY_HEADER_SIZE - key.len() as u64,
             });
         }
         let need_new = match &self.seg {
             None => true,
-            Some(s) => s.tail + slot > self.pool.segment_size(),
+            Some(s) => s.tail + slot > pool.segment_size(),
         };
         if need_new {
-            self.seg = Some(self.pool.grant_segment(self.owner, self.seg.as_ref())?);
+            self.seg = Some(pool.grant_segment(self.owner, self.seg.as_ref())?);
         }
         let (id, tail) = self.seg.as_ref().map(|s| (s.id, s.tail)).ok_or_else(|| Error::invalid("no segment"))?;
-        self.write_entry(id, tail, key, value, tombstone, tail + slot)?;
-        self.commit(tail, WriteMode::Append)
+        self.write_entry(pool, (id, tail, tail + slot), key, value, tombstone)?;
+        self.commit(pool, tail, WriteMode::Append)
     }
 
     /// Rewrites the slot at `offset` of the active segment in place with `key = value`.
-    pub fn rewrite(&mut self, offset: u64, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+    pub fn rewrite(
+        &mut self,
+        pool: &Pool,
+        offset: u64,
+        key: &[u8],
+        value: &[u8],
+        tombstone: bool,
+    ) -> Result<Committed> {
         let seg = self.seg.as_ref().ok_or_else(|| Error::invalid("no active segment"))?;
         let next = seg.slot_end(offset).ok_or_else(|| Error::invalid(format!("no slot at {offset}")))?;
         if ENTRY_HEADER_SIZE + (key.len() + value.len()) as u64 > next - offset {
             return Err(Error::invalid("entry does not fit the slot"));
         }
         let id = seg.id;
-        self.write_entry(id, offset, key, value, tombstone, next)?;
-        self.commit(offset, WriteMode::InPlace)
+        self.write_entry(pool, (id, offset, next), key, value, tombstone)?;
+        self.commit(pool, offset, WriteMode::InPlace)
     }
 
-    fn commit(&mut self, offset: u64, mode: WriteMode) -> Result<Committed> {
-        let pool = self.pool;
+    fn commit(&mut self, pool: &Pool, offset: u64, mode: WriteMode) -> Result<Committed> {
         let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no active segment"))?;
         pool.commit(seg, offset, mode, &mut |o, l| pool.writeback(o, l), None).map_err(|e| match e {
             CommitError::Media(e) => e,
             other => Error::Protocol(other.to_string()),
         })
+    }
+}
+
+/// Writes entries into one client log of a pool directly, as client and server together.
+pub struct LocalWriter<'a> {
+    pool: &'a Pool,
+    log: ServerLog,
+}
+
+impl<'a> LocalWriter<'a> {
+    /// A writer with a new client id.
+    pub fn new(pool: &'a Pool) -> LocalWriter<'a> {
+        LocalWriter { pool, log: ServerLog::new(pool.new_client_id()) }
+    }
+
+    /// The active segment, if one was granted.
+    pub fn segment(&self) -> Option<&ActiveSegment> {
+        self.log.segment()
+    }
+
+    /// Appends `key = value` (or a tombstone), granting a new segment when full.
+    pub fn append(&mut self, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+        self.log.append(self.pool, key, value, tombstone)
+    }
+
+    /// Rewrites the slot at `offset` of the active segment in place with `key = value`.
+    pub fn rewrite(&mut self, offset: u64, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+        self.log.rewrite(self.pool, offset, key, value, tombstone)
     }
 }
 

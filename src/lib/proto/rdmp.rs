@@ -18,7 +18,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::client::{Client, PutInfo};
+use crate::client::{server_error, Client, PutInfo};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::server::phases::GetTimer;
@@ -82,8 +82,11 @@ impl<T: Transport> Worker<T> {
 impl<T: Transport> Client<T> {
     pub(crate) fn rdmp_put(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
         let len = ENTRY_HEADER_SIZE as u32 + key.len() as u32 + value.len() as u32;
-        let (addr, rkey, token) = match self.call(&Msg::Alloc { len }, "RDMP allocation")? {
+        let (addr, rkey, token) = match self.call_raw(&Msg::Alloc { len }, "RDMP allocation")? {
             Msg::Allocated { addr, rkey, token } => (addr, rkey, token),
+            // A DELETE on a full pool: the server logs the tombstone itself.
+            Msg::Error { code: ErrorCode::PoolFull, .. } if tomb => return self.server_delete(key),
+            Msg::Error { code, message } => return Err(server_error(code, message)),
             m => return Err(Error::Protocol(format!("expected an allocation, got {m:?}"))),
         };
         let offset = token as u64 * 8;
