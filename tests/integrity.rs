@@ -168,7 +168,10 @@ fn open_pool(dir: &std::path::Path) -> (Pool, RecoveryReport) {
 }
 
 fn start(dir: &std::path::Path, pool: Pool) -> Server<ShmTransport> {
-    let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
+    start_with(dir, pool, ServerConfig { log_clients: false, cleaner: false, ..Default::default() })
+}
+
+fn start_with(dir: &std::path::Path, pool: Pool, cfg: ServerConfig) -> Server<ShmTransport> {
     let ep = Endpoint::Shm(dir.join("integrity.sock"));
     let _ = std::fs::remove_file(dir.join("integrity.sock"));
     Server::start(ShmTransport::new().unwrap(), Arc::new(pool), &[ep], cfg).unwrap()
@@ -190,11 +193,15 @@ struct Raw {
 
 impl Raw {
     fn connect(s: &Server<ShmTransport>) -> Raw {
+        Self::speaking(s, Protocol::Boom)
+    }
+
+    fn speaking(s: &Server<ShmTransport>, protocol: Protocol) -> Raw {
         let t = ShmTransport::new().unwrap();
         let cq = t.create_cq().unwrap();
         let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
         let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
+        let hello = Hello { protocol, recv_size: 4096, response: buf.remote() };
         let (qp, w) = t.connect(&s.endpoints()[0], &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
         assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
         for i in 0..8u64 {
@@ -228,15 +235,26 @@ impl Raw {
 
     /// An honest PUT at `offset`; returns the version.
     fn put(&mut self, seg: &RemoteRegion, offset: u64, key: &[u8], value: &[u8]) -> u64 {
+        match self.put_msg(seg, offset, key, value) {
+            Some(Msg::PutOk { version, .. }) => version,
+            m => panic!("expected PutOk, got {m:?}"),
+        }
+    }
+
+    /// A PUT at `offset`; returns the server's answer.
+    fn put_msg(&mut self, seg: &RemoteRegion, offset: u64, key: &[u8], value: &[u8]) -> Option<Msg> {
         let e = entry(key, value, offset + slot_size(key.len(), value.len()));
         self.buf.write(0, &e).unwrap();
         self.wr += 1;
         let imm = PutImm { offset, in_place: false }.encode().unwrap();
         self.qp.post_write_imm(self.wr, &self.buf, 0, e.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
-        match self.next_msg() {
-            Some(Msg::PutOk { version, .. }) => version,
-            m => panic!("expected PutOk, got {m:?}"),
-        }
+        self.next_msg()
+    }
+
+    /// Sends `m` and returns the answer.
+    fn call(&mut self, m: &Msg) -> Option<Msg> {
+        self.qp.post_send_bytes(1, &m.encode(7)).unwrap();
+        self.next_msg()
     }
 
     /// A one-sided WRITE of `bytes` at `offset` of its segment, nothing signalled to the server.
@@ -336,6 +354,30 @@ fn forged_entries_in_a_clients_own_segment_never_beat_another_clients_acknowledg
     let mut c = client(&s);
     assert_eq!(c.get(b"victim").unwrap().unwrap(), b"real");
     assert_eq!(c.get(b"deleted").unwrap(), None);
+}
+
+#[test]
+fn max_value_is_enforced_by_the_server_for_boom_and_rdmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, _) = open_pool(dir.path());
+    let cfg = ServerConfig { log_clients: false, cleaner: false, max_value: 100, ..Default::default() };
+    let s = start_with(dir.path(), pool, cfg);
+    let too_large = |m: Option<Msg>| matches!(m, Some(Msg::Error { code: boomkv::wire::ErrorCode::TooLarge, .. }));
+    // BOOM: the entry is in the client's segment; the commit refuses it
+    let mut raw = Raw::connect(&s);
+    let seg = raw.grant();
+    let at = SEGMENT_HEADER_SIZE;
+    assert!(too_large(raw.put_msg(&seg, at, b"big", &[1u8; 101])));
+    raw.put(&seg, at, b"small", &[1u8; 100]);
+    // RDMP: the allocation is refused before anything is written
+    let mut rdmp = Raw::speaking(&s, Protocol::Rdmp);
+    let len = ENTRY_HEADER_SIZE as u32 + 1024 + 101;
+    assert!(too_large(rdmp.call(&Msg::Alloc { len })), "RDMP allocation over --max-value");
+    assert!(matches!(rdmp.call(&Msg::Alloc { len: len - 1 }), Some(Msg::Allocated { .. })));
+    let mut c = client(&s);
+    assert_eq!(c.get(b"big").unwrap(), None, "never committed");
+    assert_eq!(c.get(b"small").unwrap().unwrap(), vec![1u8; 100]);
+    assert_eq!(s.stats().puts, 1);
 }
 
 // ---- the same through the command line: recover, inspect-log, serve + get ----

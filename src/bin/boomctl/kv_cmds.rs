@@ -57,7 +57,7 @@ pub enum OnOff {
 
 /// Run a BOOM-KV server on a pool.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0\n  \
+#[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0 --create\n  \
 boomctl serve --pmem /tmp/pool --pool-size 4G --listen tcp://0.0.0.0:7470 --workers 4\n\n\
 Clients choose the protocol (boom, rdmp or rpc) when they connect; --protocol limits it.\n\
 SIGINT or SIGTERM stops the server cleanly: requests in hand finish, then it exits 0.")]
@@ -124,15 +124,26 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     let max_value = u32::try_from(max_value).context("--max-value is over 4 GiB")?;
     let media = pool.media();
-    eprintln!(
-        "boomctl serve: pool {} ({}, {} segments of {}), recovered {} keys in {:.1} ms",
-        media.path().display(),
-        human_bytes(media.len()),
-        pool.segment_count(),
-        human_bytes(seg),
-        rep.keys,
-        rep.elapsed_ms
-    );
+    if rep.created {
+        eprintln!(
+            "boomctl serve: created a new pool {} ({}, {} segments of {})",
+            media.path().display(),
+            human_bytes(media.len()),
+            pool.segment_count(),
+            human_bytes(seg)
+        );
+    } else {
+        eprintln!(
+            "boomctl serve: opened pool {} ({}, {} segments of {}) with {} keys ({} deleted), recovered in {:.1} ms",
+            media.path().display(),
+            human_bytes(media.len()),
+            pool.segment_count(),
+            human_bytes(seg),
+            rep.keys,
+            rep.tombstones,
+            rep.elapsed_ms
+        );
+    }
     eprintln!("boomctl serve: durability: {}", media.durability_statement());
     for p in &rep.problems {
         eprintln!("boomctl serve: recovery: {p}");
@@ -206,9 +217,15 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     drop(s3);
     let st = core.stats();
     core.shutdown();
+    // Counted as recovery counts them (live keys, not tombstones), so this line and
+    // the next start's agree.
     eprintln!(
         "boomctl serve: stopped after {:.0} s: {} puts, {} dels, {} gets, {} keys",
-        st.uptime_s, st.puts, st.dels, st.gets, st.index_entries
+        st.uptime_s,
+        st.puts,
+        st.dels,
+        st.gets,
+        core.pool().live_keys()
     );
     Ok(())
 }

@@ -16,7 +16,7 @@ pub mod space;
 pub mod writer;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
@@ -86,6 +86,8 @@ pub struct Pool {
     /// Serialises leases of new version blocks.
     lease: Mutex<()>,
     next_client: AtomicU64,
+    /// Largest value a commit accepts (the serving server's `--max-value`).
+    value_limit: AtomicU32,
     /// Per segment: the `count` the server itself stored (the media word is client-writable).
     seg_count: Vec<AtomicU64>,
     seg_used: Vec<AtomicU64>,
@@ -125,7 +127,20 @@ impl Pool {
                 let _ = std::fs::remove_file(&path);
             })?;
         }
-        Self::from_media(media, opts.index)
+        let (pool, mut report) = Self::from_media(media, opts.index)?;
+        report.created = created;
+        Ok((pool, report))
+    }
+
+    /// Keys with a live value now (tombstones not counted), as recovery counts them.
+    pub fn live_keys(&self) -> u64 {
+        let mut n = 0u64;
+        self.index.for_each(|l| {
+            if !l.tombstone {
+                n += 1
+            }
+        });
+        n
     }
 
     /// Writes a fresh pool header (with a new uuid and seal key, and a high-water mark
@@ -161,6 +176,7 @@ impl Pool {
             hwm: AtomicU64::new(1),
             lease: Mutex::new(()),
             next_client: AtomicU64::new(1),
+            value_limit: AtomicU32::new(u32::MAX),
             seg_count: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -224,6 +240,17 @@ impl Pool {
     /// Segments not allocated.
     pub fn free_segments(&self) -> u64 {
         self.lock().free.len() as u64
+    }
+
+    /// Sets the largest value a commit accepts (a server's `--max-value`: enforced
+    /// here, not only by well-behaved clients).
+    pub fn set_value_limit(&self, limit: u32) {
+        self.value_limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The largest value a commit accepts.
+    pub fn value_limit(&self) -> u32 {
+        self.value_limit.load(Ordering::Relaxed)
     }
 
     /// The pool's keyed checks.

@@ -233,6 +233,8 @@ pub fn walk_segment(
 /// What recovery found.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct RecoveryReport {
+    /// The pool was created (and formatted) by this open: there was nothing to recover.
+    pub created: bool,
     /// Keys with a live value.
     pub keys: u64,
     /// Keys whose newest entry is a tombstone.

@@ -151,6 +151,14 @@ pub enum CommitError {
     /// An append not at the tail, or an in-place write not over a slot.
     #[error("{0}")]
     Misplaced(String),
+    /// The value is over the server's limit.
+    #[error("value of {len} bytes is over the server's limit of {limit} bytes")]
+    TooLarge {
+        /// Bytes of the value.
+        len: u32,
+        /// The limit.
+        limit: u32,
+    },
     /// The media failed, or no version is left.
     #[error(transparent)]
     Media(#[from] Error),
@@ -214,6 +222,9 @@ impl Pool {
         }
         if mode == WriteMode::InPlace && seg.slot_end(offset) != Some(h.next_offset) {
             return Err(CommitError::Invalid { offset, fault: EntryFault::BadNextOffset });
+        }
+        if h.value_len > self.value_limit() {
+            return Err(CommitError::TooLarge { len: h.value_len, limit: self.value_limit() });
         }
         let pool_off = self.pool_offset(seg.id, offset);
         let len = h.entry_len() as usize;

@@ -32,6 +32,11 @@ impl<T: Transport> Worker<T> {
     /// RDMP phase 1 of a PUT: place an object of `len` bytes in the client's log.
     pub(crate) fn rdmp_alloc(&mut self, conn: &mut Conn<T>, len: u32, req: u32) -> Result<()> {
         let slot = fmt::slot_for(len as u64);
+        let largest = ENTRY_HEADER_SIZE + fmt::MAX_KEY_LEN as u64 + self.sh.cfg.max_value as u64;
+        if len as u64 > largest {
+            let m = format!("object of {len} bytes is over the largest entry ({largest} bytes: --max-value)");
+            return self.error_reply(conn, req, ErrorCode::TooLarge, m);
+        }
         if slot > self.sh.pool.segment_size() - fmt::SEGMENT_HEADER_SIZE || len < ENTRY_HEADER_SIZE as u32 + 1 {
             return self.error_reply(
                 conn,

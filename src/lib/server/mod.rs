@@ -203,6 +203,7 @@ impl ServerCore {
     /// Wraps `pool` and starts the cleaner / stats thread.
     pub fn new(pool: Arc<Pool>, cfg: ServerConfig) -> Result<Arc<ServerCore>> {
         let tombstones = ServerLog::resume(&pool, fmt::TOMBSTONE_OWNER)?;
+        pool.set_value_limit(cfg.max_value);
         let core = Arc::new(ServerCore {
             pool,
             cfg: ServerConfig { workers: cfg.workers.max(1), ..cfg },
@@ -920,6 +921,7 @@ impl<T: Transport> Worker<T> {
                 r
             }
             Err(CommitError::Media(e)) => self.error_reply(conn, 0, ErrorCode::Internal, format!("media error: {e}")),
+            Err(e @ CommitError::TooLarge { .. }) => self.error_reply(conn, 0, ErrorCode::TooLarge, e.to_string()),
             Err(e) => self.error_reply(conn, 0, ErrorCode::InvalidEntry, e.to_string()),
         }
     }
