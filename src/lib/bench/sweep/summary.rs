@@ -485,6 +485,7 @@ fn server_phases(t: &Table, b: &mut Builder) -> Result<()> {
         "protocol",
         "size",
         "PUT validate",
+        "version+seal",
         "write-back",
         "2nd persist",
         "index",
