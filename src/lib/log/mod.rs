@@ -13,6 +13,8 @@ pub mod format;
 pub mod inspect;
 pub mod recovery;
 pub mod space;
+#[cfg(test)]
+mod tests;
 pub mod writer;
 
 use std::path::Path;
