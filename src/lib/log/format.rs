@@ -28,7 +28,7 @@
 //! | 64 | 16 | seal_key | random SipHash key of the entry seals and `count` checks (never sent to clients) |
 //! | 80 | 44 | reserved | zero |
 //! | 124 | 4 | checksum | CRC-32C of bytes 0..124 |
-//! | 128 | 8 | hwm_a | version high-water mark, a [`HwmWord`] (own cache line) |
+//! | 128 | 8 | hwm_a | version high-water mark, an [`encode_hwm`] word (own cache line) |
 //! | 192 | 8 | hwm_b | second copy of the high-water mark (own cache line) |
 //!
 //! The header lies outside every segment, so no client region covers it: clients never
@@ -45,7 +45,7 @@
 //! valid: the larger, since a crash can fall between the two stores). Recovery rejects
 //! every entry whose version is at or above the HWM and restarts the counter at the
 //! HWM, never below. The counter stops at [`MAX_VERSION`] with
-//! [`Error::VersionsExhausted`](crate::error::Error::VersionsExhausted), never wrapping.
+//! [`crate::error::Error::VersionsExhausted`], never wrapping.
 //!
 //! ## Segment header (at the start of every segment, 128 bytes)
 //!
@@ -63,7 +63,7 @@
 //! | 40 | 8 | log_seq | position in the owner's log, from 0 |
 //! | 48 | 8 | generation | how many times this segment has been allocated |
 //! | 56 | 8 | reserved | zero |
-//! | 64 | 8 | count | a [`count word`](CountWord): appended entries that are durable; recovery reads no further |
+//! | 64 | 8 | count | a checked count word (below): appended entries that are durable; recovery reads no further |
 //! | 72 | 8 | state | [`SegmentState`]: 0 free, 1 active, 2 sealed |
 //! | 80 | 8 | next | next segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 88 | 40 | reserved | zero |

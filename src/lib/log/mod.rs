@@ -469,7 +469,7 @@ impl Pool {
     }
 
     /// Stores and persists `count` of segment `id` of `generation` (one aligned 8-byte
-    /// store of the checked [count word](format)).
+    /// store of the checked count word, see [`format`](mod@format)).
     pub fn persist_count(&self, id: u64, generation: u64, count: u64) -> Result<()> {
         let off = self.segment_offset(id) + SEG_COUNT_OFF;
         self.media.store_u64(off, self.sealer.count_word(id, generation, count))?;
