@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use boomkv::client::{Client, ClientOptions};
 use boomkv::index::{IndexKind, Loc};
 use boomkv::log::format::{
-    encode_entry, entry_checksum, slot_size, EntryHeader, ENTRY_HEADER_SIZE, ENTRY_SEAL_OFF, ENTRY_VERSION_OFF,
-    SEGMENT_HEADER_SIZE, SEG_COUNT_OFF,
+    encode_entry, entry_checksum, slot_size, EntryHeader, Sealer, SegmentHeader, ENTRY_HEADER_SIZE, ENTRY_SEAL_OFF,
+    ENTRY_VERSION_OFF, NO_SEGMENT, SEGMENT_HEADER_SIZE, SEG_COUNT_OFF, TOMBSTONE_OWNER,
 };
 use boomkv::log::{LocalWriter, Pool, PoolOptions, RecoveryReport};
 use boomkv::pmem::{FlushKind, Media};
@@ -354,6 +354,33 @@ fn forged_entries_in_a_clients_own_segment_never_beat_another_clients_acknowledg
     let mut c = client(&s);
     assert_eq!(c.get(b"victim").unwrap().unwrap(), b"real");
     assert_eq!(c.get(b"deleted").unwrap(), None);
+}
+
+#[test]
+fn a_client_rewriting_its_segment_header_cannot_pass_it_off_as_the_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, _) = open_pool(dir.path());
+    let s = start(dir.path(), pool);
+    let mut victim = client(&s);
+    victim.put(b"victim", b"real").unwrap();
+    let mut raw = Raw::connect(&s);
+    let seg = raw.grant();
+    raw.put(&seg, SEGMENT_HEADER_SIZE, b"mine", b"1");
+    // a first line with a valid checksum, claiming the server's tombstone log, far on
+    let h = SegmentHeader { segment_id: 1, owner: TOMBSTONE_OWNER, prev: NO_SEGMENT, log_seq: 1 << 40, generation: 1 };
+    let forged = h.encode(&Sealer::new(&[0x55; 16]));
+    raw.write(&seg, 0, &forged);
+    drop((raw, victim));
+    s.shutdown();
+    let (pool, rep) = open_pool(dir.path());
+    assert_eq!(rep.segments_damaged, 1, "{rep:?}");
+    assert!(rep.problems.iter().any(|p| p.contains("seal mismatch")), "{:?}", rep.problems);
+    assert!(!rep.segments_per_client.contains_key(&TOMBSTONE_OWNER));
+    let s = start(dir.path(), pool);
+    let mut c = client(&s);
+    assert_eq!(c.get(b"victim").unwrap().unwrap(), b"real");
+    c.delete(b"victim").unwrap();
+    assert_eq!(c.get(b"victim").unwrap(), None);
 }
 
 #[test]

@@ -56,20 +56,21 @@
 //! |---|---|---|---|
 //! | 0 | 8 | magic | `BOOMSEG1` |
 //! | 8 | 4 | format_version | [`FORMAT_VERSION`] |
-//! | 12 | 4 | checksum | CRC-32C of bytes 0..12 and 16..64 |
+//! | 12 | 4 | checksum | CRC-32C of bytes 0..12 and 16..56 |
 //! | 16 | 8 | segment_id | index of this segment in the pool |
 //! | 24 | 8 | owner | client id owning this segment's log ([`CLEANER_OWNER`] for the cleaner, [`TOMBSTONE_OWNER`] for the server's tombstone log) |
 //! | 32 | 8 | prev | previous segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 40 | 8 | log_seq | position in the owner's log, from 0 |
 //! | 48 | 8 | generation | how many times this segment has been allocated |
-//! | 56 | 8 | reserved | zero |
+//! | 56 | 8 | seal | SipHash-2-4 under `seal_key` of bytes 0..56: the server wrote this line |
 //! | 64 | 8 | count | a checked count word (below): appended entries that are durable; recovery reads no further |
 //! | 72 | 8 | state | [`SegmentState`]: 0 free, 1 active, 2 sealed |
 //! | 80 | 8 | next | next segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 88 | 40 | reserved | zero |
 //!
-//! A segment is in use only if its magic, version and checksum are valid and `state` is
-//! active or sealed. Allocation persists `count = 0` and `state = free`, then the first
+//! A segment is in use only if its magic, version, checksum and seal are valid and
+//! `state` is active or sealed: a client can rewrite its segment's first line (it is in
+//! its region), but not into another owner, log position or generation. Allocation persists `count = 0` and `state = free`, then the first
 //! line, then `state = active`, so a crash at any point leaves either a free segment or an
 //! empty valid one.
 //!
@@ -439,6 +440,14 @@ impl Sealer {
         s.finish()
     }
 
+    /// The seal of a segment header's first line (`b` = its bytes 0..56).
+    pub fn line_seal(&self, b: &[u8]) -> u64 {
+        use std::hash::Hasher;
+        let mut s = self.hasher(3, SlotPlace { segment: 0, generation: 0, offset: 0 });
+        s.write(b);
+        s.finish()
+    }
+
     /// The `count` word of segment `segment` (generation `generation`) counting `count` slots.
     pub fn count_word(&self, segment: u64, generation: u64, count: u64) -> u64 {
         use std::hash::Hasher;
@@ -511,8 +520,8 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
-    /// Encodes the first line (64 bytes) with its checksum.
-    pub fn encode(&self) -> [u8; 64] {
+    /// Encodes the first line (64 bytes) with its checksum and seal.
+    pub fn encode(&self, sealer: &Sealer) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -523,11 +532,13 @@ impl SegmentHeader {
         b[48..56].copy_from_slice(&self.generation.to_le_bytes());
         let c = seg_checksum(&b);
         b[12..16].copy_from_slice(&c.to_le_bytes());
+        let s = sealer.line_seal(&b[..56]);
+        b[56..64].copy_from_slice(&s.to_le_bytes());
         b
     }
 
     /// Decodes the first line; `Err` says why the segment is not a valid in-use header.
-    pub fn decode(b: &[u8]) -> Result<SegmentHeader> {
+    pub fn decode(b: &[u8], sealer: &Sealer) -> Result<SegmentHeader> {
         let bad = |p: String| Error::corrupt("segment header", p);
         if b.len() < 64 {
             return Err(bad("short".into()));
@@ -543,6 +554,9 @@ impl SegmentHeader {
         if stored != seg_checksum(b) {
             return Err(bad("checksum mismatch".into()));
         }
+        if sealer.line_seal(&b[..56]) != u64_at(b, 56) {
+            return Err(bad("seal mismatch: not a header the server wrote".into()));
+        }
         Ok(SegmentHeader {
             segment_id: u64_at(b, 16),
             owner: u64_at(b, 24),
@@ -555,7 +569,7 @@ impl SegmentHeader {
 
 fn seg_checksum(b: &[u8]) -> u32 {
     let c = crc32c::crc32c(&b[0..12]);
-    crc32c::crc32c_append(c, &b[16..64])
+    crc32c::crc32c_append(c, &b[16..56])
 }
 
 /// The decoded fixed part of an entry.
@@ -867,6 +881,24 @@ mod tests {
     }
 
     #[test]
+    fn segment_header_round_trip() {
+        let s = SegmentHeader { segment_id: 3, owner: 9, prev: NO_SEGMENT, log_seq: 0, generation: 2 };
+        let sealer = Sealer::new(&KEY);
+        let b = s.encode(&sealer);
+        assert_eq!(SegmentHeader::decode(&b, &sealer).unwrap(), s);
+        let mut bad = b;
+        bad[30] ^= 0x10;
+        assert!(SegmentHeader::decode(&bad, &sealer).is_err());
+        assert!(SegmentHeader::decode(&[0u8; 64], &sealer).is_err());
+        // a client rewriting its header with a valid checksum: the seal fails
+        let forged = SegmentHeader { owner: TOMBSTONE_OWNER, ..s };
+        let mut f = forged.encode(&Sealer::new(&[1; 16]));
+        assert!(SegmentHeader::decode(&f, &sealer).unwrap_err().to_string().contains("seal"));
+        f[56..64].fill(0);
+        assert!(SegmentHeader::decode(&f, &sealer).is_err());
+    }
+
+    #[test]
     fn hwm_words_detect_every_single_bit_flip() {
         for v in [1u64, VERSION_LEASE, (1 << 32) + 17, MAX_VERSION - 1] {
             let w = encode_hwm(v);
@@ -982,7 +1014,7 @@ mod tests {
         #[test]
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), off in 0u64..10_000) {
             let _ = PoolHeader::decode(&bytes, 1 << 30);
-            let _ = SegmentHeader::decode(&bytes);
+            let _ = SegmentHeader::decode(&bytes, &Sealer::new(&KEY));
             let _ = check_entry(&bytes, place(off), 1 << 16, &trust(1 << 40), &mut 2);
         }
     }

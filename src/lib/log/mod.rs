@@ -358,7 +358,7 @@ impl Pool {
             m.store_u64(base + SEG_NEXT_OFF, NO_SEGMENT)?;
             m.persist(base + SEG_COUNT_OFF, 24)?;
             let h = SegmentHeader { segment_id: id, owner, prev: prev.unwrap_or(NO_SEGMENT), log_seq, generation };
-            m.map().write(base, &h.encode())?;
+            m.map().write(base, &h.encode(&self.sealer))?;
             m.persist(base, 64)?;
             m.store_u64(base + SEG_STATE_OFF, SegmentState::Active.to_word())?;
             m.persist(base + SEG_STATE_OFF, 8)?;

@@ -125,7 +125,7 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     match map
         .view(base, 64)
         .map_err(|e| e.to_string())
-        .and_then(|b| SegmentHeader::decode(b).map_err(|e| e.to_string()))
+        .and_then(|b| SegmentHeader::decode(b, &ph.sealer()).map_err(|e| e.to_string()))
     {
         Ok(h) if h.segment_id != id => {
             f.problem = Some(format!("header names segment {} but sits at {id}", h.segment_id));

@@ -224,9 +224,10 @@ fn bad_counts_and_links_are_reported() {
     assert!(rep.problems.iter().any(|p| p.contains("count") || p.contains("next_offset")), "{:?}", rep.problems);
     // a cycle: segment 0's header claims segment 0 as prev (rewrite with a valid checksum)
     let mut bad = img.clone();
-    let mut h = SegmentHeader::decode(&bad[seg0..seg0 + 64]).unwrap();
+    let sealer = PoolHeader::decode(&bad[..POOL_HEADER_LEN], bad.len() as u64).unwrap().sealer();
+    let mut h = SegmentHeader::decode(&bad[seg0..seg0 + 64], &sealer).unwrap();
     h.prev = 0;
-    bad[seg0..seg0 + 64].copy_from_slice(&h.encode());
+    bad[seg0..seg0 + 64].copy_from_slice(&h.encode(&sealer));
     let (_, rep) = recover_image(&bad).unwrap();
     assert!(rep.keys > 0);
     // a damaged (allocated but bad checksum) segment header is quarantined
