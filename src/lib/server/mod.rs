@@ -920,6 +920,9 @@ impl<T: Transport> Worker<T> {
                 }
                 r
             }
+            Err(CommitError::Media(e @ Error::VersionsExhausted { .. })) => {
+                self.error_reply(conn, 0, ErrorCode::Internal, e.to_string())
+            }
             Err(CommitError::Media(e)) => self.error_reply(conn, 0, ErrorCode::Internal, format!("media error: {e}")),
             Err(e @ CommitError::TooLarge { .. }) => self.error_reply(conn, 0, ErrorCode::TooLarge, e.to_string()),
             Err(e) => self.error_reply(conn, 0, ErrorCode::InvalidEntry, e.to_string()),
