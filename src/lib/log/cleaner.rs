@@ -159,7 +159,9 @@ impl Cleaner {
         self.buf.resize(len, 0);
         pool.media().map().read(pool.pool_offset(old.segment as u64, old.offset as u64), &mut self.buf)?;
         let place = SlotPlace { segment: old.segment as u64, generation, offset: old.offset as u64 };
-        let h = match check_entry(&self.buf, place, pool.segment_size(), trust, &mut 0) {
+        // One repair: an entry whose version or seal had a flipped bit was repaired by
+        // recovery (the index holds the true version); the copy carries the repaired words.
+        let h = match check_entry(&self.buf, place, pool.segment_size(), trust, &mut 1) {
             Ok(c) if c.header.version == old.version && c.header.entry_len() == old.len as u64 => c.header,
             _ => return Ok(None),
         };
@@ -180,6 +182,7 @@ impl Cleaner {
         let new_place = SlotPlace { segment: seg.id, generation: seg.generation, offset: seg.tail };
         let key = entry_key(&self.buf, &moved).to_vec();
         let seal = pool.sealer().entry_seal(new_place, h.version, &moved, &key);
+        self.buf[ENTRY_VERSION_OFF as usize..ENTRY_VERSION_OFF as usize + 8].copy_from_slice(&h.version.to_le_bytes());
         self.buf[ENTRY_SEAL_OFF as usize..ENTRY_SEAL_OFF as usize + 8].copy_from_slice(&seal.to_le_bytes());
         let dst = pool.pool_offset(seg.id, seg.tail);
         pool.media().map().write(dst, &self.buf)?;
@@ -247,5 +250,36 @@ mod tests {
         assert!(rep.problems.is_empty(), "{:?}", rep.problems);
         check(&p2);
         assert_eq!(rep.tombstones, 1, "the tombstone of k3 survives cleaning");
+    }
+
+    #[test]
+    fn an_entry_repaired_by_recovery_is_moved_with_its_true_version() {
+        let media = Media::simulated(2 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let mut w = LocalWriter::new(&pool);
+        let keep = w.append(b"keep", b"kept value", false).unwrap();
+        for i in 0..400u32 {
+            w.append(b"churn", &i.to_le_bytes().repeat(50), false).unwrap();
+        }
+        let mut img = pool.media().durable_image().unwrap();
+        // flip one bit of the version of `keep` (in the first segment, mostly garbage)
+        let at = (POOL_HEADER_SIZE + keep.loc.segment as u64 * (64 << 10) + keep.loc.offset as u64) as usize;
+        img[at + ENTRY_VERSION_OFF as usize + 6] ^= 0x04;
+        let (p2, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert_eq!(rep.entries_repaired, 1);
+        let st = Cleaner::new().clean_segment(&p2, keep.loc.segment as u64).unwrap();
+        assert_eq!(st.segments_freed, 1);
+        let l = p2.lookup(b"keep").unwrap();
+        assert_ne!(l.segment, keep.loc.segment, "moved");
+        assert_eq!(l.version, keep.version);
+        let img = p2.media().durable_image().unwrap();
+        let (p3, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert_eq!(rep.entries_repaired, 0, "the copy carries the repaired words");
+        assert_eq!(p3.lookup(b"keep").unwrap().version, keep.version);
+        let e = p3.read_entry(&p3.lookup(b"keep").unwrap()).unwrap();
+        assert_eq!(entry_value(&e, &EntryHeader::decode(&e).unwrap()), b"kept value");
     }
 }
