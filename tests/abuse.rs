@@ -8,7 +8,7 @@ use std::time::Duration;
 mod common;
 
 use boomkv::client::{Client, ClientOptions};
-use boomkv::log::format::{slot_size, SEGMENT_HEADER_SIZE};
+use boomkv::log::format::{slot_size, ENTRY_HEADER_SIZE, SEGMENT_HEADER_SIZE};
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport};
@@ -50,19 +50,19 @@ fn malformed_entries_get_an_error_and_are_never_counted() {
     assert!(is_invalid(raw.put_raw(&seg, at, &[0xAB; 100], false)));
     // bad checksum
     let mut e = entry(b"k", b"v", at + slot_size(1, 1));
-    e[33] ^= 1;
+    e[ENTRY_HEADER_SIZE as usize + 1] ^= 1;
     assert!(is_invalid(raw.put_raw(&seg, at, &e, false)));
     // next_offset pointing backwards
     assert!(is_invalid(raw.put_raw(&seg, at, &entry(b"k", b"v", at - 8), false)));
     // value length past the segment
     let mut e = entry(b"k", b"v", at + slot_size(1, 1));
-    e[20..24].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    e[28..32].copy_from_slice(&(1u32 << 30).to_le_bytes());
     assert!(is_invalid(raw.put_raw(&seg, at, &e, false)));
     // an append that is not at the tail, an in-place write over no slot
-    assert!(is_invalid(raw.put_raw(&seg, at + 64, &entry(b"k", b"v", at + 64 + 40), false)));
-    assert!(is_invalid(raw.put_raw(&seg, at, &entry(b"k", b"v", at + 40), true)));
+    assert!(is_invalid(raw.put_raw(&seg, at + 64, &entry(b"k", b"v", at + 64 + slot_size(1, 1)), false)));
+    assert!(is_invalid(raw.put_raw(&seg, at, &entry(b"k", b"v", at + slot_size(1, 1)), true)));
     // and after all that, a valid entry at the tail works
-    assert!(matches!(raw.put_raw(&seg, at, &entry(b"k", b"v", at + 40), false), Some(Msg::PutOk { .. })));
+    assert!(matches!(raw.put_raw(&seg, at, &entry(b"k", b"v", at + slot_size(1, 1)), false), Some(Msg::PutOk { .. })));
     assert_eq!(good.get(b"k").unwrap().unwrap(), b"v");
     assert_eq!(good.get(b"safe").unwrap().unwrap(), b"acknowledged");
     assert_eq!(s.stats().puts, 2, "only the valid entries were committed");

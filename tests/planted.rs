@@ -10,7 +10,7 @@ use boomkv::transport::{Backend, ShmTransport};
 #[test]
 fn every_planted_bug_is_caught_within_1000_crashes() {
     let t = ShmTransport::new().unwrap();
-    for plant in [Plant::SkipWriteback, Plant::CountFirst, Plant::TornVersion] {
+    for plant in [Plant::SkipWriteback, Plant::CountFirst, Plant::LateLease] {
         planted::set(plant);
         let o = CrashTestOptions { iterations: 1000, seed: 7, stop_on_failure: true, ..Default::default() };
         let r = crashtest::run(&t, Backend::Shm, &o, |_, _| {}).unwrap();

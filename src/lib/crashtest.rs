@@ -340,12 +340,16 @@ fn check(
     // Every accepted entry carries a version the server assigned, and `count` covers
     // only valid entries, except slots an in-place rewrite was writing.
     let ph = rec.header().clone();
+    let trust = rec.trust();
     for id in 0..ph.segment_count {
         let f = read_segment(rec.media().map(), &ph, id);
         if !f.in_use() {
             continue;
         }
-        walk_segment(rec.media().map(), &ph, id, f.count, |e, _| {
+        if let Some(d) = f.count_damage() {
+            bad("corrupt", format!("segment {id}: {d}"));
+        }
+        walk_segment(rec.media().map(), &ph, &trust, &f, f.limit(), |e, _| {
             if let Ok(h) = &e.result {
                 if h.version < floor || h.version > max_assigned {
                     bad(

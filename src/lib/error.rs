@@ -84,6 +84,13 @@ pub enum Error {
     /// An operation did not complete in time.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
+    /// The pool's version counter reached its limit: no PUT or DELETE can be ordered
+    /// after the existing ones any more (versions never wrap).
+    #[error("version counter exhausted: the pool has used every version below {limit}; copy its data to a new pool")]
+    VersionsExhausted {
+        /// The first version that cannot be assigned.
+        limit: u64,
+    },
 }
 
 impl Error {

@@ -53,11 +53,17 @@ pub struct PmemArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct MediaArgs {
     /// Size of a NEW pool (an existing pool keeps its size; shrinking is refused).
+    /// Implies --create.
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub pool_size: Option<u64>,
-    /// Segment size of a NEW pool: the unit a client is granted (paper default 64M).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "64M")]
-    pub segment_size: u64,
+    /// Create the pool if --pmem names none (1G unless --pool-size); without it, or
+    /// --pool-size, a missing pool is an error, so a typo never starts an empty store.
+    #[arg(long)]
+    pub create: bool,
+    /// Segment size of a NEW pool: the unit a client is granted [default: the paper's
+    /// 64M, or pool size / 64 for pools under 4G, so that a pool holds about 64 segments].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub segment_size: Option<u64>,
     /// Cache-line write-back instruction [default: the best this CPU has].
     #[arg(long, value_name = "clwb|clflushopt|clflush|none", value_parser = flush_parser())]
     pub flush: Option<FlushKind>,
@@ -76,12 +82,14 @@ impl MediaArgs {
         PoolOptions {
             media: MediaOptions {
                 create_size: self.pool_size,
-                create: true,
+                create: self.create || self.pool_size.is_some(),
                 read_only: false,
                 flush: self.flush,
                 durability: self.durability,
             },
-            segment_size: self.segment_size,
+            segment_size: self.segment_size.unwrap_or_else(|| {
+                boomkv::log::format::default_segment_size(self.pool_size.unwrap_or(boomkv::pmem::DEFAULT_POOL_SIZE))
+            }),
             index: self.index,
         }
     }

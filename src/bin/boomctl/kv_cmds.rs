@@ -56,7 +56,7 @@ pub enum OnOff {
 
 /// Run a BOOM-KV server on a pool.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0\n  \
+#[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0 --create\n  \
 boomctl serve --pmem /tmp/pool --pool-size 4G --listen tcp://0.0.0.0:7470 --workers 4\n\n\
 Clients choose the protocol (boom, rdmp or rpc) when they connect; --protocol limits it.\n\
 SIGINT or SIGTERM stops the server cleanly: requests in hand finish, then it exits 0.")]
@@ -111,7 +111,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let (pool, rep) = Pool::open(&a.pmem.pmem, &a.media.pool_options())?;
     let seg = pool.segment_size();
     // Room for the segment header, the entry header and the longest key.
-    let fits = seg - 128 - 32 - boomkv::log::format::MAX_KEY_LEN as u64;
+    let fits = seg
+        - boomkv::log::format::SEGMENT_HEADER_SIZE
+        - boomkv::log::format::ENTRY_HEADER_SIZE
+        - boomkv::log::format::MAX_KEY_LEN as u64;
     let max_value = match a.max_value {
         Some(v) if v > fits => {
             bail!("--max-value {} does not fit a {} segment (at most {fits} bytes)", human_bytes(v), human_bytes(seg))
@@ -121,15 +124,26 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     let max_value = u32::try_from(max_value).context("--max-value is over 4 GiB")?;
     let media = pool.media();
-    eprintln!(
-        "boomctl serve: pool {} ({}, {} segments of {}), recovered {} keys in {:.1} ms",
-        media.path().display(),
-        human_bytes(media.len()),
-        pool.segment_count(),
-        human_bytes(seg),
-        rep.keys,
-        rep.elapsed_ms
-    );
+    if rep.created {
+        eprintln!(
+            "boomctl serve: created a new pool {} ({}, {} segments of {})",
+            media.path().display(),
+            human_bytes(media.len()),
+            pool.segment_count(),
+            human_bytes(seg)
+        );
+    } else {
+        eprintln!(
+            "boomctl serve: opened pool {} ({}, {} segments of {}) with {} keys ({} deleted), recovered in {:.1} ms",
+            media.path().display(),
+            human_bytes(media.len()),
+            pool.segment_count(),
+            human_bytes(seg),
+            rep.keys,
+            rep.tombstones,
+            rep.elapsed_ms
+        );
+    }
     eprintln!("boomctl serve: durability: {}", media.durability_statement());
     for p in &rep.problems {
         eprintln!("boomctl serve: recovery: {p}");
@@ -205,9 +219,15 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     drop(s3);
     let st = core.stats();
     core.shutdown();
+    // Counted as recovery counts them (live keys, not tombstones), so this line and
+    // the next start's agree.
     eprintln!(
         "boomctl serve: stopped after {:.0} s: {} puts, {} dels, {} gets, {} keys",
-        st.uptime_s, st.puts, st.dels, st.gets, st.index_entries
+        st.uptime_s,
+        st.puts,
+        st.dels,
+        st.gets,
+        core.pool().live_keys()
     );
     Ok(())
 }
@@ -463,9 +483,10 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let f = |k: &str| ph[k].as_f64().unwrap_or(0.0);
     if ph["put_samples"].as_u64().unwrap_or(0) > 0 {
         crate::outln!(
-            "PUT steps     validate {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, reply {:.2}; total {:.2} us \
-             (medians of {} sampled)",
+            "PUT steps     validate {:.2}, version+seal {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, \
+             reply {:.2}; total {:.2} us (medians of {} sampled)",
             f("put_validate_us"),
+            f("put_seal_us"),
             f("put_writeback_us"),
             f("put_second_persist_us"),
             f("put_index_us"),

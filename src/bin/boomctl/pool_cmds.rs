@@ -39,7 +39,7 @@ pub struct RecoverArgs {
     /// Pool size for --bench.
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "1G")]
     bench_size: u64,
-    /// Value size for --bench (entries are this plus a 32-byte header and the key).
+    /// Value size for --bench (entries are this plus a 40-byte header and the key).
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "2k")]
     value_size: u64,
     /// Directory for the --bench pool (deleted afterwards) [default: the temp dir].
@@ -128,19 +128,27 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
         r.segments_free,
         r.segments_damaged
     )?;
+    crate::outln!(
+        "damage      {} found: {} entries repaired (one flipped bit), {} count words failed their check",
+        r.damaged(),
+        r.entries_repaired,
+        r.counts_damaged
+    )?;
     if !r.segments_per_client.is_empty() {
-        let per: Vec<String> =
-            r.segments_per_client
-                .iter()
-                .take(20)
-                .map(|(c, n)| {
-                    if *c == boomkv::log::format::CLEANER_OWNER {
-                        format!("cleaner: {n}")
-                    } else {
-                        format!("{c}: {n}")
-                    }
-                })
-                .collect();
+        let per: Vec<String> = r
+            .segments_per_client
+            .iter()
+            .take(20)
+            .map(|(c, n)| {
+                if *c == boomkv::log::format::CLEANER_OWNER {
+                    format!("cleaner: {n}")
+                } else if *c == boomkv::log::format::TOMBSTONE_OWNER {
+                    format!("tombstones: {n}")
+                } else {
+                    format!("{c}: {n}")
+                }
+            })
+            .collect();
         let more = r.segments_per_client.len().saturating_sub(20);
         crate::outln!(
             "clients     {} (segments per client: {}{})",
@@ -149,7 +157,7 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
             if more > 0 { format!(", {more} more") } else { String::new() }
         )?;
     }
-    crate::outln!("next        version {}", r.next_version)?;
+    crate::outln!("next        version {} (high-water mark {})", r.next_version, r.version_hwm)?;
     for p in &r.problems {
         crate::outln!("problem     {p}")?;
     }
@@ -297,13 +305,18 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         rep.next_version
     )?;
     crate::outln!(
-        "  keys {} live, {} deleted; {} valid entries, {} superseded, {} rejected",
+        "  keys {} live, {} deleted; {} valid entries, {} superseded, {} rejected; {} damaged ({} repaired)",
         rep.keys,
         rep.tombstones,
         rep.entries_valid,
         rep.entries_superseded,
-        rep.rejected()
+        rep.rejected(),
+        rep.damaged(),
+        rep.entries_repaired
     )?;
+    for p in &rep.problems {
+        crate::outln!("  problem: {p}")?;
+    }
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
     // With --key the entries are the answer; the segment table would bury them.
     if f.key.is_none() {
@@ -361,9 +374,11 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
                 e.value_len,
                 if e.tombstone { "T" } else { "-" },
                 if e.checksum_ok { "ok".to_string() } else { "bad".to_string() },
-                match &e.fault {
-                    Some(f) => format!("rejected ({f})"),
-                    None => e.status.to_string(),
+                match (&e.fault, e.repaired) {
+                    (Some(f), _) if e.status == "damaged" => format!("damaged ({f})"),
+                    (Some(f), _) => format!("rejected ({f})"),
+                    (None, true) => format!("{} (repaired)", e.status),
+                    (None, false) => e.status.to_string(),
                 },
                 e.key
             )?;

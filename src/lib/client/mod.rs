@@ -397,6 +397,17 @@ impl<T: Transport> Client<T> {
         }
     }
 
+    /// Sends a DELETE's tombstone for the server to log (BOOM with no room in its
+    /// segment, RDMP on a full pool): no segment is needed.
+    pub(crate) fn server_delete(&mut self, key: &[u8]) -> Result<PutInfo> {
+        let mut e = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len()];
+        fmt::encode_entry(&mut e, key, b"", true, 0)?;
+        match self.call(&Msg::RpcPut { entry: e }, "DELETE")? {
+            Msg::PutOk { version, .. } => Ok(PutInfo { version, in_place: false }),
+            m => Err(Error::Protocol(format!("expected a DELETE reply, got {m:?}"))),
+        }
+    }
+
     pub(crate) fn wait_put_ok(&mut self) -> Result<(u64, u64)> {
         match self.wait_msg("PUT")? {
             Msg::PutOk { version, min_get_version } => Ok((version, min_get_version)),

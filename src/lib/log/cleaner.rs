@@ -11,6 +11,13 @@
 //! same value); after it, only the copy remains, already durable and counted. Live
 //! tombstones are copied too, so a deleted key cannot come back from an older entry in
 //! another segment.
+//!
+//! Trust: a victim was a client's segment, and its client may have rewritten any of
+//! its bytes. The cleaner walks it only as far as the `count` the server stored, copies
+//! an entry only if its seal verifies with the version the index holds (then seals the
+//! copy for its new place), and frees the victim only if every live byte moved; a
+//! segment holding a live entry that fails its seal is left alone (and reported), since
+//! freeing it would bring back an older value of that key.
 
 use super::format::*;
 use super::writer::ActiveSegment;
@@ -45,6 +52,8 @@ impl CleanStats {
 pub struct Cleaner {
     seg: Option<ActiveSegment>,
     buf: Vec<u8>,
+    /// Segments holding live entries that fail their seal: never cleaned.
+    stuck: std::collections::BTreeSet<u64>,
 }
 
 impl Cleaner {
@@ -63,7 +72,9 @@ impl Cleaner {
             .seg_metas()
             .iter()
             .enumerate()
-            .filter(|(id, m)| m.state == SegmentState::Sealed && Some(*id as u64) != own)
+            .filter(|(id, m)| {
+                m.state == SegmentState::Sealed && Some(*id as u64) != own && !self.stuck.contains(&(*id as u64))
+            })
             .filter_map(|(id, _)| {
                 let frac = pool.segment_live(id as u64) as f64 / capacity;
                 (frac <= max_live).then_some((frac, id as u64))
@@ -89,13 +100,25 @@ impl Cleaner {
             return Err(Error::invalid(format!("segment {id} is not sealed")));
         }
         let ph = pool.header().clone();
-        let count = pool.segment_count_word(id)?;
         let used = pool.segment_used(id);
+        let trust = pool.trust();
+        let found = super::recovery::read_segment(pool.media().map(), &ph, id);
+        let found = super::recovery::SegmentFound {
+            header: Some(SegmentHeader {
+                segment_id: id,
+                owner: meta.owner,
+                prev: meta.prev,
+                log_seq: meta.log_seq,
+                generation: meta.generation,
+            }),
+            ..found
+        };
         // Collect first: the walk borrows the mapping, the copies write to it.
         let mut live: Vec<(Loc, Vec<u8>)> = Vec::new();
-        super::recovery::walk_segment(pool.media().map(), &ph, id, count, |e, slot| {
+        let limit = super::recovery::WalkLimit::Count(pool.segment_slots(id));
+        super::recovery::walk_segment(pool.media().map(), &ph, &trust, &found, limit, |e, slot| {
             if let Ok(h) = &e.result {
-                let key = &slot[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize];
+                let key = entry_key(slot, h);
                 if let Some(cur) = pool.index().get(key, pool) {
                     if cur.segment as u64 == id && cur.offset as u64 == e.offset && cur.version == h.version {
                         live.push((cur, key.to_vec()));
@@ -105,12 +128,22 @@ impl Cleaner {
         });
         let mut st = CleanStats::default();
         for (old, key) in live {
-            let new = self.copy_entry(pool, &old)?;
+            let Some(new) = self.copy_entry(pool, &old, meta.generation, &trust)? else { continue };
             if pool.index().replace_exact(&key, &old, Some(new), pool) {
                 pool.move_live(&old, &new);
             }
             st.entries_moved += 1;
             st.bytes_moved += old.len as u64;
+        }
+        if pool.segment_live(id) > 0 {
+            self.stuck.insert(id);
+            return Err(Error::corrupt(
+                "segment",
+                format!(
+                    "segment {id} holds {} live bytes whose entries fail their seal (rewritten by its client?); it is not cleaned",
+                    pool.segment_live(id)
+                ),
+            ));
         }
         st.bytes_reclaimed = used.saturating_sub(st.bytes_moved);
         pool.free_segment(id)?;
@@ -118,9 +151,20 @@ impl Cleaner {
         Ok(st)
     }
 
-    fn copy_entry(&mut self, pool: &Pool, old: &Loc) -> Result<Loc> {
+    /// Copies the live entry at `old` (in a segment of `generation`) to the cleaner's
+    /// log, sealed for its new place; `None` if it no longer verifies.
+    fn copy_entry(&mut self, pool: &Pool, old: &Loc, generation: u64, trust: &Trust) -> Result<Option<Loc>> {
         let len = old.len as usize;
         let slot = slot_for(old.len as u64);
+        self.buf.resize(len, 0);
+        pool.media().map().read(pool.pool_offset(old.segment as u64, old.offset as u64), &mut self.buf)?;
+        let place = SlotPlace { segment: old.segment as u64, generation, offset: old.offset as u64 };
+        // One repair: an entry whose version or seal had a flipped bit was repaired by
+        // recovery (the index holds the true version); the copy carries the repaired words.
+        let h = match check_entry(&self.buf, place, pool.segment_size(), trust, &mut 1) {
+            Ok(c) if c.header.version == old.version && c.header.entry_len() == old.len as u64 => c.header,
+            _ => return Ok(None),
+        };
         let need_new = match &self.seg {
             None => true,
             Some(s) => s.tail + slot > pool.segment_size(),
@@ -129,22 +173,26 @@ impl Cleaner {
             self.seg = Some(pool.grant_segment(CLEANER_OWNER, self.seg.as_ref())?);
         }
         let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no cleaner segment"))?;
-        self.buf.resize(len, 0);
-        pool.media().map().read(pool.pool_offset(old.segment as u64, old.offset as u64), &mut self.buf)?;
-        // Same entry, new slot: only next_offset (inside the checksum) changes.
+        // Same entry, new slot: next_offset (inside the checksum) and the seal change.
         let next = seg.tail + slot;
         self.buf[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].copy_from_slice(&next.to_le_bytes());
         let c = entry_checksum(&self.buf);
         self.buf[0..4].copy_from_slice(&c.to_le_bytes());
+        let moved = EntryHeader { checksum: c, next_offset: next, ..h };
+        let new_place = SlotPlace { segment: seg.id, generation: seg.generation, offset: seg.tail };
+        let key = entry_key(&self.buf, &moved).to_vec();
+        let seal = pool.sealer().entry_seal(new_place, h.version, &moved, &key);
+        self.buf[ENTRY_VERSION_OFF as usize..ENTRY_VERSION_OFF as usize + 8].copy_from_slice(&h.version.to_le_bytes());
+        self.buf[ENTRY_SEAL_OFF as usize..ENTRY_SEAL_OFF as usize + 8].copy_from_slice(&seal.to_le_bytes());
         let dst = pool.pool_offset(seg.id, seg.tail);
         pool.media().map().write(dst, &self.buf)?;
         pool.media().crash_point();
         pool.writeback(dst, len)?;
         let new = Loc { segment: seg.id as u32, offset: seg.tail as u32, ..*old };
         seg.push_slot(seg.tail, next);
-        pool.persist_count(seg.id, seg.count)?;
+        pool.persist_count(seg.id, seg.generation, seg.count)?;
         pool.note_cleaner_copy(seg.id, slot);
-        Ok(new)
+        Ok(Some(new))
     }
 }
 
@@ -186,12 +234,11 @@ mod tests {
                 } else {
                     Some(4)
                 };
-                let got = p.lookup(k.as_bytes()).map(|l| p.read_entry(&l).unwrap()[40]);
-                assert_eq!(got.map(|_| ()), want.map(|_| ()), "{k}");
+                assert_eq!(p.lookup(k.as_bytes()).map(|_| ()), want.map(|_| ()), "{k}");
                 if let Some(l) = p.lookup(k.as_bytes()) {
                     let e = p.read_entry(&l).unwrap();
-                    let kl = k.len();
-                    assert_eq!(e[32 + kl], want.unwrap(), "{k}");
+                    let h = EntryHeader::decode(&e).unwrap();
+                    assert_eq!(entry_value(&e, &h)[0], want.unwrap(), "{k}");
                 }
             }
         };
@@ -203,5 +250,36 @@ mod tests {
         assert!(rep.problems.is_empty(), "{:?}", rep.problems);
         check(&p2);
         assert_eq!(rep.tombstones, 1, "the tombstone of k3 survives cleaning");
+    }
+
+    #[test]
+    fn an_entry_repaired_by_recovery_is_moved_with_its_true_version() {
+        let media = Media::simulated(2 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let mut w = LocalWriter::new(&pool);
+        let keep = w.append(b"keep", b"kept value", false).unwrap();
+        for i in 0..400u32 {
+            w.append(b"churn", &i.to_le_bytes().repeat(50), false).unwrap();
+        }
+        let mut img = pool.media().durable_image().unwrap();
+        // flip one bit of the version of `keep` (in the first segment, mostly garbage)
+        let at = (POOL_HEADER_SIZE + keep.loc.segment as u64 * (64 << 10) + keep.loc.offset as u64) as usize;
+        img[at + ENTRY_VERSION_OFF as usize + 6] ^= 0x04;
+        let (p2, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert_eq!(rep.entries_repaired, 1);
+        let st = Cleaner::new().clean_segment(&p2, keep.loc.segment as u64).unwrap();
+        assert_eq!(st.segments_freed, 1);
+        let l = p2.lookup(b"keep").unwrap();
+        assert_ne!(l.segment, keep.loc.segment, "moved");
+        assert_eq!(l.version, keep.version);
+        let img = p2.media().durable_image().unwrap();
+        let (p3, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert_eq!(rep.entries_repaired, 0, "the copy carries the repaired words");
+        assert_eq!(p3.lookup(b"keep").unwrap().version, keep.version);
+        let e = p3.read_entry(&p3.lookup(b"keep").unwrap()).unwrap();
+        assert_eq!(entry_value(&e, &EntryHeader::decode(&e).unwrap()), b"kept value");
     }
 }

@@ -25,8 +25,27 @@
 //! | 40 | 8 | segment_size | bytes per segment, a multiple of 4096 |
 //! | 48 | 8 | segment_count | segments in the pool |
 //! | 56 | 8 | created | creation time, seconds since the Unix epoch |
-//! | 64 | 12 | reserved | zero |
-//! | 76 | 4 | checksum | CRC-32C of bytes 0..76 |
+//! | 64 | 16 | seal_key | random SipHash key of the entry seals and `count` checks (never sent to clients) |
+//! | 80 | 44 | reserved | zero |
+//! | 124 | 4 | checksum | CRC-32C of bytes 0..124 |
+//! | 128 | 8 | hwm_a | version high-water mark, an [`encode_hwm`] word (own cache line) |
+//! | 192 | 8 | hwm_b | second copy of the high-water mark (own cache line) |
+//!
+//! The header lies outside every segment, so no client region covers it: clients never
+//! see `seal_key` and cannot move the high-water mark.
+//!
+//! ### Version high-water mark
+//!
+//! Every version the server assigns is below the durable high-water mark (HWM). The
+//! server leases versions in blocks of [`VERSION_LEASE`]: when the counter reaches the
+//! HWM it persists `hwm_a`, then `hwm_b`, with the HWM raised by a block, before the
+//! version is used, so assigning a version costs no persist except once per block.
+//! Each copy is one aligned 8-byte word: the mark in the low 56 bits and a CRC-8 of
+//! them in the high byte, so a flipped bit is detected and the other copy used (both
+//! valid: the larger, since a crash can fall between the two stores). Recovery rejects
+//! every entry whose version is at or above the HWM and restarts the counter at the
+//! HWM, never below. The counter stops at [`MAX_VERSION`] with
+//! [`crate::error::Error::VersionsExhausted`], never wrapping.
 //!
 //! ## Segment header (at the start of every segment, 128 bytes)
 //!
@@ -37,54 +56,96 @@
 //! |---|---|---|---|
 //! | 0 | 8 | magic | `BOOMSEG1` |
 //! | 8 | 4 | format_version | [`FORMAT_VERSION`] |
-//! | 12 | 4 | checksum | CRC-32C of bytes 0..12 and 16..64 |
+//! | 12 | 4 | checksum | CRC-32C of bytes 0..12 and 16..56 |
 //! | 16 | 8 | segment_id | index of this segment in the pool |
-//! | 24 | 8 | owner | client id owning this segment's log ([`CLEANER_OWNER`] for the cleaner) |
+//! | 24 | 8 | owner | client id owning this segment's log ([`CLEANER_OWNER`] for the cleaner, [`TOMBSTONE_OWNER`] for the server's tombstone log) |
 //! | 32 | 8 | prev | previous segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 40 | 8 | log_seq | position in the owner's log, from 0 |
 //! | 48 | 8 | generation | how many times this segment has been allocated |
-//! | 56 | 8 | reserved | zero |
-//! | 64 | 8 | count | appended entries that are durable; recovery reads no further |
+//! | 56 | 8 | seal | SipHash-2-4 under `seal_key` of bytes 0..56: the server wrote this line |
+//! | 64 | 8 | count | a checked count word (below): appended entries that are durable; recovery reads no further |
 //! | 72 | 8 | state | [`SegmentState`]: 0 free, 1 active, 2 sealed |
 //! | 80 | 8 | next | next segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 88 | 40 | reserved | zero |
 //!
-//! A segment is in use only if its magic, version and checksum are valid and `state` is
-//! active or sealed. Allocation persists `count = 0` and `state = free`, then the first
+//! A segment is in use only if its magic, version, checksum and seal are valid and
+//! `state` is active or sealed: a client can rewrite its segment's first line (it is in
+//! its region), but not into another owner, log position or generation. Allocation persists `count = 0` and `state = free`, then the first
 //! line, then `state = active`, so a crash at any point leaves either a free segment or an
 //! empty valid one.
+//!
+//! ### `count`
+//!
+//! The low 32 bits are the number of counted slots, the high 32 bits a check: the first
+//! 32 bits of SipHash-2-4 under `seal_key` over (segment id, generation, count). A
+//! flipped bit fails the check (recovery then tries the 64 one-bit repairs, and if none
+//! verifies walks the slots by their links, believing only sealed entries); a client
+//! cannot make a count the server never stored. Since every entry carries its own seal,
+//! the count decides only how far recovery reads a segment, never what it believes.
 //!
 //! ## Entry (at 8-byte aligned offsets from 128 within a segment)
 //!
 //! | offset | size | field | meaning |
 //! |---|---|---|---|
-//! | 0 | 4 | checksum | CRC-32C of bytes 4..8, 16..32, key and value (not `version_num`) |
+//! | 0 | 4 | checksum | CRC-32C of bytes 4..8, 24..40, key and value (not `version_num`, not `seal`) |
 //! | 4 | 2 | magic | `0xB0E7` |
 //! | 6 | 2 | flags | bit 0: tombstone (a DELETE) |
 //! | 8 | 8 | version_num | assigned by the server; 0 = not assigned (never valid) |
-//! | 16 | 4 | key_len | bytes of key, 1..=[`MAX_KEY_LEN`] |
-//! | 20 | 4 | value_len | bytes of value |
-//! | 24 | 8 | next_offset | segment offset of the next entry's slot |
-//! | 32 | key_len | key | |
-//! | 32+key_len | value_len | value | |
+//! | 16 | 8 | seal | stored by the server: SipHash-2-4 under `seal_key` of the entry's place and content |
+//! | 24 | 4 | key_len | bytes of key, 1..=[`MAX_KEY_LEN`] |
+//! | 28 | 4 | value_len | bytes of value |
+//! | 32 | 8 | next_offset | segment offset of the next entry's slot |
+//! | 40 | key_len | key | |
+//! | 40+key_len | value_len | value | |
 //!
-//! The client writes everything but `version_num` and computes the checksum; the server
-//! then stores `version_num`. `next_offset` is set when the slot is appended
-//! (offset + slot size, 8-byte aligned) and every later in-place rewrite of the slot
-//! writes the same value, so the chain of slots stays walkable even across a torn
-//! rewrite. A slot's capacity is `next_offset - offset`; an in-place entry must fit it.
+//! The client writes everything but `version_num` and `seal` (zero) and computes the
+//! checksum; the server then stores `version_num` and `seal`. `next_offset` is set when
+//! the slot is appended (offset + slot size, 8-byte aligned) and every later in-place
+//! rewrite of the slot writes the same value, so the chain of slots stays walkable even
+//! across a torn rewrite. A slot's capacity is `next_offset - offset`; an in-place
+//! entry must fit it.
+//!
+//! ### The seal: what the server committed
+//!
+//! Every byte of a client's segments is the client's to write, before and after the
+//! acknowledgement, so recovery believes an entry only if its seal verifies:
+//! SipHash-2-4 (keyed by `seal_key`) over the segment id, the segment's generation,
+//! the slot offset, `version_num`, bytes 0..8 and 24..40 of the entry (checksum, magic,
+//! flags, lengths, `next_offset`) and the key. The key is covered directly, the value
+//! through the CRC (a client can find another value with the same CRC, but only for its
+//! own entry, its own key and the version its own PUT was given: as if it had PUT that
+//! value). A forged entry, a raised version, a copied entry (the place is sealed) or a
+//! flipped bit in `version_num` or `seal` fails the check. A one-bit flip in either
+//! word is repaired by trying the 128 single-bit variants (bounded per segment, so a
+//! segment of forgeries cannot make recovery slow).
+//!
+//! Sizing: the seal is 64 bits. A forger learns nothing until a restart and must guess
+//! each seal blindly; every slot of every segment it holds is one guess, each worth
+//! at most 129 candidates because of the repair. A 1 TiB pool of minimal 48-byte slots
+//! is 2^34.4 guesses, 2^41.4 candidates per restart: a chance of 2^-22.6 per restart
+//! of landing one forgery. A 32-bit code in the version word would fall to one pool
+//! fill (2^32 guesses fit in 192 GiB), which is why the seal is a word of its own.
 
 use crate::error::{Error, Result};
 
-/// Format version written in the pool and segment headers.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written in the pool and segment headers (2: entry seals, checked
+/// `count`, the version high-water mark; version 1 pools are refused).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Pool header magic.
 pub const POOL_MAGIC: [u8; 8] = *b"BOOMKVPL";
 /// Bytes reserved for the pool header; segment 0 starts here.
 pub const POOL_HEADER_SIZE: u64 = 4096;
 /// Offset of the pool header checksum.
-pub const POOL_CHECKSUM_OFF: usize = 76;
+pub const POOL_CHECKSUM_OFF: usize = 124;
+/// Bytes of the encoded (checksummed) pool header.
+pub const POOL_HEADER_LEN: usize = 128;
+/// Offsets of the two copies of the version high-water mark.
+pub const POOL_HWM_OFFS: [u64; 2] = [128, 192];
+/// Versions are leased in blocks of this many: one persist of the high-water mark per block.
+pub const VERSION_LEASE: u64 = 1 << 16;
+/// The first version that can never be assigned (the high-water mark has 56 bits).
+pub const MAX_VERSION: u64 = (1 << 56) - 1;
 
 /// Segment header magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"BOOMSEG1";
@@ -102,21 +163,35 @@ pub const SEG_NEXT_OFF: u64 = 80;
 pub const NO_SEGMENT: u64 = u64::MAX;
 /// Owner id used for segments written by the cleaner.
 pub const CLEANER_OWNER: u64 = u64::MAX - 1;
+/// Owner id of the server's tombstone log (DELETEs with no room in their client's segment).
+pub const TOMBSTONE_OWNER: u64 = u64::MAX - 2;
 /// Smallest segment size accepted.
 pub const MIN_SEGMENT_SIZE: u64 = 64 << 10;
 /// Default segment size (the paper's 64 MiB).
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 
+/// The segment size for a new pool of `pool_size` bytes when none is given: the
+/// paper's 64 MiB, smaller for pools under 4 GiB so that a pool holds about 64 segments
+/// (a 256 MiB pool of 64 MiB segments would hold 3, and 3 clients would fill it); a
+/// multiple of 64 KiB, at least [`MIN_SEGMENT_SIZE`].
+pub fn default_segment_size(pool_size: u64) -> u64 {
+    (pool_size / 64 / MIN_SEGMENT_SIZE * MIN_SEGMENT_SIZE).clamp(MIN_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE)
+}
+
 /// Entry magic.
 pub const ENTRY_MAGIC: u16 = 0xB0E7;
 /// Bytes of an entry header.
-pub const ENTRY_HEADER_SIZE: u64 = 32;
+pub const ENTRY_HEADER_SIZE: u64 = 40;
 /// Entry slots start at multiples of this.
 pub const ENTRY_ALIGN: u64 = 8;
 /// Offset of `version_num` within an entry.
 pub const ENTRY_VERSION_OFF: u64 = 8;
+/// Offset of `seal` within an entry.
+pub const ENTRY_SEAL_OFF: u64 = 16;
+/// Offset of `key_len` within an entry.
+pub const ENTRY_KEY_LEN_OFF: u64 = 24;
 /// Offset of `next_offset` within an entry.
-pub const ENTRY_NEXT_OFF: u64 = 24;
+pub const ENTRY_NEXT_OFF: u64 = 32;
 /// Entry flag: this entry deletes its key.
 pub const FLAG_TOMBSTONE: u16 = 1;
 /// Longest key accepted.
@@ -144,6 +219,9 @@ pub struct PoolHeader {
     pub segment_count: u64,
     /// Creation time (seconds since the epoch).
     pub created: u64,
+    /// Key of the entry seals and `count` checks (never shown, never sent).
+    #[serde(skip)]
+    pub seal_key: [u8; 16],
 }
 
 impl PoolHeader {
@@ -163,12 +241,17 @@ impl PoolHeader {
                 "a pool of {pool_size} bytes cannot hold one {segment_size}-byte segment; use a larger --pool-size or a smaller --segment-size"
             )));
         }
-        Ok(PoolHeader { uuid, pool_size, segment_size, segment_count, created })
+        Ok(PoolHeader { uuid, pool_size, segment_size, segment_count, created, seal_key: [0; 16] })
     }
 
-    /// Encodes the header (with checksum) into 80 bytes.
-    pub fn encode(&self) -> [u8; 80] {
-        let mut b = [0u8; 80];
+    /// The keyed checks of this pool's entries and counts.
+    pub fn sealer(&self) -> Sealer {
+        Sealer::new(&self.seal_key)
+    }
+
+    /// Encodes the header (with checksum) into [`POOL_HEADER_LEN`] bytes.
+    pub fn encode(&self) -> [u8; POOL_HEADER_LEN] {
+        let mut b = [0u8; POOL_HEADER_LEN];
         b[0..8].copy_from_slice(&POOL_MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&(POOL_HEADER_SIZE as u32).to_le_bytes());
@@ -177,25 +260,31 @@ impl PoolHeader {
         b[40..48].copy_from_slice(&self.segment_size.to_le_bytes());
         b[48..56].copy_from_slice(&self.segment_count.to_le_bytes());
         b[56..64].copy_from_slice(&self.created.to_le_bytes());
+        b[64..80].copy_from_slice(&self.seal_key);
         let c = crc32c::crc32c(&b[..POOL_CHECKSUM_OFF]);
-        b[76..80].copy_from_slice(&c.to_le_bytes());
+        b[POOL_CHECKSUM_OFF..POOL_HEADER_LEN].copy_from_slice(&c.to_le_bytes());
         b
     }
 
     /// Decodes and validates a pool header; `file_len` is the size of the pool file.
     pub fn decode(b: &[u8], file_len: u64) -> Result<PoolHeader> {
         let bad = |p: String| Error::corrupt("pool header", p);
-        if b.len() < 80 {
+        if b.len() < POOL_HEADER_LEN {
             return Err(bad(format!("file is {} bytes, too short for a pool header", b.len())));
         }
         if b[0..8] != POOL_MAGIC {
             return Err(bad("wrong magic: this is not a BOOM-KV pool".into()));
         }
         let ver = u32_at(b, 8);
+        if ver == 1 {
+            return Err(bad(format!(
+                "format version 1 (written before entry seals and the version high-water mark); this boomctl reads only version {FORMAT_VERSION} and does not migrate: load the data into a new pool"
+            )));
+        }
         if ver != FORMAT_VERSION {
             return Err(bad(format!("format version {ver}, this boomctl reads version {FORMAT_VERSION}")));
         }
-        let stored = u32_at(b, 76);
+        let stored = u32_at(b, POOL_CHECKSUM_OFF);
         let c = crc32c::crc32c(&b[..POOL_CHECKSUM_OFF]);
         if stored != c {
             return Err(bad(format!("checksum mismatch (stored {stored:#010x}, computed {c:#010x})")));
@@ -205,14 +294,20 @@ impl PoolHeader {
         }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[16..32]);
+        let mut seal_key = [0u8; 16];
+        seal_key.copy_from_slice(&b[64..80]);
         let h = PoolHeader {
             uuid,
             pool_size: u64_at(b, 32),
             segment_size: u64_at(b, 40),
             segment_count: u64_at(b, 48),
             created: u64_at(b, 56),
+            seal_key,
         };
         let check = PoolHeader::new(h.pool_size, h.segment_size, uuid, h.created).map_err(|e| bad(e.to_string()))?;
+        if seal_key == [0; 16] {
+            return Err(bad("no seal key".into()));
+        }
         if check.segment_count != h.segment_count {
             return Err(bad(format!("segment count {} does not match the layout", h.segment_count)));
         }
@@ -233,6 +328,147 @@ impl PoolHeader {
     /// The pool's uuid as hex.
     pub fn uuid_hex(&self) -> String {
         self.uuid.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// CRC-8 (polynomial 0x07) of `b`: every single-bit error changes it.
+fn crc8(b: &[u8]) -> u8 {
+    let mut c = 0u8;
+    for &x in b {
+        c ^= x;
+        for _ in 0..8 {
+            c = if c & 0x80 != 0 { (c << 1) ^ 0x07 } else { c << 1 };
+        }
+    }
+    c
+}
+
+/// Encodes a version high-water mark as its 8-byte word (mark and CRC-8).
+pub fn encode_hwm(hwm: u64) -> u64 {
+    let v = hwm.min(MAX_VERSION);
+    v | (crc8(&v.to_le_bytes()[..7]) as u64) << 56
+}
+
+/// Decodes one copy of the high-water mark (`None`: it fails its check).
+pub fn decode_hwm(word: u64) -> Option<u64> {
+    let v = word & MAX_VERSION;
+    (crc8(&v.to_le_bytes()[..7]) as u64 == word >> 56).then_some(v)
+}
+
+/// The high-water mark from its two copies: the larger valid one (a crash may fall
+/// between the two stores of a lease), or `Err` with both words if neither is valid.
+pub fn read_hwm(a: u64, b: u64) -> std::result::Result<u64, String> {
+    match (decode_hwm(a), decode_hwm(b)) {
+        (Some(x), Some(y)) => Ok(x.max(y)),
+        (Some(x), None) | (None, Some(x)) => Ok(x),
+        (None, None) => {
+            Err(format!("both copies of the version high-water mark fail their check ({a:#018x}, {b:#018x})"))
+        }
+    }
+}
+
+/// Where a slot is: what its seal binds besides its content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotPlace {
+    /// Segment id.
+    pub segment: u64,
+    /// The segment's allocation generation.
+    pub generation: u64,
+    /// Segment offset of the slot.
+    pub offset: u64,
+}
+
+/// The keyed checks of one pool: entry seals and `count` checks (SipHash-2-4 under the
+/// pool's `seal_key`).
+#[derive(Clone, Copy)]
+pub struct Sealer {
+    k0: u64,
+    k1: u64,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sealer(..)")
+    }
+}
+
+/// What a `count` word says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountCheck {
+    /// The check verifies.
+    Ok(u64),
+    /// One flipped bit, repaired.
+    Repaired(u64),
+    /// The check fails and no one-bit repair verifies.
+    Damaged,
+}
+
+impl Sealer {
+    /// The checks under `key`.
+    pub fn new(key: &[u8; 16]) -> Sealer {
+        let k0 = u64::from_le_bytes([key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7]]);
+        let k1 = u64::from_le_bytes([key[8], key[9], key[10], key[11], key[12], key[13], key[14], key[15]]);
+        Sealer { k0, k1 }
+    }
+
+    fn hasher(&self, domain: u64, place: SlotPlace) -> siphasher::sip::SipHasher24 {
+        use std::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(self.k0, self.k1);
+        let mut b = [0u8; 32];
+        b[0..8].copy_from_slice(&domain.to_le_bytes());
+        b[8..16].copy_from_slice(&place.segment.to_le_bytes());
+        b[16..24].copy_from_slice(&place.generation.to_le_bytes());
+        b[24..32].copy_from_slice(&place.offset.to_le_bytes());
+        h.write(&b);
+        h
+    }
+
+    /// The seal of the entry `h` with `key` at `place` under `version`.
+    pub fn entry_seal(&self, place: SlotPlace, version: u64, h: &EntryHeader, key: &[u8]) -> u64 {
+        use std::hash::Hasher;
+        let mut s = self.hasher(1, place);
+        let mut b = [0u8; 32];
+        b[0..8].copy_from_slice(&version.to_le_bytes());
+        b[8..12].copy_from_slice(&h.checksum.to_le_bytes());
+        b[12..14].copy_from_slice(&ENTRY_MAGIC.to_le_bytes());
+        b[14..16].copy_from_slice(&h.flags.to_le_bytes());
+        b[16..20].copy_from_slice(&h.key_len.to_le_bytes());
+        b[20..24].copy_from_slice(&h.value_len.to_le_bytes());
+        b[24..32].copy_from_slice(&h.next_offset.to_le_bytes());
+        s.write(&b);
+        s.write(key);
+        s.finish()
+    }
+
+    /// The seal of a segment header's first line (`b` = its bytes 0..56).
+    pub fn line_seal(&self, b: &[u8]) -> u64 {
+        use std::hash::Hasher;
+        let mut s = self.hasher(3, SlotPlace { segment: 0, generation: 0, offset: 0 });
+        s.write(b);
+        s.finish()
+    }
+
+    /// The `count` word of segment `segment` (generation `generation`) counting `count` slots.
+    pub fn count_word(&self, segment: u64, generation: u64, count: u64) -> u64 {
+        use std::hash::Hasher;
+        let c = count & 0xffff_ffff;
+        let mut s = self.hasher(2, SlotPlace { segment, generation, offset: 0 });
+        s.write(&c.to_le_bytes());
+        c | (s.finish() & 0xffff_ffff_0000_0000)
+    }
+
+    /// Decodes a `count` word, repairing one flipped bit.
+    pub fn check_count(&self, segment: u64, generation: u64, word: u64) -> CountCheck {
+        if self.count_word(segment, generation, word) == word {
+            return CountCheck::Ok(word & 0xffff_ffff);
+        }
+        for bit in 0..64 {
+            let w = word ^ (1 << bit);
+            if self.count_word(segment, generation, w) == w {
+                return CountCheck::Repaired(w & 0xffff_ffff);
+            }
+        }
+        CountCheck::Damaged
     }
 }
 
@@ -284,8 +520,8 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
-    /// Encodes the first line (64 bytes) with its checksum.
-    pub fn encode(&self) -> [u8; 64] {
+    /// Encodes the first line (64 bytes) with its checksum and seal.
+    pub fn encode(&self, sealer: &Sealer) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -296,11 +532,13 @@ impl SegmentHeader {
         b[48..56].copy_from_slice(&self.generation.to_le_bytes());
         let c = seg_checksum(&b);
         b[12..16].copy_from_slice(&c.to_le_bytes());
+        let s = sealer.line_seal(&b[..56]);
+        b[56..64].copy_from_slice(&s.to_le_bytes());
         b
     }
 
     /// Decodes the first line; `Err` says why the segment is not a valid in-use header.
-    pub fn decode(b: &[u8]) -> Result<SegmentHeader> {
+    pub fn decode(b: &[u8], sealer: &Sealer) -> Result<SegmentHeader> {
         let bad = |p: String| Error::corrupt("segment header", p);
         if b.len() < 64 {
             return Err(bad("short".into()));
@@ -316,6 +554,9 @@ impl SegmentHeader {
         if stored != seg_checksum(b) {
             return Err(bad("checksum mismatch".into()));
         }
+        if sealer.line_seal(&b[..56]) != u64_at(b, 56) {
+            return Err(bad("seal mismatch: not a header the server wrote".into()));
+        }
         Ok(SegmentHeader {
             segment_id: u64_at(b, 16),
             owner: u64_at(b, 24),
@@ -328,7 +569,7 @@ impl SegmentHeader {
 
 fn seg_checksum(b: &[u8]) -> u32 {
     let c = crc32c::crc32c(&b[0..12]);
-    crc32c::crc32c_append(c, &b[16..64])
+    crc32c::crc32c_append(c, &b[16..56])
 }
 
 /// The decoded fixed part of an entry.
@@ -340,6 +581,8 @@ pub struct EntryHeader {
     pub flags: u16,
     /// Version assigned by the server (0 = none).
     pub version: u64,
+    /// Seal stored by the server (0 = none).
+    pub seal: u64,
     /// Key bytes.
     pub key_len: u32,
     /// Value bytes.
@@ -359,7 +602,7 @@ impl EntryHeader {
         ENTRY_HEADER_SIZE + self.key_len as u64 + self.value_len as u64
     }
 
-    /// Decodes the 32 header bytes. Only the magic is checked here; use
+    /// Decodes the header bytes. Only the magic is checked here; use
     /// [`check_entry`] for bounds and checksum.
     pub fn decode(b: &[u8]) -> Result<EntryHeader> {
         if b.len() < ENTRY_HEADER_SIZE as usize {
@@ -373,9 +616,10 @@ impl EntryHeader {
             checksum: u32_at(b, 0),
             flags: u16::from_le_bytes([b[6], b[7]]),
             version: u64_at(b, 8),
-            key_len: u32_at(b, 16),
-            value_len: u32_at(b, 20),
-            next_offset: u64_at(b, 24),
+            seal: u64_at(b, 16),
+            key_len: u32_at(b, 24),
+            value_len: u32_at(b, 28),
+            next_offset: u64_at(b, 32),
         })
     }
 }
@@ -390,7 +634,7 @@ pub fn slot_for(entry_len: u64) -> u64 {
     entry_len.div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN
 }
 
-/// Encodes an entry as the client writes it (`version_num` = 0) into `out`, which must
+/// Encodes an entry as the client writes it (`version_num` = `seal` = 0) into `out`, which must
 /// be at least `ENTRY_HEADER_SIZE + key.len() + value.len()` bytes. Returns its length.
 pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, next_offset: u64) -> Result<usize> {
     let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
@@ -407,12 +651,13 @@ pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, n
     })?;
     out[4..6].copy_from_slice(&ENTRY_MAGIC.to_le_bytes());
     out[6..8].copy_from_slice(&(if tombstone { FLAG_TOMBSTONE } else { 0 }).to_le_bytes());
-    out[8..16].fill(0);
-    out[16..20].copy_from_slice(&(key.len() as u32).to_le_bytes());
-    out[20..24].copy_from_slice(&value_len.to_le_bytes());
-    out[24..32].copy_from_slice(&next_offset.to_le_bytes());
-    out[32..32 + key.len()].copy_from_slice(key);
-    out[32 + key.len()..len].copy_from_slice(value);
+    out[8..24].fill(0);
+    out[24..28].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    out[28..32].copy_from_slice(&value_len.to_le_bytes());
+    out[32..40].copy_from_slice(&next_offset.to_le_bytes());
+    let k = ENTRY_HEADER_SIZE as usize;
+    out[k..k + key.len()].copy_from_slice(key);
+    out[k + key.len()..len].copy_from_slice(value);
     let c = entry_checksum(&out[..len]);
     out[0..4].copy_from_slice(&c.to_le_bytes());
     Ok(len)
@@ -421,7 +666,17 @@ pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, n
 /// The checksum of an encoded entry (`b` = header + key + value).
 pub fn entry_checksum(b: &[u8]) -> u32 {
     let c = crc32c::crc32c(&b[4..8]);
-    crc32c::crc32c_append(c, &b[16..])
+    crc32c::crc32c_append(c, &b[ENTRY_KEY_LEN_OFF as usize..])
+}
+
+/// The key of an entry whose header `h` was checked (`b` = header + key + value).
+pub fn entry_key<'a>(b: &'a [u8], h: &EntryHeader) -> &'a [u8] {
+    b.get(ENTRY_HEADER_SIZE as usize..ENTRY_HEADER_SIZE as usize + h.key_len as usize).unwrap_or(&[])
+}
+
+/// The value of an entry whose header `h` was checked (`b` = header + key + value).
+pub fn entry_value<'a>(b: &'a [u8], h: &EntryHeader) -> &'a [u8] {
+    b.get(ENTRY_HEADER_SIZE as usize + h.key_len as usize..h.entry_len() as usize).unwrap_or(&[])
 }
 
 /// Why an entry was rejected.
@@ -440,6 +695,10 @@ pub enum EntryFault {
     BadChecksum,
     /// `version_num` was never assigned.
     NoVersion,
+    /// `version_num` is at or above the pool's high-water mark.
+    AboveHighWater,
+    /// The seal does not verify: not what the server committed (forged, moved or flipped).
+    BadSeal,
 }
 
 impl std::fmt::Display for EntryFault {
@@ -451,6 +710,8 @@ impl std::fmt::Display for EntryFault {
             EntryFault::BadLength => "bad length",
             EntryFault::BadChecksum => "bad checksum",
             EntryFault::NoVersion => "no version",
+            EntryFault::AboveHighWater => "version at or above the high-water mark",
+            EntryFault::BadSeal => "bad seal",
         })
     }
 }
@@ -464,19 +725,87 @@ pub fn next_offset_ok(offset: u64, next_offset: u64, segment_size: u64) -> bool 
         && next_offset <= segment_size
 }
 
-/// Validates the slot at segment offset `offset` whose bytes start at `slot[0]`
-/// (`slot` runs to the end of the segment): a durable, versioned entry. On success
-/// returns the header.
-pub fn check_entry(slot: &[u8], offset: u64, segment_size: u64) -> std::result::Result<EntryHeader, EntryFault> {
-    let h = check_entry_body(slot, offset, segment_size)?;
-    if h.version == 0 {
-        return Err(EntryFault::NoVersion);
-    }
-    Ok(h)
+/// What recovery believes of an entry: the pool's seals and high-water mark.
+#[derive(Clone, Copy, Debug)]
+pub struct Trust {
+    /// The pool's keyed checks.
+    pub sealer: Sealer,
+    /// The version high-water mark: versions at or above it were never assigned.
+    pub hwm: u64,
 }
 
-/// Like [`check_entry`] but accepts `version_num` = 0: what the server checks of an entry
-/// a client has just written, before it assigns the version.
+/// An entry that passed [`check_entry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// Its header (with the repaired version or seal, if one was repaired).
+    pub header: EntryHeader,
+    /// A flipped bit in `version_num` or `seal` was repaired.
+    pub repaired: bool,
+}
+
+/// One-bit repairs tried per segment walk ([`check_entry`]'s `repairs` budget).
+pub const REPAIRS_PER_SEGMENT: u32 = 256;
+
+/// Validates the slot at `place` whose bytes start at `slot[0]` (`slot` runs to the end
+/// of the segment): a durable entry the server sealed, with a version below the
+/// high-water mark. A seal that fails is tried with each single bit of `version_num`
+/// and of `seal` flipped, while `repairs` lasts (decremented per damaged entry).
+pub fn check_entry(
+    slot: &[u8],
+    place: SlotPlace,
+    segment_size: u64,
+    trust: &Trust,
+    repairs: &mut u32,
+) -> std::result::Result<Checked, EntryFault> {
+    let mut h = check_entry_body(slot, place.offset, segment_size)?;
+    let key = entry_key(slot, &h);
+    let good = |v: u64, s: u64| v != 0 && v < trust.hwm && trust.sealer.entry_seal(place, v, &h, key) == s;
+    if good(h.version, h.seal) {
+        return Ok(Checked { header: h, repaired: false });
+    }
+    let never_sealed = h.version == 0 && h.seal == 0;
+    if !never_sealed && *repairs > 0 {
+        *repairs -= 1;
+        for bit in 0..64 {
+            let v = h.version ^ (1 << bit);
+            if good(v, h.seal) {
+                h.version = v;
+                return Ok(Checked { header: h, repaired: true });
+            }
+        }
+        for bit in 0..64 {
+            let s = h.seal ^ (1 << bit);
+            if good(h.version, s) {
+                h.seal = s;
+                return Ok(Checked { header: h, repaired: true });
+            }
+        }
+    }
+    Err(if h.version == 0 {
+        EntryFault::NoVersion
+    } else if h.version >= trust.hwm {
+        EntryFault::AboveHighWater
+    } else {
+        EntryFault::BadSeal
+    })
+}
+
+/// An entry whose checksum fails although its seal verifies (over the stored checksum
+/// field, so the key, version and place are what the server committed): its value is
+/// damaged. Recovery indexes it, so that no older value of the key takes its place, and
+/// readers see the key as damaged (its checksum keeps failing) instead of a stale value.
+pub fn check_damaged_value(slot: &[u8], place: SlotPlace, segment_size: u64, trust: &Trust) -> Option<EntryHeader> {
+    if check_entry_body(slot, place.offset, segment_size) != Err(EntryFault::BadChecksum) {
+        return None;
+    }
+    let h = EntryHeader::decode(slot).ok()?;
+    let key = slot.get(ENTRY_HEADER_SIZE as usize..ENTRY_HEADER_SIZE as usize + h.key_len as usize)?;
+    let ok = h.version != 0 && h.version < trust.hwm && trust.sealer.entry_seal(place, h.version, &h, key) == h.seal;
+    ok.then_some(h)
+}
+
+/// Bounds, lengths and checksum of an entry, not its version or seal: what the server
+/// checks of an entry a client has just written, before it assigns the version.
 pub fn check_entry_body(slot: &[u8], offset: u64, segment_size: u64) -> std::result::Result<EntryHeader, EntryFault> {
     if slot.len() < ENTRY_HEADER_SIZE as usize {
         return Err(EntryFault::HeaderOutOfBounds);
@@ -500,9 +829,28 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const KEY: [u8; 16] = [9; 16];
+
+    fn trust(hwm: u64) -> Trust {
+        Trust { sealer: Sealer::new(&KEY), hwm }
+    }
+
+    fn place(offset: u64) -> SlotPlace {
+        SlotPlace { segment: 3, generation: 1, offset }
+    }
+
+    /// Stores `version` and its seal into the encoded entry `buf` at `p`, as the server does.
+    fn seal(buf: &mut [u8], p: SlotPlace, version: u64) {
+        let h = EntryHeader::decode(buf).unwrap();
+        let s = Sealer::new(&KEY).entry_seal(p, version, &h, entry_key(buf, &h));
+        buf[8..16].copy_from_slice(&version.to_le_bytes());
+        buf[16..24].copy_from_slice(&s.to_le_bytes());
+    }
+
     #[test]
     fn pool_header_round_trip_and_rejections() {
-        let h = PoolHeader::new(1 << 30, 64 << 20, [7; 16], 1234).unwrap();
+        let mut h = PoolHeader::new(1 << 30, 64 << 20, [7; 16], 1234).unwrap();
+        h.seal_key = KEY;
         assert_eq!(h.segment_count, ((1u64 << 30) - 4096) / (64 << 20));
         let b = h.encode();
         assert_eq!(PoolHeader::decode(&b, 1 << 30).unwrap(), h);
@@ -513,23 +861,70 @@ mod tests {
         bad[40] ^= 1;
         assert!(PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("checksum"));
         let mut bad = b;
+        bad[70] ^= 1;
+        assert!(
+            PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("checksum"),
+            "the seal key is covered"
+        );
+        let mut bad = b;
         bad[8] = 9;
         assert!(PoolHeader::decode(&bad, 1 << 30).unwrap_err().to_string().contains("version"));
+        let mut old = b;
+        old[8] = 1;
+        let e = PoolHeader::decode(&old, 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("format version 1") && e.contains("does not migrate"), "{e}");
         assert!(PoolHeader::decode(&b, 1 << 20).unwrap_err().to_string().contains("truncated"));
         assert!(PoolHeader::decode(&b[..10], 1 << 30).is_err());
         assert!(PoolHeader::new(1 << 20, 64 << 20, [0; 16], 0).is_err());
         assert!(PoolHeader::new(1 << 30, 1000, [0; 16], 0).is_err());
+        assert!(!serde_json::to_string(&h).unwrap().contains("seal"), "the key is never shown");
     }
 
     #[test]
     fn segment_header_round_trip() {
         let s = SegmentHeader { segment_id: 3, owner: 9, prev: NO_SEGMENT, log_seq: 0, generation: 2 };
-        let b = s.encode();
-        assert_eq!(SegmentHeader::decode(&b).unwrap(), s);
+        let sealer = Sealer::new(&KEY);
+        let b = s.encode(&sealer);
+        assert_eq!(SegmentHeader::decode(&b, &sealer).unwrap(), s);
         let mut bad = b;
         bad[30] ^= 0x10;
-        assert!(SegmentHeader::decode(&bad).is_err());
-        assert!(SegmentHeader::decode(&[0u8; 64]).is_err());
+        assert!(SegmentHeader::decode(&bad, &sealer).is_err());
+        assert!(SegmentHeader::decode(&[0u8; 64], &sealer).is_err());
+        // a client rewriting its header with a valid checksum: the seal fails
+        let forged = SegmentHeader { owner: TOMBSTONE_OWNER, ..s };
+        let mut f = forged.encode(&Sealer::new(&[1; 16]));
+        assert!(SegmentHeader::decode(&f, &sealer).unwrap_err().to_string().contains("seal"));
+        f[56..64].fill(0);
+        assert!(SegmentHeader::decode(&f, &sealer).is_err());
+    }
+
+    #[test]
+    fn hwm_words_detect_every_single_bit_flip() {
+        for v in [1u64, VERSION_LEASE, (1 << 32) + 17, MAX_VERSION - 1] {
+            let w = encode_hwm(v);
+            assert_eq!(decode_hwm(w), Some(v));
+            for bit in 0..64 {
+                assert_eq!(decode_hwm(w ^ (1 << bit)), None, "{v:#x} bit {bit}");
+                assert_eq!(read_hwm(w ^ (1 << bit), w), Ok(v));
+            }
+        }
+        assert_eq!(read_hwm(encode_hwm(5), encode_hwm(9)), Ok(9), "a lease torn between the copies");
+        assert!(read_hwm(1, 2).is_err());
+    }
+
+    #[test]
+    fn count_words_detect_and_repair_one_flip() {
+        let s = Sealer::new(&KEY);
+        let w = s.count_word(4, 2, 37);
+        assert_eq!(s.check_count(4, 2, w), CountCheck::Ok(37));
+        for bit in 0..64 {
+            assert_eq!(s.check_count(4, 2, w ^ (1 << bit)), CountCheck::Repaired(37), "bit {bit}");
+        }
+        assert_eq!(s.check_count(4, 2, 0), CountCheck::Damaged, "a zeroed count");
+        assert_eq!(s.check_count(4, 2, 36), CountCheck::Damaged, "a plain count");
+        assert_ne!(s.check_count(4, 3, w), CountCheck::Ok(37), "bound to the generation");
+        assert_ne!(s.check_count(5, 2, w), CountCheck::Ok(37), "bound to the segment");
+        assert_ne!(Sealer::new(&[1; 16]).check_count(4, 2, w), CountCheck::Ok(37), "bound to the key");
     }
 
     #[test]
@@ -537,47 +932,90 @@ mod tests {
         let mut buf = vec![0u8; 256];
         let off = SEGMENT_HEADER_SIZE;
         let n = encode_entry(&mut buf, b"key", b"value", false, off + slot_size(3, 5)).unwrap();
-        assert_eq!(n, 40);
-        assert_eq!(check_entry(&buf, off, 4096), Err(EntryFault::NoVersion));
-        buf[8..16].copy_from_slice(&5u64.to_le_bytes());
-        let h = check_entry(&buf, off, 4096).unwrap();
-        assert_eq!((h.key_len, h.value_len, h.version, h.is_tombstone()), (3, 5, 5, false));
-        // version is outside the checksum: the server may set it after the client wrote
-        buf[8..16].copy_from_slice(&6u64.to_le_bytes());
-        assert!(check_entry(&buf, off, 4096).is_ok());
-        buf[35] ^= 1;
-        assert_eq!(check_entry(&buf, off, 4096), Err(EntryFault::BadChecksum));
-        buf[35] ^= 1;
-        assert_eq!(check_entry(&buf, off, off + 8), Err(EntryFault::BadNextOffset));
+        assert_eq!(n, 48);
+        let t = trust(1 << 40);
+        let mut r = 10;
+        assert_eq!(check_entry(&buf, place(off), 4096, &t, &mut r), Err(EntryFault::NoVersion));
+        assert_eq!(r, 10, "an entry never sealed costs no repair");
+        seal(&mut buf, place(off), 5);
+        let c = check_entry(&buf, place(off), 4096, &t, &mut r).unwrap();
+        let h = c.header;
+        assert_eq!((h.key_len, h.value_len, h.version, h.is_tombstone(), c.repaired), (3, 5, 5, false, false));
+        assert_eq!(entry_key(&buf, &h), b"key");
+        assert_eq!(entry_value(&buf, &h), b"value");
+        // a raised version, a moved entry or another pool's key fail the seal
+        let mut raised = buf.clone();
+        raised[8..16].copy_from_slice(&6u64.to_le_bytes());
+        raised[16] ^= 0x40;
+        assert_eq!(check_entry(&raised, place(off), 4096, &t, &mut r), Err(EntryFault::BadSeal));
+        let moved = SlotPlace { segment: 4, ..place(off) };
+        assert_eq!(check_entry(&buf, moved, 4096, &t, &mut r), Err(EntryFault::BadSeal));
+        let other = Trust { sealer: Sealer::new(&[1; 16]), hwm: 1 << 40 };
+        assert_eq!(check_entry(&buf, place(off), 4096, &other, &mut r), Err(EntryFault::BadSeal));
+        // at or above the high-water mark
+        assert_eq!(check_entry(&buf, place(off), 4096, &trust(5), &mut 0), Err(EntryFault::AboveHighWater));
+        // the checksum covers the body
+        buf[45] ^= 1;
+        assert_eq!(check_entry(&buf, place(off), 4096, &t, &mut r), Err(EntryFault::BadChecksum));
+        buf[45] ^= 1;
+        assert_eq!(check_entry(&buf, place(off), off + 8, &t, &mut r), Err(EntryFault::BadNextOffset));
         buf[4] = 0;
-        assert_eq!(check_entry(&buf, off, 4096), Err(EntryFault::BadMagic));
+        assert_eq!(check_entry(&buf, place(off), 4096, &t, &mut r), Err(EntryFault::BadMagic));
         assert!(encode_entry(&mut buf, b"", b"v", false, 0).is_err());
         assert!(encode_entry(&mut buf, &[1u8; 2000], b"v", false, 0).is_err());
+    }
+
+    #[test]
+    fn every_single_flip_of_version_or_seal_is_repaired_or_rejected() {
+        let off = SEGMENT_HEADER_SIZE;
+        let mut buf = vec![0u8; 64];
+        encode_entry(&mut buf, b"k1", b"v", false, off + slot_size(2, 1)).unwrap();
+        let version = (1u64 << 32) + 3;
+        seal(&mut buf, place(off), version);
+        let t = trust(1 << 40);
+        for byte in 8..24 {
+            for bit in 0..8 {
+                let mut b = buf.clone();
+                b[byte] ^= 1 << bit;
+                let c = check_entry(&b, place(off), 4096, &t, &mut 1).unwrap();
+                assert!(c.repaired);
+                assert_eq!(c.header.version, version, "byte {byte} bit {bit}");
+                assert_eq!(check_entry(&b, place(off), 4096, &t, &mut 0).map(|_| ()), Err(c_fault(&b)));
+            }
+        }
+        fn c_fault(b: &[u8]) -> EntryFault {
+            let v = u64::from_le_bytes(b[8..16].try_into().unwrap());
+            if v >= 1 << 40 {
+                EntryFault::AboveHighWater
+            } else {
+                EntryFault::BadSeal
+            }
+        }
     }
 
     proptest! {
         #[test]
         fn entry_round_trip(key in proptest::collection::vec(any::<u8>(), 1..64),
                             value in proptest::collection::vec(any::<u8>(), 0..300),
-                            tomb in any::<bool>(), version in 1u64..u64::MAX, slack in 0u64..4) {
+                            tomb in any::<bool>(), version in 1u64..MAX_VERSION, slack in 0u64..4) {
             let off = 4096u64;
             let next = off + slot_size(key.len(), value.len()) + slack * 8;
             let mut buf = vec![0u8; (next - off) as usize];
             let n = encode_entry(&mut buf, &key, &value, tomb, next).unwrap();
-            buf[8..16].copy_from_slice(&version.to_le_bytes());
-            let h = check_entry(&buf, off, 1 << 20).unwrap();
+            seal(&mut buf, place(off), version);
+            let h = check_entry(&buf, place(off), 1 << 20, &trust(MAX_VERSION), &mut 0).unwrap().header;
             prop_assert_eq!(h.entry_len() as usize, n);
             prop_assert_eq!(h.version, version);
             prop_assert_eq!(h.is_tombstone(), tomb);
-            prop_assert_eq!(&buf[32..32 + key.len()], &key[..]);
-            prop_assert_eq!(&buf[32 + key.len()..n], &value[..]);
+            prop_assert_eq!(entry_key(&buf, &h), &key[..]);
+            prop_assert_eq!(entry_value(&buf, &h), &value[..]);
         }
 
         #[test]
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), off in 0u64..10_000) {
             let _ = PoolHeader::decode(&bytes, 1 << 30);
-            let _ = SegmentHeader::decode(&bytes);
-            let _ = check_entry(&bytes, off, 1 << 16);
+            let _ = SegmentHeader::decode(&bytes, &Sealer::new(&KEY));
+            let _ = check_entry(&bytes, place(off), 1 << 16, &trust(1 << 40), &mut 2);
         }
     }
 }

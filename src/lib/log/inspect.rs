@@ -72,9 +72,12 @@ pub struct EntryRow {
     pub tombstone: bool,
     /// Whether the checksum (and every other check) passed.
     pub checksum_ok: bool,
+    /// A flipped bit in its version or seal was repaired.
+    pub repaired: bool,
     /// Why the slot was rejected.
     pub fault: Option<String>,
-    /// live, deleted (live tombstone), superseded, or rejected.
+    /// live, deleted (live tombstone), superseded, damaged (value fails its checksum
+    /// under a valid seal), or rejected.
     pub status: &'static str,
     /// The value, printable (with [`InspectFilter::values`]; valid entries only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,6 +125,7 @@ pub fn printable_key(k: &[u8]) -> String {
 pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Inspection {
     let ph = pool.header().clone();
     let map = pool.media().map();
+    let trust = pool.trust();
     let mut segments = Vec::new();
     let mut entries = Vec::new();
     let data = (ph.segment_size - SEGMENT_HEADER_SIZE) as f64;
@@ -142,18 +146,23 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
             (None, Some(s)) if in_use => format!("{s:?}").to_lowercase(),
             _ => "free".to_string(),
         };
-        let mut problem = sf.problem.clone();
+        let mut problem = sf.problem.clone().or_else(|| sf.count_damage());
         let (used, live) = if in_use {
-            let (end, damage) = walk_segment(map, &ph, id, sf.count, |e, slot| {
+            let (end, damage) = walk_segment(map, &ph, &trust, &sf, sf.limit(), |e, slot| {
                 if !(f.entries || f.key.is_some()) {
                     return;
                 }
-                let kl = u32::from_le_bytes(slot[16..20].try_into().unwrap_or([0; 4])) as usize;
-                let key_bytes = slot.get(32..32 + kl.min(MAX_KEY_LEN as usize)).unwrap_or(&[]);
+                let raw = EntryHeader::decode(slot).ok();
+                let kl = raw.map(|h| h.key_len.min(MAX_KEY_LEN)).unwrap_or(0) as usize;
+                let k0 = ENTRY_HEADER_SIZE as usize;
+                let key_bytes = slot.get(k0..k0 + kl).unwrap_or(&[]);
                 if f.key.as_deref().is_some_and(|k| k != key_bytes) {
                     return;
                 }
-                let version = u64::from_le_bytes(slot[8..16].try_into().unwrap_or([0; 8]));
+                let version = match &e.result {
+                    Ok(h) => h.version,
+                    Err(_) => raw.map(|h| h.version).unwrap_or(0),
+                };
                 // The value follows the header and the key (the header's lengths were checked).
                 let value = match &e.result {
                     Ok(h) if f.values => {
@@ -173,6 +182,7 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                         };
                         (st, h.value_len as u64, h.is_tombstone())
                     }
+                    Err(_) if e.damaged.is_some() => ("damaged", 0, false),
                     Err(_) => ("rejected", 0, false),
                 };
                 entries.push(EntryRow {
@@ -185,13 +195,17 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                     value_len,
                     tombstone,
                     checksum_ok: e.result.is_ok(),
+                    repaired: e.repaired,
                     fault: e.result.as_ref().err().map(|x| x.to_string()),
                     status,
                     value,
                 });
             });
-            if damage.is_some() {
-                problem = damage;
+            if let Some(d) = damage {
+                problem = Some(match problem {
+                    Some(p) => format!("{p}; {d}"),
+                    None => d,
+                });
             }
             (end - SEGMENT_HEADER_SIZE, pool.segment_live(id))
         } else {

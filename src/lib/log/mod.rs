@@ -13,10 +13,12 @@ pub mod format;
 pub mod inspect;
 pub mod recovery;
 pub mod space;
+#[cfg(test)]
+mod tests;
 pub mod writer;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
@@ -25,7 +27,7 @@ use crate::pmem::{resolve_pool_path, Media, MediaOptions};
 use format::*;
 pub use recovery::RecoveryReport;
 pub use space::{SpaceCounters, SpaceReport};
-pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, LocalWriter, WriteMode};
+pub use writer::{ActiveSegment, CommitError, CommitTimes, Committed, LocalWriter, ServerLog, WriteMode};
 
 /// How to open a pool.
 #[derive(Clone, Debug)]
@@ -79,8 +81,17 @@ pub struct Pool {
     header: PoolHeader,
     alloc: Mutex<Allocator>,
     index: Index,
+    sealer: Sealer,
     next_version: AtomicU64,
+    /// The durable version high-water mark: every version handed out is below it.
+    hwm: AtomicU64,
+    /// Serialises leases of new version blocks.
+    lease: Mutex<()>,
     next_client: AtomicU64,
+    /// Largest value a commit accepts (the serving server's `--max-value`).
+    value_limit: AtomicU32,
+    /// Per segment: the `count` the server itself stored (the media word is client-writable).
+    seg_count: Vec<AtomicU64>,
     seg_used: Vec<AtomicU64>,
     seg_live: Vec<AtomicU64>,
     space: SpaceCounters,
@@ -118,31 +129,57 @@ impl Pool {
                 let _ = std::fs::remove_file(&path);
             })?;
         }
-        Self::from_media(media, opts.index)
+        let (pool, mut report) = Self::from_media(media, opts.index)?;
+        report.created = created;
+        Ok((pool, report))
     }
 
-    /// Writes a fresh pool header (with a new uuid) to `media`, whose segments must be zero.
+    /// Keys with a live value now (tombstones not counted), as recovery counts them.
+    pub fn live_keys(&self) -> u64 {
+        let mut n = 0u64;
+        self.index.for_each(|l| {
+            if !l.tombstone {
+                n += 1
+            }
+        });
+        n
+    }
+
+    /// Writes a fresh pool header (with a new uuid and seal key, and a high-water mark
+    /// of 1) to `media`, whose segments must be zero.
     pub fn format(media: &Media, segment_size: u64) -> Result<PoolHeader> {
         let mut uuid = [0u8; 16];
-        rand::Rng::fill(&mut rand::thread_rng(), &mut uuid);
-        let h = PoolHeader::new(media.len(), segment_size, uuid, now_secs())
+        let mut rng = rand::thread_rng();
+        rand::Rng::fill(&mut rng, &mut uuid);
+        let mut h = PoolHeader::new(media.len(), segment_size, uuid, now_secs())
             .map_err(|e| Error::Path { path: media.path().into(), problem: e.to_string() })?;
+        while h.seal_key == [0; 16] {
+            rand::Rng::fill(&mut rng, &mut h.seal_key);
+        }
         media.map().write(0, &h.encode())?;
-        media.persist(0, 80)?;
+        for off in POOL_HWM_OFFS {
+            media.store_u64(off, encode_hwm(1))?;
+        }
+        media.persist(0, POOL_HWM_OFFS[1] as usize + 8)?;
         Ok(h)
     }
 
     /// Decodes the header of `media` and recovers its contents.
     pub fn from_media(media: Media, index: IndexKind) -> Result<(Pool, RecoveryReport)> {
-        let hb = media.map().view(0, 80.min(media.len() as usize))?;
+        let hb = media.map().view(0, POOL_HEADER_LEN.min(media.len() as usize))?;
         let header = PoolHeader::decode(hb, media.len())
             .map_err(|e| Error::BadPool { path: media.path().into(), problem: e.to_string() })?;
         let n = header.segment_count as usize;
         let pool = Pool {
             alloc: Mutex::new(Allocator { free: Vec::new(), segs: vec![SegMeta::free(0); n] }),
             index: Index::new(index),
+            sealer: header.sealer(),
             next_version: AtomicU64::new(1),
+            hwm: AtomicU64::new(1),
+            lease: Mutex::new(()),
             next_client: AtomicU64::new(1),
+            value_limit: AtomicU32::new(u32::MAX),
+            seg_count: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             space: SpaceCounters::default(),
@@ -207,9 +244,67 @@ impl Pool {
         self.lock().free.len() as u64
     }
 
-    /// Takes the next version number (versions start at 1 and never repeat).
-    pub fn next_version(&self) -> u64 {
-        self.next_version.fetch_add(1, Ordering::AcqRel)
+    /// Sets the largest value a commit accepts (a server's `--max-value`: enforced
+    /// here, not only by well-behaved clients).
+    pub fn set_value_limit(&self, limit: u32) {
+        self.value_limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The largest value a commit accepts.
+    pub fn value_limit(&self) -> u32 {
+        self.value_limit.load(Ordering::Relaxed)
+    }
+
+    /// The pool's keyed checks.
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    /// Takes the next version number (versions start at 1 and never repeat). When the
+    /// counter reaches the durable high-water mark, the next block is leased first (one
+    /// persist per [`VERSION_LEASE`] versions); at [`MAX_VERSION`] it fails, never wraps.
+    pub fn next_version(&self) -> Result<u64> {
+        let v = self.next_version.fetch_add(1, Ordering::AcqRel);
+        if v >= MAX_VERSION {
+            self.next_version.store(MAX_VERSION, Ordering::Release);
+            return Err(Error::VersionsExhausted { limit: MAX_VERSION });
+        }
+        if v >= self.hwm.load(Ordering::Acquire) {
+            self.lease_versions(v)?;
+        }
+        Ok(v)
+    }
+
+    /// Makes the high-water mark durable above `v` before `v` is used.
+    fn lease_versions(&self, v: u64) -> Result<()> {
+        let _l = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        if v < self.hwm.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let new = v.saturating_add(VERSION_LEASE).min(MAX_VERSION);
+        let w = encode_hwm(new);
+        // One copy after the other, each durable before the next: a crash leaves at
+        // least one valid copy, and recovery takes the larger valid one.
+        for off in POOL_HWM_OFFS {
+            self.media.store_u64(off, w)?;
+            if !planted("late-lease") {
+                self.media.persist(off, 8)?;
+            }
+            self.media.crash_point();
+        }
+        self.hwm.store(new, Ordering::Release);
+        Ok(())
+    }
+
+    /// The durable version high-water mark.
+    pub fn version_hwm(&self) -> u64 {
+        self.hwm.load(Ordering::Acquire)
+    }
+
+    /// What recovery and the cleaner believe of entries now: the seal key and the
+    /// high-water mark.
+    pub fn trust(&self) -> Trust {
+        Trust { sealer: self.sealer, hwm: self.version_hwm() }
     }
 
     /// Raises the version counter to at least `v` (tests start it near 2^32 so that
@@ -233,8 +328,13 @@ impl Pool {
     pub fn alloc_segment(&self, owner: u64, prev: Option<u64>) -> Result<u64> {
         let mut a = self.lock();
         // The last free segments are the cleaner's: without a segment to copy live
-        // entries into, a full pool could never be compacted again.
-        let reserve = if owner == CLEANER_OWNER { 0 } else { self.cleaner_reserve() };
+        // entries into, a full pool could never be compacted again. The one before is
+        // the tombstone log's, so that DELETEs succeed on a pool clients have filled.
+        let reserve = match owner {
+            CLEANER_OWNER => 0,
+            TOMBSTONE_OWNER => self.cleaner_reserve(),
+            _ => self.cleaner_reserve() + self.tombstone_reserve(),
+        };
         if a.free.len() <= reserve {
             return Err(Error::PoolFull {
                 segments: self.header.segment_count,
@@ -254,11 +354,11 @@ impl Pool {
         let m = &self.media;
         let r = (|| -> Result<()> {
             m.store_u64(base + SEG_STATE_OFF, SegmentState::Free.to_word())?;
-            m.store_u64(base + SEG_COUNT_OFF, 0)?;
+            m.store_u64(base + SEG_COUNT_OFF, self.sealer.count_word(id, generation, 0))?;
             m.store_u64(base + SEG_NEXT_OFF, NO_SEGMENT)?;
             m.persist(base + SEG_COUNT_OFF, 24)?;
             let h = SegmentHeader { segment_id: id, owner, prev: prev.unwrap_or(NO_SEGMENT), log_seq, generation };
-            m.map().write(base, &h.encode())?;
+            m.map().write(base, &h.encode(&self.sealer))?;
             m.persist(base, 64)?;
             m.store_u64(base + SEG_STATE_OFF, SegmentState::Active.to_word())?;
             m.persist(base + SEG_STATE_OFF, 8)?;
@@ -288,6 +388,7 @@ impl Pool {
         }
         self.seg_used[id as usize].store(0, Ordering::Relaxed);
         self.seg_live[id as usize].store(0, Ordering::Relaxed);
+        self.seg_count[id as usize].store(0, Ordering::Relaxed);
         Ok(id)
     }
 
@@ -299,6 +400,34 @@ impl Pool {
         } else {
             0
         }
+    }
+
+    /// Free segments kept for the tombstone log (none in pools of fewer than 4 segments).
+    pub fn tombstone_reserve(&self) -> usize {
+        self.cleaner_reserve()
+    }
+
+    /// Makes the last segment of `owner`'s log active again (recovery sealed it) and
+    /// returns it, positioned after its recovered slots; `None` if `owner` has none.
+    pub fn reopen_last_segment(&self, owner: u64) -> Result<Option<ActiveSegment>> {
+        let mut a = self.lock();
+        let last = a
+            .segs
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.owner == owner && m.state != SegmentState::Free)
+            .max_by_key(|(_, m)| m.log_seq)
+            .map(|(id, m)| (id as u64, *m));
+        let Some((id, meta)) = last else { return Ok(None) };
+        if meta.state == SegmentState::Sealed {
+            let off = self.segment_offset(id) + SEG_STATE_OFF;
+            self.media.store_u64(off, SegmentState::Active.to_word())?;
+            self.media.persist(off, 8)?;
+            a.segs[id as usize].state = SegmentState::Active;
+        }
+        let mut s = ActiveSegment::new(id, meta.generation);
+        s.resume_at(SEGMENT_HEADER_SIZE + self.segment_used(id), self.segment_slots(id));
+        Ok(Some(s))
     }
 
     /// Marks an active segment sealed (no more appends).
@@ -333,16 +462,22 @@ impl Pool {
         Ok(())
     }
 
-    /// The durable `count` of segment `id`.
-    pub fn segment_count_word(&self, id: u64) -> Result<u64> {
-        self.media.load_u64(self.segment_offset(id) + SEG_COUNT_OFF)
+    /// The `count` of segment `id` the server stored (or recovery verified): never the
+    /// media word, which the segment's client can overwrite.
+    pub fn segment_slots(&self, id: u64) -> u64 {
+        self.seg_count.get(id as usize).map(|a| a.load(Ordering::Acquire)).unwrap_or(0)
     }
 
-    /// Stores and persists `count` of segment `id` (one aligned 8-byte store).
-    pub fn persist_count(&self, id: u64, count: u64) -> Result<()> {
+    /// Stores and persists `count` of segment `id` of `generation` (one aligned 8-byte
+    /// store of the checked count word, see [`format`](mod@format)).
+    pub fn persist_count(&self, id: u64, generation: u64, count: u64) -> Result<()> {
         let off = self.segment_offset(id) + SEG_COUNT_OFF;
-        self.media.store_u64(off, count)?;
-        self.media.persist(off, 8)
+        self.media.store_u64(off, self.sealer.count_word(id, generation, count))?;
+        self.media.persist(off, 8)?;
+        if let Some(a) = self.seg_count.get(id as usize) {
+            a.store(count, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Validates the entry a client wrote at `offset` of segment `seg` (not yet versioned).
@@ -359,18 +494,12 @@ impl Pool {
         check_entry_body(slot, offset, size)
     }
 
-    /// Stores `version` into the entry at `offset` of `seg` (one aligned 8-byte store; not
-    /// yet written back).
-    pub fn store_version(&self, seg: u64, offset: u64, version: u64) -> Result<()> {
+    /// Stores `version` and its `seal` into the entry at `offset` of `seg` (two aligned
+    /// 8-byte stores; not yet written back).
+    pub fn store_version(&self, seg: u64, offset: u64, version: u64, seal: u64) -> Result<()> {
         let off = self.segment_offset(seg) + offset + ENTRY_VERSION_OFF;
-        #[cfg(feature = "planted-bugs")]
-        if crate::log::planted::torn_version() {
-            // Planted bug: two 4-byte stores that can tear across a crash.
-            self.media.map().write(off, &(version as u32).to_le_bytes())?;
-            self.media.crash_point();
-            return self.media.map().write(off + 4, &((version >> 32) as u32).to_le_bytes());
-        }
-        self.media.store_u64(off, version)
+        self.media.store_u64(off, version)?;
+        self.media.store_u64(self.segment_offset(seg) + offset + ENTRY_SEAL_OFF, seal)
     }
 
     /// Pool offset of byte `offset` of segment `seg`.
@@ -457,7 +586,7 @@ impl KeySource for Pool {
     fn key_matches(&self, loc: &Loc, key: &[u8]) -> bool {
         let base = self.segment_offset(loc.segment as u64) + loc.offset as u64;
         let m = self.media.map();
-        match m.view(base + 16, 4) {
+        match m.view(base + ENTRY_KEY_LEN_OFF, 4) {
             Ok(b) if u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == key.len() => {}
             _ => return false,
         }
@@ -482,8 +611,8 @@ pub mod planted {
         SkipWriteback,
         /// Persist `count` before the entry is written back.
         CountFirst,
-        /// Store `version_num` as two 4-byte writes.
-        TornVersion,
+        /// Use a leased block of versions before its high-water mark is written back.
+        LateLease,
     }
 
     impl std::str::FromStr for Plant {
@@ -493,8 +622,8 @@ pub mod planted {
                 "" | "none" => Ok(Plant::None),
                 "skip-writeback" => Ok(Plant::SkipWriteback),
                 "count-first" => Ok(Plant::CountFirst),
-                "torn-version" => Ok(Plant::TornVersion),
-                o => Err(format!("unknown plant '{o}' (skip-writeback, count-first, torn-version)")),
+                "late-lease" => Ok(Plant::LateLease),
+                o => Err(format!("unknown plant '{o}' (skip-writeback, count-first, late-lease)")),
             }
         }
     }
@@ -518,7 +647,7 @@ pub mod planted {
         match v {
             1 => Plant::SkipWriteback,
             2 => Plant::CountFirst,
-            3 => Plant::TornVersion,
+            3 => Plant::LateLease,
             _ => Plant::None,
         }
     }
@@ -536,8 +665,22 @@ pub mod planted {
     pub fn count_before_entry() -> bool {
         current() == Plant::CountFirst
     }
-    /// Store `version_num` as two 4-byte writes.
-    pub fn torn_version() -> bool {
-        current() == Plant::TornVersion
+    /// Use a leased block of versions before its high-water mark is written back.
+    pub fn late_lease() -> bool {
+        current() == Plant::LateLease
     }
+}
+
+#[cfg(feature = "planted-bugs")]
+fn planted(which: &str) -> bool {
+    match which {
+        "late-lease" => planted::late_lease(),
+        _ => false,
+    }
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+#[inline(always)]
+fn planted(_: &str) -> bool {
+    false
 }

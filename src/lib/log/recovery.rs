@@ -1,11 +1,15 @@
 //! Recovery: rebuilding the volatile state of a pool from its media.
 //!
 //! Every segment whose header is valid and whose `state` is active or sealed is walked
-//! by `next_offset` for exactly `count` slots. A slot's entry is accepted only if its
-//! magic, lengths, bounds and checksum are valid and it has a version; per key the
-//! highest `version_num` wins and tombstones delete. Torn or garbage entries are
-//! counted by fault and never indexed. The global version counter restarts above every
-//! version found, and client ids above every owner found.
+//! by `next_offset` for exactly `count` slots (a `count` whose check fails is repaired
+//! if one flipped bit explains it, else the slots are walked by their links and the
+//! segment reported). A slot's entry is accepted only if its magic, lengths, bounds and
+//! checksum are valid and its seal verifies with a version below the pool's high-water
+//! mark ([`check_entry`]): recovery believes only what the server committed, never the
+//! client-writable bytes around it. Per key the highest `version_num` wins and
+//! tombstones delete. Torn, forged or garbage entries are counted by fault and never
+//! indexed; repaired ones are counted. The version counter restarts at the durable
+//! high-water mark (never below), and client ids above every owner found.
 //!
 //! Segments are scanned by several threads (one per core); the index is sharded, so
 //! they insert concurrently. The same walker ([`walk_segment`]) serves `inspect-log`.
@@ -24,6 +28,12 @@ use crate::pmem::Mapping;
 /// One slot met by a segment walk.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct ScannedEntry {
+    /// A flipped bit in the entry's version or seal was repaired.
+    pub repaired: bool,
+    /// The entry's checksum fails but its seal verifies: the server committed this key
+    /// and version here and the value is damaged ([`check_damaged_value`]).
+    #[serde(skip)]
+    pub damaged: Option<EntryHeader>,
     /// Index of the slot in the segment (0-based).
     pub slot: u64,
     /// Segment offset of the slot.
@@ -46,8 +56,13 @@ pub struct SegmentFound {
     pub state: Option<SegmentState>,
     /// Raw `state` word.
     pub state_word: u64,
-    /// `count` word.
+    /// Counted slots (decoded from the `count` word; repaired if one bit flipped).
     pub count: u64,
+    /// Raw `count` word.
+    pub count_word: u64,
+    /// What the `count` word's check said (`None`: the header is not valid).
+    #[serde(skip)]
+    pub count_check: Option<CountCheck>,
     /// `next` word.
     pub next: u64,
     /// Why the segment is not usable although it looks allocated.
@@ -63,18 +78,46 @@ impl SegmentFound {
     }
 }
 
-/// Reads segment `id`'s header words.
+impl SegmentFound {
+    /// How far to walk the segment.
+    pub fn limit(&self) -> WalkLimit {
+        match self.count_check {
+            Some(CountCheck::Damaged) => WalkLimit::Links,
+            _ => WalkLimit::Count(self.count),
+        }
+    }
+
+    /// What is wrong with the `count` word, if anything.
+    pub fn count_damage(&self) -> Option<String> {
+        match self.count_check {
+            Some(CountCheck::Repaired(n)) => Some(format!(
+                "count word {:#018x} fails its check; one flipped bit repaired: {n} slots",
+                self.count_word
+            )),
+            Some(CountCheck::Damaged) => Some(format!(
+                "count word {:#018x} fails its check and no one-bit repair verifies; slots walked by their links",
+                self.count_word
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Reads segment `id`'s header words, checking `count` under the pool's seal key.
 pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     let base = ph.segment_offset(id);
     let word = |o: u64| map.read_u64(base + o).unwrap_or(0);
     let state_word = word(SEG_STATE_OFF);
     let state = SegmentState::from_word(state_word);
+    let count_word = word(SEG_COUNT_OFF);
     let mut f = SegmentFound {
         id,
         header: None,
         state,
         state_word,
-        count: word(SEG_COUNT_OFF),
+        count: 0,
+        count_word,
+        count_check: None,
         next: word(SEG_NEXT_OFF),
         problem: None,
     };
@@ -82,12 +125,20 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     match map
         .view(base, 64)
         .map_err(|e| e.to_string())
-        .and_then(|b| SegmentHeader::decode(b).map_err(|e| e.to_string()))
+        .and_then(|b| SegmentHeader::decode(b, &ph.sealer()).map_err(|e| e.to_string()))
     {
         Ok(h) if h.segment_id != id => {
             f.problem = Some(format!("header names segment {} but sits at {id}", h.segment_id));
         }
-        Ok(h) => f.header = Some(h),
+        Ok(h) => {
+            let c = ph.sealer().check_count(id, h.generation, count_word);
+            f.count = match c {
+                CountCheck::Ok(n) | CountCheck::Repaired(n) => n,
+                CountCheck::Damaged => 0,
+            };
+            f.count_check = Some(c);
+            f.header = Some(h);
+        }
         // A torn header with a free state is an allocation a crash interrupted: free.
         Err(e) if looks_allocated => f.problem = Some(e),
         Err(_) => {}
@@ -98,30 +149,71 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     f
 }
 
-/// Walks the `count` slots of an in-use segment, calling `f(entry, slot_bytes)` for each.
-/// Returns the offset after the last slot walked and, if the walk could not reach
-/// `count` slots, why.
+/// How far a segment walk goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WalkLimit {
+    /// Exactly this many slots (a verified `count`).
+    Count(u64),
+    /// While slots carry the entry magic and a usable `next_offset` (a damaged `count`:
+    /// every entry met is still checked by its seal).
+    Links,
+}
+
+/// Walks the slots of in-use segment `found` up to `limit`, checking every entry under
+/// `trust`, calling `f(entry, slot_bytes)` for each. Returns the offset after the last
+/// slot walked and, if a counted walk could not reach `count` slots, why.
 pub fn walk_segment(
     map: &Mapping,
     ph: &PoolHeader,
-    id: u64,
-    count: u64,
+    trust: &Trust,
+    found: &SegmentFound,
+    limit: WalkLimit,
     mut f: impl FnMut(&ScannedEntry, &[u8]),
 ) -> (u64, Option<String>) {
     let size = ph.segment_size;
+    let id = found.id;
+    let generation = found.header.map(|h| h.generation).unwrap_or(0);
     let base = ph.segment_offset(id);
     let seg = match map.view(base, size as usize) {
         Ok(s) => s,
         Err(e) => return (SEGMENT_HEADER_SIZE, Some(e.to_string())),
     };
+    let count = match limit {
+        WalkLimit::Count(n) => n,
+        WalkLimit::Links => u64::MAX,
+    };
+    let mut repairs = REPAIRS_PER_SEGMENT;
     let mut off = SEGMENT_HEADER_SIZE;
-    for i in 0..count {
+    let mut i = 0u64;
+    while i < count {
         if off + ENTRY_HEADER_SIZE > size {
+            if limit == WalkLimit::Links {
+                break;
+            }
             return (off, Some(format!("count is {count} but slot {i} would start at {off}, past the segment")));
         }
         let slot = &seg[off as usize..];
-        let next = u64::from_le_bytes(slot[24..32].try_into().unwrap_or([0; 8]));
-        let e = ScannedEntry { slot: i, offset: off, next_offset: next, result: check_entry(slot, off, size) };
+        let next = EntryHeader::decode(slot).map(|h| h.next_offset);
+        if limit == WalkLimit::Links && !next.as_ref().is_ok_and(|&n| next_offset_ok(off, n, size)) {
+            break;
+        }
+        let next = next.unwrap_or_else(|_| {
+            u64::from_le_bytes(slot[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].try_into().unwrap_or([0; 8]))
+        });
+        let place = SlotPlace { segment: id, generation, offset: off };
+        let checked = check_entry(slot, place, size, trust, &mut repairs);
+        let damaged = match checked {
+            Err(EntryFault::BadChecksum) => check_damaged_value(slot, place, size, trust),
+            _ => None,
+        };
+        let e = ScannedEntry {
+            slot: i,
+            offset: off,
+            next_offset: next,
+            repaired: checked.is_ok_and(|c| c.repaired),
+            damaged,
+            result: checked.map(|c| c.header),
+        };
         f(&e, slot);
         if !next_offset_ok(off, next, size) {
             return (
@@ -133,6 +225,7 @@ pub fn walk_segment(
             );
         }
         off = next;
+        i += 1;
     }
     (off, None)
 }
@@ -140,6 +233,8 @@ pub fn walk_segment(
 /// What recovery found.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct RecoveryReport {
+    /// The pool was created (and formatted) by this open: there was nothing to recover.
+    pub created: bool,
     /// Keys with a live value.
     pub keys: u64,
     /// Keys whose newest entry is a tombstone.
@@ -148,6 +243,12 @@ pub struct RecoveryReport {
     pub entries_valid: u64,
     /// Valid entries superseded by a newer version.
     pub entries_superseded: u64,
+    /// Valid entries whose version or seal had a flipped bit, repaired.
+    pub entries_repaired: u64,
+    /// Segments whose `count` word failed its check (repaired or walked by links).
+    pub counts_damaged: u64,
+    /// The durable version high-water mark found.
+    pub version_hwm: u64,
     /// Slots rejected, by reason.
     pub entries_rejected: BTreeMap<String, u64>,
     /// Bytes of slots in use.
@@ -183,9 +284,19 @@ impl RecoveryReport {
     pub fn rejected(&self) -> u64 {
         self.entries_rejected.values().sum()
     }
+
+    /// Damage found: rejected slots other than those no version was ever stored in
+    /// (an interrupted write), repaired entries, damaged `count` words and segments.
+    pub fn damaged(&self) -> u64 {
+        let benign = self.entries_rejected.get(&EntryFault::NoVersion.to_string()).copied().unwrap_or(0);
+        self.rejected() - benign + self.entries_repaired + self.counts_damaged + self.segments_damaged
+    }
 }
 
 const MAX_PROBLEMS: usize = 100;
+
+/// How recovery reports an entry [`check_damaged_value`] found.
+pub const DAMAGED_VALUE: &str = "value damaged under a valid seal (the key reads as damaged, never as an older value)";
 
 /// Scans `pool`'s media into its index, allocator and counters.
 pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
@@ -193,10 +304,28 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let ph = pool.header.clone();
     let map = pool.media.map();
     let n = ph.segment_count;
+    let mut early_problems = Vec::new();
+    let hwm = match read_hwm(map.read_u64(POOL_HWM_OFFS[0])?, map.read_u64(POOL_HWM_OFFS[1])?) {
+        Ok(h) => h,
+        Err(p) => {
+            // Without a mark, believe every sealed version; the counter restarts above
+            // the largest one found and the next lease rewrites both copies.
+            early_problems.push(format!("pool header: {p}"));
+            MAX_VERSION
+        }
+    };
+    for (i, off) in POOL_HWM_OFFS.iter().enumerate() {
+        if decode_hwm(map.read_u64(*off)?).is_none() && hwm != MAX_VERSION {
+            early_problems.push(format!("pool header: high-water mark copy {i} fails its check (the other is used)"));
+        }
+    }
+    let trust = Trust { sealer: pool.sealer, hwm };
+    let repaired = AtomicU64::new(0);
+    let counts_damaged = AtomicU64::new(0);
     let threads = std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1).min(n as usize).max(1);
     let found: Mutex<Vec<Option<SegmentFound>>> = Mutex::new(vec![None; n as usize]);
     let rejected: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
-    let problems: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let problems: Mutex<Vec<String>> = Mutex::new(early_problems);
     let max_version = AtomicU64::new(0);
     let valid = AtomicU64::new(0);
     let next_seg = AtomicU64::new(0);
@@ -219,15 +348,47 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                         }
                     }
                     if f.in_use() {
-                        let (end, damage) = walk_segment(map, &ph, id, f.count, |e, slot| {
-                            let v = u64::from_le_bytes(slot[8..16].try_into().unwrap_or([0; 8]));
-                            if u16::from_le_bytes([slot[4], slot[5]]) == ENTRY_MAGIC {
-                                local_max = local_max.max(v);
+                        if let Some(d) = f.count_damage() {
+                            counts_damaged.fetch_add(1, Ordering::Relaxed);
+                            let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                            if pr.len() < MAX_PROBLEMS {
+                                pr.push(format!("segment {id}: {d}"));
                             }
+                        }
+                        let mut walked = 0u64;
+                        let (end, damage) = walk_segment(map, &ph, &trust, &f, f.limit(), |e, slot| {
+                            walked += 1;
                             match &e.result {
                                 Ok(h) => {
                                     local_valid += 1;
-                                    let key = &slot[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize];
+                                    local_max = local_max.max(h.version);
+                                    if e.repaired {
+                                        repaired.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    let loc = Loc {
+                                        segment: id as u32,
+                                        offset: e.offset as u32,
+                                        len: h.entry_len() as u32,
+                                        version: h.version,
+                                        tombstone: h.is_tombstone(),
+                                    };
+                                    pool.index_entry(entry_key(slot, h), loc);
+                                }
+                                Err(_) if e.damaged.is_some() => {
+                                    let Some(h) = e.damaged else { return };
+                                    *local_rej.entry(DAMAGED_VALUE.to_string()).or_default() += 1;
+                                    local_max = local_max.max(h.version);
+                                    let key = entry_key(slot, &h);
+                                    let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                                    if pr.len() < MAX_PROBLEMS {
+                                        pr.push(format!(
+                                            "segment {id} offset {}: key {} version {}: {DAMAGED_VALUE}",
+                                            e.offset,
+                                            super::inspect::printable_key(key),
+                                            h.version
+                                        ));
+                                    }
+                                    drop(pr);
                                     let loc = Loc {
                                         segment: id as u32,
                                         offset: e.offset as u32,
@@ -241,6 +402,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                             }
                         });
                         pool.seg_used[id as usize].store(end - SEGMENT_HEADER_SIZE, Ordering::Relaxed);
+                        pool.seg_count[id as usize].store(walked, Ordering::Relaxed);
                         if let Some(d) = damage {
                             let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
                             if pr.len() < MAX_PROBLEMS {
@@ -283,7 +445,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                 a.segs[f.id as usize] =
                     SegMeta { state, owner: h.owner, prev: h.prev, next: f.next, log_seq: h.log_seq, generation: gen };
                 by_owner.entry(h.owner).or_default().push((h.log_seq, f.id));
-                if h.owner != CLEANER_OWNER {
+                if h.owner < TOMBSTONE_OWNER {
                     max_owner = max_owner.max(h.owner);
                 }
                 report.segments_in_use += 1;
@@ -331,6 +493,13 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
             if f.in_use() && f.state == Some(SegmentState::Active) {
                 pool.seal_segment(f.id)?;
             }
+            if let (true, Some(h), Some(CountCheck::Repaired(_) | CountCheck::Damaged)) =
+                (f.in_use(), f.header, f.count_check)
+            {
+                let n = pool.segment_slots(f.id);
+                pool.persist_count(f.id, h.generation, n)?;
+                report.repairs.push(format!("segment {}: count rewritten as {n} slots", f.id));
+            }
         }
     }
 
@@ -351,8 +520,20 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     report.used_bytes = pool.seg_used.iter().map(|a| a.load(Ordering::Relaxed)).sum();
     report.live_bytes = pool.seg_live.iter().map(|a| a.load(Ordering::Relaxed)).sum();
     report.garbage_bytes = report.used_bytes.saturating_sub(report.live_bytes);
-    report.next_version = max_version.load(Ordering::Relaxed) + 1;
-    pool.next_version.store(report.next_version, Ordering::Release);
+    report.entries_repaired = repaired.load(Ordering::Relaxed);
+    report.counts_damaged = counts_damaged.load(Ordering::Relaxed);
+    // Never below the durable mark: versions below it may have been acknowledged in
+    // entries that are gone or damaged. Without a valid mark, above every version found.
+    let (start, durable) = if hwm == MAX_VERSION {
+        let s = (max_version.load(Ordering::Relaxed) + 1).saturating_add(VERSION_LEASE).min(MAX_VERSION);
+        (s, s)
+    } else {
+        (hwm.max(max_version.load(Ordering::Relaxed) + 1), hwm)
+    };
+    report.version_hwm = durable;
+    report.next_version = start;
+    pool.hwm.store(durable, Ordering::Release);
+    pool.next_version.store(start, Ordering::Release);
     pool.next_client.store(max_owner + 1, Ordering::Release);
     report.problems.truncate(MAX_PROBLEMS);
     report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;

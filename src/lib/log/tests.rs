@@ -44,7 +44,8 @@ fn reopen_recovers_last_values_tombstones_and_counters() {
     assert_eq!(rep.entries_valid, 1501);
     assert_eq!(rep.entries_superseded, 1001, "key7: three puts and the tombstone");
     assert_eq!(rep.rejected(), 0);
-    assert_eq!(rep.next_version, 1502);
+    assert_eq!(rep.next_version, rep.version_hwm, "the counter restarts at the durable mark");
+    assert!(rep.version_hwm > 1501);
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert!(rep.garbage_bytes > 0 && rep.live_bytes > 0);
     assert_eq!(value_of(&pool, b"key3").unwrap(), vec![2u8; 3]);
@@ -223,9 +224,10 @@ fn bad_counts_and_links_are_reported() {
     assert!(rep.problems.iter().any(|p| p.contains("count") || p.contains("next_offset")), "{:?}", rep.problems);
     // a cycle: segment 0's header claims segment 0 as prev (rewrite with a valid checksum)
     let mut bad = img.clone();
-    let mut h = SegmentHeader::decode(&bad[seg0..seg0 + 64]).unwrap();
+    let sealer = PoolHeader::decode(&bad[..POOL_HEADER_LEN], bad.len() as u64).unwrap().sealer();
+    let mut h = SegmentHeader::decode(&bad[seg0..seg0 + 64], &sealer).unwrap();
     h.prev = 0;
-    bad[seg0..seg0 + 64].copy_from_slice(&h.encode());
+    bad[seg0..seg0 + 64].copy_from_slice(&h.encode(&sealer));
     let (_, rep) = recover_image(&bad).unwrap();
     assert!(rep.keys > 0);
     // a damaged (allocated but bad checksum) segment header is quarantined
@@ -237,7 +239,8 @@ fn bad_counts_and_links_are_reported() {
     // a broken next_offset stops the walk of that segment only
     let mut bad = img.clone();
     let first = seg0 + SEGMENT_HEADER_SIZE as usize;
-    bad[first + 24..first + 32].copy_from_slice(&3u64.to_le_bytes());
+    let n = first + ENTRY_NEXT_OFF as usize;
+    bad[n..n + 8].copy_from_slice(&3u64.to_le_bytes());
     let (_, rep) = recover_image(&bad).unwrap();
     assert!(rep.problems.iter().any(|p| p.contains("unreachable")), "{:?}", rep.problems);
 }
@@ -256,13 +259,68 @@ proptest! {
             img[z..].fill(0);
         }
         let (pool, rep) = recover_image(&img).unwrap();
-        // whatever was accepted passes its checksum
+        // whatever was accepted passes its checksum, except values reported damaged
+        // under a valid seal (indexed so that no older value takes their place)
         let mut n = 0;
+        let mut bad = 0;
         pool.index().for_each(|l| {
             let e = pool.read_entry(l).unwrap();
-            assert_eq!(entry_checksum(&e), u32::from_le_bytes(e[0..4].try_into().unwrap()));
+            if entry_checksum(&e) != u32::from_le_bytes(e[0..4].try_into().unwrap()) {
+                bad += 1;
+            }
             n += 1;
         });
         prop_assert_eq!(n as u64, rep.keys + rep.tombstones);
+        let reported = rep.entries_rejected.get(recovery::DAMAGED_VALUE).copied().unwrap_or(0);
+        prop_assert!(bad <= reported, "{} indexed entries fail their checksum, {} reported", bad, reported);
     }
+}
+
+#[test]
+fn versions_are_leased_in_blocks_and_never_restart_below_the_mark() {
+    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 64 << 10).unwrap();
+    let (pool, rep) = Pool::from_media(media, Default::default()).unwrap();
+    assert_eq!((rep.next_version, rep.version_hwm), (1, 1));
+    let fences0 = pool.media().flush_counts().fences;
+    let first = pool.next_version().unwrap();
+    assert_eq!(first, 1);
+    assert_eq!(pool.version_hwm(), 1 + VERSION_LEASE, "the first version leases a block");
+    let fences1 = pool.media().flush_counts().fences;
+    assert!(fences1 > fences0);
+    for _ in 0..1000 {
+        pool.next_version().unwrap();
+    }
+    assert_eq!(pool.media().flush_counts().fences, fences1, "no persist per version inside a block");
+    // a restart starts at the durable mark, above every version handed out
+    let img = pool.media().durable_image().unwrap();
+    let (p2, rep) = recover_image(&img).unwrap();
+    assert_eq!(rep.version_hwm, 1 + VERSION_LEASE);
+    assert_eq!(p2.next_version().unwrap(), 1 + VERSION_LEASE);
+    // a torn lease (only the first copy written) and a flipped copy both still read
+    let mut img2 = img.clone();
+    img2[POOL_HWM_OFFS[1] as usize..][..8].copy_from_slice(&encode_hwm(1).to_le_bytes());
+    assert_eq!(recover_image(&img2).unwrap().1.version_hwm, 1 + VERSION_LEASE);
+    let mut img3 = img;
+    img3[POOL_HWM_OFFS[0] as usize + 2] ^= 0x20;
+    let (_, rep) = recover_image(&img3).unwrap();
+    assert_eq!(rep.version_hwm, 1 + VERSION_LEASE);
+    assert!(rep.problems.iter().any(|p| p.contains("high-water mark copy 0")), "{:?}", rep.problems);
+}
+
+#[test]
+fn an_exhausted_version_counter_is_an_error_never_a_wrap() {
+    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 64 << 10).unwrap();
+    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    pool.raise_version_floor(MAX_VERSION - 2);
+    assert_eq!(pool.next_version().unwrap(), MAX_VERSION - 2);
+    assert_eq!(pool.next_version().unwrap(), MAX_VERSION - 1);
+    for _ in 0..3 {
+        assert!(matches!(pool.next_version(), Err(crate::Error::VersionsExhausted { .. })));
+    }
+    let mut w = LocalWriter::new(&pool);
+    let e = w.append(b"k", b"v", false).unwrap_err();
+    assert!(matches!(e, crate::Error::VersionsExhausted { .. }), "{e}");
+    assert!(e.to_string().contains("version counter exhausted"));
 }

@@ -4,20 +4,25 @@
 //! the RPC baseline); [`Pool::commit`] then makes it durable and visible in the order the
 //! crash promise needs:
 //!
-//! 1. validate the entry (bounds, lengths, checksum; placement);
-//! 2. assign `version_num` from the global counter (one aligned 8-byte store);
-//! 3. an **append** writes its lines back, version included, and fences; then stores
-//!    and persists `count` (one aligned 8-byte store, second fence). Until `count`
-//!    covers the slot recovery ignores it, so the version may become durable with any
-//!    part of the content: that is the paper's order, two fences per append;
+//! 1. validate the entry (bounds, lengths, checksum; placement) and copy its key: from
+//!    here on the server uses only the header it validated and that copy, never the
+//!    client-writable bytes again;
+//! 2. assign `version_num` from the global counter (leased under the durable
+//!    high-water mark) and compute the entry's **seal** (see [`format`](super::format)):
+//!    the server's keyed word over the place, version, header and key; both are stored
+//!    as aligned 8-byte words;
+//! 3. an **append** writes its lines back, version and seal included, and fences; then
+//!    stores and persists the checked `count` (one aligned 8-byte store, second fence).
+//!    Until `count` covers the slot recovery ignores it, so the version may become
+//!    durable with any part of the content: that is the paper's order, two fences per
+//!    append;
 //! 4. an **in-place** rewrite sits in a slot `count` already covers, so its content
-//!    (with `version_num` = 0, as the client wrote it) is written back and fenced
-//!    first, then the version line on its own (second fence). The checksum covers the
-//!    content but not `version_num`: if the new version could become durable while the
-//!    old content was still in the slot, recovery would return the old value under the
-//!    newest version. With this order every durable combination is the old entry, a
-//!    torn (rejected) one, the new content under version 0 or the old slot's version
-//!    (older than the key's newest, so it loses), or the new entry;
+//!    (with `version_num` = `seal` = 0, as the client wrote it) is written back and
+//!    fenced first, then the version and seal on their own (second fence). With this
+//!    order every durable combination is the old entry, a torn one, the new content
+//!    under version 0 or under a version and seal that do not match it (both
+//!    rejected), or the new entry; the slot rewritten is never the key's newest
+//!    (the hybrid rules), so a rejected slot loses nothing acknowledged;
 //! 5. index it. The caller replies after `commit` returns.
 //!
 //! [`LocalWriter`] plays client and server at once (no transport): tests, the crash
@@ -34,6 +39,8 @@ use std::time::Instant;
 pub struct ActiveSegment {
     /// Segment id.
     pub id: u64,
+    /// The segment's allocation generation (bound into every seal and `count` check).
+    pub generation: u64,
     /// Segment offset where the next append must start.
     pub tail: u64,
     /// Appended (counted) slots.
@@ -45,8 +52,15 @@ pub struct ActiveSegment {
 
 impl ActiveSegment {
     /// A freshly allocated, empty segment.
-    pub fn new(id: u64) -> ActiveSegment {
-        ActiveSegment { id, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
+    pub fn new(id: u64, generation: u64) -> ActiveSegment {
+        ActiveSegment { id, generation, tail: SEGMENT_HEADER_SIZE, count: 0, slots: Vec::new() }
+    }
+
+    /// Continues a recovered segment: appends start at `tail`, `count` slots counted
+    /// (their boundaries are not known, so none of them can be rewritten in place).
+    pub(crate) fn resume_at(&mut self, tail: u64, count: u64) {
+        self.tail = tail;
+        self.count = count;
     }
 
     /// Records an appended, counted slot.
@@ -68,6 +82,8 @@ impl ActiveSegment {
 pub struct CommitTimes {
     /// Checking the entry.
     pub validate: u64,
+    /// Taking a version and computing the entry's seal.
+    pub seal: u64,
     /// Writing the entry back (with its version, for an append).
     pub writeback: u64,
     /// The second persist: `count` or `version_num`.
@@ -135,7 +151,15 @@ pub enum CommitError {
     /// An append not at the tail, or an in-place write not over a slot.
     #[error("{0}")]
     Misplaced(String),
-    /// The media failed.
+    /// The value is over the server's limit.
+    #[error("value of {len} bytes is over the server's limit of {limit} bytes")]
+    TooLarge {
+        /// Bytes of the value.
+        len: u32,
+        /// The limit.
+        limit: u32,
+    },
+    /// The media failed, or no version is left.
     #[error(transparent)]
     Media(#[from] Error),
 }
@@ -199,18 +223,32 @@ impl Pool {
         if mode == WriteMode::InPlace && seg.slot_end(offset) != Some(h.next_offset) {
             return Err(CommitError::Invalid { offset, fault: EntryFault::BadNextOffset });
         }
+        if h.value_len > self.value_limit() {
+            return Err(CommitError::TooLarge { len: h.value_len, limit: self.value_limit() });
+        }
         let pool_off = self.pool_offset(seg.id, offset);
         let len = h.entry_len() as usize;
+        // The key as validated: what the seal covers and the index keys on (a client
+        // rewriting its bytes now changes neither).
+        let key = self
+            .media()
+            .map()
+            .view(pool_off + ENTRY_HEADER_SIZE, h.key_len as usize)
+            .map_err(CommitError::Media)?
+            .to_vec();
         let count_first = planted("count-first") && mode == WriteMode::Append;
         if count_first {
-            self.persist_count(seg.id, seg.count + 1)?;
+            self.persist_count(seg.id, seg.generation, seg.count + 1)?;
         }
-        let version = self.next_version();
+        let version = self.next_version()?;
+        let place = SlotPlace { segment: seg.id, generation: seg.generation, offset };
+        let seal = self.sealer().entry_seal(place, version, &h, &key);
+        laps.lap(|t| &mut t.seal);
         if mode == WriteMode::Append {
-            // 1. The version goes into the entry first, then the entry's lines (version
-            //    included) are written back under one fence: nothing counts the slot
-            //    yet, so no crash image can pair them wrongly.
-            self.store_version(seg.id, offset, version)?;
+            // 1. The version and seal go into the entry first, then the entry's lines
+            //    (both included) are written back under one fence: nothing counts the
+            //    slot yet, so no crash image can pair them wrongly.
+            self.store_version(seg.id, offset, version, seal)?;
             self.media().crash_point();
             if !planted("skip-writeback") {
                 writeback(pool_off, len)?;
@@ -218,25 +256,24 @@ impl Pool {
             laps.lap(|t| &mut t.writeback);
             self.media().crash_point();
         } else {
-            // 1. An in-place rewrite sits in a counted slot: its content (version 0 as
-            //    the client wrote it) must be durable before any version is, because the
-            //    checksum does not cover `version_num`.
+            // 1. An in-place rewrite sits in a counted slot: its content (version and
+            //    seal 0 as the client wrote it) is durable first ...
             if !planted("skip-writeback") {
                 writeback(pool_off, len)?;
             }
             laps.lap(|t| &mut t.writeback);
             self.media().crash_point();
-            // 2. Then its version: one aligned 8-byte store, written back on its own.
-            self.store_version(seg.id, offset, version)?;
+            // 2. ... then its version and seal, written back on their own.
+            self.store_version(seg.id, offset, version, seal)?;
             self.media().crash_point();
-            self.media().persist(pool_off + ENTRY_VERSION_OFF, 8)?;
+            self.media().persist(pool_off + ENTRY_VERSION_OFF, 16)?;
             laps.lap(|t| &mut t.second_persist);
             self.media().crash_point();
         }
         // 2. For an append, `count` now covers it.
         if mode == WriteMode::Append {
             if !count_first {
-                self.persist_count(seg.id, seg.count + 1)?;
+                self.persist_count(seg.id, seg.generation, seg.count + 1)?;
             }
             laps.lap(|t| &mut t.second_persist);
             seg.push_slot(offset, h.next_offset);
@@ -244,6 +281,7 @@ impl Pool {
         } else {
             self.note_in_place(len as u64);
         }
+        let header = EntryHeader { version, seal, ..h };
         let loc = Loc {
             segment: seg.id as u32,
             offset: offset as u32,
@@ -251,15 +289,9 @@ impl Pool {
             version,
             tombstone: h.is_tombstone(),
         };
-        let key = self
-            .media()
-            .map()
-            .view(pool_off + ENTRY_HEADER_SIZE, h.key_len as usize)
-            .map_err(CommitError::Media)?
-            .to_vec();
         let upsert = self.index_entry(&key, loc);
         laps.lap(|t| &mut t.index);
-        Ok(Committed { version, loc, upsert, key, header: h })
+        Ok(Committed { version, loc, upsert, key, header })
     }
 
     /// The default write-back: lines of `[pool_off, pool_off + len)`, then a fence.
@@ -273,7 +305,8 @@ impl Pool {
         if let Some(p) = prev {
             self.seal_segment(p.id)?;
         }
-        Ok(ActiveSegment::new(id))
+        let generation = self.seg_meta(id).map(|m| m.generation).unwrap_or(0);
+        Ok(ActiveSegment::new(id, generation))
     }
 }
 
@@ -292,18 +325,28 @@ fn planted(_: &str) -> bool {
     false
 }
 
-/// Writes entries into one client log of a pool directly, as client and server together.
-pub struct LocalWriter<'a> {
-    pool: &'a Pool,
+/// A log the server writes itself, as client and server together: the tombstone log
+/// (DELETEs that find no room in their client's segment, so a full pool can always be
+/// emptied), and the engine of [`LocalWriter`].
+#[derive(Debug)]
+pub struct ServerLog {
     owner: u64,
     seg: Option<ActiveSegment>,
     buf: Vec<u8>,
 }
 
-impl<'a> LocalWriter<'a> {
-    /// A writer with a new client id.
-    pub fn new(pool: &'a Pool) -> LocalWriter<'a> {
-        LocalWriter { pool, owner: pool.new_client_id(), seg: None, buf: Vec::new() }
+impl ServerLog {
+    /// An empty log of `owner` (its first append allocates a segment).
+    pub fn new(owner: u64) -> ServerLog {
+        ServerLog { owner, seg: None, buf: Vec::new() }
+    }
+
+    /// The log of `owner` continuing in its last segment, if the pool has one: a
+    /// restarted server keeps filling its tombstone segment instead of taking another
+    /// (on a full pool there would be none).
+    pub fn resume(pool: &Pool, owner: u64) -> Result<ServerLog> {
+        let seg = pool.reopen_last_segment(owner)?;
+        Ok(ServerLog { owner, seg, buf: Vec::new() })
     }
 
     /// The active segment, if one was granted.
@@ -311,54 +354,96 @@ impl<'a> LocalWriter<'a> {
         self.seg.as_ref()
     }
 
-    fn write_entry(&mut self, seg: u64, offset: u64, key: &[u8], value: &[u8], tomb: bool, next: u64) -> Result<()> {
+    /// Encodes the entry for slot `[offset, next)` of segment `seg` and writes it there.
+    fn write_entry(
+        &mut self,
+        pool: &Pool,
+        (seg, offset, next): (u64, u64, u64),
+        key: &[u8],
+        value: &[u8],
+        tomb: bool,
+    ) -> Result<()> {
         let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
         self.buf.resize(len, 0);
         encode_entry(&mut self.buf, key, value, tomb, next)?;
-        self.pool.media().map().write(self.pool.pool_offset(seg, offset), &self.buf)
+        pool.media().map().write(pool.pool_offset(seg, offset), &self.buf)
     }
 
     /// Appends `key = value` (or a tombstone), granting a new segment when full.
-    pub fn append(&mut self, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+    pub fn append(&mut self, pool: &Pool, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
         let slot = slot_size(key.len(), value.len());
-        if slot > self.pool.segment_size() - SEGMENT_HEADER_SIZE {
+        if slot > pool.segment_size() - SEGMENT_HEADER_SIZE {
             return Err(Error::TooLarge {
                 what: "value",
                 len: value.len() as u64,
-                limit: self.pool.segment_size() - SEGMENT_HEADER_SIZE - ENTRY_HEADER_SIZE - key.len() as u64,
+                limit: pool.segment_size() - SEGMENT_HEADER_SIZE - ENTRY_HEADER_SIZE - key.len() as u64,
             });
         }
         let need_new = match &self.seg {
             None => true,
-            Some(s) => s.tail + slot > self.pool.segment_size(),
+            Some(s) => s.tail + slot > pool.segment_size(),
         };
         if need_new {
-            self.seg = Some(self.pool.grant_segment(self.owner, self.seg.as_ref())?);
+            self.seg = Some(pool.grant_segment(self.owner, self.seg.as_ref())?);
         }
         let (id, tail) = self.seg.as_ref().map(|s| (s.id, s.tail)).ok_or_else(|| Error::invalid("no segment"))?;
-        self.write_entry(id, tail, key, value, tombstone, tail + slot)?;
-        self.commit(tail, WriteMode::Append)
+        self.write_entry(pool, (id, tail, tail + slot), key, value, tombstone)?;
+        self.commit(pool, tail, WriteMode::Append)
     }
 
     /// Rewrites the slot at `offset` of the active segment in place with `key = value`.
-    pub fn rewrite(&mut self, offset: u64, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+    pub fn rewrite(
+        &mut self,
+        pool: &Pool,
+        offset: u64,
+        key: &[u8],
+        value: &[u8],
+        tombstone: bool,
+    ) -> Result<Committed> {
         let seg = self.seg.as_ref().ok_or_else(|| Error::invalid("no active segment"))?;
         let next = seg.slot_end(offset).ok_or_else(|| Error::invalid(format!("no slot at {offset}")))?;
         if ENTRY_HEADER_SIZE + (key.len() + value.len()) as u64 > next - offset {
             return Err(Error::invalid("entry does not fit the slot"));
         }
         let id = seg.id;
-        self.write_entry(id, offset, key, value, tombstone, next)?;
-        self.commit(offset, WriteMode::InPlace)
+        self.write_entry(pool, (id, offset, next), key, value, tombstone)?;
+        self.commit(pool, offset, WriteMode::InPlace)
     }
 
-    fn commit(&mut self, offset: u64, mode: WriteMode) -> Result<Committed> {
-        let pool = self.pool;
+    fn commit(&mut self, pool: &Pool, offset: u64, mode: WriteMode) -> Result<Committed> {
         let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no active segment"))?;
         pool.commit(seg, offset, mode, &mut |o, l| pool.writeback(o, l), None).map_err(|e| match e {
             CommitError::Media(e) => e,
             other => Error::Protocol(other.to_string()),
         })
+    }
+}
+
+/// Writes entries into one client log of a pool directly, as client and server together.
+pub struct LocalWriter<'a> {
+    pool: &'a Pool,
+    log: ServerLog,
+}
+
+impl<'a> LocalWriter<'a> {
+    /// A writer with a new client id.
+    pub fn new(pool: &'a Pool) -> LocalWriter<'a> {
+        LocalWriter { pool, log: ServerLog::new(pool.new_client_id()) }
+    }
+
+    /// The active segment, if one was granted.
+    pub fn segment(&self) -> Option<&ActiveSegment> {
+        self.log.segment()
+    }
+
+    /// Appends `key = value` (or a tombstone), granting a new segment when full.
+    pub fn append(&mut self, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+        self.log.append(self.pool, key, value, tombstone)
+    }
+
+    /// Rewrites the slot at `offset` of the active segment in place with `key = value`.
+    pub fn rewrite(&mut self, offset: u64, key: &[u8], value: &[u8], tombstone: bool) -> Result<Committed> {
+        self.log.rewrite(self.pool, offset, key, value, tombstone)
     }
 }
 

@@ -30,6 +30,24 @@ pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
     mode: MapMode,
+    /// Who unmaps it: memmap2 for every mapping it can express, `munmap` for the
+    /// `MAP_SYNC` one it cannot.
+    backing: Backing,
+}
+
+/// The owner of a mapping's pages.
+enum Backing {
+    /// A raw `mmap` (`MAP_SHARED_VALIDATE | MAP_SYNC`), unmapped by hand on drop.
+    Raw,
+    /// A memmap2 mapping (held only to unmap it on drop; access goes through `ptr`).
+    Memmap(#[allow(dead_code)] memmap2::MmapRaw),
+}
+
+impl Mapping {
+    fn from_memmap(m: memmap2::MmapRaw, len: usize, mode: MapMode) -> Result<Mapping> {
+        let ptr = NonNull::new(m.as_mut_ptr()).ok_or_else(|| Error::invalid("mmap returned NULL"))?;
+        Ok(Mapping { ptr, len, mode, backing: Backing::Memmap(m) })
+    }
 }
 
 // SAFETY: the mapping is plain memory; all access goes through raw-pointer copies and
@@ -70,21 +88,21 @@ impl Mapping {
                 )
             };
             if p != libc::MAP_FAILED {
-                return Ok(Mapping { ptr: nonnull(p)?, len, mode: MapMode::DaxSync });
+                return Ok(Mapping { ptr: nonnull(p)?, len, mode: MapMode::DaxSync, backing: Backing::Raw });
             }
             let e = std::io::Error::last_os_error();
             if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) {
                 return Err(Error::Io { context: "mmap(MAP_SYNC)".into(), source: e });
             }
         }
-        // SAFETY: as above.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), offset as libc::off_t)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::Io { context: "mmap".into(), source: std::io::Error::last_os_error() });
-        }
-        Ok(Mapping { ptr: nonnull(p)?, len, mode: MapMode::PageCache })
+        // A raw (pointer-only) memmap2 mapping: other parties may write the memory at any
+        // time, which `Mapping` allows for by never handing out references into it.
+        let m = memmap2::MmapOptions::new()
+            .offset(offset)
+            .len(len)
+            .map_raw(file)
+            .map_err(|e| Error::Io { context: "mmap".into(), source: e })?;
+        Mapping::from_memmap(m, len, MapMode::PageCache)
     }
 
     /// Creates a shared-memory file (memfd) of `len` bytes and maps it. The file can be
@@ -107,21 +125,11 @@ impl Mapping {
     /// Private anonymous zeroed memory (a DRAM buffer).
     pub fn anonymous(len: usize) -> Result<Mapping> {
         let len = len.max(1);
-        // SAFETY: a fresh private mapping at a kernel-chosen address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::Io { context: "mmap(anonymous)".into(), source: std::io::Error::last_os_error() });
-        }
-        Ok(Mapping { ptr: nonnull(p)?, len, mode: MapMode::Volatile })
+        let m = memmap2::MmapOptions::new()
+            .len(len)
+            .map_anon()
+            .map_err(|e| Error::Io { context: "mmap(anonymous)".into(), source: e })?;
+        Mapping::from_memmap(m.into(), len, MapMode::Volatile)
     }
 
     /// Length in bytes.
@@ -265,8 +273,11 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows them past `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+        if matches!(self.backing, Backing::Raw) {
+            // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows them past `self`.
+            unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+        }
+        // A memmap2 backing unmaps itself when dropped with `self`.
     }
 }
 
@@ -289,21 +300,12 @@ impl Mapping {
     /// Maps `len` bytes of `file` privately (copy-on-write): reads see the file, writes
     /// stay in this process. Used to inspect a pool without changing it.
     pub fn map_private_file(file: &File, len: usize) -> Result<Mapping> {
-        // SAFETY: a fresh private mapping at a kernel-chosen address; the fd is open.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len.max(1),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::Io { context: "mmap(private)".into(), source: std::io::Error::last_os_error() });
-        }
-        Ok(Mapping { ptr: nonnull(p)?, len: len.max(1), mode: MapMode::Volatile })
+        let len = len.max(1);
+        // SAFETY: a private copy-on-write mapping of an open file: writes stay in this
+        // process; a concurrent writer of the file is what `Mapping` allows for anyway.
+        let m = unsafe { memmap2::MmapOptions::new().len(len).map_copy(file) }
+            .map_err(|e| Error::Io { context: "mmap(private)".into(), source: e })?;
+        Mapping::from_memmap(m.into(), len, MapMode::Volatile)
     }
 }
 

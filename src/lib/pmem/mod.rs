@@ -161,11 +161,11 @@ impl Media {
     pub fn open(path: &Path, opts: &MediaOptions) -> Result<(Media, bool)> {
         let perr = |problem: String| Error::Path { path: path.into(), problem };
         let exists = path.exists();
-        if !exists && !opts.create {
-            return Err(perr("no such pool file".into()));
-        }
         if !exists && opts.read_only {
             return Err(perr("no such pool file (nothing to inspect)".into()));
+        }
+        if !exists && !opts.create {
+            return Err(perr("no such pool file (pass --create, or --pool-size SIZE, to create a new pool)".into()));
         }
         let file = OpenOptions::new()
             .read(true)
@@ -182,9 +182,13 @@ impl Media {
         let mut created = false;
         let len = if is_dev {
             device_size(path, &meta)?
-        } else if !exists || meta.len() == 0 {
+        } else if exists && meta.len() == 0 {
+            // Never format a file someone else made without being asked: it may be a
+            // pool whose content was lost, or not meant as a pool at all.
+            return Err(perr("empty file (0 bytes): not a BOOM-KV pool; remove it to create a new pool here".into()));
+        } else if !exists {
             if opts.read_only || !opts.create {
-                return Err(perr("empty file: not a BOOM-KV pool".into()));
+                return Err(perr("no such pool file".into()));
             }
             let size = opts.create_size.unwrap_or(DEFAULT_POOL_SIZE);
             if size < 1 << 20 {
@@ -203,6 +207,12 @@ impl Media {
             size
         } else {
             let len = meta.len();
+            if !opts.read_only {
+                // A sparse pool file would raise SIGBUS on a store once the disk fills:
+                // allocate every block now, so a full disk is an error at open instead.
+                allocate(&file, len)
+                    .map_err(|e| perr(format!("cannot allocate the pool's {len} bytes on disk: {e}")))?;
+            }
             if let Some(want) = opts.create_size {
                 if want < len {
                     return Err(perr(format!(

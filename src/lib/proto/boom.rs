@@ -117,6 +117,10 @@ impl<T: Transport> Client<T> {
             Decision::InPlace(s) if self.seg.is_some() => (s.offset, s.capacity, true),
             _ => {
                 if self.seg.as_ref().is_none_or(|s| s.tail + slot > self.segment_size) {
+                    if tomb {
+                        // A DELETE never takes a segment: the server logs the tombstone.
+                        return self.server_delete(key);
+                    }
                     self.grant()?;
                 }
                 let tail = self.seg.as_ref().map(|s| s.tail).unwrap_or(fmt::SEGMENT_HEADER_SIZE);

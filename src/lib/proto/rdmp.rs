@@ -18,7 +18,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::client::{Client, PutInfo};
+use crate::client::{server_error, Client, PutInfo};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::server::phases::GetTimer;
@@ -32,6 +32,11 @@ impl<T: Transport> Worker<T> {
     /// RDMP phase 1 of a PUT: place an object of `len` bytes in the client's log.
     pub(crate) fn rdmp_alloc(&mut self, conn: &mut Conn<T>, len: u32, req: u32) -> Result<()> {
         let slot = fmt::slot_for(len as u64);
+        let largest = ENTRY_HEADER_SIZE + fmt::MAX_KEY_LEN as u64 + self.sh.cfg.max_value as u64;
+        if len as u64 > largest {
+            let m = format!("object of {len} bytes is over the largest entry ({largest} bytes: --max-value)");
+            return self.error_reply(conn, req, ErrorCode::TooLarge, m);
+        }
         if slot > self.sh.pool.segment_size() - fmt::SEGMENT_HEADER_SIZE || len < ENTRY_HEADER_SIZE as u32 + 1 {
             return self.error_reply(
                 conn,
@@ -90,8 +95,11 @@ impl<T: Transport> Worker<T> {
 impl<T: Transport> Client<T> {
     pub(crate) fn rdmp_put(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
         let len = ENTRY_HEADER_SIZE as u32 + key.len() as u32 + value.len() as u32;
-        let (addr, rkey, token) = match self.call(&Msg::Alloc { len }, "RDMP allocation")? {
+        let (addr, rkey, token) = match self.call_raw(&Msg::Alloc { len }, "RDMP allocation")? {
             Msg::Allocated { addr, rkey, token } => (addr, rkey, token),
+            // A DELETE on a full pool: the server logs the tombstone itself.
+            Msg::Error { code: ErrorCode::PoolFull, .. } if tomb => return self.server_delete(key),
+            Msg::Error { code, message } => return Err(server_error(code, message)),
             m => return Err(Error::Protocol(format!("expected an allocation, got {m:?}"))),
         };
         let offset = token as u64 * 8;

@@ -39,8 +39,11 @@ impl<T: Transport> Worker<T> {
             return self.error_reply(conn, 0, ErrorCode::TooLarge, format!("entry of {} bytes", entry.len()));
         }
         if conn.seg.as_ref().is_none_or(|s| s.tail + slot > size) {
-            if let Err((code, msg)) = self.grant(conn) {
-                return self.error_reply(conn, 0, code, msg);
+            match self.grant(conn) {
+                Ok(()) => {}
+                // A DELETE on a full pool goes to the server's tombstone log.
+                Err((ErrorCode::PoolFull, _)) if h.is_tombstone() => return self.server_delete(conn, entry, 0),
+                Err((code, msg)) => return self.error_reply(conn, 0, code, msg),
             }
         }
         let Some(seg) = conn.seg.as_ref() else { return Err(Error::Protocol("no segment".into())) };

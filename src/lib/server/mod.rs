@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::index::IndexKind;
 use crate::log::cleaner::Cleaner;
 use crate::log::format::{self as fmt, EntryHeader};
-use crate::log::{ActiveSegment, CommitError, CommitTimes, Pool, WriteMode};
+use crate::log::{ActiveSegment, CommitError, CommitTimes, Pool, ServerLog, WriteMode};
 use crate::transport::{
     Access, Completion, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, Transport, WcOpcode,
 };
@@ -205,11 +205,15 @@ pub struct ServerCore {
     pub(crate) housekeeping: Mutex<Option<JoinHandle<()>>>,
     /// One counter of refused one-sided operations per transport serving this core.
     pub(crate) violation_sources: Mutex<Vec<Box<dyn Fn() -> u64 + Send + Sync>>>,
+    /// The server's own log of DELETEs that found no room in their client's segment.
+    pub(crate) tombstones: Mutex<ServerLog>,
 }
 
 impl ServerCore {
     /// Wraps `pool` and starts the cleaner / stats thread.
     pub fn new(pool: Arc<Pool>, cfg: ServerConfig) -> Result<Arc<ServerCore>> {
+        let tombstones = ServerLog::resume(&pool, fmt::TOMBSTONE_OWNER)?;
+        pool.set_value_limit(cfg.max_value);
         let core = Arc::new(ServerCore {
             pool,
             cfg: ServerConfig { workers: cfg.workers.max(1), ..cfg },
@@ -223,6 +227,7 @@ impl ServerCore {
             started: Instant::now(),
             housekeeping: Mutex::new(None),
             violation_sources: Mutex::new(Vec::new()),
+            tombstones: Mutex::new(tombstones),
         });
         if core.cfg.cleaner || core.cfg.stats_interval.is_some() {
             let c = core.clone();
@@ -556,6 +561,10 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
     }
 }
 
+/// Sealed segments at most this live (of their capacity) are compacted whatever the
+/// free space: what short-lived clients leave behind.
+pub const EAGER_CLEAN_LIVE: f64 = 1.0 / 64.0;
+
 fn housekeeping(sh: Arc<ServerCore>) {
     let mut cleaner = Cleaner::new();
     let mut last_stats = Instant::now();
@@ -564,8 +573,17 @@ fn housekeeping(sh: Arc<ServerCore>) {
         if sh.cfg.cleaner {
             let total = sh.pool.segment_count().max(1);
             let free = sh.pool.free_segments();
-            if (free as f64) <= sh.cfg.clean_when_free * total as f64 {
-                match cleaner.run(&sh.pool, sh.cfg.clean_below, 2) {
+            // Below the free threshold, compact what is at most `clean_below` live.
+            // Above it, still compact at once the segments short-lived clients left
+            // almost empty (one-shot `boomctl put`s each seal a segment holding one
+            // entry): they cost little to move and would otherwise pile up.
+            let (max_live, n) = if (free as f64) <= sh.cfg.clean_when_free * total as f64 {
+                (sh.cfg.clean_below, 2)
+            } else {
+                (EAGER_CLEAN_LIVE, 16)
+            };
+            {
+                match cleaner.run(&sh.pool, max_live, n) {
                     Ok(st) if st.segments_freed > 0 => {
                         let mut c = sh.cleaned.lock().unwrap_or_else(|e| e.into_inner());
                         c.segments_freed += st.segments_freed;
@@ -993,6 +1011,7 @@ impl<T: Transport> Worker<T> {
                     let now = Instant::now();
                     self.sh.phases.record(&[
                         (Phase::PutValidate, times.validate),
+                        (Phase::PutSeal, times.seal),
                         (Phase::PutWriteback, times.writeback),
                         (Phase::PutSecondPersist, times.second_persist),
                         (Phase::PutIndex, times.index),
@@ -1002,8 +1021,45 @@ impl<T: Transport> Worker<T> {
                 }
                 r
             }
+            Err(CommitError::Media(e @ Error::VersionsExhausted { .. })) => {
+                self.error_reply(conn, 0, ErrorCode::Internal, e.to_string())
+            }
             Err(CommitError::Media(e)) => self.error_reply(conn, 0, ErrorCode::Internal, format!("media error: {e}")),
+            Err(e @ CommitError::TooLarge { .. }) => self.error_reply(conn, 0, ErrorCode::TooLarge, e.to_string()),
             Err(e) => self.error_reply(conn, 0, ErrorCode::InvalidEntry, e.to_string()),
+        }
+    }
+
+    /// A DELETE that found no room in its client's segment (BOOM and RDMP clients send
+    /// the tombstone as a message; the RPC baseline's own PUT path comes here when no
+    /// segment can be granted): the server appends it to its tombstone log, which
+    /// draws on a reserved segment, so a full pool can always be emptied.
+    pub(crate) fn server_delete(&mut self, conn: &mut Conn<T>, entry: &[u8], req: u32) -> Result<()> {
+        let h = match EntryHeader::decode(entry) {
+            Ok(h)
+                if h.is_tombstone()
+                    && h.value_len == 0
+                    && h.key_len >= 1
+                    && h.key_len <= fmt::MAX_KEY_LEN
+                    && h.entry_len() == entry.len() as u64 =>
+            {
+                h
+            }
+            _ => {
+                let m = "a DELETE sent to the server must carry one tombstone entry".to_string();
+                return self.error_reply(conn, req, ErrorCode::InvalidEntry, m);
+            }
+        };
+        let key = fmt::entry_key(entry, &h);
+        let r = self.sh.tombstones.lock().unwrap_or_else(|e| e.into_inner()).append(&self.sh.pool, key, b"", true);
+        match r {
+            Ok(c) => {
+                self.sh.counters.dels.fetch_add(1, Ordering::Relaxed);
+                let min = self.sh.inflight.min_version(&c.key);
+                self.send(conn, &Msg::PutOk { version: c.version, min_get_version: min }, req)
+            }
+            Err(e @ Error::PoolFull { .. }) => self.error_reply(conn, req, ErrorCode::PoolFull, e.to_string()),
+            Err(e) => self.error_reply(conn, req, ErrorCode::Internal, format!("tombstone log: {e}")),
         }
     }
 
@@ -1073,6 +1129,7 @@ impl<T: Transport> Worker<T> {
             (Protocol::Rdmp, Msg::Alloc { len }) => self.rdmp_alloc(conn, len, req),
             (Protocol::Rdmp, Msg::Locate { key }) => self.rdmp_locate(conn, &key, req),
             (Protocol::Rpc, Msg::RpcPut { entry }) => self.rpc_put(conn, &entry),
+            (Protocol::Boom | Protocol::Rdmp, Msg::RpcPut { entry }) => self.server_delete(conn, &entry, req),
             (Protocol::Rpc, Msg::RpcGet { key }) => self.rpc_get(conn, &key, req),
             (p, m) => self.error_reply(conn, req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request")),
         }

@@ -21,6 +21,8 @@ pub const SAMPLE_EVERY: u32 = 64;
 pub enum Phase {
     /// PUT: bounds, lengths and checksum of the entry in PM.
     PutValidate,
+    /// PUT: copying the key, taking a version and computing the entry's seal.
+    PutSeal,
     /// PUT: the entry's lines written back and fenced (an append's include its version).
     PutWriteback,
     /// PUT: the second persist: `count` (append) or `version_num` (in place).
@@ -40,7 +42,7 @@ pub enum Phase {
     GetTotal,
 }
 
-const PHASES: usize = 9;
+const PHASES: usize = 10;
 
 /// Times one sampled GET: the lookup, then posting the data (or reply).
 pub struct GetTimer {
@@ -111,6 +113,7 @@ impl Phases {
             sample_every: SAMPLE_EVERY,
             put_samples: h[Phase::PutTotal as usize].len(),
             put_validate_us: p50(Phase::PutValidate),
+            put_seal_us: p50(Phase::PutSeal),
             put_writeback_us: p50(Phase::PutWriteback),
             put_second_persist_us: p50(Phase::PutSecondPersist),
             put_index_us: p50(Phase::PutIndex),
@@ -133,6 +136,9 @@ pub struct PhaseReport {
     pub put_samples: u64,
     /// [`Phase::PutValidate`].
     pub put_validate_us: f64,
+    /// [`Phase::PutSeal`] (absent from servers older than the seal: 0).
+    #[serde(default)]
+    pub put_seal_us: f64,
     /// [`Phase::PutWriteback`].
     pub put_writeback_us: f64,
     /// [`Phase::PutSecondPersist`].

@@ -89,6 +89,7 @@ const LATENCY_COLUMNS: &[&str] = cols!(
     "entry_writeback_us",
     "count_persist_us",
     "srv_put_validate_us",
+    "srv_put_seal_us",
     "srv_put_writeback_us",
     "srv_put_second_persist_us",
     "srv_put_index_us",
@@ -728,6 +729,7 @@ impl<'a> Context<'a> {
         if let Some(ph) = phases.filter(|p| p.put_samples > 0 || p.get_samples > 0) {
             for (c, v) in [
                 ("srv_put_validate_us", ph.put_validate_us),
+                ("srv_put_seal_us", ph.put_seal_us),
                 ("srv_put_writeback_us", ph.put_writeback_us),
                 ("srv_put_second_persist_us", ph.put_second_persist_us),
                 ("srv_put_index_us", ph.put_index_us),

@@ -487,6 +487,7 @@ fn server_phases(t: &Table, b: &mut Builder) -> Result<()> {
         "protocol",
         "size",
         "PUT validate",
+        "version+seal",
         "write-back",
         "2nd persist",
         "index",
@@ -560,6 +561,7 @@ fn put_floor_target(t: &Table, r: usize) -> Result<String> {
             if wir + ewb > 0.0 { mech / (wir + ewb) } else { 0.0 },
             us((p50 - mech).max(0.0))
         ));
+        let seal = t.num(r, "srv_put_seal_us").ok().flatten().unwrap_or(0.0);
         if let (Some(v), Some(i), Some(rp), Some(tot)) = (
             t.num(r, "srv_put_validate_us")?,
             t.num(r, "srv_put_index_us")?,
@@ -567,8 +569,10 @@ fn put_floor_target(t: &Table, r: usize) -> Result<String> {
             t.num(r, "srv_put_total_us")?,
         ) {
             s.push_str(&format!(
-                ". Measured inside the server: validation {} us, index {} us, reply {} us; the server's whole part {} us",
+                ". Measured inside the server: validation {} us, version and seal {} us, index {} us, reply {} us; the \
+                 server's whole part {} us",
                 us(v),
+                us(seal),
                 us(i),
                 us(rp),
                 us(tot)
