@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use boomkv::log::format::encode_entry;
+use boomkv::log::format::{encode_entry, ENTRY_HEADER_SIZE};
 use boomkv::transport::{
     Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, Transport, WcOpcode,
 };
@@ -88,7 +88,7 @@ impl<T: Transport> Raw<T> {
 
 /// An entry as a client encodes it (version and seal left for the server).
 pub fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
-    let mut b = vec![0u8; 32 + key.len() + value.len()];
+    let mut b = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + value.len()];
     encode_entry(&mut b, key, value, false, next).unwrap();
     b
 }

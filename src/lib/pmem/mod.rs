@@ -463,8 +463,6 @@ fn allocate(file: &File, size: u64) -> std::io::Result<()> {
     }
 }
 
-/// Takes an exclusive advisory lock on the pool file for as long as it is open, so a
-/// second server (or `recover --repair`) cannot write the same pool.
 /// A second open file description of `file`, for handing to peers. The lock belongs to
 /// the first one: a client that still holds a region's descriptor after the server died
 /// would otherwise keep the pool locked against the next server.
@@ -473,18 +471,31 @@ fn reopen(file: &File) -> Option<File> {
     OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
+/// How long a held lock is retried before the pool is called in use. A lock can be held
+/// for a moment without a server: any process of ours that forks holds a duplicate of
+/// every descriptor (close-on-exec ones too) until its child calls exec, and a server
+/// that is exiting holds it until its last descriptor closes.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Takes an exclusive advisory lock on the pool file for as long as it is open, so a
+/// second server (or `recover --repair`) cannot write the same pool.
 fn lock_exclusive(file: &File) -> std::result::Result<(), String> {
     use std::os::fd::AsRawFd;
-    // SAFETY: plain syscall on an open fd; the lock is released when the fd is closed.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Err("the pool is in use by another process (a running server?)".into())
-    } else {
-        Err(format!("cannot lock the pool file: {e}"))
+    let until = std::time::Instant::now() + LOCK_RETRY;
+    loop {
+        // SAFETY: plain syscall on an open fd; the lock is released when the fd is closed.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(format!("cannot lock the pool file: {e}"));
+        }
+        if std::time::Instant::now() >= until {
+            return Err("the pool is in use by another process (a running server?)".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
