@@ -7,7 +7,7 @@
 #
 # The guest sees this machine's root file system read-only over 9p with a tmpfs overlay
 # on top (writes succeed and vanish at power-off), so binaries built here run there as
-# they are. DIR (default: a fresh temporary directory, printed) is shared read-write and
+# they are; /tmp, /run and /dev/shm are the guest's own (empty). DIR (default: a fresh temporary directory, printed) is shared read-write and
 # mounted at the same path inside, for results that must outlive the guest; $RDMA_VM_SHARE
 # names it. COMMAND (one argument: a bash script) runs in the current directory, with
 # BOOMKV_RDMA_DEVICE=rxe0 and RDMA_VM_IP=10.0.2.15 set (rxe loops traffic to its own
