@@ -152,8 +152,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         None => None,
     };
     let backend = a.transport.or(file.transport).unwrap_or(Backend::Shm);
-    if backend == Backend::Verbs && server.is_none() {
-        bail!("--transport verbs: sweeps run embedded servers over shm or tcp");
+    if backend == Backend::Verbs && !cfg!(feature = "rdma") {
+        bail!("--transport verbs: this boomctl was built without RDMA support (--features rdma)");
     }
     let mut o = SweepOptions::new(presets, a.out.clone().unwrap_or_else(sweep::default_out_dir));
     o.quick = a.quick || file.quick.unwrap_or(false);

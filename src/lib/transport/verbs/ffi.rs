@@ -548,6 +548,10 @@ pub enum Payload<'a> {
     Sge(Sge),
     /// Bytes copied into the work request at post time (`IBV_SEND_INLINE`).
     Inline(&'a [u8]),
+    /// A registered buffer copied into the work request at post time
+    /// (`IBV_SEND_INLINE`; the lkey is not checked then, so the caller checks that the
+    /// buffer lies inside a live, registered region of this protection domain).
+    InlineSge(Sge),
 }
 
 /// One send-queue work request.
@@ -681,46 +685,67 @@ impl RawQp {
     /// `lkey`, which bounds it to a registered region; inline data is copied before the
     /// call returns.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        let mut sge = ibv_sge { addr: 0, length: 0, lkey: 0 };
-        let mut flags = 0u32;
-        let num_sge = match wr.payload {
-            Payload::None => 0,
-            Payload::Sge(s) => {
-                sge = ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
-                1
-            }
-            Payload::Inline(b) => {
-                sge = ibv_sge { addr: b.as_ptr() as u64, length: b.len() as u32, lkey: 0 };
-                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-                1
-            }
-        };
-        if wr.signaled {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        self.post_sends(std::slice::from_ref(wr))
+    }
+
+    /// Posts send requests as one chained list: one doorbell for the whole batch.
+    pub fn post_sends(&self, wrs: &[SendWr<'_>]) -> Result<()> {
+        if wrs.is_empty() {
+            return Ok(());
         }
+        let mut sges = Vec::with_capacity(wrs.len());
         // SAFETY: ibv_send_wr is a plain C struct (with plain unions); zeros are valid.
-        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
-        w.wr_id = wr.wr_id;
-        w.next = null_mut();
-        w.sg_list = &mut sge;
-        w.num_sge = num_sge;
-        w.send_flags = flags;
-        w.opcode = match wr.op {
-            SendOp::Send => ibv_wr_opcode::IBV_WR_SEND,
-            SendOp::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            SendOp::WriteImm => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
-            SendOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
-        };
-        if wr.op != SendOp::Send {
-            w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+        let mut list: Vec<ibv_send_wr> = (0..wrs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (wr, w) in wrs.iter().zip(list.iter_mut()) {
+            let mut flags = 0u32;
+            let (sge, num_sge) = match wr.payload {
+                Payload::None => (ibv_sge { addr: 0, length: 0, lkey: 0 }, 0),
+                Payload::Sge(s) => (ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey }, 1),
+                Payload::InlineSge(s) => {
+                    flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                    (ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey }, 1)
+                }
+                Payload::Inline(b) => {
+                    flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                    (ibv_sge { addr: b.as_ptr() as u64, length: b.len() as u32, lkey: 0 }, 1)
+                }
+            };
+            if wr.signaled {
+                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            sges.push(sge);
+            w.wr_id = wr.wr_id;
+            w.num_sge = num_sge;
+            w.send_flags = flags;
+            w.opcode = match wr.op {
+                SendOp::Send => ibv_wr_opcode::IBV_WR_SEND,
+                SendOp::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                SendOp::WriteImm => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                SendOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
+            };
+            if wr.op != SendOp::Send {
+                w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+            }
+            if wr.op == SendOp::WriteImm {
+                w.imm_data_invalidated_rkey_union.imm_data = wr.imm.to_be();
+            }
         }
-        if wr.op == SendOp::WriteImm {
-            w.imm_data_invalidated_rkey_union.imm_data = wr.imm.to_be();
+        let (base, sge_base) = (list.as_mut_ptr(), sges.as_mut_ptr());
+        for i in 0..wrs.len() {
+            // SAFETY: `i < len` of both vectors, which are neither moved nor touched
+            // through references while these pointers are in use.
+            unsafe {
+                let w = base.add(i);
+                (*w).sg_list = sge_base.add(i);
+                (*w).next = if i + 1 < wrs.len() { base.add(i + 1) } else { null_mut() };
+            }
         }
         let mut bad: *mut ibv_send_wr = null_mut();
-        // SAFETY: a live queue pair; `w` and `sge` outlive the call (the provider copies
-        // the request into its queue, and inline data into the WQE, before returning).
-        let rc = unsafe { ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        // SAFETY: a live queue pair; the chained requests and their elements outlive the
+        // call (the provider copies each request into its queue, and inline data into the
+        // WQE, before returning); inline sources are checked in bounds of live memory by
+        // the caller (`Payload`).
+        let rc = unsafe { ibv_post_send(self.qp.as_ptr(), base, &mut bad) };
         check("ibv_post_send", rc)
     }
 

@@ -120,8 +120,8 @@ use self::ffi::{Hca, Payload, QpCaps, RawCq, RawMr, RawQp, RecvWr, SendOp, SendW
 use self::handshake::{read_msg, Kind, Msg, ReadError};
 use super::{
     deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion,
-    QpStats, QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE,
-    MAX_PRIVATE_DATA,
+    QpStats, QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, WriteWr,
+    MAX_MESSAGE, MAX_PRIVATE_DATA,
 };
 use crate::error::{Error, Result};
 use crate::pmem::Mapping;
@@ -160,8 +160,44 @@ pub struct VerbsConfig {
     /// Receive queue depth per queue pair, at most (also bounded by
     /// [`TransportConfig::rq_depth`] and the device); reserved like `max_send_wr`.
     pub max_recv_wr: u32,
+    /// The RDMA design guidelines' optimizations, each with an on/off switch.
+    pub tuning: VerbsTuning,
     /// The tunables every backend shares.
     pub transport: TransportConfig,
+}
+
+/// The optimizations of the RDMA design guidelines (Kalia et al., "Design Guidelines
+/// for High Performance RDMA Systems"), each switchable so that its effect can be
+/// measured (`boomctl bench-transport --transport verbs` measures each one off next to
+/// all on, in the same run). All on by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerbsTuning {
+    /// Inline small WRITEs, WRITE_WITH_IMMs and SENDs (`IBV_SEND_INLINE` up to the
+    /// queue pair's `max_inline_data`): the payload travels in the work request, so the
+    /// NIC skips one DMA read. Off: no inline data is asked for at all.
+    pub inline: bool,
+    /// Selective signaling: of a run of unsignaled WRITEs only one in `sq_depth / 2` is
+    /// signaled (to reclaim send-queue slots) and reaped silently. Off: every one is
+    /// signaled, and every completion reaped.
+    pub selective_signaling: bool,
+    /// Doorbell batching: [`QueuePair::post_write_batch`] posts its WRITEs as one
+    /// chained `ibv_post_send` (one doorbell). Off: one `ibv_post_send` each.
+    pub doorbell_batching: bool,
+    /// Batched receive refill: [`QueuePair::post_recv_batch`] posts its buffers as one
+    /// chained `ibv_post_recv`. Off: one `ibv_post_recv` each.
+    pub batched_recv: bool,
+}
+
+impl Default for VerbsTuning {
+    fn default() -> Self {
+        VerbsTuning { inline: true, selective_signaling: true, doorbell_batching: true, batched_recv: true }
+    }
+}
+
+impl VerbsTuning {
+    /// Every optimization off.
+    pub const NONE: VerbsTuning =
+        VerbsTuning { inline: false, selective_signaling: false, doorbell_batching: false, batched_recv: false };
 }
 
 impl Default for VerbsConfig {
@@ -173,6 +209,7 @@ impl Default for VerbsConfig {
             max_inline: 220,
             max_send_wr: 256,
             max_recv_wr: 256,
+            tuning: VerbsTuning::default(),
             transport: TransportConfig::default(),
         }
     }
@@ -371,7 +408,7 @@ impl VerbsTransport {
         let mut want = QpCaps {
             max_send_wr: cfg.sq_depth.min(t.cfg.max_send_wr).clamp(1, lim.max_qp_wr),
             max_recv_wr: cfg.rq_depth.min(t.cfg.max_recv_wr).clamp(1, lim.max_qp_wr),
-            max_inline: t.cfg.max_inline,
+            max_inline: if t.cfg.tuning.inline { t.cfg.max_inline } else { 0 },
         };
         let mut tries = vec![want.max_inline, want.max_inline.min(64), 0];
         tries.dedup();
@@ -400,7 +437,7 @@ impl VerbsTransport {
             _reserved: reserved,
             tag: next_tag(),
             caps,
-            signal_every: (caps.max_send_wr / 2).max(1),
+            signal_every: if t.cfg.tuning.selective_signaling { (caps.max_send_wr / 2).max(1) } else { 1 },
             psn: rand::random::<u32>() & 0xff_ffff,
             peer_qp_num: AtomicU32::new(0),
             send_cq: send_cq.inner.clone(),
@@ -919,6 +956,19 @@ struct RecvQueue {
     next_seq: u64,
 }
 
+/// One send-queue request on its way to [`QpShared::post_reqs`].
+struct Req<'a> {
+    wr_id: u64,
+    op: SendOp,
+    opcode: WcOpcode,
+    payload: Payload<'a>,
+    len: u32,
+    remote: (u64, u32),
+    imm: u32,
+    report: bool,
+    staging: Option<VerbsMr>,
+}
+
 /// Staging buffers kept per queue pair, and the largest one kept.
 const SPARE_BUFFERS: usize = 8;
 const SPARE_MAX: u64 = 1 << 20;
@@ -1027,43 +1077,87 @@ impl QpShared {
         report: bool,
         staging: Option<VerbsMr>,
     ) -> Result<()> {
+        self.post_reqs(vec![Req { wr_id, op, opcode, payload, len, remote, imm, report, staging }], true)
+    }
+
+    /// Posts send-queue requests in order: as one chained `ibv_post_send` when `chain`,
+    /// else one call each.
+    fn post_reqs(&self, reqs: Vec<Req<'_>>, chain: bool) -> Result<()> {
         self.check_open()?;
-        if len > MAX_MESSAGE {
-            return Err(Error::invalid(format!("{len} bytes is over the {MAX_MESSAGE}-byte message limit")));
+        if let Some(r) = reqs.iter().find(|r| r.len > MAX_MESSAGE) {
+            return Err(Error::invalid(format!("{} bytes is over the {MAX_MESSAGE}-byte message limit", r.len)));
         }
         let mut sq = lock(&self.sq);
-        if sq.entries.len() >= self.caps.max_send_wr as usize {
+        if sq.entries.len() + reqs.len() > self.caps.max_send_wr as usize {
             return Err(Error::Transport(format!(
                 "qp {}: send queue full ({} requests outstanding); poll its completion queue",
                 self.qp_num(),
                 sq.entries.len()
             )));
         }
-        let seq = sq.next_seq;
-        // Selective signaling: an unsignaled request is signaled now and then so that
-        // its send-queue slots come back; that completion is not reported.
-        let signaled = report || sq.unsignaled_run + 1 >= self.signal_every;
-        let wr = SendWr {
-            wr_id: encode_wr_id(self.tag, false, seq),
-            op,
-            payload,
-            signaled,
-            remote_addr: remote.0,
-            rkey: remote.1,
-            imm,
-        };
-        self.raw.post_send(&wr).map_err(|e| Error::Transport(format!("qp {}: {e}", self.qp_num())))?;
-        sq.next_seq += 1;
-        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
-        sq.entries.push_back(SendEntry { seq, wr_id, opcode, len, report, staging });
-        Ok(())
+        let mut wrs = Vec::with_capacity(reqs.len());
+        let mut entries = Vec::with_capacity(reqs.len());
+        let (mut seq, mut run) = (sq.next_seq, sq.unsignaled_run);
+        for r in reqs {
+            // Selective signaling: an unsignaled request is signaled now and then so
+            // that its send-queue slots come back; that completion is not reported.
+            let signaled = r.report || run + 1 >= self.signal_every;
+            wrs.push(SendWr {
+                wr_id: encode_wr_id(self.tag, false, seq),
+                op: r.op,
+                payload: r.payload,
+                signaled,
+                remote_addr: r.remote.0,
+                rkey: r.remote.1,
+                imm: r.imm,
+            });
+            entries.push((
+                signaled,
+                SendEntry { seq, wr_id: r.wr_id, opcode: r.opcode, len: r.len, report: r.report, staging: r.staging },
+            ));
+            seq += 1;
+            run = if signaled { 0 } else { run + 1 };
+        }
+        let posted = if chain { self.raw.post_sends(&wrs) } else { wrs.iter().try_for_each(|w| self.raw.post_send(w)) };
+        match posted {
+            Ok(()) => {
+                for (signaled, e) in entries {
+                    sq.next_seq += 1;
+                    sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+                    sq.entries.push_back(e);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let err = Error::Transport(format!("qp {}: {e}", self.qp_num()));
+                if wrs.len() > 1 {
+                    // Part of the batch may be on the queue: its completions could not be
+                    // told apart any more, so the connection ends here.
+                    drop(sq);
+                    self.fail(format!("posting a batch failed: {e}"));
+                }
+                Err(err)
+            }
+        }
     }
 
-    fn local(&self, mr: &VerbsMr, off: u64, len: u32) -> Result<Payload<'static>> {
+    /// The payload for `[off, off + len)` of `mr`. Sources of WRITEs and SENDs up to the
+    /// inline size go inline (when [`VerbsTuning::inline`] is on), but only from a live
+    /// region of this protection domain and in its bounds: inline data skips the lkey
+    /// check, and every other case must fail at the device as without inlining.
+    fn local(&self, mr: &VerbsMr, off: u64, len: u32, may_inline: bool) -> Result<Payload<'static>> {
         if !self.same_device(mr) {
             return Err(Error::invalid("the memory region belongs to another RDMA device"));
         }
-        Ok(if len == 0 { Payload::None } else { Payload::Sge(mr.sge(off, len)) })
+        if len == 0 {
+            return Ok(Payload::None);
+        }
+        let inline = may_inline
+            && len <= self.caps.max_inline
+            && Arc::ptr_eq(&mr.inner.hca, self.raw.hca())
+            && fits(off, len, mr.inner.len)
+            && mr.is_registered();
+        Ok(if inline { Payload::InlineSge(mr.sge(off, len)) } else { Payload::Sge(mr.sge(off, len)) })
     }
 
     /// Why a receive buffer is unusable, if it is.
@@ -1112,7 +1206,19 @@ impl QpShared {
                 sge: mr.sge(off, len),
             })
             .collect();
-        self.raw.post_recvs(&wrs).map_err(|e| Error::Transport(format!("qp {}: {e}", self.qp_num())))?;
+        let posted = if self.t.cfg.tuning.batched_recv || wrs.len() == 1 {
+            self.raw.post_recvs(&wrs)
+        } else {
+            wrs.chunks(1).try_for_each(|w| self.raw.post_recvs(w))
+        };
+        if let Err(e) = posted {
+            if wrs.len() > 1 {
+                // Part of the batch may be posted: its completions could not be matched.
+                drop(rq);
+                self.fail(format!("posting receives failed: {e}"));
+            }
+            return Err(Error::Transport(format!("qp {}: {e}", self.qp_num())));
+        }
         for (i, &(wr_id, _, _)) in bufs.iter().enumerate() {
             rq.entries.push_back((first + i as u64, wr_id));
         }
@@ -1257,12 +1363,6 @@ impl fmt::Debug for VerbsQp {
 }
 
 impl VerbsQp {
-    /// Posts several receive buffers of `mr` as one chained `ibv_post_recv` (one
-    /// doorbell for the batch): `(wr_id, off, len)` each.
-    pub fn post_recv_batch(&self, mr: &VerbsMr, bufs: &[(u64, u64, u32)]) -> Result<()> {
-        self.sh.post_recvs(mr, bufs)
-    }
-
     /// Largest payload [`QueuePair::post_send_bytes`] sends inline.
     pub fn max_inline(&self) -> u32 {
         self.sh.caps.max_inline
@@ -1281,7 +1381,7 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_send(&self, wr_id: u64, mr: &VerbsMr, off: u64, len: u32) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, true)?;
         self.sh.post(wr_id, SendOp::Send, WcOpcode::Send, p, len, (0, 0), 0, true, None)?;
         self.sh.stats.sends.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1319,7 +1419,7 @@ impl QueuePair for VerbsQp {
         rkey: u32,
         signaled: bool,
     ) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, true)?;
         self.sh.post(wr_id, SendOp::Write, WcOpcode::Write, p, len, (remote_addr, rkey), 0, signaled, None)?;
         self.sh.stats.writes.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1335,17 +1435,41 @@ impl QueuePair for VerbsQp {
         rkey: u32,
         imm: u32,
     ) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, true)?;
         self.sh.post(wr_id, SendOp::WriteImm, WcOpcode::Write, p, len, (remote_addr, rkey), imm, true, None)?;
         self.sh.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     fn post_read(&self, wr_id: u64, mr: &VerbsMr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, false)?;
         self.sh.post(wr_id, SendOp::Read, WcOpcode::Read, p, len, (remote_addr, rkey), 0, true, None)?;
         self.sh.stats.reads.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn post_write_batch(&self, mr: &VerbsMr, wrs: &[WriteWr]) -> Result<()> {
+        let mut reqs = Vec::with_capacity(wrs.len());
+        for w in wrs {
+            reqs.push(Req {
+                wr_id: w.wr_id,
+                op: SendOp::Write,
+                opcode: WcOpcode::Write,
+                payload: self.sh.local(mr, w.off, w.len, true)?,
+                len: w.len,
+                remote: (w.remote_addr, w.rkey),
+                imm: 0,
+                report: w.signaled,
+                staging: None,
+            });
+        }
+        self.sh.post_reqs(reqs, self.sh.t.cfg.tuning.doorbell_batching)?;
+        self.sh.stats.writes.fetch_add(wrs.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn post_recv_batch(&self, mr: &VerbsMr, bufs: &[(u64, u64, u32)]) -> Result<()> {
+        self.sh.post_recvs(mr, bufs)
     }
 
     fn is_error(&self) -> bool {
