@@ -84,8 +84,9 @@ pub struct SweepArgs {
     /// Worker threads of the embedded servers.
     #[arg(long, value_name = "N")]
     workers: Option<String>,
-    /// Transport of the embedded servers: shm (default) or tcp.
-    #[arg(long, value_name = "shm|tcp")]
+    /// Transport of the embedded servers: shm (default), tcp, or verbs (feature `rdma`;
+    /// device from $BOOMKV_RDMA_DEVICE).
+    #[arg(long, value_name = "shm|tcp|verbs")]
     transport: Option<Backend>,
     /// Drive a running server (shm:/path, host:port) instead of embedded ones.
     #[arg(long, value_name = "ADDR")]

@@ -600,9 +600,8 @@ fn run_verbs(opts: &FloorOptions, sizes: &[usize], out: &mut dyn Write, report: 
                         report.latency.push(LatencyRow { backend: "baseline".into(), test, bytes, summary: s });
                     }
                     Err(e) => {
-                        writeln!(out, " {tool} {bytes} B: not measured: {e}")
+                        writeln!(out, " {bytes:<10} not measured: {e}")
                             .map_err(|e| Error::io("writing the report", e))?;
-                        break;
                     }
                 }
             }
@@ -682,7 +681,7 @@ pub fn perftest_latency(
             let text = String::from_utf8_lossy(&outp.stdout);
             if outp.status.success() {
                 return parse_perftest(&text, iters)
-                    .ok_or_else(|| Error::Transport(format!("{tool}: no result line in its output")));
+                    .ok_or_else(|| Error::Transport(format!("{tool}: no finite result in its output")));
             }
             // The server may not listen yet: try again while it runs.
             let server_gone = server.try_wait().ok().flatten().is_some();
@@ -706,7 +705,8 @@ fn parse_perftest(text: &str, iters: usize) -> Option<LatencySummary> {
     lines.next()?;
     let row = lines.find(|l| !l.trim().is_empty())?;
     let v: Vec<f64> = row.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    (v.len() >= 9).then(|| LatencySummary {
+    // perftest prints "inf" when its cycle counter misbehaved (seen under an emulator).
+    (v.len() >= 9 && v[..9].iter().all(|x| x.is_finite())).then(|| LatencySummary {
         count: (v[1] as usize).min(iters.max(5)),
         min: v[2],
         max: v[3],
@@ -990,6 +990,8 @@ mod tests {
         assert_eq!((s.count, s.min, s.median, s.avg, s.p999), (1000, 10.53, 16.04, 17.21, 118.32));
         assert!(parse_perftest("Couldn't connect to 127.0.0.1:18515\n", 10).is_none());
         assert!(parse_perftest(" #bytes #iterations t_min t_typical\n 2 1000 abc\n", 10).is_none());
+        let inf = " #bytes #iterations t_min t_max t_typical\n 64 2000 inf inf inf inf NaN inf inf\n";
+        assert!(parse_perftest(inf, 2000).is_none(), "perftest's inf row is no measurement");
     }
 
     #[test]

@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_sys::{
-    ___ibv_query_port, ibv_access_flags, ibv_ack_cq_events, ibv_alloc_pd, ibv_close_device, ibv_comp_channel,
-    ibv_context, ibv_cq, ibv_create_comp_channel, ibv_create_cq, ibv_create_qp, ibv_dealloc_pd, ibv_dereg_mr,
-    ibv_destroy_comp_channel, ibv_destroy_cq, ibv_destroy_qp, ibv_device, ibv_device_attr, ibv_free_device_list,
-    ibv_get_cq_event, ibv_get_device_list, ibv_get_device_name, ibv_gid, ibv_modify_qp, ibv_mr, ibv_open_device,
-    ibv_pd, ibv_poll_cq, ibv_port_attr, ibv_post_recv, ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask,
-    ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_device, ibv_query_gid, ibv_recv_wr, ibv_reg_mr,
-    ibv_req_notify_cq, ibv_resize_cq, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wr_opcode,
-    rdma_t,
+    ___ibv_query_port, ibv_access_flags, ibv_ack_async_event, ibv_ack_cq_events, ibv_alloc_pd, ibv_async_event,
+    ibv_close_device, ibv_comp_channel, ibv_context, ibv_cq, ibv_create_comp_channel, ibv_create_cq, ibv_create_qp,
+    ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_destroy_qp, ibv_device,
+    ibv_device_attr, ibv_free_device_list, ibv_get_async_event, ibv_get_cq_event, ibv_get_device_list,
+    ibv_get_device_name, ibv_gid, ibv_modify_qp, ibv_mr, ibv_open_device, ibv_pd, ibv_poll_cq, ibv_port_attr,
+    ibv_post_recv, ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
+    ibv_query_device, ibv_query_gid, ibv_recv_wr, ibv_reg_mr, ibv_req_notify_cq, ibv_resize_cq, ibv_send_flags,
+    ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wr_opcode, rdma_t,
 };
 
 use super::attr::{errno_of, no_device_error, verb_error, InitAttrs, RtrAttrs, RtsAttrs};
@@ -325,6 +325,76 @@ impl Hca {
     /// True when `cq` was created on this device context.
     pub fn owns(&self, cq: &RawCq) -> bool {
         std::ptr::eq(self, Arc::as_ptr(&cq._hca))
+    }
+}
+
+/// One asynchronous event of a device (`ibv_get_async_event`), already acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// The `ibv_event_type` code.
+    pub kind: u32,
+    /// The queue pair's number, for queue-pair events.
+    pub qp_num: Option<u32>,
+    /// The port, for port events.
+    pub port: Option<u8>,
+}
+
+/// `struct ibv_async_event` with the event type as a plain integer: a code this build's
+/// enum does not know must not become an invalid Rust enum value.
+#[repr(C)]
+struct RawAsyncEvent {
+    /// The union of `cq`, `qp`, `srq`, `wq` pointers and `port_num`.
+    element: usize,
+    event_type: u32,
+}
+
+impl Hca {
+    /// Switches the context's asynchronous-event fd to non-blocking mode, so that
+    /// [`Hca::next_async_event`] can wait with a timeout.
+    pub fn async_events_nonblocking(&self) -> Result<()> {
+        // SAFETY: a live context; `async_fd` is a plain field set by ibv_open_device.
+        let fd = unsafe { (*self.ctx.as_ptr()).async_fd };
+        // SAFETY: fcntl on the context's own fd, which stays open while `self` lives.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(Error::io("async event fd", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The next asynchronous event, waiting at most `timeout`; `None` when none came.
+    /// The event is acknowledged before this returns (so destroying its queue pair or
+    /// completion queue never waits for it).
+    pub fn next_async_event(&self, timeout: Duration) -> Option<AsyncEvent> {
+        // SAFETY: a live context; `async_fd` is a plain field.
+        let fd = unsafe { (*self.ctx.as_ptr()).async_fd };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as c_int;
+        // SAFETY: one initialized pollfd; poll only writes its `revents`.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+            return None;
+        }
+        let mut ev = RawAsyncEvent { element: 0, event_type: 0 };
+        let evp = (&mut ev as *mut RawAsyncEvent).cast::<ibv_async_event>();
+        // SAFETY: a live context whose fd is non-blocking (returns -1 at once when no
+        // event is pending); `ev` has the layout of struct ibv_async_event (a
+        // pointer-sized union, then a 32-bit enum).
+        if unsafe { ibv_get_async_event(self.ctx.as_ptr(), evp) } != 0 {
+            return None;
+        }
+        let qp_event = matches!(ev.event_type, 1..=7 | 16);
+        let port_event = matches!(ev.event_type, 9..=13 | 17 | 18);
+        let qp_num = (qp_event && ev.element != 0).then(|| {
+            // SAFETY: for queue-pair events the element is the queue pair, which cannot
+            // be destroyed before the event is acknowledged (below).
+            unsafe { (*(ev.element as *mut ibv_qp)).qp_num }
+        });
+        // The union's int member is its first bytes (little-endian: the low bits).
+        let port = port_event.then_some(ev.element as u32 as u8);
+        // SAFETY: the event just returned by ibv_get_async_event, acknowledged once.
+        unsafe { ibv_ack_async_event(evp) };
+        Some(AsyncEvent { kind: ev.event_type, qp_num, port })
     }
 }
 

@@ -1,10 +1,10 @@
 //! The `verbs` backend: real ibverbs through rdma-sys (cargo feature `rdma`), for
 //! InfiniBand, RoCE and soft-RoCE (`rxe`) devices.
 //!
-//! **Status:** this backend is compiled, clippy-checked and unit-tested (everything that
-//! needs no device) in this project's CI, which has no RDMA hardware. The conformance
-//! suite runs against it when `BOOMKV_RDMA_DEVICE` names a device (see the README); it
-//! has not run on RDMA hardware in this project's CI.
+//! **Status:** CI runs this backend on soft-RoCE (`rxe0`) in a QEMU guest
+//! (`ci/check-rdma-vm.sh` through `ci/rdma-vm.sh`): the conformance suite, the kv suite,
+//! a kill test, a crash test and a CLI session, all over verbs. It has not run on
+//! RDMA hardware (a ConnectX NIC) in this project's CI.
 //!
 //! # Mapping onto verbs
 //!
@@ -48,9 +48,17 @@
 //!   (the shortest timer whose 6 retries cover the timeout); `rnr_retry` 7 (retry
 //!   forever) is never used, so a SEND without a RECV fails within a bounded time, as
 //!   the interface promises.
-//! - **Doorbell batching.** [`VerbsQp::post_recv_batch`] posts many receives as one
-//!   chained `ibv_post_recv` (one doorbell). One queue pair per client thread is how
-//!   the client library already works.
+//! - **Doorbell batching.** [`QueuePair::post_write_batch`] posts its WRITEs as one
+//!   chained `ibv_post_send` and [`QueuePair::post_recv_batch`] its receives as one
+//!   chained `ibv_post_recv` (one doorbell each). One queue pair per client thread is
+//!   how the client library already works.
+//! - **Switches.** Inline data, selective signaling, doorbell batching and batched
+//!   receive refill can each be turned off ([`VerbsTuning`]), so that their effect can
+//!   be measured (`boomctl bench-transport --transport verbs --tuning-off`). With inline
+//!   on, WRITEs, WRITE_WITH_IMMs and SENDs from registered regions up to
+//!   `max_inline_data` go inline too, when the source lies inside a live region of this
+//!   protection domain (inline data bypasses the lkey check, so anything else keeps the
+//!   scatter/gather path and fails at the device as it should).
 //!
 //! # Handshake
 //!
@@ -89,10 +97,19 @@
 //! software-generated completions signal), at most 100 ms at a time before re-arming.
 //! Every event is acknowledged at once, so destroying the queue never blocks.
 //!
+//! # Asynchronous events
+//!
+//! Each transport (device context) has a thread reading `ibv_get_async_event` (waiting
+//! at most 100 ms at a time, so it ends soon after the transport): every event is
+//! acknowledged at once and logged; a queue pair the device reports broken
+//! (`IBV_EVENT_QP_FATAL`, `_QP_REQ_ERR`, `_QP_ACCESS_ERR`, `_PATH_MIG_ERR`) is moved to
+//! the error state with a bye to its peer, which closes that connection only; a fatal
+//! device error (`IBV_EVENT_DEVICE_FATAL`) closes them all. Port changes
+//! (`IBV_EVENT_PORT_ERR`, `_PORT_ACTIVE`, ...) and completion-queue errors are logged.
+//!
 //! # Not handled
 //!
-//! Asynchronous events (`ibv_get_async_event`: port changes, fatal device errors) are
-//! not read; a failed device shows up as error completions. Memory on a file system
+//! Memory on a file system
 //! DAX mount cannot be pinned by the kernel; registration then falls back to
 //! on-demand paging (`IBV_ACCESS_ON_DEMAND`), which needs a NIC that supports it, or
 //! use a device-DAX node (`/dev/daxX.Y`). `ibv_fork_init` is not called: a child
@@ -301,6 +318,8 @@ struct TrInner {
     hca: Arc<Hca>,
     port: LocalPort,
     rnr: RnrParams,
+    /// Live queue pairs by number, for asynchronous events that name one.
+    live: Mutex<HashMap<u32, Weak<QpShared>>>,
 }
 
 impl fmt::Debug for VerbsTransport {
@@ -372,7 +391,14 @@ impl VerbsTransport {
             initiator_depth: hca.limits.max_qp_init_rd_atom.min(attr::MAX_RD_ATOMIC),
         };
         let rnr = attr::rnr_params(cfg.transport.rnr_timeout);
-        Ok(VerbsTransport { inner: Arc::new(TrInner { cfg, hca, port, rnr }) })
+        hca.async_events_nonblocking()?;
+        let inner = Arc::new(TrInner { cfg, hca, port, rnr, live: Mutex::new(HashMap::new()) });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name(format!("boomkv-verbs-events-{}", inner.hca.name))
+            .spawn(move || async_events(weak))
+            .map_err(|e| Error::io("spawn the verbs event thread", e))?;
+        Ok(VerbsTransport { inner })
     }
 
     /// [`VerbsTransport::new`] with [`VerbsConfig::from_env`].
@@ -451,6 +477,7 @@ impl VerbsTransport {
             t: t.clone(),
         });
         sh.raw.to_init(&attr::init_attrs(&t.port))?;
+        lock(&t.live).insert(sh.raw.qp_num, Arc::downgrade(&sh));
         for cq in [&sh.send_cq, &sh.recv_cq] {
             lock(&cq.qps).insert(sh.raw.qp_num, (sh.tag, Arc::downgrade(&sh)));
         }
@@ -1317,6 +1344,12 @@ fn fits(off: u64, len: u32, limit: u64) -> bool {
 impl Drop for QpShared {
     fn drop(&mut self) {
         let (n, tag) = (self.raw.qp_num, self.tag);
+        {
+            let mut live = lock(&self.t.live);
+            if live.get(&n).is_some_and(|w| w.strong_count() == 0) {
+                live.remove(&n);
+            }
+        }
         for cq in [&self.send_cq, &self.recv_cq] {
             let mut m = lock(&cq.qps);
             if m.get(&n).is_some_and(|(t, _)| *t == tag) {
@@ -1328,6 +1361,40 @@ impl Drop for QpShared {
             let _ = s.shutdown(Shutdown::Both);
         }
         // Then the fields: `raw` first (ibv_destroy_qp), then the reservations.
+    }
+}
+
+/// Reads the device's asynchronous events while the transport lives, and logs them. A
+/// queue pair the device reports broken (QP fatal, request or access error) is moved to
+/// the error state, which closes that connection only; a fatal device error fails them
+/// all. Port changes and completion-queue errors are logged.
+fn async_events(t: Weak<TrInner>) {
+    loop {
+        let Some(t) = t.upgrade() else { return };
+        let Some(ev) = t.hca.next_async_event(Duration::from_millis(100)) else { continue };
+        let (name, action) = attr::async_event(ev.kind);
+        let dev = &t.hca.name;
+        match (action, ev.qp_num) {
+            (attr::AsyncAction::Ignore, _) => {}
+            (attr::AsyncAction::FailQp, Some(n)) => {
+                let qp = lock(&t.live).get(&n).and_then(Weak::upgrade);
+                log_event(&format!("{dev}: {name} on qp {n}: closing that connection"));
+                if let Some(qp) = qp {
+                    qp.fail(format!("the device reported {name}"));
+                }
+            }
+            (attr::AsyncAction::FailAll, _) => {
+                log_event(&format!("{dev}: {name}: closing every connection of this device"));
+                let all: Vec<_> = lock(&t.live).values().filter_map(Weak::upgrade).collect();
+                for qp in all {
+                    qp.fail(format!("the device reported {name}"));
+                }
+            }
+            _ => match ev.port {
+                Some(p) => log_event(&format!("{dev} port {p}: {name}")),
+                None => log_event(&format!("{dev}: {name}")),
+            },
+        }
     }
 }
 
