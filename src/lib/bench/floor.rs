@@ -22,7 +22,7 @@
 //! `ib_send_lat` and `ib_read_lat` on the same device in the same run (when perftest is
 //! installed), and with [`FloorOptions::verbs_tuning_off`] the verbs backend is measured
 //! again with each of the design guidelines' optimizations off
-//! ([`VerbsTuning`](crate::transport::VerbsTuning)), rows `verbs-no-<switch>`. The
+//! (`transport::verbs::VerbsTuning`, feature `rdma`), rows `verbs-no-<switch>`. The
 //! message-rate test posts its WRITEs in groups of [`RATE_BATCH`] through
 //! [`QueuePair::post_write_batch`], and the server refills its receives in groups of
 //! [`RECV_REFILL`] through [`QueuePair::post_recv_batch`], after its reply.
