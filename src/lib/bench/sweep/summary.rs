@@ -798,3 +798,38 @@ fn threads(t: &Table, b: &mut Builder) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::median_interval;
+    use crate::bench::hlog::HlogWriter;
+    use crate::bench::measure::new_histogram;
+
+    #[test]
+    fn median_interval_from_a_latency_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, n: u64| {
+            let mut h = new_histogram();
+            // 1..=n microseconds, in nanoseconds.
+            for i in 1..=n {
+                h.record(i * 1000).unwrap();
+            }
+            let start = SystemTime::now();
+            let mut w = HlogWriter::create(&dir.path().join(name), start).unwrap();
+            w.write_histogram("READ", &h, start, Duration::from_secs(1)).unwrap();
+        };
+        write("latency-boom-32.get.hlog", 10_000);
+        let (lo, med, hi, n) = median_interval(dir.path(), "boom", 32, "get", "READ").unwrap();
+        assert_eq!(n, 10_000);
+        assert!((med - 5000.0).abs() < 10.0, "{med}");
+        // n/2 -/+ 0.98 sqrt(n) = 5000 -/+ 98 ranks: about 4902 and 5098 us.
+        assert!((lo - 4902.0).abs() < 10.0 && (hi - 5098.0).abs() < 10.0, "[{lo}, {hi}]");
+        // Too few samples, another tag, or no log: no interval.
+        write("latency-rdmp-32.get.hlog", 5);
+        assert!(median_interval(dir.path(), "rdmp", 32, "get", "READ").is_none());
+        assert!(median_interval(dir.path(), "boom", 32, "get", "INSERT").is_none());
+        assert!(median_interval(dir.path(), "rpc", 32, "get", "READ").is_none());
+    }
+}
