@@ -33,6 +33,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $attr, $make, $ep;
             handshake_private_data_and_qp_numbers,
             write_then_read_roundtrip,
+            batched_posts,
             write_imm_and_send_consume_receives,
             completions_in_order_and_unsignaled_writes,
             remote_access_errors_leave_other_qps_working,
@@ -223,6 +224,52 @@ pub fn write_then_read_roundtrip<Tr: Transport>(make: fn() -> Tr, ep: fn() -> En
     // One-sided operations complete nothing at the target.
     assert_quiet(&p.s_recv, "server recv cq after one-sided ops");
     assert_quiet(&p.c_recv, "client recv cq after one-sided ops");
+}
+
+/// WRITEs posted as one batch (small ones inline where a backend inlines, one large)
+/// land like single ones, only the signaled one completes, and a bad one in a batch
+/// fails the batch's connection; receives posted as one batch complete in order.
+pub fn batched_posts<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let data = pattern(9000, 3);
+    p.cmr.write(0, &data).unwrap();
+    let r = p.s_remote;
+    let wrs = [
+        WriteWr { wr_id: 1, off: 0, len: 8, remote_addr: r.at(20_000), rkey: r.rkey, signaled: false },
+        WriteWr { wr_id: 2, off: 8, len: 100, remote_addr: r.at(20_008), rkey: r.rkey, signaled: false },
+        WriteWr { wr_id: 3, off: 108, len: 8892, remote_addr: r.at(20_108), rkey: r.rkey, signaled: true },
+    ];
+    p.cqp.post_write_batch(&p.cmr, &wrs).unwrap();
+    let c = ok(&p.c_send, "batch of writes");
+    assert_eq!((c.wr_id, c.opcode, c.byte_len), (3, WcOpcode::Write, 8892));
+    assert_quiet(&p.c_send, "unsignaled writes of the batch");
+    let mut got = vec![0u8; 9000];
+    p.smr.read(20_000, &mut got).unwrap();
+    assert_eq!(got, data, "every WRITE of the batch lands");
+    // Receives as one batch, consumed in order.
+    p.sqp.post_recv_batch(&p.smr, &[(11, 0, 64), (12, 64, 64), (13, 128, 64)]).unwrap();
+    for i in 0..3u8 {
+        p.cqp.post_send_bytes(100 + i as u64, &[i; 5]).unwrap();
+    }
+    for i in 0..3u8 {
+        let c = ok(&p.s_recv, "batched receive");
+        assert_eq!((c.wr_id, c.byte_len), (11 + i as u64, 5));
+        let mut b = [0u8; 5];
+        p.smr.read(64 * i as u64, &mut b).unwrap();
+        assert_eq!(b, [i; 5]);
+        ok(&p.c_send, "send");
+    }
+    // A batch with a WRITE outside the target region fails that connection only.
+    let bad = [
+        WriteWr { wr_id: 21, off: 0, len: 8, remote_addr: r.at(0), rkey: r.rkey, signaled: true },
+        WriteWr { wr_id: 22, off: 0, len: 8, remote_addr: r.at(r.len - 4), rkey: r.rkey, signaled: true },
+    ];
+    p.cqp.post_write_batch(&p.cmr, &bad).unwrap();
+    assert_eq!(ok(&p.c_send, "good write of the bad batch").wr_id, 21);
+    let c = expect_status(&p.c_send, WcStatus::RemoteAccessError, "bad write of the batch");
+    assert_eq!(c.wr_id, 22);
+    assert!(p.cqp.is_error());
+    assert!(p.cqp.post_write_batch(&p.cmr, &wrs).is_err(), "posts fail after the error");
 }
 
 pub fn write_imm_and_send_consume_receives<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
