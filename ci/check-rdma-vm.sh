@@ -93,7 +93,9 @@ for p in boom rdmp rpc; do
   fi
   grep -q "key not found" "$dir/err" || { cat "$dir/err"; exit 1; }
 done
-"$BOOMCTL" stats --server "$srv" | grep -q puts
+# To a file first: `| grep -q` may close the pipe before boomctl has printed everything.
+"$BOOMCTL" stats --server "$srv" >"$dir/stats.txt"
+grep -q puts "$dir/stats.txt"
 for p in boom rdmp rpc; do
   "$BOOMCTL" ycsb --server "$srv" --protocol $p --mix a --records 200 --ops 400 --threads 2 --size 256 --quiet
 done
