@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `rdma` feature (the ibverbs backend, src/lib/transport/verbs/): builds, lints and
-# runs the unit tests that need no RDMA device. CI has no RDMA hardware, so the verbs
-# conformance suite (ignored unless BOOMKV_RDMA_DEVICE names a device) does not run here.
+# runs the unit tests that need no RDMA device. The device-gated suites run over
+# soft-RoCE in a VM in ci/check-rdma-vm.sh.
 #
 # Needs pkg-config, libibverbs-dev, librdmacm-dev and libclang (ci/install.sh).
 set -euo pipefail

@@ -1,6 +1,8 @@
 //! Process crashes: `boomctl serve` as a child process under a multi-client load, killed
 //! with SIGKILL at random moments and restarted on the same pool; every acknowledged
 //! write must be there afterwards. Clients see a connection error, reconnect, go on.
+//! Over shm here; with the `rdma` feature also over verbs (ignored unless run with
+//! `--ignored` where `BOOMKV_RDMA_DEVICE` names a device: `ci/check-rdma-vm.sh`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,22 +12,24 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use boomkv::client::{Client, ClientOptions};
-use boomkv::transport::{Endpoint, ShmTransport};
+use boomkv::transport::{Endpoint, ShmTransport, Transport};
 
-fn start_server(dir: &Path, sock: &Path) -> Child {
-    let _ = std::fs::remove_file(sock);
+fn start_server(dir: &Path, ep: &Endpoint) -> Child {
+    if let Endpoint::Shm(sock) = ep {
+        let _ = std::fs::remove_file(sock);
+    }
     Command::new(env!("CARGO_BIN_EXE_boomctl"))
         .args(["serve", "--quiet", "--stats-interval", "0", "--pool-size", "64M", "--segment-size", "1M", "--pmem"])
         .arg(dir)
         .arg("--listen")
-        .arg(format!("shm:{}", sock.display()))
+        .arg(ep.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start boomctl serve")
 }
 
-fn connect(t: &ShmTransport, ep: &Endpoint, deadline: Instant) -> Option<Client<ShmTransport>> {
+fn connect<T: Transport>(t: &T, ep: &Endpoint, deadline: Instant) -> Option<Client<T>> {
     let o = ClientOptions { timeout: Duration::from_secs(2), ..Default::default() };
     while Instant::now() < deadline {
         if let Ok(c) = Client::connect(t, ep, o.clone()) {
@@ -43,20 +47,53 @@ struct KeyState {
     pending: Vec<Vec<u8>>,
 }
 
+fn kills() -> Option<usize> {
+    std::env::var("BOOMKV_KILLS").ok().and_then(|v| v.parse().ok())
+}
+
 #[test]
 fn fifty_kills_lose_no_acknowledged_write() {
-    let kills: usize = std::env::var("BOOMKV_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("kill.sock");
-    let ep = Endpoint::Shm(sock.clone());
+    let ep = Endpoint::Shm(dir.path().join("kill.sock"));
+    kills_lose_no_acknowledged_write(ShmTransport::new, dir, ep, kills().unwrap_or(50), 60, 120);
+}
+
+/// Over verbs (soft-RoCE under an emulator is slow: the server needs about 2 s to come
+/// up, so it runs longer between kills, and fewer of them by default).
+#[cfg(feature = "rdma")]
+#[test]
+#[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (ci/rdma-vm.sh)"]
+fn kills_over_verbs_lose_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let ep = Endpoint::Verbs(format!("127.0.0.1:{port}"));
+    kills_lose_no_acknowledged_write(
+        boomkv::transport::VerbsTransport::from_env,
+        dir,
+        ep,
+        kills().unwrap_or(8),
+        2500,
+        2500,
+    );
+}
+
+/// `kills` times: wait `pause_ms` plus up to `jitter_ms`, kill the server, restart it.
+fn kills_lose_no_acknowledged_write<T: Transport + Send + 'static>(
+    make: fn() -> boomkv::Result<T>,
+    dir: tempfile::TempDir,
+    ep: Endpoint,
+    kills: usize,
+    pause_ms: u64,
+    jitter_ms: u64,
+) {
     let model: Arc<Mutex<HashMap<String, KeyState>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let mut server = start_server(dir.path(), &sock);
+    let mut server = start_server(dir.path(), &ep);
     let clients: Vec<_> = (0..3)
         .map(|t| {
             let (model, stop, ep) = (model.clone(), stop.clone(), ep.clone());
             std::thread::spawn(move || {
-                let tr = ShmTransport::new().unwrap();
+                let tr = make().unwrap();
                 let mut seq = 0u64;
                 let mut reconnects = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -95,16 +132,16 @@ fn fifty_kills_lose_no_acknowledged_write() {
         rng_state ^= rng_state >> 7;
         rng_state ^= rng_state << 17;
         // let the server come up and take some load, then kill it at a random moment
-        std::thread::sleep(Duration::from_millis(60 + rng_state % 120));
+        std::thread::sleep(Duration::from_millis(pause_ms + rng_state % jitter_ms));
         server.kill().unwrap();
         server.wait().unwrap();
-        server = start_server(dir.path(), &sock);
+        server = start_server(dir.path(), &ep);
     }
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     let reconnects: u64 = clients.into_iter().map(|h| h.join().unwrap()).sum();
     // Check every key against a fresh connection to the last server.
-    let tr = ShmTransport::new().unwrap();
+    let tr = make().unwrap();
     let mut c = connect(&tr, &ep, Instant::now() + Duration::from_secs(20)).expect("server comes back");
     let m = model.lock().unwrap();
     let mut checked = 0;

@@ -1,5 +1,8 @@
 //! The key-value conformance suite: every protocol over every software transport, with
-//! a real server in-process, plus `boomctl serve` as a child process.
+//! a real server in-process, plus `boomctl serve` as a child process. With the `rdma`
+//! feature the same suite runs over verbs too (module `verbs`, ignored unless run with
+//! `--ignored` where `BOOMKV_RDMA_DEVICE` names a device; `ci/check-rdma-vm.sh` runs it on
+//! soft-RoCE in a VM).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -53,6 +56,17 @@ impl Backend for ShmTransport {
     }
     fn listen_at(dir: &Path) -> Endpoint {
         Endpoint::Shm(dir.join(format!("s{}.sock", rand_suffix())))
+    }
+}
+
+#[cfg(feature = "rdma")]
+impl Backend for boomkv::transport::VerbsTransport {
+    fn make() -> Self {
+        boomkv::transport::VerbsTransport::from_env().expect("open the RDMA device named by BOOMKV_RDMA_DEVICE")
+    }
+    fn listen_at(_: &Path) -> Endpoint {
+        // The handshake goes over loopback TCP; the queue pairs use the device's GID.
+        Endpoint::Verbs("127.0.0.1:0".into())
     }
 }
 
@@ -264,46 +278,62 @@ fn short_lived_clients_do_not_fill_the_pool<T: Backend>() {
 
 macro_rules! suite {
     ($m:ident, $t:ty) => {
+        suite!(
+            #[cfg(all())]
+            $m,
+            $t
+        );
+    };
+    (#[$attr:meta] $m:ident, $t:ty) => {
         mod $m {
             use super::*;
             #[test]
+            #[$attr]
             fn boom_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::Boom)
             }
             #[test]
+            #[$attr]
             fn rdmp_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::Rdmp)
             }
             #[test]
+            #[$attr]
             fn rpc_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::Rpc)
             }
             #[test]
+            #[$attr]
             fn many_clients_all_protocols() {
                 for p in Protocol::ALL {
                     many_clients_and_same_key::<$t>(p, 1, false);
                 }
             }
             #[test]
+            #[$attr]
             fn coop_writeback_on_and_off_agree() {
                 many_clients_and_same_key::<$t>(Protocol::Boom, 2, true);
                 many_clients_and_same_key::<$t>(Protocol::Boom, 2, false);
             }
             #[test]
+            #[$attr]
             fn round_trip_counts_per_protocol() {
                 for p in Protocol::ALL {
                     round_trip_counts::<$t>(p);
                 }
             }
             #[test]
+            #[$attr]
             fn hybrid_update_decisions() {
                 hybrid_updates::<$t>()
             }
             #[test]
+            #[$attr]
             fn short_lived_clients() {
                 short_lived_clients_do_not_fill_the_pool::<$t>()
             }
             #[test]
+            #[$attr]
             fn pool_full() {
                 for p in Protocol::ALL {
                     pool_full_keeps_serving_gets::<$t>(p);
@@ -315,3 +345,9 @@ macro_rules! suite {
 
 suite!(tcp, TcpTransport);
 suite!(shm, ShmTransport);
+#[cfg(feature = "rdma")]
+suite!(
+    #[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (ci/rdma-vm.sh)"]
+    verbs,
+    boomkv::transport::VerbsTransport
+);

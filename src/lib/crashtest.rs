@@ -174,7 +174,8 @@ pub fn run_iteration<T: Transport>(
     let pool = Arc::new(pool);
     let listen = match backend {
         Backend::Shm => Endpoint::Shm(dir.join(format!("crash-{seed}.sock"))),
-        _ => Endpoint::parse("127.0.0.1:0")?,
+        Backend::Verbs => Endpoint::Verbs("127.0.0.1:0".into()),
+        Backend::Tcp => Endpoint::parse("127.0.0.1:0")?,
     };
     let cfg = ServerConfig {
         workers: rng.gen_range(1..=2),

@@ -8,12 +8,23 @@ use boomkv::transport::Backend;
 
 /// Measure the transport floor: WRITE, WRITE_WITH_IMM + reply, SEND/RECV and READ
 /// latency and WRITE message rate of each backend, next to a cross-core cache-line
-/// ping-pong and a plain TCP ping-pong measured in the same run.
+/// ping-pong (shm), a plain TCP ping-pong (tcp) or perftest on the same device (verbs)
+/// measured in the same run.
 #[derive(clap::Args, Debug)]
 pub struct BenchTransportArgs {
-    /// Backend to measure: shm, tcp, or all.
+    /// Backend to measure: shm, tcp, verbs, or all (shm and tcp). verbs uses the device
+    /// of $BOOMKV_RDMA_DEVICE (else the first), with perftest's ib_write_lat,
+    /// ib_send_lat and ib_read_lat on the same device as its baselines.
     #[arg(long, default_value = "all")]
     pub transport: String,
+    /// verbs: also measure with each of the RDMA design guidelines' optimizations off
+    /// (inline, selective signaling, doorbell batching, batched receive refill), in the
+    /// same run.
+    #[arg(long)]
+    pub tuning_off: bool,
+    /// verbs: skip the perftest baselines.
+    #[arg(long)]
+    pub no_perftest: bool,
     /// Message sizes in bytes, comma separated; a k suffix means KiB.
     #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512,1k,2k,4k,8k,16k")]
     pub sizes: Vec<String>,
@@ -49,8 +60,8 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
     let backends = match args.transport.to_ascii_lowercase().as_str() {
         "all" => vec![Backend::Shm, Backend::Tcp],
         other => match other.parse::<Backend>()? {
-            Backend::Verbs => {
-                bail!("--transport verbs: bench-transport does not measure the verbs backend yet (use shm, tcp or all)")
+            Backend::Verbs if !cfg!(feature = "rdma") => {
+                bail!("--transport verbs: this boomctl was built without RDMA support (--features rdma)")
             }
             b => vec![b],
         },
@@ -66,6 +77,8 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
         warmup: args.warmup,
         pin: !args.no_pin,
         socket_dir: std::env::temp_dir(),
+        perftest: !args.no_perftest,
+        verbs_tuning_off: args.tuning_off,
     };
     let mut out = std::io::stdout().lock();
     let report = floor::run(&opts, &mut out).context("transport floor benchmark")?;

@@ -93,8 +93,9 @@ pub struct SweepArgs {
     /// Worker threads of the embedded servers.
     #[arg(long, value_name = "N")]
     workers: Option<String>,
-    /// Transport of the embedded servers: shm (default) or tcp.
-    #[arg(long, value_name = "shm|tcp")]
+    /// Transport of the embedded servers: shm (default), tcp, or verbs (feature `rdma`;
+    /// device from $BOOMKV_RDMA_DEVICE).
+    #[arg(long, value_name = "shm|tcp|verbs")]
     transport: Option<Backend>,
     /// Drive a running server (shm:/path, host:port) instead of embedded ones.
     #[arg(long, value_name = "ADDR")]
@@ -161,8 +162,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         None => None,
     };
     let backend = a.transport.or(file.transport).unwrap_or(Backend::Shm);
-    if backend == Backend::Verbs && server.is_none() {
-        bail!("--transport verbs: sweeps run embedded servers over shm or tcp");
+    if backend == Backend::Verbs && !cfg!(feature = "rdma") {
+        bail!("--transport verbs: this boomctl was built without RDMA support (--features rdma)");
     }
     let mut o = SweepOptions::new(presets, a.out.clone().unwrap_or_else(sweep::default_out_dir));
     o.quick = a.quick || file.quick.unwrap_or(false);

@@ -139,7 +139,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "ADDR")]
     pub server: Option<String>,
     /// Transport: with --server, if the address does not say; embedded: which one to use.
-    #[arg(long, value_name = "shm|tcp")]
+    #[arg(long, value_name = "shm|tcp|verbs")]
     pub transport: Option<Backend>,
     /// Protocol: boom, rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
@@ -243,7 +243,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "ADDR")]
     server: String,
     /// Transport, if the address does not say.
-    #[arg(long, value_name = "shm|tcp")]
+    #[arg(long, value_name = "shm|tcp|verbs")]
     transport: Option<Backend>,
     /// Protocol.
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]

@@ -81,7 +81,8 @@ impl<T: Transport> Embedded<T> {
         let listen = match backend {
             Backend::Shm => Endpoint::Shm(dir.path().join("boomkv.sock")),
             Backend::Tcp => Endpoint::parse("127.0.0.1:0")?,
-            Backend::Verbs => return Err(Error::invalid("an embedded server runs over shm or tcp, not verbs")),
+            // The handshake listens on loopback TCP; the queue pairs use the device's GID.
+            Backend::Verbs => Endpoint::Verbs("127.0.0.1:0".into()),
         };
         let server = Server::start(t, Arc::new(pool), &[listen], o.server.clone())?;
         let ep = server.endpoints()[0].clone();

@@ -18,6 +18,15 @@
 //! WRITE_WITH_IMM + reply median at most 3x the cache-line ping-pong median, and the tcp
 //! 64 B round-trip medians at most 1.5x the plain TCP median.
 //!
+//! Over verbs (feature `rdma`) the baselines are perftest's own `ib_write_lat`,
+//! `ib_send_lat` and `ib_read_lat` on the same device in the same run (when perftest is
+//! installed), and with [`FloorOptions::verbs_tuning_off`] the verbs backend is measured
+//! again with each of the design guidelines' optimizations off
+//! (`transport::verbs::VerbsTuning`, feature `rdma`), rows `verbs-no-<switch>`. The
+//! message-rate test posts its WRITEs in groups of [`RATE_BATCH`] through
+//! [`QueuePair::post_write_batch`], and the server refills its receives in groups of
+//! [`RECV_REFILL`] through [`QueuePair::post_recv_batch`], after its reply.
+//!
 //! Latencies are printed like perftest (`#bytes #iterations t_min t_max t_typical t_avg
 //! t_stdev 99% 99.9%`, microseconds, `t_typical` the median) and can be written as CSV.
 
@@ -32,7 +41,7 @@ use super::LatencySummary;
 use crate::error::{Error, Result};
 use crate::transport::{
     Access, Backend, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, RemoteRegion, ShmTransport,
-    TcpTransport, Transport, WcOpcode,
+    TcpTransport, Transport, WcOpcode, WriteWr,
 };
 
 /// Size of the server's reply to a WRITE_WITH_IMM.
@@ -43,6 +52,11 @@ pub const DEFAULT_SIZES: [usize; 10] = [32, 64, 128, 256, 512, 1024, 2048, 4096,
 pub const SHM_LIMIT: f64 = 3.0;
 /// Limit of the tcp check: round trip p50 over plain TCP ping-pong p50.
 pub const TCP_LIMIT: f64 = 1.5;
+
+/// WRITEs posted together by the message-rate test.
+pub const RATE_BATCH: usize = 16;
+/// Receives the benchmark server refills together.
+pub const RECV_REFILL: usize = 16;
 
 const STOP: u32 = u32::MAX;
 const RATE_ROUNDS: usize = 5;
@@ -64,6 +78,10 @@ pub struct FloorOptions {
     pub pin: bool,
     /// Directory for the shm backend's Unix socket.
     pub socket_dir: PathBuf,
+    /// Verbs: run perftest's latency tools on the same device as baselines.
+    pub perftest: bool,
+    /// Verbs: also measure with each guideline optimization off, in the same run.
+    pub verbs_tuning_off: bool,
 }
 
 impl Default for FloorOptions {
@@ -75,6 +93,8 @@ impl Default for FloorOptions {
             warmup: 1_000,
             pin: true,
             socket_dir: std::env::temp_dir(),
+            perftest: true,
+            verbs_tuning_off: false,
         }
     }
 }
@@ -99,6 +119,12 @@ pub enum FloorTest {
     TcpPingPong,
     /// TCP request/reply over loopback with both sides busy-polling non-blocking sockets.
     TcpBusyPingPong,
+    /// perftest `ib_write_lat` on the same RDMA device.
+    IbWriteLat,
+    /// perftest `ib_send_lat` on the same RDMA device.
+    IbSendLat,
+    /// perftest `ib_read_lat` on the same RDMA device.
+    IbReadLat,
 }
 
 impl FloorTest {
@@ -113,6 +139,9 @@ impl FloorTest {
             FloorTest::CacheLinePingPong => "cacheline_pingpong",
             FloorTest::TcpPingPong => "tcp_pingpong",
             FloorTest::TcpBusyPingPong => "tcp_busy_pingpong",
+            FloorTest::IbWriteLat => "ib_write_lat",
+            FloorTest::IbSendLat => "ib_send_lat",
+            FloorTest::IbReadLat => "ib_read_lat",
         }
     }
 
@@ -130,6 +159,9 @@ impl FloorTest {
             FloorTest::TcpBusyPingPong => {
                 "TCP request/reply over loopback, both sides busy-polling non-blocking sockets (informational), round trip"
             }
+            FloorTest::IbWriteLat => "perftest ib_write_lat, same device (WRITE ping-pong; perftest reports half the round trip)",
+            FloorTest::IbSendLat => "perftest ib_send_lat, same device (SEND ping-pong; perftest reports half the round trip)",
+            FloorTest::IbReadLat => "perftest ib_read_lat, same device (READ, post to completion)",
         }
     }
 }
@@ -137,7 +169,8 @@ impl FloorTest {
 /// One latency series.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct LatencyRow {
-    /// `shm`, `tcp`, or `baseline`.
+    /// `shm`, `tcp`, `verbs` (`verbs-no-<switch>` with an optimization off), or
+    /// `baseline`.
     pub backend: String,
     /// What was measured.
     pub test: FloorTest,
@@ -483,7 +516,7 @@ pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
                 let ep = Endpoint::parse("tcp://127.0.0.1:0")?;
                 run_backend(TcpTransport::new()?, TcpTransport::new()?, &ep, opts, &sizes, out, &mut report)?;
             }
-            Backend::Verbs => return Err(Error::invalid("the verbs backend is not built yet")),
+            Backend::Verbs => run_verbs(opts, &sizes, out, &mut report)?,
         }
     }
     // The checks.
@@ -541,6 +574,150 @@ pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
     Ok(report)
 }
 
+/// The verbs rows: perftest on the same device, the backend with every optimization on,
+/// and (when asked) with each one off.
+#[cfg(feature = "rdma")]
+fn run_verbs(opts: &FloorOptions, sizes: &[usize], out: &mut dyn Write, report: &mut FloorReport) -> Result<()> {
+    use crate::transport::{VerbsConfig, VerbsTransport, VerbsTuning};
+    let mut base = VerbsConfig::from_env()?;
+    // perftest polls its completion queue without pause; so do both ends here, or the
+    // rows would measure how fast a parked thread wakes up (milliseconds under an
+    // emulator), not the transport.
+    base.transport.spin = WAIT;
+    let probe = VerbsTransport::new(base.clone())?;
+    if opts.perftest {
+        let (dev, gid) = (probe.device_name().to_string(), probe.gid_index());
+        for (test, tool) in [
+            (FloorTest::IbWriteLat, "ib_write_lat"),
+            (FloorTest::IbSendLat, "ib_send_lat"),
+            (FloorTest::IbReadLat, "ib_read_lat"),
+        ] {
+            print_header(out, "baseline", test)?;
+            for &bytes in sizes {
+                match perftest_latency(tool, &dev, gid, bytes, opts.iters) {
+                    Ok(s) => {
+                        print_row(out, bytes, &s)?;
+                        report.latency.push(LatencyRow { backend: "baseline".into(), test, bytes, summary: s });
+                    }
+                    Err(e) => {
+                        writeln!(out, " {bytes:<10} not measured: {e}")
+                            .map_err(|e| Error::io("writing the report", e))?;
+                    }
+                }
+            }
+        }
+    }
+    drop(probe);
+    let mut variants = vec![("verbs".to_string(), VerbsTuning::default())];
+    if opts.verbs_tuning_off {
+        let all = VerbsTuning::default();
+        variants.push(("verbs-no-inline".into(), VerbsTuning { inline: false, ..all }));
+        variants.push(("verbs-no-selective-signaling".into(), VerbsTuning { selective_signaling: false, ..all }));
+        variants.push(("verbs-no-doorbell-batching".into(), VerbsTuning { doorbell_batching: false, ..all }));
+        variants.push(("verbs-no-batched-recv".into(), VerbsTuning { batched_recv: false, ..all }));
+        variants.push(("verbs-none".into(), VerbsTuning::NONE));
+    }
+    for (name, tuning) in variants {
+        let cfg = VerbsConfig { tuning, ..base.clone() };
+        let ep = Endpoint::Verbs("127.0.0.1:0".into());
+        run_backend_as(
+            &name,
+            VerbsTransport::new(cfg.clone())?,
+            VerbsTransport::new(cfg)?,
+            &ep,
+            opts,
+            sizes,
+            out,
+            report,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "rdma"))]
+fn run_verbs(_: &FloorOptions, _: &[usize], _: &mut dyn Write, _: &mut FloorReport) -> Result<()> {
+    Err(Error::invalid("this build has no verbs backend (build with --features rdma)"))
+}
+
+/// One perftest latency run (`tool` is `ib_write_lat`, `ib_send_lat` or `ib_read_lat`)
+/// of `bytes` on `device`: its server and client as child processes on this host,
+/// talking over loopback TCP for their own handshake, bounded in time.
+pub fn perftest_latency(
+    tool: &str,
+    device: &str,
+    gid_index: Option<u8>,
+    bytes: usize,
+    iters: usize,
+) -> Result<LatencySummary> {
+    use std::process::{Command, Stdio};
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::io("choosing a port for perftest", e))?
+        .port();
+    let args = |cmd: &mut Command| {
+        cmd.args(["-d", device, "-s", &bytes.to_string(), "-n", &iters.max(5).to_string(), "-F"])
+            .args(["-p", &port.to_string()]);
+        if let Some(g) = gid_index {
+            cmd.args(["-x", &g.to_string()]);
+        }
+    };
+    let mut server = Command::new(tool);
+    args(&mut server);
+    let mut server = server
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io(format!("{tool} (is perftest installed?)"), e))?;
+    let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_millis(iters as u64);
+    let result = (|| {
+        loop {
+            let mut client = Command::new(tool);
+            args(&mut client);
+            let outp = client
+                .arg("127.0.0.1")
+                .stderr(Stdio::piped())
+                .output()
+                .map_err(|e| Error::io(format!("running {tool}"), e))?;
+            let text = String::from_utf8_lossy(&outp.stdout);
+            if outp.status.success() {
+                return parse_perftest(&text, iters)
+                    .ok_or_else(|| Error::Transport(format!("{tool}: no finite result in its output")));
+            }
+            // The server may not listen yet: try again while it runs.
+            let server_gone = server.try_wait().ok().flatten().is_some();
+            if server_gone || Instant::now() > deadline {
+                let err = String::from_utf8_lossy(&outp.stderr);
+                let why = err.lines().chain(text.lines()).rfind(|l| !l.trim().is_empty()).unwrap_or("failed");
+                return Err(Error::Transport(format!("{tool}: {}", why.trim())));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })();
+    let _ = server.kill();
+    let _ = server.wait();
+    result
+}
+
+/// The result row of a perftest latency tool (`#bytes #iterations t_min t_max
+/// t_typical t_avg t_stdev 99% 99.9%`, microseconds).
+fn parse_perftest(text: &str, iters: usize) -> Option<LatencySummary> {
+    let mut lines = text.lines().skip_while(|l| !l.contains("t_typical"));
+    lines.next()?;
+    let row = lines.find(|l| !l.trim().is_empty())?;
+    let v: Vec<f64> = row.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // perftest prints "inf" when its cycle counter misbehaved (seen under an emulator).
+    (v.len() >= 9 && v[..9].iter().all(|x| x.is_finite())).then(|| LatencySummary {
+        count: (v[1] as usize).min(iters.max(5)),
+        min: v[2],
+        max: v[3],
+        median: v[4],
+        avg: v[5],
+        stdev: v[6],
+        p99: v[7],
+        p999: v[8],
+    })
+}
+
 /// The server half: answers WRITE_WITH_IMM with a `imm`-byte SEND and a SEND with a
 /// SEND of the same length, until the client sends the stop immediate or leaves.
 fn serve<T: Transport>(t: T, listener: T::Listener, max: usize, pin_thread: bool) -> Result<()> {
@@ -555,6 +732,7 @@ fn serve<T: Transport>(t: T, listener: T::Listener, max: usize, pin_thread: bool
     }
     let mut sent = 0u64;
     let mut done = Vec::new();
+    let mut refill = Vec::with_capacity(RECV_REFILL);
     loop {
         let c = rcq.wait(WAIT)?;
         if !c.status.is_ok() {
@@ -566,9 +744,14 @@ fn serve<T: Transport>(t: T, listener: T::Listener, max: usize, pin_thread: bool
             WcOpcode::RecvWithImm => c.imm.unwrap_or(0),
             _ => c.byte_len,
         };
-        qp.post_recv(c.wr_id, &recv, c.wr_id * max as u64, max as u32)?;
         qp.post_send(sent, &send, 0, reply.min(max as u32))?;
         sent += 1;
+        // Receives come back in groups, after the reply (RECV_SLOTS leaves room).
+        refill.push((c.wr_id, c.wr_id * max as u64, max as u32));
+        if refill.len() >= RECV_REFILL {
+            qp.post_recv_batch(&recv, &refill)?;
+            refill.clear();
+        }
         done.clear();
         scq.poll(&mut done, 64);
         if let Some(bad) = done.iter().find(|c| !c.status.is_ok()) {
@@ -584,6 +767,8 @@ struct Client<'a, T: Transport> {
     local: T::Mr,
     remote: RemoteRegion,
     max: usize,
+    /// Signaled WRITEs in flight at most in the message-rate test.
+    window: usize,
     scratch: &'a mut Vec<crate::transport::Completion>,
 }
 
@@ -640,13 +825,25 @@ impl<T: Transport> Client<'_, T> {
         let r = self.remote;
         let t0 = Instant::now();
         let mut outstanding = 0usize;
-        for i in 0..n {
-            let signaled = i % 64 == 63 || i + 1 == n;
-            self.qp.post_write(i as u64, &self.local, 0, bytes, r.addr, r.rkey, signaled)?;
-            if signaled {
-                outstanding += 1;
+        let mut batch = Vec::with_capacity(RATE_BATCH);
+        let mut i = 0;
+        while i < n {
+            batch.clear();
+            while batch.len() < RATE_BATCH && i < n {
+                let signaled = i % 64 == 63 || i + 1 == n;
+                batch.push(WriteWr {
+                    wr_id: i as u64,
+                    off: 0,
+                    len: bytes,
+                    remote_addr: r.addr,
+                    rkey: r.rkey,
+                    signaled,
+                });
+                outstanding += signaled as usize;
+                i += 1;
             }
-            while outstanding > 16 {
+            self.qp.post_write_batch(&self.local, &batch)?;
+            while outstanding > self.window {
                 self.scq.wait(WAIT)?.ok("WRITE")?;
                 outstanding -= 1;
             }
@@ -668,8 +865,26 @@ fn run_backend<T: Transport>(
     out: &mut dyn Write,
     report: &mut FloorReport,
 ) -> Result<()> {
-    let _restore = AffinityGuard::save();
     let name = server_t.backend().to_string();
+    run_backend_as(&name, server_t, client_t, ep, opts, sizes, out, report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_backend_as<T: Transport>(
+    name: &str,
+    server_t: T,
+    client_t: T,
+    ep: &Endpoint,
+    opts: &FloorOptions,
+    sizes: &[usize],
+    out: &mut dyn Write,
+    report: &mut FloorReport,
+) -> Result<()> {
+    let _restore = AffinityGuard::save();
+    let name = name.to_string();
+    // Signaled WRITEs the message-rate test keeps in flight: each stands for 64
+    // requests in the send queue (one in 64 is signaled).
+    let window = (client_t.config().sq_depth.min(256) as usize / 64).saturating_sub(1).clamp(1, 16);
     let max = sizes.iter().copied().max().unwrap_or(64).max(REPLY_BYTES as usize);
     let listener = server_t.listen(ep)?;
     let lep = listener.endpoint();
@@ -685,7 +900,7 @@ fn run_backend<T: Transport>(
     let (qp, private) = client_t.connect(&lep, &scq, &rcq, b"floor", WAIT)?;
     let remote = RemoteRegion::from_bytes(&private)?;
     let mut scratch = Vec::with_capacity(256);
-    let mut c = Client::<T> { qp, scq, rcq, local, remote, max, scratch: &mut scratch };
+    let mut c = Client::<T> { qp, scq, rcq, local, remote, max, window, scratch: &mut scratch };
     let result = (|| -> Result<()> {
         for test in [FloorTest::Write, FloorTest::WriteImmReply, FloorTest::SendRecv, FloorTest::Read] {
             print_header(out, &name, test)?;
@@ -763,6 +978,20 @@ mod tests {
         let csv = String::from_utf8(csv).unwrap();
         assert_eq!(csv.lines().count(), 1 + r.latency.len() + r.rates.len());
         assert!(csv.lines().all(|l| l.split(',').count() == 13), "{csv}");
+    }
+
+    #[test]
+    fn perftest_output_is_parsed() {
+        let text = "\n---------------------------------------------------------------------------------------\n \
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n \
+ 2       1000          10.53          118.32       16.04               17.21          5.01            38.70                  118.32     \n\
+---------------------------------------------------------------------------------------\n";
+        let s = parse_perftest(text, 1000).unwrap();
+        assert_eq!((s.count, s.min, s.median, s.avg, s.p999), (1000, 10.53, 16.04, 17.21, 118.32));
+        assert!(parse_perftest("Couldn't connect to 127.0.0.1:18515\n", 10).is_none());
+        assert!(parse_perftest(" #bytes #iterations t_min t_typical\n 2 1000 abc\n", 10).is_none());
+        let inf = " #bytes #iterations t_min t_max t_typical\n 64 2000 inf inf inf inf NaN inf inf\n";
+        assert!(parse_perftest(inf, 2000).is_none(), "perftest's inf row is no measurement");
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub use region::Mr;
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
 #[cfg(feature = "rdma")]
-pub use verbs::{VerbsConfig, VerbsTransport};
+pub use verbs::{VerbsConfig, VerbsTransport, VerbsTuning};
 
 /// Version of the transports' own handshake and framing. Peers must agree exactly.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -333,6 +333,24 @@ impl fmt::Debug for Access {
         }
         f.write_str(&parts.join("|"))
     }
+}
+
+/// One WRITE of [`QueuePair::post_write_batch`]: `len` bytes at `off` of the batch's
+/// region to `remote_addr` under `rkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteWr {
+    /// Reported in the completion.
+    pub wr_id: u64,
+    /// Offset in the local region.
+    pub off: u64,
+    /// Bytes.
+    pub len: u32,
+    /// Target address at the peer.
+    pub remote_addr: u64,
+    /// The target region's rkey.
+    pub rkey: u32,
+    /// Complete locally (unsignaled writes complete only when they fail).
+    pub signaled: bool,
 }
 
 /// What a peer needs to reach a region with one-sided operations.
@@ -746,6 +764,24 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
     /// READs `len` bytes from the peer's `remote_addr` under `rkey` into `off` of `mr`
     /// (needs [`Access::LOCAL_WRITE`]).
     fn post_read(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()>;
+    /// WRITEs that go out together, each like [`QueuePair::post_write`]. A backend may
+    /// hand them to the device at once (verbs: one chained `ibv_post_send`, one
+    /// doorbell); the default posts them one by one.
+    fn post_write_batch(&self, mr: &Self::Mr, wrs: &[WriteWr]) -> Result<()> {
+        for w in wrs {
+            self.post_write(w.wr_id, mr, w.off, w.len, w.remote_addr, w.rkey, w.signaled)?;
+        }
+        Ok(())
+    }
+    /// Receive buffers `(wr_id, off, len)` of `mr`, each like [`QueuePair::post_recv`].
+    /// A backend may post them at once (verbs: one chained `ibv_post_recv`); the default
+    /// posts them one by one.
+    fn post_recv_batch(&self, mr: &Self::Mr, bufs: &[(u64, u64, u32)]) -> Result<()> {
+        for &(wr_id, off, len) in bufs {
+            self.post_recv(wr_id, mr, off, len)?;
+        }
+        Ok(())
+    }
 
     /// True once the connection is in the error state (posts then return errors).
     fn is_error(&self) -> bool;

@@ -320,9 +320,17 @@ macro_rules! on_target {
                 let $t = TcpTransport::new()?;
                 on_target!(@inner o, $eo, $t, $ep, $body)
             }
+            #[cfg(feature = "rdma")]
             Backend::Verbs => {
-                Err(SweepError::Invalid("sweeps run over shm or tcp (the verbs backend is not built)".into()))
+                // Device, port and GID index from BOOMKV_RDMA_DEVICE, _PORT, _GID_INDEX.
+                let $t = crate::transport::VerbsTransport::from_env()?;
+                let r: Result<_> = on_target!(@inner o, $eo, $t, $ep, $body);
+                r
             }
+            #[cfg(not(feature = "rdma"))]
+            Backend::Verbs => Err(SweepError::Invalid(
+                "--transport verbs: this build has no verbs backend (build with --features rdma)".into(),
+            )),
         }
     }};
     (@inner $o:ident, $eo:expr, $t:ident, $ep:ident, $body:expr) => {{
@@ -617,6 +625,9 @@ impl<'a> Context<'a> {
                 // Pinning would pin this thread, and so every later run's threads.
                 pin: false,
                 socket_dir: self.o.pmem_dir.clone().unwrap_or_else(std::env::temp_dir),
+                // The sweep needs the backend's own rows only.
+                perftest: false,
+                verbs_tuning_off: false,
             };
             let r = floor::run(&fo, &mut std::io::sink())?;
             self.floors.insert(backend, r);

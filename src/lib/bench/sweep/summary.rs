@@ -125,6 +125,14 @@ pub fn summarize(preset: Preset, t: &Table, dir: &Path) -> Result<Summary> {
         b.para("no results.");
         return Ok(b.done());
     }
+    // SETUP.md names the CPU; an emulated one (QEMU TCG, e.g. soft-RoCE in
+    // ci/rdma-vm.sh) says what kind of figures these are.
+    if std::fs::read_to_string(dir.join("SETUP.md")).is_ok_and(|s| s.contains("QEMU TCG")) {
+        b.para(
+            "Measured in a QEMU TCG guest: an emulator's figures. Compare protocols with each other in this run, \
+             never with hardware.",
+        );
+    }
     match preset {
         Preset::Transport => transport(t, &mut b)?,
         Preset::Latency => latency(t, &mut b, dir)?,
@@ -297,6 +305,29 @@ fn latency(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
             t.str(i, "transport")?
         ));
     }
+    // BOOM-KV's saving over RDMP-KV (the metadata round trip it removes), with an
+    // interval from the runs' own latency logs.
+    for &size in &sizes {
+        for (op, phase, tag) in [(Op::Put, "put", "INSERT"), (Op::Get, "get", "READ")] {
+            let (Some(bm), Some(xm)) =
+                (median_interval(dir, "boom", size, phase, tag), median_interval(dir, "rdmp", size, phase, tag))
+            else {
+                continue;
+            };
+            b.line(&format!(
+                "{} {}: RDMP-KV's median minus BOOM-KV's (the metadata round trip BOOM-KV removes) is {} us, 95% \
+                 interval [{}, {}] us (each median's distribution-free 95% interval from the latency logs, {} and {} \
+                 operations; the difference's interval from their ends).",
+                size_label(size),
+                op.name(),
+                us(xm.1 - bm.1),
+                us(xm.0 - bm.2),
+                us(xm.2 - bm.0),
+                bm.3,
+                xm.3
+            ));
+        }
+    }
     let path = dir.join("latency-compare.csv");
     let bytes = compare.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
     std::fs::write(&path, bytes).map_err(io_err(&path))?;
@@ -316,6 +347,22 @@ fn latency(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
         b.line(&s);
     }
     Ok(())
+}
+
+/// `(low, median, high, samples)` in microseconds of the `tag` latencies in a latency
+/// point's log: the median with its distribution-free 95% interval (the order
+/// statistics at n/2 -/+ 0.98 sqrt(n)). `None` without a log or with under 10 samples.
+fn median_interval(dir: &Path, protocol: &str, size: u64, phase: &str, tag: &str) -> Option<(f64, f64, f64, u64)> {
+    let path = dir.join(format!("latency-{protocol}-{size}.{phase}.hlog"));
+    let run = crate::bench::hlog::merge_hlog_files(&[path]).ok()?;
+    let h = run.measurements.get(tag)?.histogram();
+    let n = h.len();
+    if n < 10 {
+        return None;
+    }
+    let half = 0.98 / (n as f64).sqrt();
+    let q = |p: f64| h.value_at_quantile(p.clamp(0.0, 1.0)) as f64 / 1000.0;
+    Some((q(0.5 - half), q(0.5), q(0.5 + half), n))
 }
 
 /// Why a latency target is missed on this machine, from the measured breakdown.
@@ -756,4 +803,39 @@ fn threads(t: &Table, b: &mut Builder) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::median_interval;
+    use crate::bench::hlog::HlogWriter;
+    use crate::bench::measure::new_histogram;
+
+    #[test]
+    fn median_interval_from_a_latency_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, n: u64| {
+            let mut h = new_histogram();
+            // 1..=n microseconds, in nanoseconds.
+            for i in 1..=n {
+                h.record(i * 1000).unwrap();
+            }
+            let start = SystemTime::now();
+            let mut w = HlogWriter::create(&dir.path().join(name), start).unwrap();
+            w.write_histogram("READ", &h, start, Duration::from_secs(1)).unwrap();
+        };
+        write("latency-boom-32.get.hlog", 10_000);
+        let (lo, med, hi, n) = median_interval(dir.path(), "boom", 32, "get", "READ").unwrap();
+        assert_eq!(n, 10_000);
+        assert!((med - 5000.0).abs() < 10.0, "{med}");
+        // n/2 -/+ 0.98 sqrt(n) = 5000 -/+ 98 ranks: about 4902 and 5098 us.
+        assert!((lo - 4902.0).abs() < 10.0 && (hi - 5098.0).abs() < 10.0, "[{lo}, {hi}]");
+        // Too few samples, another tag, or no log: no interval.
+        write("latency-rdmp-32.get.hlog", 5);
+        assert!(median_interval(dir.path(), "rdmp", 32, "get", "READ").is_none());
+        assert!(median_interval(dir.path(), "boom", 32, "get", "INSERT").is_none());
+        assert!(median_interval(dir.path(), "rpc", 32, "get", "READ").is_none());
+    }
 }

@@ -315,6 +315,47 @@ pub fn wc_status(code: u32) -> WcStatus {
     }
 }
 
+/// What the backend does about an asynchronous device event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncAction {
+    /// A queue pair is broken: move it to the error state (that connection closes).
+    FailQp,
+    /// The device is gone: every queue pair of the context fails.
+    FailAll,
+    /// Worth a log line (port changes, completion-queue errors).
+    Log,
+    /// Routine (connection established, last WQE reached, SQ drained).
+    Ignore,
+}
+
+/// The name of an `ibv_event_type` and what to do about it.
+pub fn async_event(kind: u32) -> (&'static str, AsyncAction) {
+    use AsyncAction::*;
+    match kind {
+        0 => ("IBV_EVENT_CQ_ERR", Log),
+        1 => ("IBV_EVENT_QP_FATAL", FailQp),
+        2 => ("IBV_EVENT_QP_REQ_ERR", FailQp),
+        3 => ("IBV_EVENT_QP_ACCESS_ERR", FailQp),
+        4 => ("IBV_EVENT_COMM_EST", Ignore),
+        5 => ("IBV_EVENT_SQ_DRAINED", Ignore),
+        6 => ("IBV_EVENT_PATH_MIG", Log),
+        7 => ("IBV_EVENT_PATH_MIG_ERR", FailQp),
+        8 => ("IBV_EVENT_DEVICE_FATAL", FailAll),
+        9 => ("IBV_EVENT_PORT_ACTIVE", Log),
+        10 => ("IBV_EVENT_PORT_ERR", Log),
+        11 => ("IBV_EVENT_LID_CHANGE", Log),
+        12 => ("IBV_EVENT_PKEY_CHANGE", Log),
+        13 => ("IBV_EVENT_SM_CHANGE", Log),
+        14 => ("IBV_EVENT_SRQ_ERR", Log),
+        15 => ("IBV_EVENT_SRQ_LIMIT_REACHED", Ignore),
+        16 => ("IBV_EVENT_QP_LAST_WQE_REACHED", Ignore),
+        17 => ("IBV_EVENT_CLIENT_REREGISTER", Log),
+        18 => ("IBV_EVENT_GID_CHANGE", Log),
+        19 => ("IBV_EVENT_WQ_FATAL", Log),
+        _ => ("unknown ibv_event_type", Log),
+    }
+}
+
 /// The verbs name of an `ibv_wc_status`, for error reasons.
 pub fn wc_status_name(code: u32) -> &'static str {
     use ibv_wc_status::*;
@@ -561,5 +602,27 @@ mod tests {
         assert!(e.starts_with("transport: no RDMA device found; use --transport shm or tcp"), "{e}");
         assert!(e.contains("ibv_get_device_list: Function not implemented (errno 38)"), "{e}");
         assert_eq!(no_device_error(None).to_string(), "transport: no RDMA device found; use --transport shm or tcp");
+    }
+
+    #[test]
+    fn async_events_fail_only_what_they_name() {
+        for (kind, action) in [
+            (1, AsyncAction::FailQp),
+            (2, AsyncAction::FailQp),
+            (3, AsyncAction::FailQp),
+            (7, AsyncAction::FailQp),
+            (8, AsyncAction::FailAll),
+            (0, AsyncAction::Log),
+            (10, AsyncAction::Log),
+            (9, AsyncAction::Log),
+            (4, AsyncAction::Ignore),
+            (16, AsyncAction::Ignore),
+            (9999, AsyncAction::Log),
+        ] {
+            assert_eq!(async_event(kind).1, action, "{kind}");
+        }
+        assert_eq!(async_event(1).0, "IBV_EVENT_QP_FATAL");
+        assert_eq!(async_event(10).0, "IBV_EVENT_PORT_ERR");
+        assert_eq!(async_event(12345).0, "unknown ibv_event_type");
     }
 }

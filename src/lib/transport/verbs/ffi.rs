@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_sys::{
-    ___ibv_query_port, ibv_access_flags, ibv_ack_cq_events, ibv_alloc_pd, ibv_close_device, ibv_comp_channel,
-    ibv_context, ibv_cq, ibv_create_comp_channel, ibv_create_cq, ibv_create_qp, ibv_dealloc_pd, ibv_dereg_mr,
-    ibv_destroy_comp_channel, ibv_destroy_cq, ibv_destroy_qp, ibv_device, ibv_device_attr, ibv_free_device_list,
-    ibv_get_cq_event, ibv_get_device_list, ibv_get_device_name, ibv_gid, ibv_modify_qp, ibv_mr, ibv_open_device,
-    ibv_pd, ibv_poll_cq, ibv_port_attr, ibv_post_recv, ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask,
-    ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_device, ibv_query_gid, ibv_recv_wr, ibv_reg_mr,
-    ibv_req_notify_cq, ibv_resize_cq, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wr_opcode,
-    rdma_t,
+    ___ibv_query_port, ibv_access_flags, ibv_ack_async_event, ibv_ack_cq_events, ibv_alloc_pd, ibv_async_event,
+    ibv_close_device, ibv_comp_channel, ibv_context, ibv_cq, ibv_create_comp_channel, ibv_create_cq, ibv_create_qp,
+    ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_destroy_qp, ibv_device,
+    ibv_device_attr, ibv_free_device_list, ibv_get_async_event, ibv_get_cq_event, ibv_get_device_list,
+    ibv_get_device_name, ibv_gid, ibv_modify_qp, ibv_mr, ibv_open_device, ibv_pd, ibv_poll_cq, ibv_port_attr,
+    ibv_post_recv, ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
+    ibv_query_device, ibv_query_gid, ibv_recv_wr, ibv_reg_mr, ibv_req_notify_cq, ibv_resize_cq, ibv_send_flags,
+    ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wr_opcode, rdma_t,
 };
 
 use super::attr::{errno_of, no_device_error, verb_error, InitAttrs, RtrAttrs, RtsAttrs};
@@ -328,6 +328,76 @@ impl Hca {
     }
 }
 
+/// One asynchronous event of a device (`ibv_get_async_event`), already acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// The `ibv_event_type` code.
+    pub kind: u32,
+    /// The queue pair's number, for queue-pair events.
+    pub qp_num: Option<u32>,
+    /// The port, for port events.
+    pub port: Option<u8>,
+}
+
+/// `struct ibv_async_event` with the event type as a plain integer: a code this build's
+/// enum does not know must not become an invalid Rust enum value.
+#[repr(C)]
+struct RawAsyncEvent {
+    /// The union of `cq`, `qp`, `srq`, `wq` pointers and `port_num`.
+    element: usize,
+    event_type: u32,
+}
+
+impl Hca {
+    /// Switches the context's asynchronous-event fd to non-blocking mode, so that
+    /// [`Hca::next_async_event`] can wait with a timeout.
+    pub fn async_events_nonblocking(&self) -> Result<()> {
+        // SAFETY: a live context; `async_fd` is a plain field set by ibv_open_device.
+        let fd = unsafe { (*self.ctx.as_ptr()).async_fd };
+        // SAFETY: fcntl on the context's own fd, which stays open while `self` lives.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(Error::io("async event fd", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The next asynchronous event, waiting at most `timeout`; `None` when none came.
+    /// The event is acknowledged before this returns (so destroying its queue pair or
+    /// completion queue never waits for it).
+    pub fn next_async_event(&self, timeout: Duration) -> Option<AsyncEvent> {
+        // SAFETY: a live context; `async_fd` is a plain field.
+        let fd = unsafe { (*self.ctx.as_ptr()).async_fd };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as c_int;
+        // SAFETY: one initialized pollfd; poll only writes its `revents`.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+            return None;
+        }
+        let mut ev = RawAsyncEvent { element: 0, event_type: 0 };
+        let evp = (&mut ev as *mut RawAsyncEvent).cast::<ibv_async_event>();
+        // SAFETY: a live context whose fd is non-blocking (returns -1 at once when no
+        // event is pending); `ev` has the layout of struct ibv_async_event (a
+        // pointer-sized union, then a 32-bit enum).
+        if unsafe { ibv_get_async_event(self.ctx.as_ptr(), evp) } != 0 {
+            return None;
+        }
+        let qp_event = matches!(ev.event_type, 1..=7 | 16);
+        let port_event = matches!(ev.event_type, 9..=13 | 17 | 18);
+        let qp_num = (qp_event && ev.element != 0).then(|| {
+            // SAFETY: for queue-pair events the element is the queue pair, which cannot
+            // be destroyed before the event is acknowledged (below).
+            unsafe { (*(ev.element as *mut ibv_qp)).qp_num }
+        });
+        // The union's int member is its first bytes (little-endian: the low bits).
+        let port = port_event.then_some(ev.element as u32 as u8);
+        // SAFETY: the event just returned by ibv_get_async_event, acknowledged once.
+        unsafe { ibv_ack_async_event(evp) };
+        Some(AsyncEvent { kind: ev.event_type, qp_num, port })
+    }
+}
+
 impl Drop for Hca {
     fn drop(&mut self) {
         // Every region, queue pair and completion queue holds an Arc of this handle, so
@@ -548,6 +618,10 @@ pub enum Payload<'a> {
     Sge(Sge),
     /// Bytes copied into the work request at post time (`IBV_SEND_INLINE`).
     Inline(&'a [u8]),
+    /// A registered buffer copied into the work request at post time
+    /// (`IBV_SEND_INLINE`; the lkey is not checked then, so the caller checks that the
+    /// buffer lies inside a live, registered region of this protection domain).
+    InlineSge(Sge),
 }
 
 /// One send-queue work request.
@@ -681,46 +755,67 @@ impl RawQp {
     /// `lkey`, which bounds it to a registered region; inline data is copied before the
     /// call returns.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        let mut sge = ibv_sge { addr: 0, length: 0, lkey: 0 };
-        let mut flags = 0u32;
-        let num_sge = match wr.payload {
-            Payload::None => 0,
-            Payload::Sge(s) => {
-                sge = ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
-                1
-            }
-            Payload::Inline(b) => {
-                sge = ibv_sge { addr: b.as_ptr() as u64, length: b.len() as u32, lkey: 0 };
-                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-                1
-            }
-        };
-        if wr.signaled {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        self.post_sends(std::slice::from_ref(wr))
+    }
+
+    /// Posts send requests as one chained list: one doorbell for the whole batch.
+    pub fn post_sends(&self, wrs: &[SendWr<'_>]) -> Result<()> {
+        if wrs.is_empty() {
+            return Ok(());
         }
+        let mut sges = Vec::with_capacity(wrs.len());
         // SAFETY: ibv_send_wr is a plain C struct (with plain unions); zeros are valid.
-        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
-        w.wr_id = wr.wr_id;
-        w.next = null_mut();
-        w.sg_list = &mut sge;
-        w.num_sge = num_sge;
-        w.send_flags = flags;
-        w.opcode = match wr.op {
-            SendOp::Send => ibv_wr_opcode::IBV_WR_SEND,
-            SendOp::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            SendOp::WriteImm => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
-            SendOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
-        };
-        if wr.op != SendOp::Send {
-            w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+        let mut list: Vec<ibv_send_wr> = (0..wrs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (wr, w) in wrs.iter().zip(list.iter_mut()) {
+            let mut flags = 0u32;
+            let (sge, num_sge) = match wr.payload {
+                Payload::None => (ibv_sge { addr: 0, length: 0, lkey: 0 }, 0),
+                Payload::Sge(s) => (ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey }, 1),
+                Payload::InlineSge(s) => {
+                    flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                    (ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey }, 1)
+                }
+                Payload::Inline(b) => {
+                    flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                    (ibv_sge { addr: b.as_ptr() as u64, length: b.len() as u32, lkey: 0 }, 1)
+                }
+            };
+            if wr.signaled {
+                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            sges.push(sge);
+            w.wr_id = wr.wr_id;
+            w.num_sge = num_sge;
+            w.send_flags = flags;
+            w.opcode = match wr.op {
+                SendOp::Send => ibv_wr_opcode::IBV_WR_SEND,
+                SendOp::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                SendOp::WriteImm => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                SendOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
+            };
+            if wr.op != SendOp::Send {
+                w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+            }
+            if wr.op == SendOp::WriteImm {
+                w.imm_data_invalidated_rkey_union.imm_data = wr.imm.to_be();
+            }
         }
-        if wr.op == SendOp::WriteImm {
-            w.imm_data_invalidated_rkey_union.imm_data = wr.imm.to_be();
+        let (base, sge_base) = (list.as_mut_ptr(), sges.as_mut_ptr());
+        for i in 0..wrs.len() {
+            // SAFETY: `i < len` of both vectors, which are neither moved nor touched
+            // through references while these pointers are in use.
+            unsafe {
+                let w = base.add(i);
+                (*w).sg_list = sge_base.add(i);
+                (*w).next = if i + 1 < wrs.len() { base.add(i + 1) } else { null_mut() };
+            }
         }
         let mut bad: *mut ibv_send_wr = null_mut();
-        // SAFETY: a live queue pair; `w` and `sge` outlive the call (the provider copies
-        // the request into its queue, and inline data into the WQE, before returning).
-        let rc = unsafe { ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        // SAFETY: a live queue pair; the chained requests and their elements outlive the
+        // call (the provider copies each request into its queue, and inline data into the
+        // WQE, before returning); inline sources are checked in bounds of live memory by
+        // the caller (`Payload`).
+        let rc = unsafe { ibv_post_send(self.qp.as_ptr(), base, &mut bad) };
         check("ibv_post_send", rc)
     }
 

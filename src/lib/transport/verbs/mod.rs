@@ -1,10 +1,10 @@
 //! The `verbs` backend: real ibverbs through rdma-sys (cargo feature `rdma`), for
 //! InfiniBand, RoCE and soft-RoCE (`rxe`) devices.
 //!
-//! **Status:** this backend is compiled, clippy-checked and unit-tested (everything that
-//! needs no device) in this project's CI, which has no RDMA hardware. The conformance
-//! suite runs against it when `BOOMKV_RDMA_DEVICE` names a device (see the README); it
-//! has not run on RDMA hardware in this project's CI.
+//! **Status:** CI runs this backend on soft-RoCE (`rxe0`) in a QEMU guest
+//! (`ci/check-rdma-vm.sh` through `ci/rdma-vm.sh`): the conformance suite, the kv suite,
+//! a kill test, a crash test and a CLI session, all over verbs. It has not run on
+//! RDMA hardware (a ConnectX NIC) in this project's CI.
 //!
 //! # Mapping onto verbs
 //!
@@ -48,9 +48,17 @@
 //!   (the shortest timer whose 6 retries cover the timeout); `rnr_retry` 7 (retry
 //!   forever) is never used, so a SEND without a RECV fails within a bounded time, as
 //!   the interface promises.
-//! - **Doorbell batching.** [`VerbsQp::post_recv_batch`] posts many receives as one
-//!   chained `ibv_post_recv` (one doorbell). One queue pair per client thread is how
-//!   the client library already works.
+//! - **Doorbell batching.** [`QueuePair::post_write_batch`] posts its WRITEs as one
+//!   chained `ibv_post_send` and [`QueuePair::post_recv_batch`] its receives as one
+//!   chained `ibv_post_recv` (one doorbell each). One queue pair per client thread is
+//!   how the client library already works.
+//! - **Switches.** Inline data, selective signaling, doorbell batching and batched
+//!   receive refill can each be turned off ([`VerbsTuning`]), so that their effect can
+//!   be measured (`boomctl bench-transport --transport verbs --tuning-off`). With inline
+//!   on, WRITEs, WRITE_WITH_IMMs and SENDs from registered regions up to
+//!   `max_inline_data` go inline too, when the source lies inside a live region of this
+//!   protection domain (inline data bypasses the lkey check, so anything else keeps the
+//!   scatter/gather path and fails at the device as it should).
 //!
 //! # Handshake
 //!
@@ -89,10 +97,19 @@
 //! software-generated completions signal), at most 100 ms at a time before re-arming.
 //! Every event is acknowledged at once, so destroying the queue never blocks.
 //!
+//! # Asynchronous events
+//!
+//! Each transport (device context) has a thread reading `ibv_get_async_event` (waiting
+//! at most 100 ms at a time, so it ends soon after the transport): every event is
+//! acknowledged at once and logged; a queue pair the device reports broken
+//! (`IBV_EVENT_QP_FATAL`, `_QP_REQ_ERR`, `_QP_ACCESS_ERR`, `_PATH_MIG_ERR`) is moved to
+//! the error state with a bye to its peer, which closes that connection only; a fatal
+//! device error (`IBV_EVENT_DEVICE_FATAL`) closes them all. Port changes
+//! (`IBV_EVENT_PORT_ERR`, `_PORT_ACTIVE`, ...) and completion-queue errors are logged.
+//!
 //! # Not handled
 //!
-//! Asynchronous events (`ibv_get_async_event`: port changes, fatal device errors) are
-//! not read; a failed device shows up as error completions. Memory on a file system
+//! Memory on a file system
 //! DAX mount cannot be pinned by the kernel; registration then falls back to
 //! on-demand paging (`IBV_ACCESS_ON_DEMAND`), which needs a NIC that supports it, or
 //! use a device-DAX node (`/dev/daxX.Y`). `ibv_fork_init` is not called: a child
@@ -120,8 +137,8 @@ use self::ffi::{Hca, Payload, QpCaps, RawCq, RawMr, RawQp, RecvWr, SendOp, SendW
 use self::handshake::{read_msg, Kind, Msg, ReadError};
 use super::{
     deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion,
-    QpStats, QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE,
-    MAX_PRIVATE_DATA,
+    QpStats, QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, WriteWr,
+    MAX_MESSAGE, MAX_PRIVATE_DATA,
 };
 use crate::error::{Error, Result};
 use crate::pmem::Mapping;
@@ -160,8 +177,44 @@ pub struct VerbsConfig {
     /// Receive queue depth per queue pair, at most (also bounded by
     /// [`TransportConfig::rq_depth`] and the device); reserved like `max_send_wr`.
     pub max_recv_wr: u32,
+    /// The RDMA design guidelines' optimizations, each with an on/off switch.
+    pub tuning: VerbsTuning,
     /// The tunables every backend shares.
     pub transport: TransportConfig,
+}
+
+/// The optimizations of the RDMA design guidelines (Kalia et al., "Design Guidelines
+/// for High Performance RDMA Systems"), each switchable so that its effect can be
+/// measured (`boomctl bench-transport --transport verbs` measures each one off next to
+/// all on, in the same run). All on by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerbsTuning {
+    /// Inline small WRITEs, WRITE_WITH_IMMs and SENDs (`IBV_SEND_INLINE` up to the
+    /// queue pair's `max_inline_data`): the payload travels in the work request, so the
+    /// NIC skips one DMA read. Off: no inline data is asked for at all.
+    pub inline: bool,
+    /// Selective signaling: of a run of unsignaled WRITEs only one in `sq_depth / 2` is
+    /// signaled (to reclaim send-queue slots) and reaped silently. Off: every one is
+    /// signaled, and every completion reaped.
+    pub selective_signaling: bool,
+    /// Doorbell batching: [`QueuePair::post_write_batch`] posts its WRITEs as one
+    /// chained `ibv_post_send` (one doorbell). Off: one `ibv_post_send` each.
+    pub doorbell_batching: bool,
+    /// Batched receive refill: [`QueuePair::post_recv_batch`] posts its buffers as one
+    /// chained `ibv_post_recv`. Off: one `ibv_post_recv` each.
+    pub batched_recv: bool,
+}
+
+impl Default for VerbsTuning {
+    fn default() -> Self {
+        VerbsTuning { inline: true, selective_signaling: true, doorbell_batching: true, batched_recv: true }
+    }
+}
+
+impl VerbsTuning {
+    /// Every optimization off.
+    pub const NONE: VerbsTuning =
+        VerbsTuning { inline: false, selective_signaling: false, doorbell_batching: false, batched_recv: false };
 }
 
 impl Default for VerbsConfig {
@@ -173,6 +226,7 @@ impl Default for VerbsConfig {
             max_inline: 220,
             max_send_wr: 256,
             max_recv_wr: 256,
+            tuning: VerbsTuning::default(),
             transport: TransportConfig::default(),
         }
     }
@@ -264,6 +318,8 @@ struct TrInner {
     hca: Arc<Hca>,
     port: LocalPort,
     rnr: RnrParams,
+    /// Live queue pairs by number, for asynchronous events that name one.
+    live: Mutex<HashMap<u32, Weak<QpShared>>>,
 }
 
 impl fmt::Debug for VerbsTransport {
@@ -335,7 +391,14 @@ impl VerbsTransport {
             initiator_depth: hca.limits.max_qp_init_rd_atom.min(attr::MAX_RD_ATOMIC),
         };
         let rnr = attr::rnr_params(cfg.transport.rnr_timeout);
-        Ok(VerbsTransport { inner: Arc::new(TrInner { cfg, hca, port, rnr }) })
+        hca.async_events_nonblocking()?;
+        let inner = Arc::new(TrInner { cfg, hca, port, rnr, live: Mutex::new(HashMap::new()) });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name(format!("boomkv-verbs-events-{}", inner.hca.name))
+            .spawn(move || async_events(weak))
+            .map_err(|e| Error::io("spawn the verbs event thread", e))?;
+        Ok(VerbsTransport { inner })
     }
 
     /// [`VerbsTransport::new`] with [`VerbsConfig::from_env`].
@@ -371,7 +434,7 @@ impl VerbsTransport {
         let mut want = QpCaps {
             max_send_wr: cfg.sq_depth.min(t.cfg.max_send_wr).clamp(1, lim.max_qp_wr),
             max_recv_wr: cfg.rq_depth.min(t.cfg.max_recv_wr).clamp(1, lim.max_qp_wr),
-            max_inline: t.cfg.max_inline,
+            max_inline: if t.cfg.tuning.inline { t.cfg.max_inline } else { 0 },
         };
         let mut tries = vec![want.max_inline, want.max_inline.min(64), 0];
         tries.dedup();
@@ -400,7 +463,7 @@ impl VerbsTransport {
             _reserved: reserved,
             tag: next_tag(),
             caps,
-            signal_every: (caps.max_send_wr / 2).max(1),
+            signal_every: if t.cfg.tuning.selective_signaling { (caps.max_send_wr / 2).max(1) } else { 1 },
             psn: rand::random::<u32>() & 0xff_ffff,
             peer_qp_num: AtomicU32::new(0),
             send_cq: send_cq.inner.clone(),
@@ -414,6 +477,7 @@ impl VerbsTransport {
             t: t.clone(),
         });
         sh.raw.to_init(&attr::init_attrs(&t.port))?;
+        lock(&t.live).insert(sh.raw.qp_num, Arc::downgrade(&sh));
         for cq in [&sh.send_cq, &sh.recv_cq] {
             lock(&cq.qps).insert(sh.raw.qp_num, (sh.tag, Arc::downgrade(&sh)));
         }
@@ -919,6 +983,19 @@ struct RecvQueue {
     next_seq: u64,
 }
 
+/// One send-queue request on its way to [`QpShared::post_reqs`].
+struct Req<'a> {
+    wr_id: u64,
+    op: SendOp,
+    opcode: WcOpcode,
+    payload: Payload<'a>,
+    len: u32,
+    remote: (u64, u32),
+    imm: u32,
+    report: bool,
+    staging: Option<VerbsMr>,
+}
+
 /// Staging buffers kept per queue pair, and the largest one kept.
 const SPARE_BUFFERS: usize = 8;
 const SPARE_MAX: u64 = 1 << 20;
@@ -1027,43 +1104,87 @@ impl QpShared {
         report: bool,
         staging: Option<VerbsMr>,
     ) -> Result<()> {
+        self.post_reqs(vec![Req { wr_id, op, opcode, payload, len, remote, imm, report, staging }], true)
+    }
+
+    /// Posts send-queue requests in order: as one chained `ibv_post_send` when `chain`,
+    /// else one call each.
+    fn post_reqs(&self, reqs: Vec<Req<'_>>, chain: bool) -> Result<()> {
         self.check_open()?;
-        if len > MAX_MESSAGE {
-            return Err(Error::invalid(format!("{len} bytes is over the {MAX_MESSAGE}-byte message limit")));
+        if let Some(r) = reqs.iter().find(|r| r.len > MAX_MESSAGE) {
+            return Err(Error::invalid(format!("{} bytes is over the {MAX_MESSAGE}-byte message limit", r.len)));
         }
         let mut sq = lock(&self.sq);
-        if sq.entries.len() >= self.caps.max_send_wr as usize {
+        if sq.entries.len() + reqs.len() > self.caps.max_send_wr as usize {
             return Err(Error::Transport(format!(
                 "qp {}: send queue full ({} requests outstanding); poll its completion queue",
                 self.qp_num(),
                 sq.entries.len()
             )));
         }
-        let seq = sq.next_seq;
-        // Selective signaling: an unsignaled request is signaled now and then so that
-        // its send-queue slots come back; that completion is not reported.
-        let signaled = report || sq.unsignaled_run + 1 >= self.signal_every;
-        let wr = SendWr {
-            wr_id: encode_wr_id(self.tag, false, seq),
-            op,
-            payload,
-            signaled,
-            remote_addr: remote.0,
-            rkey: remote.1,
-            imm,
-        };
-        self.raw.post_send(&wr).map_err(|e| Error::Transport(format!("qp {}: {e}", self.qp_num())))?;
-        sq.next_seq += 1;
-        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
-        sq.entries.push_back(SendEntry { seq, wr_id, opcode, len, report, staging });
-        Ok(())
+        let mut wrs = Vec::with_capacity(reqs.len());
+        let mut entries = Vec::with_capacity(reqs.len());
+        let (mut seq, mut run) = (sq.next_seq, sq.unsignaled_run);
+        for r in reqs {
+            // Selective signaling: an unsignaled request is signaled now and then so
+            // that its send-queue slots come back; that completion is not reported.
+            let signaled = r.report || run + 1 >= self.signal_every;
+            wrs.push(SendWr {
+                wr_id: encode_wr_id(self.tag, false, seq),
+                op: r.op,
+                payload: r.payload,
+                signaled,
+                remote_addr: r.remote.0,
+                rkey: r.remote.1,
+                imm: r.imm,
+            });
+            entries.push((
+                signaled,
+                SendEntry { seq, wr_id: r.wr_id, opcode: r.opcode, len: r.len, report: r.report, staging: r.staging },
+            ));
+            seq += 1;
+            run = if signaled { 0 } else { run + 1 };
+        }
+        let posted = if chain { self.raw.post_sends(&wrs) } else { wrs.iter().try_for_each(|w| self.raw.post_send(w)) };
+        match posted {
+            Ok(()) => {
+                for (signaled, e) in entries {
+                    sq.next_seq += 1;
+                    sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+                    sq.entries.push_back(e);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let err = Error::Transport(format!("qp {}: {e}", self.qp_num()));
+                if wrs.len() > 1 {
+                    // Part of the batch may be on the queue: its completions could not be
+                    // told apart any more, so the connection ends here.
+                    drop(sq);
+                    self.fail(format!("posting a batch failed: {e}"));
+                }
+                Err(err)
+            }
+        }
     }
 
-    fn local(&self, mr: &VerbsMr, off: u64, len: u32) -> Result<Payload<'static>> {
+    /// The payload for `[off, off + len)` of `mr`. Sources of WRITEs and SENDs up to the
+    /// inline size go inline (when [`VerbsTuning::inline`] is on), but only from a live
+    /// region of this protection domain and in its bounds: inline data skips the lkey
+    /// check, and every other case must fail at the device as without inlining.
+    fn local(&self, mr: &VerbsMr, off: u64, len: u32, may_inline: bool) -> Result<Payload<'static>> {
         if !self.same_device(mr) {
             return Err(Error::invalid("the memory region belongs to another RDMA device"));
         }
-        Ok(if len == 0 { Payload::None } else { Payload::Sge(mr.sge(off, len)) })
+        if len == 0 {
+            return Ok(Payload::None);
+        }
+        let inline = may_inline
+            && len <= self.caps.max_inline
+            && Arc::ptr_eq(&mr.inner.hca, self.raw.hca())
+            && fits(off, len, mr.inner.len)
+            && mr.is_registered();
+        Ok(if inline { Payload::InlineSge(mr.sge(off, len)) } else { Payload::Sge(mr.sge(off, len)) })
     }
 
     /// Why a receive buffer is unusable, if it is.
@@ -1112,7 +1233,19 @@ impl QpShared {
                 sge: mr.sge(off, len),
             })
             .collect();
-        self.raw.post_recvs(&wrs).map_err(|e| Error::Transport(format!("qp {}: {e}", self.qp_num())))?;
+        let posted = if self.t.cfg.tuning.batched_recv || wrs.len() == 1 {
+            self.raw.post_recvs(&wrs)
+        } else {
+            wrs.chunks(1).try_for_each(|w| self.raw.post_recvs(w))
+        };
+        if let Err(e) = posted {
+            if wrs.len() > 1 {
+                // Part of the batch may be posted: its completions could not be matched.
+                drop(rq);
+                self.fail(format!("posting receives failed: {e}"));
+            }
+            return Err(Error::Transport(format!("qp {}: {e}", self.qp_num())));
+        }
         for (i, &(wr_id, _, _)) in bufs.iter().enumerate() {
             rq.entries.push_back((first + i as u64, wr_id));
         }
@@ -1211,6 +1344,12 @@ fn fits(off: u64, len: u32, limit: u64) -> bool {
 impl Drop for QpShared {
     fn drop(&mut self) {
         let (n, tag) = (self.raw.qp_num, self.tag);
+        {
+            let mut live = lock(&self.t.live);
+            if live.get(&n).is_some_and(|w| w.strong_count() == 0) {
+                live.remove(&n);
+            }
+        }
         for cq in [&self.send_cq, &self.recv_cq] {
             let mut m = lock(&cq.qps);
             if m.get(&n).is_some_and(|(t, _)| *t == tag) {
@@ -1222,6 +1361,40 @@ impl Drop for QpShared {
             let _ = s.shutdown(Shutdown::Both);
         }
         // Then the fields: `raw` first (ibv_destroy_qp), then the reservations.
+    }
+}
+
+/// Reads the device's asynchronous events while the transport lives, and logs them. A
+/// queue pair the device reports broken (QP fatal, request or access error) is moved to
+/// the error state, which closes that connection only; a fatal device error fails them
+/// all. Port changes and completion-queue errors are logged.
+fn async_events(t: Weak<TrInner>) {
+    loop {
+        let Some(t) = t.upgrade() else { return };
+        let Some(ev) = t.hca.next_async_event(Duration::from_millis(100)) else { continue };
+        let (name, action) = attr::async_event(ev.kind);
+        let dev = &t.hca.name;
+        match (action, ev.qp_num) {
+            (attr::AsyncAction::Ignore, _) => {}
+            (attr::AsyncAction::FailQp, Some(n)) => {
+                let qp = lock(&t.live).get(&n).and_then(Weak::upgrade);
+                log_event(&format!("{dev}: {name} on qp {n}: closing that connection"));
+                if let Some(qp) = qp {
+                    qp.fail(format!("the device reported {name}"));
+                }
+            }
+            (attr::AsyncAction::FailAll, _) => {
+                log_event(&format!("{dev}: {name}: closing every connection of this device"));
+                let all: Vec<_> = lock(&t.live).values().filter_map(Weak::upgrade).collect();
+                for qp in all {
+                    qp.fail(format!("the device reported {name}"));
+                }
+            }
+            _ => match ev.port {
+                Some(p) => log_event(&format!("{dev} port {p}: {name}")),
+                None => log_event(&format!("{dev}: {name}")),
+            },
+        }
     }
 }
 
@@ -1257,12 +1430,6 @@ impl fmt::Debug for VerbsQp {
 }
 
 impl VerbsQp {
-    /// Posts several receive buffers of `mr` as one chained `ibv_post_recv` (one
-    /// doorbell for the batch): `(wr_id, off, len)` each.
-    pub fn post_recv_batch(&self, mr: &VerbsMr, bufs: &[(u64, u64, u32)]) -> Result<()> {
-        self.sh.post_recvs(mr, bufs)
-    }
-
     /// Largest payload [`QueuePair::post_send_bytes`] sends inline.
     pub fn max_inline(&self) -> u32 {
         self.sh.caps.max_inline
@@ -1281,7 +1448,7 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_send(&self, wr_id: u64, mr: &VerbsMr, off: u64, len: u32) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, true)?;
         self.sh.post(wr_id, SendOp::Send, WcOpcode::Send, p, len, (0, 0), 0, true, None)?;
         self.sh.stats.sends.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1319,7 +1486,7 @@ impl QueuePair for VerbsQp {
         rkey: u32,
         signaled: bool,
     ) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, true)?;
         self.sh.post(wr_id, SendOp::Write, WcOpcode::Write, p, len, (remote_addr, rkey), 0, signaled, None)?;
         self.sh.stats.writes.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1335,17 +1502,41 @@ impl QueuePair for VerbsQp {
         rkey: u32,
         imm: u32,
     ) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, true)?;
         self.sh.post(wr_id, SendOp::WriteImm, WcOpcode::Write, p, len, (remote_addr, rkey), imm, true, None)?;
         self.sh.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     fn post_read(&self, wr_id: u64, mr: &VerbsMr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
-        let p = self.sh.local(mr, off, len)?;
+        let p = self.sh.local(mr, off, len, false)?;
         self.sh.post(wr_id, SendOp::Read, WcOpcode::Read, p, len, (remote_addr, rkey), 0, true, None)?;
         self.sh.stats.reads.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn post_write_batch(&self, mr: &VerbsMr, wrs: &[WriteWr]) -> Result<()> {
+        let mut reqs = Vec::with_capacity(wrs.len());
+        for w in wrs {
+            reqs.push(Req {
+                wr_id: w.wr_id,
+                op: SendOp::Write,
+                opcode: WcOpcode::Write,
+                payload: self.sh.local(mr, w.off, w.len, true)?,
+                len: w.len,
+                remote: (w.remote_addr, w.rkey),
+                imm: 0,
+                report: w.signaled,
+                staging: None,
+            });
+        }
+        self.sh.post_reqs(reqs, self.sh.t.cfg.tuning.doorbell_batching)?;
+        self.sh.stats.writes.fetch_add(wrs.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn post_recv_batch(&self, mr: &VerbsMr, bufs: &[(u64, u64, u32)]) -> Result<()> {
+        self.sh.post_recvs(mr, bufs)
     }
 
     fn is_error(&self) -> bool {

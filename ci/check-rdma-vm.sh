@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Every suite over the verbs backend on a real RDMA stack: soft-RoCE (rxe0) in a QEMU
+# guest (ci/rdma-vm.sh). The test binaries and boomctl are built once here with the
+# `rdma` feature; the guest runs them from this machine's file system:
+#
+# - the transport conformance suite over verbs (`transport::verbs::tests`),
+# - the kv suite over verbs (tests/kv.rs, module `verbs`: every protocol, the value
+#   sizes, restart, round-trip counts, many clients, pool full),
+# - the kill test over verbs with fewer kills (tests/kill.rs),
+# - a short crash test over verbs (`boomctl crashtest --transport verbs`),
+# - a CLI session: `serve --listen verbs://`, put/get/del/stats with each protocol,
+#   `ycsb --server verbs://`, SIGTERM, `recover`.
+#
+# Any failure fails this script (and CI). BOOMKV_RDMA_VM_KILLS (default 4) sets the
+# number of kills; BOOMKV_RDMA_VM_TIMEOUT (default 2400 s) bounds the guest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t_start=$(date +%s)
+
+# ci/rdma-vm.sh installs the guest's packages; the build needs ci/install.sh's.
+echo "rdma-vm check: building the rdma test binaries"
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+cargo test --features rdma --no-run --message-format=json-render-diagnostics >"$json"
+bins=$(python3 - "$json" <<'EOF'
+import json, sys
+found = {}
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    key = ("test-" if m["profile"]["test"] else "bin-") + t["name"]
+    found[key] = m["executable"]
+for want, var in [("test-boomkv", "LIB"), ("test-kv", "KV"), ("test-kill", "KILL"), ("bin-boomctl", "BOOMCTL")]:
+    if want not in found:
+        sys.exit(f"check-rdma-vm: no {want} in cargo's output")
+    print(f"{var}={found[want]}")
+EOF
+)
+eval "$bins"
+t_built=$(date +%s)
+echo "rdma-vm check: built in $((t_built - t_start)) s: $LIB $KV $KILL $BOOMCTL"
+
+# The guest's /tmp is its own, so the script goes to the read-write share.
+share=$(mktemp -d /tmp/rdma-vm-check.XXXXXX)
+guest=$share/check.sh
+trap 'rm -f "$json"; rm -rf "$share"' EXIT
+cat >"$guest" <<EOF
+set -euo pipefail
+LIB=$LIB KV=$KV KILL=$KILL BOOMCTL=$BOOMCTL
+kills=${BOOMKV_RDMA_VM_KILLS:-4}
+EOF
+cat >>"$guest" <<'EOF'
+step() { echo; echo "== rdma-vm check: $* ($(date +%T))"; }
+ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|link_layer'
+
+step "transport conformance suite over verbs"
+"$LIB" --ignored transport::verbs::tests --skip conformance_child_peer
+
+step "kv suite over verbs"
+"$KV" --ignored verbs::
+
+step "kill test over verbs ($kills kills)"
+BOOMKV_KILLS=$kills "$KILL" --ignored kills_over_verbs --nocapture
+
+step "crash test over verbs"
+"$BOOMCTL" crashtest --transport verbs --iterations 2 --ops 200 --threads 2
+
+step "CLI session over verbs"
+dir=$(mktemp -d)
+srv=verbs://$RDMA_VM_IP:7471
+"$BOOMCTL" serve --pmem "$dir/pool" --pool-size 64M --segment-size 4M --stats-interval 0 \
+  --listen "$srv" --device rxe0 2>"$dir/serve.log" &
+serve_pid=$!
+trap 'kill -KILL $serve_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+  "$BOOMCTL" stats --server "$srv" >/dev/null 2>&1 && break
+  kill -0 $serve_pid || { cat "$dir/serve.log"; exit 1; }
+  sleep 0.5
+done
+for p in boom rdmp rpc; do
+  "$BOOMCTL" put --server "$srv" --protocol $p "key-$p" "value over $p"
+  got=$("$BOOMCTL" get --server "$srv" --protocol $p "key-$p")
+  [ "$got" = "value over $p" ] || { echo "get with $p returned '$got'"; exit 1; }
+  "$BOOMCTL" put --server "$srv" --protocol $p "gone-$p" x
+  "$BOOMCTL" del --server "$srv" --protocol $p "gone-$p"
+  if "$BOOMCTL" get --server "$srv" --protocol $p "gone-$p" 2>"$dir/err"; then
+    echo "deleted key still there ($p)"; exit 1
+  fi
+  grep -q "key not found" "$dir/err" || { cat "$dir/err"; exit 1; }
+done
+# To a file first: `| grep -q` may close the pipe before boomctl has printed everything.
+"$BOOMCTL" stats --server "$srv" >"$dir/stats.txt"
+grep -q puts "$dir/stats.txt"
+for p in boom rdmp rpc; do
+  "$BOOMCTL" ycsb --server "$srv" --protocol $p --mix a --records 200 --ops 400 --threads 2 --size 256 --quiet
+done
+kill -TERM $serve_pid
+wait $serve_pid
+trap - EXIT
+grep -q "stopped after" "$dir/serve.log" || { cat "$dir/serve.log"; exit 1; }
+"$BOOMCTL" recover --pmem "$dir/pool" | tee "$dir/recover.txt"
+grep -qi "keys" "$dir/recover.txt"
+rm -rf "$dir"
+step "all verbs checks passed"
+EOF
+
+echo "rdma-vm check: running in the guest"
+bash ci/rdma-vm.sh --share "$share" --timeout "${BOOMKV_RDMA_VM_TIMEOUT:-2400}" -- bash "$guest"
+t_end=$(date +%s)
+echo "rdma-vm check: passed; build $((t_built - t_start)) s, guest $((t_end - t_built)) s, total $((t_end - t_start)) s"
