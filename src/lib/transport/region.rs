@@ -13,10 +13,10 @@
 //! threads, which count themselves in the table words. For `shm` the table lives in a
 //! shared-memory file that only the owner can write (sealed with `F_SEAL_FUTURE_WRITE`;
 //! peers map it read-only), and a peer initiator counts its copies in two words of its
-//! own queue-pair page instead ([`peer_guard_enter`]): copies started, then (after it
+//! own queue-pair page instead (`peer_guard_enter`): copies started, then (after it
 //! checked the rkey, and copied if it matched) copies finished. Revocation clears the
 //! rkey, reads how many copies each peer that could be copying had started
-//! ([`CopyWatch`]), and waits until as many have finished: exactly the copies that may
+//! (`CopyWatch`), and waits until as many have finished: exactly the copies that may
 //! have seen the old rkey, however busy the peer stays with others. A peer that does not
 //! finish them within [`PEER_REVOKE_WAIT`] is disconnected, so a hostile peer can stall
 //! one revocation once, by that much, and never write the owner's table.
