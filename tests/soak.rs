@@ -11,7 +11,7 @@ use boomkv::client::{Client, ClientOptions};
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{Endpoint, ShmTransport};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// Per key: the highest acknowledged version and its value.
 type Last = Arc<Mutex<HashMap<String, (u64, Vec<u8>)>>>;
@@ -53,14 +53,14 @@ fn soak_ycsb_a_with_the_cleaner() {
                 let mut buf = Vec::new();
                 while Instant::now() < end {
                     // skewed: a quarter of the keys take most of the load
-                    let k: u64 = if rng.gen_bool(0.8) { rng.gen_range(0..50) } else { rng.gen_range(0..200) };
+                    let k: u64 = if rng.random_bool(0.8) { rng.random_range(0..50) } else { rng.random_range(0..200) };
                     let key = format!("user{k}");
-                    if rng.gen_bool(0.5) {
+                    if rng.random_bool(0.5) {
                         if c.get_into(key.as_bytes(), &mut buf).unwrap() {
                             assert!(buf.starts_with(key.as_bytes()), "{key} returned a value of another key");
                         }
                     } else {
-                        let len = rng.gen_range(16..3000);
+                        let len = rng.random_range(16..3000);
                         let v: Vec<u8> =
                             format!("{key}/{t}/{ops}|").into_bytes().into_iter().cycle().take(len).collect();
                         let info = c.put(key.as_bytes(), &v).unwrap();

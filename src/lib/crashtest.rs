@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use crate::client::{Client, ClientOptions, WriteHook, WriteIntent};
 use crate::error::{Error, Result};
@@ -146,11 +146,11 @@ fn make_value(key: u64, thread: usize, seq: u64, len: usize) -> Vec<u8> {
 }
 
 fn pick_size(rng: &mut StdRng, max: usize) -> usize {
-    match rng.gen_range(0..10) {
+    match rng.random_range(0..10) {
         0 => 0,
-        1..=3 => rng.gen_range(1..64),
-        4..=7 => rng.gen_range(64..1024),
-        _ => rng.gen_range(1024..=max.max(1024)),
+        1..=3 => rng.random_range(1..64),
+        4..=7 => rng.random_range(64..1024),
+        _ => rng.random_range(1024..=max.max(1024)),
     }
     .min(max)
 }
@@ -169,7 +169,7 @@ pub fn run_iteration<T: Transport>(
     Pool::format(&media, o.segment_size)?;
     let (pool, _) = Pool::from_media(media, IndexKind::Hash)?;
     // Close enough below 2^32 that most iterations cross it: both halves of the word matter.
-    let floor = (1u64 << 32) - rng.gen_range(1..(o.ops * o.threads as u64).max(2));
+    let floor = (1u64 << 32) - rng.random_range(1..(o.ops * o.threads as u64).max(2));
     pool.raise_version_floor(floor);
     let pool = Arc::new(pool);
     let listen = match backend {
@@ -178,8 +178,8 @@ pub fn run_iteration<T: Transport>(
         Backend::Tcp => Endpoint::parse("127.0.0.1:0")?,
     };
     let cfg = ServerConfig {
-        workers: rng.gen_range(1..=2),
-        coop_writeback: rng.gen_bool(0.5),
+        workers: rng.random_range(1..=2),
+        coop_writeback: rng.random_bool(0.5),
         coop_chunk: 1024,
         log_clients: false,
         cleaner: o.cleaner,
@@ -194,15 +194,15 @@ pub fn run_iteration<T: Transport>(
     let sim = || sim_media.media().crash_sim();
     let total_ops = o.ops * o.threads as u64;
     let estimate = (total_ops * 9).max(10);
-    let crash_at = rng.gen_range(1..=estimate);
-    let copts = CrashOptions { seed: rng.gen(), keep_probability: o.keep_probability, tear: o.tear };
+    let crash_at = rng.random_range(1..=estimate);
+    let copts = CrashOptions { seed: rng.random(), keep_probability: o.keep_probability, tear: o.tear };
     if let Some(s) = sim() {
         s.arm(crash_at, copts);
     }
     let model: Mutex<HashMap<u64, Vec<Write>>> = Mutex::new(HashMap::new());
     let inflight: Arc<Mutex<HashSet<(u64, u64)>>> = Arc::new(Mutex::new(HashSet::new()));
     let acked_count = AtomicU64::new(0);
-    let thread_seeds: Vec<u64> = (0..o.threads).map(|_| rng.gen()).collect();
+    let thread_seeds: Vec<u64> = (0..o.threads).map(|_| rng.random()).collect();
     std::thread::scope(|s| -> Result<()> {
         let mut hs = Vec::new();
         for (ti, ts) in thread_seeds.iter().enumerate() {
@@ -236,10 +236,10 @@ pub fn run_iteration<T: Transport>(
                     }
                     // Half the operations go to a few hot keys: repeated small writes to a
                     // key in one segment are what the hybrid in-place path needs.
-                    let hot = trng.gen_bool(0.5);
-                    let key = if hot { trng.gen_range(0..o.keys.min(4)) } else { trng.gen_range(0..o.keys) };
+                    let hot = trng.random_bool(0.5);
+                    let key = if hot { trng.random_range(0..o.keys.min(4)) } else { trng.random_range(0..o.keys) };
                     let kb = format!("key{key}");
-                    let r = trng.gen_range(0..100);
+                    let r = trng.random_range(0..100);
                     if r < 10 {
                         let _ = c.get(kb.as_bytes());
                         continue;

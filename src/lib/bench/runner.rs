@@ -117,7 +117,7 @@ pub struct RunResult {
 
 /// A source of values: a fixed random buffer, sliced.
 fn value_buffer(max: usize, seed: u64) -> Vec<u8> {
-    use rand::{RngCore, SeedableRng};
+    use rand::{Rng, SeedableRng};
     let mut v = vec![0u8; max.max(1)];
     rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
     v

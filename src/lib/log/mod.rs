@@ -149,12 +149,12 @@ impl Pool {
     /// of 1) to `media`, whose segments must be zero.
     pub fn format(media: &Media, segment_size: u64) -> Result<PoolHeader> {
         let mut uuid = [0u8; 16];
-        let mut rng = rand::thread_rng();
-        rand::Rng::fill(&mut rng, &mut uuid);
+        let mut rng = rand::rng();
+        rand::RngExt::fill(&mut rng, &mut uuid);
         let mut h = PoolHeader::new(media.len(), segment_size, uuid, now_secs())
             .map_err(|e| Error::Path { path: media.path().into(), problem: e.to_string() })?;
         while h.seal_key == [0; 16] {
-            rand::Rng::fill(&mut rng, &mut h.seal_key);
+            rand::RngExt::fill(&mut rng, &mut h.seal_key);
         }
         media.map().write(0, &h.encode())?;
         for off in POOL_HWM_OFFS {

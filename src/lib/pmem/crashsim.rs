@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use super::flush::CACHE_LINE;
 use super::map::Mapping;
@@ -191,7 +191,7 @@ impl CrashSim {
             (d.image.clone(), v, live_copy)
         };
         for (off, data, _) in pending {
-            if rng.gen_bool(opts.keep_probability) {
+            if rng.random_bool(opts.keep_probability) {
                 let n = (img.len() - off).min(CACHE_LINE);
                 merge_line(&mut img[off..off + n], &data[..n], opts.tear, &mut rng);
             }
@@ -200,7 +200,7 @@ impl CrashSim {
         while off < live_copy.len() {
             let n = (live_copy.len() - off).min(CACHE_LINE);
             let line = &live_copy[off..off + n];
-            if line != &img[off..off + n] && rng.gen_bool(opts.keep_probability) {
+            if line != &img[off..off + n] && rng.random_bool(opts.keep_probability) {
                 merge_line(&mut img[off..off + n], line, opts.tear, &mut rng);
             }
             off += CACHE_LINE;
@@ -209,13 +209,13 @@ impl CrashSim {
     }
 }
 
-fn merge_line(dst: &mut [u8], src: &[u8], tear: bool, rng: &mut impl Rng) {
+fn merge_line(dst: &mut [u8], src: &[u8], tear: bool, rng: &mut impl RngExt) {
     if !tear {
         dst.copy_from_slice(src);
         return;
     }
     for (d, s) in dst.chunks_mut(8).zip(src.chunks(8)) {
-        if rng.gen_bool(0.5) {
+        if rng.random_bool(0.5) {
             d.copy_from_slice(s);
         }
     }

@@ -296,7 +296,7 @@ impl TrueZipf {
         if items == 0 {
             return Err(Error::invalid("a Zipf law needs at least one item"));
         }
-        let dist = rand_distr::Zipf::new(items, theta)
+        let dist = rand_distr::Zipf::new(items as f64, theta)
             .map_err(|e| Error::invalid(format!("Zipf law over {items} items with theta {theta}: {e}")))?;
         Ok(TrueZipf { items, theta, dist })
     }

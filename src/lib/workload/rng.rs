@@ -7,7 +7,9 @@
 //! on every platform. Doubles and bounded integers are derived here by fixed
 //! formulas (not by `rand`'s distribution code, which may change between versions).
 
-use rand::{RngCore, SeedableRng};
+use std::convert::Infallible;
+
+use rand::{Rng, SeedableRng, TryRng};
 use rand_chacha::ChaCha8Rng;
 
 /// A seeded, reproducible random source (ChaCha8; one stream per thread).
@@ -62,23 +64,23 @@ impl WorkloadRng {
     }
 }
 
-/// `rand`'s interface, for distributions from `rand_distr` (the true Zipf of
-/// `--theta`). The numbers are this source's ChaCha8 stream.
-impl RngCore for WorkloadRng {
-    fn next_u32(&mut self) -> u32 {
-        self.inner.next_u32()
+/// `rand`'s interface (an infallible [`TryRng`], hence a [`rand::Rng`]), for
+/// distributions from `rand_distr` (the true Zipf of `--theta`). The numbers are this
+/// source's ChaCha8 stream.
+impl TryRng for WorkloadRng {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> std::result::Result<u32, Infallible> {
+        Ok(self.inner.next_u32())
     }
 
-    fn next_u64(&mut self) -> u64 {
-        self.inner.next_u64()
+    fn try_next_u64(&mut self) -> std::result::Result<u64, Infallible> {
+        Ok(self.inner.next_u64())
     }
 
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.inner.fill_bytes(dest)
-    }
-
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> std::result::Result<(), rand::Error> {
-        self.inner.try_fill_bytes(dest)
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> std::result::Result<(), Infallible> {
+        self.inner.fill_bytes(dest);
+        Ok(())
     }
 }
 
