@@ -3,9 +3,10 @@
 //! file is allocated on open, and `serve` says whether it created or opened a pool with
 //! the same key count its stop line printed.
 
+mod common;
+
 use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use boomkv::log::{LocalWriter, Pool, PoolOptions};
 
@@ -24,11 +25,7 @@ fn serve(pool: &std::path::Path, sock: &std::path::Path, extra: &[&str]) -> Chil
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while boomctl().args(["stats", "--server", &server]).output().unwrap().status.code() != Some(0) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_server(&server);
     child
 }
 

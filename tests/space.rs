@@ -2,6 +2,8 @@
 //! pool in every protocol, before and after a restart; one-shot clients do not each
 //! strand a segment.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,11 +111,7 @@ fn two_hundred_one_shot_puts_into_a_256_mib_pool_are_all_accepted() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while boomctl().args(["stats", "--server", &server]).output().unwrap().status.code() != Some(0) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_server(&server);
     let mut refused = Vec::new();
     for i in 0..200 {
         let out = boomctl().args(["put", "--server", &server, &format!("one-shot-{i}"), "v"]).output().unwrap();

@@ -1,7 +1,8 @@
 //! Test helpers shared by the integration tests that play a hostile client.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use boomkv::log::format::{encode_entry, ENTRY_HEADER_SIZE};
 use boomkv::transport::{
@@ -91,4 +92,17 @@ pub fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
     let mut b = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + value.len()];
     encode_entry(&mut b, key, value, false, next).unwrap();
     b
+}
+
+/// Waits until a `boomctl serve` answers `boomctl stats` on `server` (at most 20 s).
+pub fn wait_for_server(server: &str) {
+    let t0 = Instant::now();
+    let up = || {
+        Command::new(env!("CARGO_BIN_EXE_boomctl")).args(["stats", "--server", server]).output().unwrap().status.code()
+            == Some(0)
+    };
+    while !up() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

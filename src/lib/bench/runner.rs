@@ -259,8 +259,10 @@ fn phase<T: Transport>(
             if loading { u64::MAX } else { total / threads as u64 + u64::from((i as u64) < total % threads as u64) };
         let mut stream = w.stream(opts.seed, i as u64);
         let (sh, values, tx, barrier) = (sh.clone(), values.clone(), tx.clone(), barrier.clone());
-        let (interval, measurement, warmup, duration) =
-            (opts.interval, opts.measurement, opts.warmup_ops, opts.duration);
+        // Workers hand over their measurements at least four times per status line, so a
+        // line never goes out just before the batch that belongs in it arrives.
+        let send_every = opts.interval.min(opts.status_interval / 4).max(Duration::from_millis(10));
+        let (interval, measurement, warmup, duration) = (send_every, opts.measurement, opts.warmup_ops, opts.duration);
         let rate = opts.target.map(|r| r / threads as f64).filter(|r| *r > 0.0);
         handles.push(std::thread::spawn(move || -> Result<()> {
             let mut m = Measurements::new(measurement);
