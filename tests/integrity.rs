@@ -3,6 +3,8 @@
 //! make a stale value or a deleted key visible; damage is reported by `recover`,
 //! `inspect-log` and the server's recovery.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 use boomkv::client::{Client, ClientOptions};
 use boomkv::index::{IndexKind, Loc};
 use boomkv::log::format::{
-    encode_entry, entry_checksum, slot_size, EntryHeader, Sealer, SegmentHeader, ENTRY_HEADER_SIZE, ENTRY_SEAL_OFF,
+    entry_checksum, slot_size, EntryHeader, Sealer, SegmentHeader, ENTRY_HEADER_SIZE, ENTRY_SEAL_OFF,
     ENTRY_VERSION_OFF, NO_SEGMENT, SEGMENT_HEADER_SIZE, SEG_COUNT_OFF, TOMBSTONE_OWNER,
 };
 use boomkv::log::{LocalWriter, Pool, PoolOptions, RecoveryReport};
@@ -20,6 +22,7 @@ use boomkv::transport::{
     Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, ShmTransport, Transport, WcOpcode,
 };
 use boomkv::wire::{Hello, Msg, Protocol, PutImm, Welcome};
+use common::entry;
 
 // ---- the pool-corruption suite (library) ----
 
@@ -271,12 +274,6 @@ impl Raw {
             }
         }
     }
-}
-
-fn entry(key: &[u8], value: &[u8], next: u64) -> Vec<u8> {
-    let mut b = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + value.len()];
-    encode_entry(&mut b, key, value, false, next).unwrap();
-    b
 }
 
 #[test]
