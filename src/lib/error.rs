@@ -78,9 +78,28 @@ pub enum Error {
     /// A transport-level failure (connection, completion error, timeout).
     #[error("transport: {0}")]
     Transport(String),
-    /// The peer violated the protocol or answered with an error.
+    /// The peer violated the protocol.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The server refused a request and said why.
+    #[error("server: {message}")]
+    Server {
+        /// The kind of refusal (a client decides what to do by this).
+        code: ErrorCode,
+        /// The server's explanation.
+        message: String,
+    },
+    /// The connection broke while a request was outstanding.
+    #[error("connection lost during {during}: {why}")]
+    ConnectionLost {
+        /// The request that was waiting.
+        during: &'static str,
+        /// What the transport said.
+        why: String,
+    },
+    /// The operation is not available with this protocol or configuration.
+    #[error("{0}")]
+    Unsupported(String),
     /// An operation did not complete in time.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
@@ -93,7 +112,36 @@ pub enum Error {
     },
 }
 
+/// Why a server refused a request (carried in its error replies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ErrorCode {
+    /// The entry failed validation (bounds, lengths, checksum, placement).
+    InvalidEntry,
+    /// No free segment: the pool is full.
+    PoolFull,
+    /// Key or value over the limit.
+    TooLarge,
+    /// The request does not decode or is not allowed in this protocol/state.
+    BadRequest,
+    /// The client has used its segment quota.
+    Quota,
+    /// The server failed (media error).
+    Internal,
+    /// Scans need the ordered index.
+    NoScan,
+}
+
 impl Error {
+    /// Whether retrying the same operation on the same connection cannot succeed: the
+    /// connection is gone, the pool is full, or the server or protocol does not do it.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            Error::ConnectionLost { .. } | Error::Unsupported(_) | Error::PoolFull { .. } => true,
+            Error::Server { code, .. } => matches!(code, ErrorCode::PoolFull | ErrorCode::NoScan),
+            _ => false,
+        }
+    }
+
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(msg: impl Into<String>) -> Error {
         Error::Invalid(msg.into())

@@ -349,39 +349,34 @@ impl Welcome {
     }
 }
 
-/// Error codes in [`Msg::Error`] replies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[repr(u16)]
-pub enum ErrorCode {
-    /// The entry failed validation (bounds, lengths, checksum, placement).
-    InvalidEntry = 1,
-    /// No free segment: the pool is full.
-    PoolFull = 2,
-    /// Key or value over the limit.
-    TooLarge = 3,
-    /// The request does not decode or is not allowed in this protocol/state.
-    BadRequest = 4,
-    /// The client has used its segment quota.
-    Quota = 5,
-    /// The server failed (media error).
-    Internal = 6,
-    /// Scans need the ordered index.
-    NoScan = 7,
+/// Error codes in [`Msg::Error`] replies: the kinds are the library's
+/// ([`crate::error::ErrorCode`], so a client returns them typed); their numbers on the
+/// wire are this module's.
+pub use crate::error::ErrorCode;
+
+fn error_code_to_u16(c: ErrorCode) -> u16 {
+    match c {
+        ErrorCode::InvalidEntry => 1,
+        ErrorCode::PoolFull => 2,
+        ErrorCode::TooLarge => 3,
+        ErrorCode::BadRequest => 4,
+        ErrorCode::Quota => 5,
+        ErrorCode::Internal => 6,
+        ErrorCode::NoScan => 7,
+    }
 }
 
-impl ErrorCode {
-    fn from_u16(v: u16) -> Result<ErrorCode> {
-        Ok(match v {
-            1 => ErrorCode::InvalidEntry,
-            2 => ErrorCode::PoolFull,
-            3 => ErrorCode::TooLarge,
-            4 => ErrorCode::BadRequest,
-            5 => ErrorCode::Quota,
-            6 => ErrorCode::Internal,
-            7 => ErrorCode::NoScan,
-            o => return Err(Error::corrupt("message", format!("unknown error code {o}"))),
-        })
-    }
+fn error_code_from_u16(v: u16) -> Result<ErrorCode> {
+    Ok(match v {
+        1 => ErrorCode::InvalidEntry,
+        2 => ErrorCode::PoolFull,
+        3 => ErrorCode::TooLarge,
+        4 => ErrorCode::BadRequest,
+        5 => ErrorCode::Quota,
+        6 => ErrorCode::Internal,
+        7 => ErrorCode::NoScan,
+        o => return Err(Error::corrupt("message", format!("unknown error code {o}"))),
+    })
 }
 
 /// Every message of every protocol.
@@ -558,7 +553,7 @@ impl Msg {
                 w.bytes32(entry);
             }
             Msg::Error { code, message } => {
-                w.u16(*code as u16).bytes16(utf8_prefix(message, 1024).as_bytes());
+                w.u16(error_code_to_u16(*code)).bytes16(utf8_prefix(message, 1024).as_bytes());
             }
         }
         *out = w.0;
@@ -597,7 +592,7 @@ impl Msg {
             op::RPC_VALUE => Msg::RpcValue { entry: r.bytes32(MAX_MESSAGE)?.to_vec() },
             op::NOT_FOUND => Msg::NotFound,
             op::ERROR => {
-                let code = ErrorCode::from_u16(r.u16()?)?;
+                let code = error_code_from_u16(r.u16()?)?;
                 let message = std::str::from_utf8(r.bytes16(1024)?)
                     .map_err(|_| Error::corrupt("message", "error text is not UTF-8"))?
                     .to_string();

@@ -425,83 +425,68 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         crate::outln!("{}", serde_json::to_string_pretty(&s)?)?;
         return Ok(());
     }
-    let n = |k: &str| s[k].as_u64().unwrap_or(0);
-    let sp = &s["space"];
-    let sn = |k: &str| sp[k].as_u64().unwrap_or(0);
+    let sp = &s.space;
+    let index = serde_json::to_value(s.index)?;
     crate::outln!(
         "uptime        {:.0} s, {} workers, flush {}, index {}",
-        s["uptime_s"].as_f64().unwrap_or(0.0),
-        n("workers"),
-        s["flush_kind"].as_str().unwrap_or("?"),
-        s["index"].as_str().unwrap_or("?")
+        s.uptime_s,
+        s.workers,
+        s.flush_kind,
+        index.as_str().unwrap_or("?")
     )?;
     crate::outln!(
         "clients       {} connected, {} since start, {} refused",
-        n("clients"),
-        n("clients_total"),
-        n("clients_refused")
+        s.clients,
+        s.clients_total,
+        s.clients_refused
     )?;
     crate::outln!(
         "operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors",
-        n("puts"),
-        n("dels"),
-        n("gets"),
-        n("not_found"),
-        n("scans"),
-        n("errors")
+        s.puts,
+        s.dels,
+        s.gets,
+        s.not_found,
+        s.scans,
+        s.errors
     )?;
-    crate::outln!("keys          {} indexed", n("index_entries"))?;
+    crate::outln!("keys          {} indexed", s.index_entries)?;
     crate::outln!(
         "space         {} appended, {} updated in place, {} live, {} garbage",
-        human_bytes(sn("bytes_appended")),
-        human_bytes(sn("bytes_in_place")),
-        human_bytes(sn("live_bytes")),
-        human_bytes(sn("garbage_bytes"))
+        human_bytes(sp.bytes_appended),
+        human_bytes(sp.bytes_in_place),
+        human_bytes(sp.live_bytes),
+        human_bytes(sp.garbage_bytes)
     )?;
-    crate::outln!(
-        "segments      {} in use, {} free, {} granted",
-        sn("segments_in_use"),
-        n("free_segments"),
-        n("grants")
-    )?;
-    crate::outln!(
-        "write-back    {} lines, {} fences",
-        s["flush"]["lines"].as_u64().unwrap_or(0),
-        s["flush"]["fences"].as_u64().unwrap_or(0)
-    )?;
-    crate::outln!(
-        "cooperative   {} ranges, {} stolen",
-        s["coop"]["ranges"].as_u64().unwrap_or(0),
-        s["coop"]["steals"].as_u64().unwrap_or(0)
-    )?;
+    crate::outln!("segments      {} in use, {} free, {} granted", sp.segments_in_use, s.free_segments, s.grants)?;
+    crate::outln!("write-back    {} lines, {} fences", s.flush.lines, s.flush.fences)?;
+    crate::outln!("cooperative   {} ranges, {} stolen", s.coop.ranges, s.coop.steals)?;
     crate::outln!(
         "cleaner       {} segments freed, {} entries moved",
-        s["cleaner"]["segments_freed"].as_u64().unwrap_or(0),
-        s["cleaner"]["entries_moved"].as_u64().unwrap_or(0)
+        s.cleaner.segments_freed,
+        s.cleaner.entries_moved
     )?;
-    let ph = &s["phases"];
-    let f = |k: &str| ph[k].as_f64().unwrap_or(0.0);
-    if ph["put_samples"].as_u64().unwrap_or(0) > 0 {
+    let ph = &s.phases;
+    if ph.put_samples > 0 {
         crate::outln!(
             "PUT steps     validate {:.2}, version+seal {:.2}, write-back {:.2}, 2nd persist {:.2}, index {:.2}, \
              reply {:.2}; total {:.2} us (medians of {} sampled)",
-            f("put_validate_us"),
-            f("put_seal_us"),
-            f("put_writeback_us"),
-            f("put_second_persist_us"),
-            f("put_index_us"),
-            f("put_reply_us"),
-            f("put_total_us"),
-            ph["put_samples"].as_u64().unwrap_or(0)
+            ph.put_validate_us,
+            ph.put_seal_us,
+            ph.put_writeback_us,
+            ph.put_second_persist_us,
+            ph.put_index_us,
+            ph.put_reply_us,
+            ph.put_total_us,
+            ph.put_samples
         )?;
     }
-    if ph["get_samples"].as_u64().unwrap_or(0) > 0 {
+    if ph.get_samples > 0 {
         crate::outln!(
             "GET steps     lookup {:.2}, post {:.2}; total {:.2} us (medians of {} sampled)",
-            f("get_lookup_us"),
-            f("get_write_us"),
-            f("get_total_us"),
-            ph["get_samples"].as_u64().unwrap_or(0)
+            ph.get_lookup_us,
+            ph.get_write_us,
+            ph.get_total_us,
+            ph.get_samples
         )?;
     }
     Ok(())

@@ -14,6 +14,7 @@ use boomkv::bench::runner::{self, Progress, RunOptions, RunResult};
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
 use boomkv::index::IndexKind;
+use boomkv::log::SpaceReport;
 use boomkv::transport::{Backend, Endpoint, Transport};
 use boomkv::units::short_bytes;
 use boomkv::wire::Protocol;
@@ -416,15 +417,15 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     write_ycsb_text_in(&mut out, &result.measurements, &result.run, &pcts, a.latency_unit)?;
     if let Some(sp) = &space {
-        for (k, name) in [
-            ("logical_bytes", "LogicalBytesWritten"),
-            ("pm_bytes_used", "PMBytesUsed"),
-            ("bytes_in_place", "BytesSavedInPlace"),
-            ("live_bytes", "LiveBytes"),
-            ("garbage_bytes", "GarbageBytes"),
-            ("segments_in_use", "SegmentsInUse"),
+        for (v, name) in [
+            (sp.logical_bytes, "LogicalBytesWritten"),
+            (sp.pm_bytes_used, "PMBytesUsed"),
+            (sp.bytes_in_place, "BytesSavedInPlace"),
+            (sp.live_bytes, "LiveBytes"),
+            (sp.garbage_bytes, "GarbageBytes"),
+            (sp.segments_in_use, "SegmentsInUse"),
         ] {
-            writeln!(out, "[SPACE], {name}, {}", sp[k].as_u64().unwrap_or(0))?;
+            writeln!(out, "[SPACE], {name}, {v}")?;
         }
     }
     out.flush()?;
@@ -443,7 +444,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let mut v = json_report(&result.measurements, &result.run, &pcts, true);
         v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
         if let Some(sp) = space {
-            v["space"] = sp;
+            v["space"] = serde_json::to_value(sp)?;
         }
         std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
     }
@@ -580,8 +581,8 @@ fn run_phases<T: Transport>(
     o: &RunOptions,
     no_load: bool,
     transactions: bool,
-) -> anyhow::Result<(RunResult, Option<serde_json::Value>)> {
-    let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s["space"].clone());
+) -> anyhow::Result<(RunResult, Option<SpaceReport>)> {
+    let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s.space);
     if !transactions {
         let lo = RunOptions { label: "load".into(), target: None, warmup_ops: 0, ..o.clone() };
         let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;

@@ -170,15 +170,6 @@ fn execute<T: Transport>(c: &mut Client<T>, op: &Op, values: &[u8], buf: &mut Ve
     }
 }
 
-/// Errors that make every further operation pointless.
-fn is_fatal(e: &crate::error::Error) -> bool {
-    let msg = e.to_string();
-    msg.contains("ordered index")
-        || msg.contains("connection lost")
-        || msg.contains("pool full")
-        || msg.contains("scans are implemented")
-}
-
 /// Records one operation as YCSB does: a read-modify-write as a READ (start to end
 /// of the read), an UPDATE (end of the read to the end) and a READ-MODIFY-WRITE
 /// (the whole, no status: YCSB prints no Return line for it); intended latencies all
@@ -307,7 +298,7 @@ fn phase<T: Transport>(
                     if sh.errors.fetch_add(1, Ordering::Relaxed) == 0 {
                         sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
                     }
-                    if is_fatal(&e) {
+                    if e.is_fatal() {
                         sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
                         sh.stop.store(true, Ordering::Relaxed);
                     }

@@ -42,7 +42,7 @@ pub trait KeySource {
 }
 
 /// Which index variant to build.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IndexKind {
     /// Hash index (point lookups only).

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::index::Loc;
 
 /// What one cleaning pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CleanStats {
     /// Segments freed.
     pub segments_freed: u64,

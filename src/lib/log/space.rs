@@ -21,7 +21,7 @@ pub struct SpaceCounters {
 }
 
 /// A snapshot of the pool's space use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SpaceReport {
     /// Slot bytes appended since open.
     pub bytes_appended: u64,

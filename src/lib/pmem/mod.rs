@@ -68,7 +68,7 @@ pub struct FlushStats {
 }
 
 /// A snapshot of [`FlushStats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlushCounts {
     /// Cache lines written back.
     pub lines: u64,

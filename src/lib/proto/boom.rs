@@ -5,7 +5,7 @@
 //!   it as a region of its own (so the client can write only its segments) and replies
 //!   with `(segment, addr, len, rkey)`.
 //! - **PUT**: the client builds the entry locally, picks append or in-place by the
-//!   hybrid rules ([`crate::client::hybrid`]) and WRITE_WITH_IMMs it into its segment
+//!   hybrid rules ([`hybrid`]) and WRITE_WITH_IMMs it into its segment
 //!   (immediate = [`PutImm`]: offset and mode). The server commits it
 //!   ([`crate::log::Pool::commit`]: validate, write back, version, `count`, index; with
 //!   cooperative write-back for large entries) and replies `PutOk` with the version and
@@ -23,216 +23,296 @@
 //! content; appends write back the entry and its version together, then `count`, as
 //! the paper does. Entries carry a checksum and GETs verify it.
 
-use std::sync::atomic::Ordering;
+pub mod hybrid;
 
-use crate::client::hybrid::{Decision, SlotInfo};
-use crate::client::{server_error, Arrival, Client, PutInfo, WriteIntent};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{ClientSide, ClientTuning, ServerSide};
 use crate::error::{Error, Result};
+use crate::link::{Arrival, Link, PutInfo};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
-use crate::server::phases::GetTimer;
-use crate::server::{Conn, Worker};
-use crate::transport::{Access, MemoryRegion, QueuePair, Transport};
-use crate::wire::{DataImm, DataStatus, ErrorCode, Msg, Protocol, PutImm};
+use crate::log::WriteMode;
+use crate::service::phases::GetTimer;
+use crate::service::Ctx;
+use crate::transport::{MemoryRegion, QueuePair, Transport};
+use crate::wire::{DataImm, DataStatus, ErrorCode, Msg, PutImm, RegionDesc};
+use hybrid::{Decision, HybridTable, SlotInfo};
+
+/// Where a BOOM PUT is about to write (reported to the client's `on_write` hook).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteIntent {
+    /// Segment id.
+    pub segment: u64,
+    /// Segment offset.
+    pub offset: u64,
+    /// Rewrite in place (else append).
+    pub in_place: bool,
+    /// False just before the write is posted, true once the server acknowledged it.
+    pub done: bool,
+}
+
+/// A callback told of every BOOM write's target (the crash checker uses it).
+#[derive(Clone)]
+pub struct WriteHook(pub Arc<dyn Fn(&WriteIntent) + Send + Sync>);
+
+impl std::fmt::Debug for WriteHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteHook")
+    }
+}
 
 // ---- server side ----
 
-impl<T: Transport> Worker<T> {
-    pub(crate) fn data_imm(
-        &mut self,
-        conn: &mut Conn<T>,
-        buf: &crate::wire::RegionDesc,
-        status: DataStatus,
-        len: u32,
-    ) -> Result<()> {
-        let wr = conn.wr();
-        let imm = DataImm { status, len }.encode();
-        conn.qp.post_write_imm(wr, &conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
+/// BOOM's server half (it keeps nothing per client beyond the connection's segment).
+pub(crate) struct Server;
+
+impl<T: Transport> ServerSide<T> for Server {
+    fn on_msg(&mut self, cx: &mut Ctx<'_, T>, m: Msg, req: u32) -> Result<()> {
+        match m {
+            Msg::GrantSegment => grant(cx, req),
+            Msg::Get { key, buf } => get(cx, key, buf),
+            Msg::Scan { start, count, buf } => scan(cx, start, count, buf),
+            Msg::RpcPut { entry } => cx.server_delete(&entry, req),
+            m => cx.common(m, req),
+        }
     }
 
-    pub(crate) fn boom_get(&mut self, conn: &mut Conn<T>, key: Vec<u8>, buf: crate::wire::RegionDesc) -> Result<()> {
-        let mut timer = GetTimer::start(self.sampled());
-        let found = self.sh.pool.lookup(&key);
-        GetTimer::looked_up(&mut timer);
-        let Some(loc) = found else {
-            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
-            return self.data_imm(conn, &buf, DataStatus::NotFound, 0);
-        };
-        if loc.len as u64 > buf.len {
-            return self.data_imm(conn, &buf, DataStatus::TooSmall, loc.len);
-        }
-        if let Err(why) = conn.admit_get(loc.len, self.sh.cfg.max_value) {
-            self.sh.counters.over_limit.fetch_add(1, Ordering::Relaxed);
-            conn.dead.get_or_insert(why);
-            return Ok(());
-        }
-        let mr = self.sh.seg_mr(loc.segment as u64)?;
-        let wr = conn.wr();
-        self.sh.inflight.begin(&key, loc.version);
-        conn.gets.insert(wr, (key, loc.version));
-        let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
-        self.sh.counters.gets.fetch_add(1, Ordering::Relaxed);
-        self.sh.counters.bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-        let r = conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm);
-        GetTimer::posted(timer, &self.sh.phases);
-        r
+    /// A PUT: the entry is in the client's segment at the immediate's offset.
+    fn on_write_imm(&mut self, cx: &mut Ctx<'_, T>, imm: u32) -> Result<()> {
+        let p = PutImm::decode(imm);
+        let mode = if p.in_place { WriteMode::InPlace } else { WriteMode::Append };
+        cx.commit_and_reply(p.offset, mode, None)
     }
+}
 
-    pub(crate) fn boom_scan(
-        &mut self,
-        conn: &mut Conn<T>,
-        start: Vec<u8>,
-        count: u32,
-        buf: crate::wire::RegionDesc,
-    ) -> Result<()> {
-        let items = match self.sh.pool.index().scan(&start, count.min(10_000) as usize) {
-            Ok(v) => v,
-            Err(e) => return self.error_reply(conn, 0, ErrorCode::NoScan, e.to_string()),
-        };
-        let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
-        if total > buf.len {
-            return self.data_imm(conn, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32);
+/// Seals the client's segment and grants it the next one.
+fn grant<T: Transport>(cx: &mut Ctx<'_, T>, req: u32) -> Result<()> {
+    match cx.grant() {
+        Ok(()) => {
+            let (Some(seg), Some(mr)) = (&cx.conn.seg, &cx.conn.seg_mr) else {
+                return Err(Error::Protocol("grant left no segment".into()));
+            };
+            let msg = Msg::SegmentGranted { segment: seg.id, region: mr.remote() };
+            cx.reply(&msg, req)
         }
-        let mut off = 0u64;
-        for (_, loc) in &items {
-            let mr = self.sh.seg_mr(loc.segment as u64)?;
-            let wr = conn.wr();
-            conn.qp.post_write(wr, &mr, loc.offset as u64, loc.len, buf.addr + off, buf.rkey, false)?;
-            off += loc.len as u64;
-        }
-        self.sh.counters.scans.fetch_add(1, Ordering::Relaxed);
-        self.data_imm(conn, &buf, DataStatus::Ok, total as u32)
+        Err((code, msg)) => cx.refuse(req, code, msg),
     }
+}
+
+/// Tells the client's buffer `buf` the GET's `status` and length.
+fn data_imm<T: Transport>(cx: &mut Ctx<'_, T>, buf: &RegionDesc, status: DataStatus, len: u32) -> Result<()> {
+    let wr = cx.conn.wr();
+    let imm = DataImm { status, len }.encode();
+    cx.conn.qp.post_write_imm(wr, &cx.conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
+}
+
+/// A GET: WRITE_WITH_IMM the entry from PM into the client's buffer.
+fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: Vec<u8>, buf: RegionDesc) -> Result<()> {
+    let mut timer = GetTimer::start(cx.sampled());
+    let found = cx.pool().lookup(&key);
+    GetTimer::looked_up(&mut timer);
+    let Some(loc) = found else {
+        cx.counters().not_found.fetch_add(1, Ordering::Relaxed);
+        return data_imm(cx, &buf, DataStatus::NotFound, 0);
+    };
+    if loc.len as u64 > buf.len {
+        return data_imm(cx, &buf, DataStatus::TooSmall, loc.len);
+    }
+    if let Err(why) = cx.conn.admit_get(loc.len, cx.max_value()) {
+        cx.counters().over_limit.fetch_add(1, Ordering::Relaxed);
+        cx.conn.close(why);
+        return Ok(());
+    }
+    let mr = cx.local_segment_region(loc.segment as u64)?;
+    let wr = cx.conn.wr();
+    cx.begin_get(wr, key, loc.version);
+    let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
+    cx.counters().gets.fetch_add(1, Ordering::Relaxed);
+    cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
+    let r = cx.conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm);
+    GetTimer::posted(timer, cx.phases());
+    r
+}
+
+/// A SCAN: the entries written back to back into the client's buffer, then one
+/// immediate with the total length.
+fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: RegionDesc) -> Result<()> {
+    let items = match cx.pool().index().scan(&start, count.min(10_000) as usize) {
+        Ok(v) => v,
+        Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
+    };
+    let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
+    if total > buf.len {
+        return data_imm(cx, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32);
+    }
+    let mut off = 0u64;
+    for (_, loc) in &items {
+        let mr = cx.local_segment_region(loc.segment as u64)?;
+        let wr = cx.conn.wr();
+        cx.conn.qp.post_write(wr, &mr, loc.offset as u64, loc.len, buf.addr + off, buf.rkey, false)?;
+        off += loc.len as u64;
+    }
+    cx.counters().scans.fetch_add(1, Ordering::Relaxed);
+    data_imm(cx, &buf, DataStatus::Ok, total as u32)
 }
 
 // ---- client side ----
 
-impl<T: Transport> Client<T> {
-    pub(crate) fn boom_put(&mut self, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
+/// The client's current segment.
+struct Segment {
+    id: u64,
+    region: RegionDesc,
+    tail: u64,
+}
+
+/// BOOM's client half: the granted segment and the hybrid-update bookkeeping.
+pub(crate) struct Client {
+    seg: Option<Segment>,
+    hybrid: HybridTable,
+    on_write: Option<WriteHook>,
+    pool_full_wait: Duration,
+}
+
+impl Client {
+    pub(crate) fn new(tuning: &ClientTuning) -> Client {
+        Client {
+            seg: None,
+            hybrid: HybridTable::new(tuning.update_mode),
+            on_write: tuning.on_write.clone(),
+            pool_full_wait: tuning.pool_full_wait,
+        }
+    }
+
+    /// Asks for a segment (a full pool is often waiting for the cleaner: segments of
+    /// clients that left are sealed and compacted in the background, so ask again for a
+    /// while).
+    fn grant<T: Transport>(&mut self, l: &mut Link<T>) -> Result<()> {
+        let deadline = Instant::now() + self.pool_full_wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match l.call(&Msg::GrantSegment, "segment grant") {
+                Ok(Msg::SegmentGranted { segment, region }) => {
+                    self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
+                    self.hybrid.reset();
+                    l.counters.grants += 1;
+                    return Ok(());
+                }
+                Err(Error::Server { code: ErrorCode::PoolFull, .. }) if Instant::now() + pause < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+                Ok(m) => return Err(Error::Protocol(format!("expected a segment grant, got {m:?}"))),
+            }
+        }
+    }
+
+    fn tell(&self, intent: &WriteIntent) {
+        if let Some(h) = &self.on_write {
+            (h.0)(intent);
+        }
+    }
+
+    /// Sends `m` (a GET or SCAN naming the response buffer) and waits for its data
+    /// immediate, growing the buffer and asking again when it is too small.
+    fn fetch<T: Transport>(
+        l: &mut Link<T>,
+        what: &'static str,
+        mut m: impl FnMut(RegionDesc) -> Msg,
+    ) -> Result<Option<u32>> {
+        loop {
+            let buf = l.resp_mr.remote();
+            l.send(&m(buf))?;
+            match l.wait_arrival(what)? {
+                Arrival::Data(DataImm { status: DataStatus::Ok, len }) => return Ok(Some(len)),
+                Arrival::Data(DataImm { status: DataStatus::NotFound, .. }) => return Ok(None),
+                Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => l.grow_response(len as u64)?,
+                Arrival::Data(DataImm { status: DataStatus::Error, .. }) => {
+                    return Err(Error::Protocol(format!("the server failed the {what}")))
+                }
+                Arrival::Msg(Msg::Error { code, message }) => return Err(Error::Server { code, message }),
+                Arrival::Msg(m) => return Err(Error::Protocol(format!("expected {what} data, got {m:?}"))),
+                Arrival::RpcValue(_) => return Err(Error::Protocol("unexpected RPC value".into())),
+            }
+        }
+    }
+}
+
+impl<T: Transport> ClientSide<T> for Client {
+    fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
+        let segment_size = l.limits.segment_size;
         let len = ENTRY_HEADER_SIZE + key.len() as u64 + value.len() as u64;
         let slot = fmt::slot_size(key.len(), value.len());
-        if slot > self.segment_size - fmt::SEGMENT_HEADER_SIZE {
-            return Err(Error::TooLarge { what: "entry", len, limit: self.segment_size - fmt::SEGMENT_HEADER_SIZE });
+        if slot > segment_size - fmt::SEGMENT_HEADER_SIZE {
+            return Err(Error::TooLarge { what: "entry", len, limit: segment_size - fmt::SEGMENT_HEADER_SIZE });
         }
         let (offset, capacity, in_place) = match self.hybrid.decide(key, len) {
             Decision::InPlace(s) if self.seg.is_some() => (s.offset, s.capacity, true),
             _ => {
-                if self.seg.as_ref().is_none_or(|s| s.tail + slot > self.segment_size) {
+                if self.seg.as_ref().is_none_or(|s| s.tail + slot > segment_size) {
                     if tomb {
                         // A DELETE never takes a segment: the server logs the tombstone.
-                        return self.server_delete(key);
+                        return super::server_delete(l, key);
                     }
-                    self.grant()?;
+                    self.grant(l)?;
                 }
                 let tail = self.seg.as_ref().map(|s| s.tail).unwrap_or(fmt::SEGMENT_HEADER_SIZE);
                 (tail, slot, false)
             }
         };
-        let n = self.encode(key, value, tomb, offset + capacity)?;
+        let n = l.encode_entry(key, value, tomb, offset + capacity)?;
         let (seg_id, region) =
             self.seg.as_ref().map(|s| (s.id, s.region)).ok_or_else(|| Error::Protocol("no segment".into()))?;
         let imm = PutImm { offset, in_place }.encode().ok_or_else(|| Error::invalid("segment offset too large"))?;
         let mut intent = WriteIntent { segment: seg_id, offset, in_place, done: false };
-        if let Some(h) = &self.opts.on_write {
-            (h.0)(&intent);
-        }
-        let wr = self.wr();
-        self.qp.post_write_imm(wr, &self.entry_mr, 0, n as u32, region.at(offset), region.rkey, imm)?;
-        let (version, min_get) = self.wait_put_ok()?;
-        if let Some(h) = &self.opts.on_write {
-            intent.done = true;
-            (h.0)(&intent);
-        }
+        self.tell(&intent);
+        l.write_entry(n, region.at(offset), region.rkey, imm)?;
+        let (version, min_get) = match l.wait_msg("PUT")? {
+            Msg::PutOk { version, min_get_version } => (version, min_get_version),
+            m => return Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
+        };
+        intent.done = true;
+        self.tell(&intent);
         if !in_place {
             if let Some(s) = self.seg.as_mut() {
                 s.tail = offset + capacity;
             }
-            self.counters.appends += 1;
+            l.counters.appends += 1;
         } else {
-            self.counters.in_place += 1;
+            l.counters.in_place += 1;
         }
         self.hybrid.record(key, SlotInfo { offset, capacity, version }, min_get);
         Ok(PutInfo { version, in_place })
     }
 
-    pub(crate) fn boom_get(&mut self, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        loop {
-            let buf = self.resp_mr.remote();
-            let req = self.req();
-            let mut b = std::mem::take(&mut self.buf);
-            Msg::Get { key: key.to_vec(), buf }.encode_into(req, &mut b);
-            let wr = self.wr();
-            let r = self.qp.post_send_bytes(wr, &b);
-            self.buf = b;
-            r?;
-            match self.wait_arrival("GET")? {
-                Arrival::Data(DataImm { status: DataStatus::Ok, len }) => {
-                    self.buf.resize(len as usize, 0);
-                    self.resp_mr.read(0, &mut self.buf)?;
-                    return Ok(Some((0, len as usize)));
-                }
-                Arrival::Data(DataImm { status: DataStatus::NotFound, .. }) => return Ok(None),
-                Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => {
-                    let want = (len as usize).next_power_of_two();
-                    self.resp_mr = self.t.alloc_mr(want, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                }
-                Arrival::Data(DataImm { status: DataStatus::Error, .. }) => {
-                    return Err(Error::Protocol("the server failed the GET".into()))
-                }
-                Arrival::Msg(Msg::Error { code, message }) => return Err(server_error(code, message)),
-                Arrival::Msg(m) => return Err(Error::Protocol(format!("expected GET data, got {m:?}"))),
-                Arrival::RpcValue(_) => return Err(Error::Protocol("unexpected RPC value".into())),
-            }
-        }
+    fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
+        let Some(len) = Self::fetch(l, "GET", |buf| Msg::Get { key: key.to_vec(), buf })? else {
+            return Ok(None);
+        };
+        l.take_response(len as usize)?;
+        Ok(Some((0, len as usize)))
     }
 
-    /// Up to `count` live key-value pairs from `start` on, in key order (BOOM protocol;
-    /// the server needs `--index ordered`).
-    pub fn scan(&mut self, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        if self.opts.protocol != Protocol::Boom {
-            return Err(Error::invalid(format!(
-                "scans are implemented for the boom protocol, not {}",
-                self.opts.protocol
-            )));
-        }
-        loop {
-            let buf = self.resp_mr.remote();
-            let msg = Msg::Scan { start: start.to_vec(), count, buf };
-            let req = self.req();
-            let mut b = std::mem::take(&mut self.buf);
-            msg.encode_into(req, &mut b);
-            let wr = self.wr();
-            let r = self.qp.post_send_bytes(wr, &b);
-            self.buf = b;
-            r?;
-            match self.wait_arrival("SCAN")? {
-                Arrival::Data(DataImm { status: DataStatus::Ok, len }) => {
-                    let mut all = vec![0u8; len as usize];
-                    self.resp_mr.read(0, &mut all)?;
-                    let mut out = Vec::new();
-                    let mut off = 0usize;
-                    while off < all.len() {
-                        let h = fmt::EntryHeader::decode(&all[off..])?;
-                        let n = h.entry_len() as usize;
-                        let e = all.get(off..off + n).ok_or_else(|| Error::corrupt("scan", "entry past the data"))?;
-                        if fmt::entry_checksum(e) != h.checksum {
-                            return Err(Error::corrupt("scan", "an entry failed its checksum"));
-                        }
-                        let k = ENTRY_HEADER_SIZE as usize + h.key_len as usize;
-                        out.push((e[ENTRY_HEADER_SIZE as usize..k].to_vec(), e[k..].to_vec()));
-                        off += n;
-                    }
-                    return Ok(out);
-                }
-                Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => {
-                    self.resp_mr = self
-                        .t
-                        .alloc_mr((len as usize).next_power_of_two(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                }
-                Arrival::Data(d) => return Err(Error::Protocol(format!("scan failed: {:?}", d.status))),
-                Arrival::Msg(Msg::Error { code, message }) => return Err(server_error(code, message)),
-                Arrival::Msg(m) => return Err(Error::Protocol(format!("expected scan data, got {m:?}"))),
-                Arrival::RpcValue(_) => return Err(Error::Protocol("unexpected RPC value".into())),
+    fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let len = Self::fetch(l, "SCAN", |buf| Msg::Scan { start: start.to_vec(), count, buf })?
+            .ok_or_else(|| Error::Protocol("SCAN failed: NotFound".into()))?;
+        l.take_response(len as usize)?;
+        let all = &l.buf;
+        let mut out = Vec::new();
+        let mut off = 0usize;
+        while off < all.len() {
+            let h = fmt::EntryHeader::decode(&all[off..])?;
+            let n = h.entry_len() as usize;
+            let e = all.get(off..off + n).ok_or_else(|| Error::corrupt("scan", "entry past the data"))?;
+            if fmt::entry_checksum(e) != h.checksum {
+                return Err(Error::corrupt("scan", "an entry failed its checksum"));
             }
+            let k = ENTRY_HEADER_SIZE as usize + h.key_len as usize;
+            out.push((e[ENTRY_HEADER_SIZE as usize..k].to_vec(), e[k..].to_vec()));
+            off += n;
         }
+        Ok(out)
     }
 }

@@ -1,14 +1,130 @@
-//! The three protocols, each with its server side (handlers on the server's worker)
-//! and client side (methods of [`crate::client::Client`]), generic over the transport:
+//! The protocols, one file each, behind two narrow traits:
 //!
 //! - [`boom`]: BOOM, one round trip per PUT and GET (the default);
 //! - [`rdmp`]: the RDMP-KV baseline, two phases;
 //! - [`rpc`]: the RDMA-KV baseline, RPC through server DRAM.
 //!
-//! They share the wire format ([`crate::wire`]), the log and its commit path
+//! A protocol's client half implements `ClientSide` over a `Link` (the client's
+//! connection: send a message, wait for a reply or a completion, post a one-sided
+//! operation, its buffers); its server half implements `ServerSide` over a `Ctx`
+//! (the pool and its commit path, the index, versions, GETs in flight, replies).
+//! [`crate::client`] and [`crate::server`] know no protocol: they make the halves with
+//! `client_side` and `server_side` and dispatch through the traits. Adding a
+//! protocol is adding its file, its wire messages and its line in those two functions.
+//!
+//! The protocols share the wire format ([`crate::wire`]), the log and its commit path
 //! ([`crate::log`]), the index, recovery, the server's worker pool and the transport:
 //! only the message flow differs, so their latencies compare the protocols alone.
+//!
+//! May import: `error`, `link`, `service`, `log`, `index`, `transport`, `wire`.
 
 pub mod boom;
 pub mod rdmp;
 pub mod rpc;
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::link::{Link, PutInfo};
+use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
+use crate::service::Ctx;
+use crate::transport::Transport;
+use crate::wire::{Msg, Protocol};
+
+/// A protocol's client half: how a PUT, a GET and a SCAN travel.
+pub(crate) trait ClientSide<T: Transport>: Send {
+    /// Stores (or, with `tomb`, deletes) `key`; returns once the server acknowledged it
+    /// as durable. Sizes are already checked against the server's limits.
+    fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo>;
+
+    /// Fetches the entry of `key` into `l.buf`; returns where it starts and its length,
+    /// or `None` when the server has no such key. The caller verifies it.
+    fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>>;
+
+    /// Up to `count` live entries from `start` on, in key order.
+    fn scan(&mut self, _l: &mut Link<T>, _start: &[u8], _count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Err(Error::Unsupported("scans are implemented for the boom protocol only".into()))
+    }
+}
+
+/// A protocol's server half for one client: what each request does.
+pub(crate) trait ServerSide<T: Transport>: Send {
+    /// A message arrived in a receive buffer; `raw` is read where it landed (DRAM).
+    fn on_receive(&mut self, cx: &mut Ctx<'_, T>, raw: &[u8]) -> Result<()> {
+        let (m, req) = Msg::decode(raw)?;
+        self.on_msg(cx, m, req)
+    }
+
+    /// A decoded message; what a protocol does not handle goes to [`Ctx::common`].
+    fn on_msg(&mut self, cx: &mut Ctx<'_, T>, m: Msg, req: u32) -> Result<()>;
+
+    /// A WRITE_WITH_IMM of the client landed (immediate `imm`).
+    fn on_write_imm(&mut self, cx: &mut Ctx<'_, T>, _imm: u32) -> Result<()> {
+        cx.refuse(0, crate::wire::ErrorCode::BadRequest, "WRITE_WITH_IMM not valid here".into())
+    }
+
+    /// The client is leaving: release what this half holds for it.
+    fn on_close(&mut self) {}
+}
+
+/// Receive buffers of a protocol: what each side posts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveBuffers {
+    /// Bytes of each receive the client posts.
+    pub client: u32,
+    /// Bytes of each receive the server posts (the largest request).
+    pub server: u32,
+    /// Receives the server keeps posted per client.
+    pub server_depth: u32,
+}
+
+/// Receive buffers for the one-sided protocols' control messages.
+const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, server: 4096, server_depth: 8 };
+
+/// The receive buffers protocol `p` needs.
+pub fn receive_buffers(p: Protocol) -> ReceiveBuffers {
+    match p {
+        Protocol::Boom | Protocol::Rdmp => CONTROL_BUFFERS,
+        Protocol::Rpc => rpc::RECEIVE_BUFFERS,
+    }
+}
+
+/// Settings of a client half (from [`crate::client::ClientOptions`]).
+#[derive(Clone, Debug)]
+pub(crate) struct ClientTuning {
+    /// BOOM: hybrid or append-only updates.
+    pub(crate) update_mode: boom::hybrid::UpdateMode,
+    /// BOOM: told of every write's target.
+    pub(crate) on_write: Option<boom::WriteHook>,
+    /// How long a segment grant keeps asking a full pool.
+    pub(crate) pool_full_wait: Duration,
+}
+
+/// The client half of protocol `p`.
+pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> Box<dyn ClientSide<T>> {
+    match p {
+        Protocol::Boom => Box::new(boom::Client::new(tuning)),
+        Protocol::Rdmp => Box::new(rdmp::Client),
+        Protocol::Rpc => Box::new(rpc::Client),
+    }
+}
+
+/// The server half of protocol `p` for one client.
+pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn ServerSide<T>>> {
+    Ok(match p {
+        Protocol::Boom => Box::new(boom::Server),
+        Protocol::Rdmp => Box::new(rdmp::Server::default()),
+        Protocol::Rpc => Box::new(rpc::Server::new(t)?),
+    })
+}
+
+/// A DELETE sent to the server as a tombstone entry for its own log (BOOM with no room
+/// in its segment, RDMP on a full pool): no segment is needed.
+fn server_delete<T: Transport>(l: &mut Link<T>, key: &[u8]) -> Result<PutInfo> {
+    let mut e = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len()];
+    fmt::encode_entry(&mut e, key, b"", true, 0)?;
+    match l.call(&Msg::RpcPut { entry: e }, "DELETE")? {
+        Msg::PutOk { version, .. } => Ok(PutInfo { version, in_place: false }),
+        m => Err(Error::Protocol(format!("expected a DELETE reply, got {m:?}"))),
+    }
+}

@@ -38,7 +38,6 @@ use crate::client::{Client, ClientOptions};
 use crate::index::{Index, IndexKind, KeySource, Loc};
 use crate::log::format::ENTRY_HEADER_SIZE;
 use crate::pmem::{FlushKind, Media, MediaOptions};
-use crate::server::phases::PhaseReport;
 use crate::server::ServerConfig;
 use crate::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
 use crate::units::short_bytes;
@@ -372,17 +371,16 @@ struct Counters {
 impl Counters {
     fn read<T: Transport>(t: &T, ep: &Endpoint) -> Result<Counters> {
         let s = Client::connect(t, ep, ClientOptions::default())?.stats()?;
-        let u = |a: &str, b: &str| s[a][b].as_u64().unwrap_or(0);
         Ok(Counters {
-            logical: u("space", "logical_bytes"),
-            pm_used: u("space", "pm_bytes_used"),
-            in_place_bytes: u("space", "bytes_in_place"),
-            in_place_entries: u("space", "entries_in_place"),
-            grants: s["grants"].as_u64().unwrap_or(0),
-            segment_size: u("space", "segment_bytes").checked_div(u("space", "segments_in_use")).unwrap_or(0),
-            coop_ranges: u("coop", "ranges"),
-            coop_steals: u("coop", "steals"),
-            flush_lines: u("flush", "lines"),
+            logical: s.space.logical_bytes,
+            pm_used: s.space.pm_bytes_used,
+            in_place_bytes: s.space.bytes_in_place,
+            in_place_entries: s.space.entries_in_place,
+            grants: s.grants,
+            segment_size: s.space.segment_bytes.checked_div(s.space.segments_in_use).unwrap_or(0),
+            coop_ranges: s.coop.ranges,
+            coop_steals: s.coop.steals,
+            flush_lines: s.flush.lines,
         })
     }
 
@@ -731,10 +729,7 @@ impl<'a> Context<'a> {
             let get = runner::run(&t, &ep, &copts, &get_w, &ro_get)?;
             // The server's own sampled step timings; a server too old to report them
             // leaves the columns empty.
-            let phases = Client::connect(&t, &ep, copts.clone())
-                .and_then(|mut c| c.stats())
-                .ok()
-                .and_then(|v| serde_json::from_value::<PhaseReport>(v.get("phases")?.clone()).ok());
+            let phases = Client::connect(&t, &ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s.phases);
             Ok::<_, SweepError>((put, get, phases))
         })?;
         if let Some(ph) = phases.filter(|p| p.put_samples > 0 || p.get_samples > 0) {

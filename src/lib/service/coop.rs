@@ -35,7 +35,7 @@ pub struct CoopWriteback {
 }
 
 /// Counters of cooperative write-back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CoopStats {
     /// Ranges queued.
     pub ranges: u64,

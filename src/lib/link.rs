@@ -1,0 +1,275 @@
+//! The client's connection, protocol-neutral: what a protocol's client half
+//! (`crate::proto::ClientSide`) runs on.
+//!
+//! A `Link` is one queue pair with its completion queue, a ring of posted receives,
+//! the buffer the server writes GET results into, the buffer entries are WRITTEN from,
+//! and the request and work-request ids. It sends a message and waits for the answer,
+//! posts one-sided operations and waits for their completions, and encodes entries
+//! through the media format's owner ([`crate::log::format`]). It knows no protocol: the
+//! halves in [`crate::proto`] decide which messages and operations make a PUT or a GET.
+//!
+//! May import: `error`, `log::format` (entry encoding), `transport`, `wire`.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
+use crate::transport::{Access, Completion, CompletionQueue, MemoryRegion, QueuePair, Transport, WcOpcode};
+use crate::wire::{DataImm, Msg};
+
+/// What a PUT did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutInfo {
+    /// Version the server assigned.
+    pub version: u64,
+    /// Whether the entry was rewritten in place (BOOM hybrid updates).
+    pub in_place: bool,
+}
+
+/// Counters of one client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounters {
+    /// Segments granted.
+    pub grants: u64,
+    /// PUTs appended.
+    pub appends: u64,
+    /// PUTs rewritten in place.
+    pub in_place: u64,
+    /// GETs retried because the entry was torn.
+    pub torn_retries: u64,
+}
+
+/// One thing that arrived for the client.
+pub(crate) enum Arrival {
+    /// A control message.
+    Msg(Msg),
+    /// A WRITE_WITH_IMM's immediate (data the server wrote into the response buffer).
+    Data(DataImm),
+    /// An RPC value, left in the receive copy at `buf[RPC_VALUE_OFF..]` (this many bytes).
+    RpcValue(usize),
+}
+
+/// Where the entry of an RpcValue message starts (header, then a u32 length).
+pub(crate) const RPC_VALUE_OFF: usize = crate::wire::MSG_HEADER + 4;
+
+/// Receive slots a client posts.
+const RECV_SLOTS: u32 = 4;
+/// Consumed receives reposted together.
+const REPOST_BATCH: usize = 2;
+/// Work requests this side posts carry this bit; receives do not.
+const WR_SEND: u64 = 1 << 63;
+
+/// What the server announced at the handshake.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// The client's id (the owner of its log).
+    pub(crate) id: u64,
+    /// Bytes per segment.
+    pub(crate) segment_size: u64,
+    /// Largest value.
+    pub(crate) max_value: u32,
+    /// The server's receive buffer size (largest request).
+    pub(crate) server_recv: u32,
+}
+
+/// A client's connection (see the module doc).
+pub(crate) struct Link<T: Transport> {
+    pub(crate) t: T,
+    pub(crate) qp: T::Qp,
+    cq: T::Cq,
+    recv_mr: T::Mr,
+    recv_size: u32,
+    /// Receive slots consumed and not yet posted again.
+    unposted: Vec<u64>,
+    /// The buffer the server WRITEs GET results into (and RDMP READs land in).
+    pub(crate) resp_mr: T::Mr,
+    /// The buffer entries are WRITTEN from.
+    pub(crate) entry_mr: T::Mr,
+    /// Scratch: requests are encoded here, replies and entries copied here.
+    pub(crate) buf: Vec<u8>,
+    pub(crate) timeout: Duration,
+    pub(crate) limits: Limits,
+    pub(crate) counters: ClientCounters,
+    next_wr: u64,
+    next_req: u32,
+}
+
+impl<T: Transport> Link<T> {
+    /// Wraps a connected queue pair and posts its receives.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        t: &T,
+        qp: T::Qp,
+        cq: T::Cq,
+        recv_mr: T::Mr,
+        recv_size: u32,
+        resp_mr: T::Mr,
+        timeout: Duration,
+        limits: Limits,
+    ) -> Result<Link<T>> {
+        for i in 0..RECV_SLOTS {
+            qp.post_recv(i as u64, &recv_mr, (i * recv_size) as u64, recv_size)?;
+        }
+        let entry_mr = t.alloc_mr(4096, Access::NONE)?;
+        Ok(Link {
+            t: t.clone(),
+            qp,
+            cq,
+            recv_mr,
+            recv_size,
+            unposted: Vec::with_capacity(REPOST_BATCH),
+            resp_mr,
+            entry_mr,
+            buf: Vec::new(),
+            timeout,
+            limits,
+            counters: ClientCounters::default(),
+            next_wr: 0,
+            next_req: 0,
+        })
+    }
+
+    /// Bytes of the receive ring a client needs for `recv_size`-byte receives.
+    pub(crate) fn ring_bytes(recv_size: u32) -> usize {
+        (recv_size * RECV_SLOTS) as usize
+    }
+
+    /// A fresh work-request id for something this side posts.
+    pub(crate) fn wr(&mut self) -> u64 {
+        self.next_wr += 1;
+        WR_SEND | self.next_wr
+    }
+
+    fn req(&mut self) -> u32 {
+        self.next_req = self.next_req.wrapping_add(1);
+        self.next_req
+    }
+
+    /// Waits for the next message or data immediate, checking send completions.
+    pub(crate) fn wait_arrival(&mut self, what: &'static str) -> Result<Arrival> {
+        loop {
+            let c: Completion = match self.cq.wait(self.timeout) {
+                Ok(c) => c,
+                Err(Error::Timeout(d, _)) => return Err(Error::Timeout(d, what)),
+                Err(e) => return Err(e),
+            };
+            if !c.status.is_ok() {
+                return Err(self.lost(what, &c));
+            }
+            if c.wr_id & WR_SEND != 0 {
+                continue;
+            }
+            let slot = c.wr_id;
+            let arrival = match (c.opcode, c.imm) {
+                (WcOpcode::RecvWithImm, Some(imm)) => Ok(Arrival::Data(DataImm::decode(imm))),
+                (WcOpcode::Recv, _) => {
+                    self.buf.resize(c.byte_len as usize, 0);
+                    self.recv_mr.read(slot * self.recv_size as u64, &mut self.buf)?;
+                    if crate::wire::is_rpc_value(&self.buf) && self.buf.len() >= RPC_VALUE_OFF {
+                        // Leave the (possibly large) entry where it is: no second copy.
+                        Ok(Arrival::RpcValue(self.buf.len() - RPC_VALUE_OFF))
+                    } else {
+                        Msg::decode(&self.buf).map(|(m, _)| Arrival::Msg(m))
+                    }
+                }
+                (op, _) => Err(Error::Protocol(format!("unexpected completion {op:?}"))),
+            };
+            // Receives go back in pairs: one request is in flight at a time, so two of
+            // the four stay posted, and a pair shares the ring's cache lines.
+            self.unposted.push(slot);
+            if self.unposted.len() >= REPOST_BATCH {
+                for s in std::mem::take(&mut self.unposted) {
+                    self.qp.post_recv(s, &self.recv_mr, s * self.recv_size as u64, self.recv_size)?;
+                }
+            }
+            return arrival;
+        }
+    }
+
+    /// The error for a failed completion while waiting for `what`.
+    fn lost(&self, what: &'static str, c: &Completion) -> Error {
+        let why = self.qp.error_reason().unwrap_or_else(|| c.status.to_string());
+        Error::ConnectionLost { during: what, why }
+    }
+
+    /// Waits for the completion of this side's work request `wr` (a READ), skipping
+    /// the completions of earlier sends.
+    pub(crate) fn wait_completion(&mut self, wr: u64, what: &'static str) -> Result<()> {
+        loop {
+            let c = self.cq.wait(self.timeout).map_err(|e| match e {
+                Error::Timeout(d, _) => Error::Timeout(d, what),
+                e => e,
+            })?;
+            if !c.status.is_ok() {
+                return Err(self.lost(what, &c));
+            }
+            if c.wr_id == wr {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits for the next control message; a server error comes back as its typed error.
+    pub(crate) fn wait_msg(&mut self, what: &'static str) -> Result<Msg> {
+        match self.wait_arrival(what)? {
+            Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
+            Arrival::Msg(m) => Ok(m),
+            Arrival::Data(_) | Arrival::RpcValue(_) => Err(Error::Protocol(format!("unexpected data during {what}"))),
+        }
+    }
+
+    /// Sends `m` (the request), without waiting.
+    pub(crate) fn send(&mut self, m: &Msg) -> Result<()> {
+        let req = self.req();
+        let mut b = std::mem::take(&mut self.buf);
+        m.encode_into(req, &mut b);
+        if b.len() > self.limits.server_recv as usize {
+            let len = b.len() as u64;
+            self.buf = b;
+            return Err(Error::TooLarge { what: "request", len, limit: self.limits.server_recv as u64 });
+        }
+        let wr = self.wr();
+        let r = self.qp.post_send_bytes(wr, &b);
+        self.buf = b;
+        r
+    }
+
+    /// Sends `m` and waits for the reply; a server error comes back as its typed error.
+    pub(crate) fn call(&mut self, m: &Msg, what: &'static str) -> Result<Msg> {
+        self.send(m)?;
+        self.wait_msg(what)
+    }
+
+    /// Encodes an entry into the entry buffer; returns its length.
+    pub(crate) fn encode_entry(&mut self, key: &[u8], value: &[u8], tomb: bool, next: u64) -> Result<usize> {
+        let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
+        self.buf.resize(len, 0);
+        fmt::encode_entry(&mut self.buf, key, value, tomb, next)?;
+        if (self.entry_mr.len() as usize) < len {
+            self.entry_mr = self.t.alloc_mr(len.next_power_of_two(), Access::NONE)?;
+        }
+        self.entry_mr.write(0, &self.buf)?;
+        Ok(len)
+    }
+
+    /// WRITE_WITH_IMMs the first `len` bytes of the entry buffer to `addr` under `rkey`.
+    pub(crate) fn write_entry(&mut self, len: usize, addr: u64, rkey: u32, imm: u32) -> Result<()> {
+        let wr = self.wr();
+        self.qp.post_write_imm(wr, &self.entry_mr, 0, len as u32, addr, rkey, imm)
+    }
+
+    /// Makes the response buffer at least `len` bytes (a power of two).
+    pub(crate) fn grow_response(&mut self, len: u64) -> Result<()> {
+        if len > self.resp_mr.len() {
+            let want = (len as usize).next_power_of_two();
+            self.resp_mr = self.t.alloc_mr(want, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        }
+        Ok(())
+    }
+
+    /// Copies the first `len` bytes of the response buffer into `buf`.
+    pub(crate) fn take_response(&mut self, len: usize) -> Result<()> {
+        self.buf.resize(len, 0);
+        self.resp_mr.read(0, &mut self.buf)
+    }
+}

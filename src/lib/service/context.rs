@@ -1,0 +1,326 @@
+//! A client's protocol-neutral state on the server (`Conn`) and the context a
+//! protocol's server half runs one request in (`Ctx`): the services every protocol
+//! uses (replies, refusals, the commit path, segment grants, the tombstone log, GETs in
+//! flight, step timing). What a request means is the protocol's ([`crate::proto`]).
+//!
+//! May import: `error`, `log`, `transport`, `units`, `wire`, and its parent `service`.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::phases::{self, Phase};
+use super::{ConnMap, ServerCounters, Shared};
+use crate::error::{Error, Result};
+use crate::log::format::{self as fmt, EntryHeader};
+use crate::log::{ActiveSegment, CommitError, CommitTimes, Pool, WriteMode};
+use crate::transport::{Access, MemoryRegion, QueuePair, Transport};
+use crate::wire::{ErrorCode, Msg, Protocol};
+
+/// Most GET replies one client may have in flight (written, not yet acknowledged by its
+/// transport). A client that sends GETs and never reads the replies is disconnected at
+/// this bound instead of piling them up in the server's send buffers.
+pub const MAX_GETS_IN_FLIGHT: usize = 64;
+
+/// Work requests the server posts carry this bit; receives (slot numbers) do not.
+const WR_SEND: u64 = 1 << 63;
+
+/// The server's state of one client, whatever its protocol.
+pub(crate) struct Conn<T: Transport> {
+    pub(crate) qp: T::Qp,
+    pub(crate) id: u64,
+    pub(crate) protocol: Protocol,
+    pub(crate) recv_mr: T::Mr,
+    pub(crate) recv_size: u32,
+    /// The segment the client (or the server for it) appends to, and its region (bound
+    /// to this client's queue pair).
+    pub(crate) seg: Option<ActiveSegment>,
+    pub(crate) seg_mr: Option<T::Mr>,
+    /// Segments granted so far (for the quota).
+    pub(crate) segments: u64,
+    /// wr_id -> (key, version) of GET data writes not yet completed.
+    pub(crate) gets: ConnMap<u64, (Vec<u8>, u64)>,
+    /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`Conn::max_get_bytes`]).
+    pub(crate) get_bytes: u64,
+    next_wr: u64,
+    pub(crate) last_active: Instant,
+    /// Why the connection is to be dropped (set once; the worker drops it).
+    pub(crate) dead: Option<String>,
+}
+
+impl<T: Transport> Conn<T> {
+    /// A client on `qp` speaking `protocol`, with `depth` receives of `recv_size` bytes
+    /// posted.
+    pub(crate) fn new(t: &T, qp: T::Qp, protocol: Protocol, id: u64, recv_size: u32, depth: u32) -> Result<Conn<T>> {
+        let recv_mr = t.alloc_mr((recv_size * depth) as usize, Access::LOCAL_WRITE)?;
+        for i in 0..depth {
+            qp.post_recv(i as u64, &recv_mr, (i * recv_size) as u64, recv_size)?;
+        }
+        Ok(Conn {
+            qp,
+            id,
+            protocol,
+            recv_mr,
+            recv_size,
+            seg: None,
+            seg_mr: None,
+            segments: 0,
+            gets: ConnMap::default(),
+            get_bytes: 0,
+            next_wr: 0,
+            last_active: Instant::now(),
+            dead: None,
+        })
+    }
+
+    /// Most bytes of GET replies one client may have in flight: room for two of the
+    /// largest values, and at least 4 MiB.
+    pub(crate) fn max_get_bytes(max_value: u32) -> u64 {
+        (2 * max_value as u64 + (64 << 10)).max(4 << 20)
+    }
+
+    /// Counts a GET reply of `len` bytes as in flight, or says why the client is over
+    /// its bound.
+    pub(crate) fn admit_get(&mut self, len: u32, max_value: u32) -> std::result::Result<(), String> {
+        if self.gets.len() >= MAX_GETS_IN_FLIGHT {
+            return Err(format!(
+                "over the limit of {MAX_GETS_IN_FLIGHT} GET replies in flight (the client does not read them)"
+            ));
+        }
+        let limit = Self::max_get_bytes(max_value);
+        if self.get_bytes + len as u64 > limit {
+            return Err(format!(
+                "over the limit of {} of GET replies in flight (the client does not read them)",
+                crate::units::human_bytes(limit)
+            ));
+        }
+        self.get_bytes += len as u64;
+        Ok(())
+    }
+
+    /// A fresh work-request id for something the server posts on this connection.
+    pub(crate) fn wr(&mut self) -> u64 {
+        self.next_wr += 1;
+        WR_SEND | self.next_wr
+    }
+
+    /// Marks the connection to be dropped (the first reason wins).
+    pub(crate) fn close(&mut self, why: String) {
+        self.dead.get_or_insert(why);
+    }
+}
+
+/// A worker's own state that requests use: its id (for cooperative write-back), its
+/// scratch buffer, its coarse clock and its sampling counter.
+pub(crate) struct WorkerState {
+    pub(crate) id: usize,
+    pub(crate) buf: Vec<u8>,
+    /// A coarse clock, refreshed by the polling loop (idle timeouts need ms, not ns).
+    pub(crate) now: Instant,
+    /// Requests seen, for sampling one in [`phases::SAMPLE_EVERY`].
+    seen: u32,
+    /// Refused segment grants are not logged again before this.
+    pool_full_quiet: Instant,
+}
+
+impl WorkerState {
+    /// The state of worker `id`.
+    pub(crate) fn new(id: usize) -> WorkerState {
+        let now = Instant::now();
+        WorkerState { id, buf: Vec::new(), now, seen: 0, pool_full_quiet: now }
+    }
+}
+
+/// The context one request of one client runs in (see the module doc).
+pub(crate) struct Ctx<'a, T: Transport> {
+    pub(crate) sh: &'a Shared<T>,
+    pub(crate) conn: &'a mut Conn<T>,
+    pub(crate) w: &'a mut WorkerState,
+}
+
+impl<T: Transport> Ctx<'_, T> {
+    /// The pool.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.sh.pool
+    }
+
+    /// The counters.
+    pub(crate) fn counters(&self) -> &ServerCounters {
+        &self.sh.counters
+    }
+
+    /// The largest value the server accepts.
+    pub(crate) fn max_value(&self) -> u32 {
+        self.sh.cfg.max_value
+    }
+
+    /// Whether to time this request's steps (one in [`phases::SAMPLE_EVERY`]).
+    pub(crate) fn sampled(&mut self) -> bool {
+        self.w.seen = self.w.seen.wrapping_add(1);
+        self.w.seen % phases::SAMPLE_EVERY == 0
+    }
+
+    /// Where sampled step timings go.
+    pub(crate) fn phases(&self) -> &phases::Phases {
+        &self.sh.phases
+    }
+
+    /// Sends `msg` as the reply to request `req`.
+    pub(crate) fn reply(&mut self, msg: &Msg, req: u32) -> Result<()> {
+        let mut b = std::mem::take(&mut self.w.buf);
+        msg.encode_into(req, &mut b);
+        let wr = self.conn.wr();
+        let r = self.conn.qp.post_send_bytes(wr, &b);
+        self.w.buf = b;
+        r
+    }
+
+    /// Refuses request `req` with `code`: counts it, logs it (a full pool at most once a
+    /// second: clients ask again while the cleaner works) and tells the client.
+    pub(crate) fn refuse(&mut self, req: u32, code: ErrorCode, message: String) -> Result<()> {
+        self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+        let quiet = code == ErrorCode::PoolFull && self.w.now < self.w.pool_full_quiet;
+        if !quiet {
+            if code == ErrorCode::PoolFull {
+                self.w.pool_full_quiet = self.w.now + Duration::from_secs(1);
+            }
+            self.sh.log(&format!("client {}: {message}", self.conn.id));
+        }
+        self.reply(&Msg::Error { code, message }, req)
+    }
+
+    /// What every protocol answers alike: the stats request; anything else is not a
+    /// request of this protocol.
+    pub(crate) fn common(&mut self, m: Msg, req: u32) -> Result<()> {
+        match m {
+            Msg::StatsReq => {
+                let json = serde_json::to_vec(&self.sh.stats()).unwrap_or_default();
+                self.reply(&Msg::Stats { json }, req)
+            }
+            m => {
+                let p = self.conn.protocol;
+                self.refuse(req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request"))
+            }
+        }
+    }
+
+    /// A region over segment `seg` for the server's own posts (never given to a peer).
+    pub(crate) fn local_segment_region(&self, seg: u64) -> Result<T::Mr> {
+        self.sh.seg_mr(seg)
+    }
+
+    /// A region over segment `seg` only this client can reach, with `access`.
+    pub(crate) fn bound_segment_region(&self, seg: u64, access: Access) -> Result<T::Mr> {
+        self.sh.bound_seg_mr(&self.conn.qp, seg, access)
+    }
+
+    /// Seals the client's segment (if any) and grants it a new one, writable by it alone.
+    pub(crate) fn grant(&mut self) -> std::result::Result<(), (ErrorCode, String)> {
+        let q = self.sh.cfg.segment_quota;
+        let conn = &mut *self.conn;
+        if q > 0 && conn.segments >= q {
+            return Err((ErrorCode::Quota, format!("client {} reached its quota of {q} segments", conn.id)));
+        }
+        let seg = self.sh.pool.grant_segment(conn.id, conn.seg.as_ref()).map_err(|e| match e {
+            Error::PoolFull { .. } => (ErrorCode::PoolFull, e.to_string()),
+            e => (ErrorCode::Internal, e.to_string()),
+        })?;
+        if let Some(old) = conn.seg_mr.take() {
+            old.deregister();
+        }
+        let mr = self
+            .sh
+            .bound_seg_mr(&conn.qp, seg.id, Access::REMOTE_WRITE)
+            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+        conn.seg = Some(seg);
+        conn.seg_mr = Some(mr);
+        conn.segments += 1;
+        self.sh.counters.grants.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Commits the entry at `offset` of the client's segment and replies with its
+    /// version (`pre`: its header, when the server already validated it).
+    pub(crate) fn commit_and_reply(&mut self, offset: u64, mode: WriteMode, pre: Option<EntryHeader>) -> Result<()> {
+        let sampled = self.sampled();
+        let Some(seg) = self.conn.seg.as_mut() else {
+            return self.refuse(0, ErrorCode::BadRequest, "PUT before any segment was granted".into());
+        };
+        let t0 = sampled.then(Instant::now);
+        let mut times = CommitTimes::default();
+        let (pool, coop, id) = (&self.sh.pool, &self.sh.coop, self.w.id);
+        let mut wb = |o: u64, l: usize| coop.writeback(id, pool.media(), o, l);
+        let tm = t0.map(|_| &mut times);
+        let r = match pre {
+            Some(h) => pool.commit_validated(seg, offset, mode, h, &mut wb, tm),
+            None => pool.commit(seg, offset, mode, &mut wb, tm),
+        };
+        match r {
+            Ok(c) => {
+                let ctr = if c.loc.tombstone { &self.sh.counters.dels } else { &self.sh.counters.puts };
+                ctr.fetch_add(1, Ordering::Relaxed);
+                let t1 = t0.map(|_| Instant::now());
+                let min = self.sh.inflight.min_version(&c.key);
+                let r = self.reply(&Msg::PutOk { version: c.version, min_get_version: min }, 0);
+                if let (Some(t0), Some(t1)) = (t0, t1) {
+                    let now = Instant::now();
+                    self.sh.phases.record(&[
+                        (Phase::PutValidate, times.validate),
+                        (Phase::PutSeal, times.seal),
+                        (Phase::PutWriteback, times.writeback),
+                        (Phase::PutSecondPersist, times.second_persist),
+                        (Phase::PutIndex, times.index),
+                        (Phase::PutReply, now.duration_since(t1).as_nanos() as u64),
+                        (Phase::PutTotal, now.duration_since(t0).as_nanos() as u64),
+                    ]);
+                }
+                r
+            }
+            Err(CommitError::Media(e @ Error::VersionsExhausted { .. })) => {
+                self.refuse(0, ErrorCode::Internal, e.to_string())
+            }
+            Err(CommitError::Media(e)) => self.refuse(0, ErrorCode::Internal, format!("media error: {e}")),
+            Err(e @ CommitError::TooLarge { .. }) => self.refuse(0, ErrorCode::TooLarge, e.to_string()),
+            Err(e) => self.refuse(0, ErrorCode::InvalidEntry, e.to_string()),
+        }
+    }
+
+    /// A DELETE that found no room in its client's segment (BOOM and RDMP clients send
+    /// the tombstone as a message; the RPC baseline's own PUT path comes here when no
+    /// segment can be granted): the server appends it to its tombstone log, which
+    /// draws on a reserved segment, so a full pool can always be emptied.
+    pub(crate) fn server_delete(&mut self, entry: &[u8], req: u32) -> Result<()> {
+        let h = match EntryHeader::decode(entry) {
+            Ok(h)
+                if h.is_tombstone()
+                    && h.value_len == 0
+                    && h.key_len >= 1
+                    && h.key_len <= fmt::MAX_KEY_LEN
+                    && h.entry_len() == entry.len() as u64 =>
+            {
+                h
+            }
+            _ => {
+                let m = "a DELETE sent to the server must carry one tombstone entry".to_string();
+                return self.refuse(req, ErrorCode::InvalidEntry, m);
+            }
+        };
+        let key = fmt::entry_key(entry, &h);
+        let r = self.sh.tombstones.lock().unwrap_or_else(|e| e.into_inner()).append(&self.sh.pool, key, b"", true);
+        match r {
+            Ok(c) => {
+                self.sh.counters.dels.fetch_add(1, Ordering::Relaxed);
+                let min = self.sh.inflight.min_version(&c.key);
+                self.reply(&Msg::PutOk { version: c.version, min_get_version: min }, req)
+            }
+            Err(e @ Error::PoolFull { .. }) => self.refuse(req, ErrorCode::PoolFull, e.to_string()),
+            Err(e) => self.refuse(req, ErrorCode::Internal, format!("tombstone log: {e}")),
+        }
+    }
+
+    /// Records a GET data write `wr` of `key`'s `version` as in flight (the cleaner and
+    /// in-place rewrites leave that entry alone until its completion).
+    pub(crate) fn begin_get(&mut self, wr: u64, key: Vec<u8>, version: u64) {
+        self.sh.inflight.begin(&key, version);
+        self.conn.gets.insert(wr, (key, version));
+    }
+}

@@ -1,0 +1,456 @@
+//! What a server shares, and what a protocol's server half may use.
+//!
+//! - [`ServerCore`]: one pool's server state, shared by every transport serving it: the
+//!   pool, the configuration, the counters and [`ServerStats`], GETs in flight
+//!   ([`inflight`]), sampled step timings ([`phases`]), the server's tombstone log, and
+//!   the housekeeping thread (the cleaner and the stats line).
+//! - `Shared`: one transport's view of a core (its cooperative write-back, [`coop`],
+//!   and the local regions over segments).
+//! - `Conn` and `Ctx` ([`context`]): a client's protocol-neutral state, and the context a
+//!   protocol's server half (`crate::proto::ServerSide`) runs a request in: reply,
+//!   refuse, commit an entry, grant a segment, log a tombstone, look up, time.
+//!
+//! No protocol is named here; [`crate::server`] runs the threads, [`crate::proto`] the
+//! message flows.
+//!
+//! May import: `error`, `index`, `log`, `pmem`, `transport`, `units`, `wire`, `measure`
+//! (histograms).
+
+pub mod context;
+pub mod coop;
+pub mod inflight;
+pub mod phases;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::index::IndexKind;
+use crate::log::cleaner::Cleaner;
+use crate::log::format as fmt;
+use crate::log::{Pool, ServerLog};
+use crate::transport::{Access, Transport};
+use crate::wire::Protocol;
+use coop::CoopWriteback;
+use inflight::InflightGets;
+use phases::Phases;
+
+pub(crate) use context::{Conn, Ctx, WorkerState};
+/// with its fast default hasher, since they are touched on every completion.
+pub(crate) type ConnMap<K, V> = hashbrown::HashMap<K, V>;
+
+/// Largest value the server accepts by default (1 MiB).
+pub const DEFAULT_MAX_VALUE: u32 = 1 << 20;
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Polling worker threads.
+    pub workers: usize,
+    /// Cooperative write-back between workers.
+    pub coop_writeback: bool,
+    /// Range size of cooperative write-back.
+    pub coop_chunk: usize,
+    /// Clients connected at once; more are refused.
+    pub max_clients: usize,
+    /// Disconnect clients idle this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Largest value.
+    pub max_value: u32,
+    /// Segments one client may hold (0: no limit).
+    pub segment_quota: u64,
+    /// Protocols accepted (empty: all).
+    pub protocols: Vec<Protocol>,
+    /// Run the cleaner.
+    pub cleaner: bool,
+    /// The cleaner compacts sealed segments at most this live.
+    pub clean_below: f64,
+    /// The cleaner runs when at most this fraction of the segments is free.
+    pub clean_when_free: f64,
+    /// How often the cleaner looks.
+    pub clean_interval: Duration,
+    /// Print a stats line this often (`None`: never).
+    pub stats_interval: Option<Duration>,
+    /// Log connects and disconnects on stderr.
+    pub log_clients: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            workers: default_workers(),
+            coop_writeback: true,
+            coop_chunk: 4096,
+            max_clients: 256,
+            idle_timeout: None,
+            max_value: DEFAULT_MAX_VALUE,
+            segment_quota: 0,
+            protocols: Vec::new(),
+            cleaner: true,
+            clean_below: 0.5,
+            clean_when_free: 0.25,
+            clean_interval: Duration::from_millis(50),
+            stats_interval: None,
+            log_clients: true,
+        }
+    }
+}
+
+/// One worker on machines with up to 4 cores, else half the cores (at most 8).
+pub fn default_workers() -> usize {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if n <= 4 {
+        1
+    } else {
+        (n / 2).min(8)
+    }
+}
+
+/// Operation counters.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// PUTs committed.
+    pub puts: AtomicU64,
+    /// DELETEs committed.
+    pub dels: AtomicU64,
+    /// GETs answered with data.
+    pub gets: AtomicU64,
+    /// GETs of absent keys.
+    pub not_found: AtomicU64,
+    /// Scans answered.
+    pub scans: AtomicU64,
+    /// Segments granted.
+    pub grants: AtomicU64,
+    /// Requests refused with an error.
+    pub errors: AtomicU64,
+    /// Clients accepted since start.
+    pub clients_total: AtomicU64,
+    /// Clients refused.
+    pub clients_refused: AtomicU64,
+    /// Bytes of entries written to clients (GET data).
+    pub bytes_out: AtomicU64,
+    /// Clients disconnected for going over a per-connection bound.
+    pub over_limit: AtomicU64,
+}
+
+/// A snapshot of the server's statistics (what `boomctl stats` prints).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ServerStats {
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Clients connected now.
+    pub clients: usize,
+    /// Clients accepted since start.
+    pub clients_total: u64,
+    /// Clients refused since start.
+    pub clients_refused: u64,
+    /// PUTs.
+    pub puts: u64,
+    /// DELETEs.
+    pub dels: u64,
+    /// GETs with data.
+    pub gets: u64,
+    /// GETs of absent keys.
+    pub not_found: u64,
+    /// Scans.
+    pub scans: u64,
+    /// Segments granted.
+    pub grants: u64,
+    /// Errors returned.
+    pub errors: u64,
+    /// Peers' one-sided operations refused by the transports (a foreign or unknown
+    /// rkey, out of bounds, missing access); each closed the connection it came on.
+    pub access_violations: u64,
+    /// Clients disconnected for going over a per-connection bound (GETs in flight,
+    /// send backlog).
+    pub over_limit: u64,
+    /// Keys indexed (tombstones included).
+    pub index_entries: usize,
+    /// Space accounting.
+    pub space: crate::log::SpaceReport,
+    /// Free segments.
+    pub free_segments: u64,
+    /// Cache lines written back, fences, msyncs.
+    pub flush: crate::pmem::FlushCounts,
+    /// Cooperative write-back ranges and steals.
+    pub coop: coop::CoopStats,
+    /// Cleaner totals.
+    pub cleaner: crate::log::cleaner::CleanStats,
+    /// Workers.
+    pub workers: usize,
+    /// Write-back instruction.
+    pub flush_kind: String,
+    /// Index kind.
+    pub index: IndexKind,
+    /// Sampled in-server timings of PUT and GET steps (medians).
+    pub phases: phases::PhaseReport,
+}
+
+/// What every transport's server shares for one pool: the pool, GETs in flight,
+/// counters, client accounting, the cleaner and the shutdown flag.
+pub struct ServerCore {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) cfg: ServerConfig,
+    pub(crate) inflight: InflightGets,
+    pub(crate) counters: ServerCounters,
+    pub(crate) phases: Phases,
+    pub(crate) cleaned: Mutex<crate::log::cleaner::CleanStats>,
+    pub(crate) coop: Mutex<coop::CoopStats>,
+    pub(crate) clients: AtomicUsize,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) started: Instant,
+    pub(crate) housekeeping: Mutex<Option<JoinHandle<()>>>,
+    /// One counter of refused one-sided operations per transport serving this core.
+    pub(crate) violation_sources: Mutex<Vec<Box<dyn Fn() -> u64 + Send + Sync>>>,
+    /// The server's own log of DELETEs that found no room in their client's segment.
+    pub(crate) tombstones: Mutex<ServerLog>,
+}
+
+impl ServerCore {
+    /// Wraps `pool` and starts the cleaner / stats thread.
+    pub fn new(pool: Arc<Pool>, cfg: ServerConfig) -> Result<Arc<ServerCore>> {
+        let tombstones = ServerLog::resume(&pool, fmt::TOMBSTONE_OWNER)?;
+        pool.set_value_limit(cfg.max_value);
+        let core = Arc::new(ServerCore {
+            pool,
+            cfg: ServerConfig { workers: cfg.workers.max(1), ..cfg },
+            inflight: InflightGets::default(),
+            counters: ServerCounters::default(),
+            phases: Phases::default(),
+            cleaned: Mutex::new(Default::default()),
+            coop: Mutex::new(Default::default()),
+            clients: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            started: Instant::now(),
+            housekeeping: Mutex::new(None),
+            violation_sources: Mutex::new(Vec::new()),
+            tombstones: Mutex::new(tombstones),
+        });
+        if core.cfg.cleaner || core.cfg.stats_interval.is_some() {
+            let c = core.clone();
+            let h = std::thread::Builder::new()
+                .name("boomkv-cleaner".into())
+                .spawn(move || housekeeping(c))
+                .map_err(|e| Error::io("spawn cleaner", e))?;
+            *core.housekeeping.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        Ok(core)
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
+    }
+
+    /// Asks every server on this core to stop (they finish what they hold).
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+    }
+
+    /// Whether shutdown was requested.
+    pub fn is_stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Requests shutdown and waits for the cleaner thread (unless called on it).
+    pub fn shutdown(&self) {
+        self.request_shutdown();
+        let h = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Statistics now.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServerStats {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            clients: self.clients.load(Ordering::Relaxed),
+            clients_total: l(&c.clients_total),
+            clients_refused: l(&c.clients_refused),
+            puts: l(&c.puts),
+            dels: l(&c.dels),
+            gets: l(&c.gets),
+            not_found: l(&c.not_found),
+            scans: l(&c.scans),
+            grants: l(&c.grants),
+            errors: l(&c.errors),
+            access_violations: self
+                .violation_sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|f| f())
+                .sum(),
+            over_limit: l(&c.over_limit),
+            index_entries: self.pool.index().len(),
+            space: self.pool.space_report(),
+            free_segments: self.pool.free_segments(),
+            flush: self.pool.media().flush_counts(),
+            coop: *self.coop.lock().unwrap_or_else(|e| e.into_inner()),
+            cleaner: *self.cleaned.lock().unwrap_or_else(|e| e.into_inner()),
+            workers: self.cfg.workers,
+            flush_kind: self.pool.media().flush_kind().to_string(),
+            index: self.pool.index().kind(),
+            phases: self.phases.report(),
+        }
+    }
+
+    /// Logs `msg` on stderr unless client logging is off.
+    pub(crate) fn log(&self, msg: &str) {
+        if self.cfg.log_clients {
+            eprintln!("boomkv server: {msg}");
+        }
+    }
+}
+
+impl Drop for ServerCore {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// One transport's server state over a core: the core, the transport, cooperative
+/// write-back between its workers, and the local regions over the segments.
+pub(crate) struct Shared<T: Transport> {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) t: T,
+    pub(crate) coop: CoopWriteback,
+    /// Per segment: a region over it for local use only (the source of GET replies).
+    /// Peers never get these rkeys: what a client may touch is registered bound to its
+    /// own queue pair ([`Shared::bound_seg_mr`]).
+    pub(crate) seg_mrs: Mutex<Vec<Option<T::Mr>>>,
+}
+
+impl<T: Transport> std::ops::Deref for Shared<T> {
+    type Target = ServerCore;
+    fn deref(&self) -> &ServerCore {
+        &self.core
+    }
+}
+
+impl<T: Transport> Shared<T> {
+    /// `core` served over `t` by `workers` workers.
+    pub(crate) fn new(t: T, core: Arc<ServerCore>) -> Shared<T> {
+        let workers = core.cfg.workers;
+        {
+            let t = t.clone();
+            core.violation_sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Box::new(move || t.access_violations()));
+        }
+        Shared {
+            coop: CoopWriteback::new(workers, core.cfg.coop_writeback, core.cfg.coop_chunk),
+            seg_mrs: Mutex::new(Vec::new()),
+            pool: core.pool.clone(),
+            core,
+            t,
+        }
+    }
+
+    pub(crate) fn seg_mr(&self, seg: u64) -> Result<T::Mr> {
+        let mut v = self.seg_mrs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(mr)) = v.get(seg as usize) {
+            return Ok(mr.clone());
+        }
+        let media = self.pool.media();
+        let mr = self.t.register(
+            media.map_arc().clone(),
+            media.file().cloned(),
+            self.pool.segment_offset(seg),
+            self.pool.segment_size(),
+            Access::NONE,
+        )?;
+        if v.len() <= seg as usize {
+            v.resize(seg as usize + 1, None);
+        }
+        v[seg as usize] = Some(mr.clone());
+        Ok(mr)
+    }
+
+    /// A region over segment `seg` that only the client on `qp` can reach, with `access`.
+    pub(crate) fn bound_seg_mr(&self, qp: &T::Qp, seg: u64, access: Access) -> Result<T::Mr> {
+        let media = self.pool.media();
+        self.t.register_bound(
+            qp,
+            media.map_arc().clone(),
+            media.file().cloned(),
+            self.pool.segment_offset(seg),
+            self.pool.segment_size(),
+            access,
+        )
+    }
+
+    pub(crate) fn stats(&self) -> ServerStats {
+        *self.core.coop.lock().unwrap_or_else(|e| e.into_inner()) = self.coop.stats();
+        self.core.stats()
+    }
+}
+
+/// Sealed segments at most this live (of their capacity) are compacted whatever the
+/// free space: what short-lived clients leave behind.
+pub const EAGER_CLEAN_LIVE: f64 = 1.0 / 64.0;
+
+fn housekeeping(sh: Arc<ServerCore>) {
+    let mut cleaner = Cleaner::new();
+    let mut last_stats = Instant::now();
+    while !sh.shutdown.load(Ordering::Acquire) {
+        std::thread::sleep(sh.cfg.clean_interval.min(Duration::from_millis(100)));
+        if sh.cfg.cleaner {
+            let total = sh.pool.segment_count().max(1);
+            let free = sh.pool.free_segments();
+            // Below the free threshold, compact what is at most `clean_below` live.
+            // Above it, still compact at once the segments short-lived clients left
+            // almost empty (one-shot `boomctl put`s each seal a segment holding one
+            // entry): they cost little to move and would otherwise pile up.
+            let (max_live, n) = if (free as f64) <= sh.cfg.clean_when_free * total as f64 {
+                (sh.cfg.clean_below, 2)
+            } else {
+                (EAGER_CLEAN_LIVE, 16)
+            };
+            {
+                match cleaner.run(&sh.pool, max_live, n) {
+                    Ok(st) if st.segments_freed > 0 => {
+                        let mut c = sh.cleaned.lock().unwrap_or_else(|e| e.into_inner());
+                        c.segments_freed += st.segments_freed;
+                        c.entries_moved += st.entries_moved;
+                        c.bytes_moved += st.bytes_moved;
+                        c.bytes_reclaimed += st.bytes_reclaimed;
+                    }
+                    Ok(_) => {}
+                    Err(e) => sh.log(&format!("cleaner: {e}")),
+                }
+            }
+        }
+        if let Some(iv) = sh.cfg.stats_interval {
+            if last_stats.elapsed() >= iv {
+                last_stats = Instant::now();
+                let s = sh.stats();
+                eprintln!(
+                    "boomkv server: {} clients, {} puts, {} dels, {} gets ({} not found), {} keys, {} free segments, {} garbage",
+                    s.clients,
+                    s.puts,
+                    s.dels,
+                    s.gets,
+                    s.not_found,
+                    s.index_entries,
+                    s.free_segments,
+                    crate::units::human_bytes(s.space.garbage_bytes)
+                );
+            }
+        }
+    }
+}
