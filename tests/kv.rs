@@ -246,12 +246,15 @@ fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
     let mut err = None;
     for i in 0..100 {
         if let Err(e) = c.put(format!("fill{i}").as_bytes(), &[0u8; 200_000]) {
-            err = Some(e.to_string());
+            err = Some(e);
             break;
         }
     }
     let err = err.expect("the pool must fill up");
-    assert!(err.contains("pool full"), "{err}");
+    assert!(err.to_string().contains("pool full"), "{err}");
+    // Typed: the client decides by the code, never by the text.
+    assert!(matches!(err, boomkv::Error::Server { code: boomkv::error::ErrorCode::PoolFull, .. }), "{err:?}");
+    assert!(err.is_fatal(), "a full pool ends a YCSB thread's run");
     let mut c2 = f.client(p);
     assert_eq!(c2.get(b"survivor").unwrap().unwrap(), b"still here");
 }

@@ -231,7 +231,16 @@ impl<T: Transport> Link<T> {
         let wr = self.wr();
         let r = self.qp.post_send_bytes(wr, &b);
         self.buf = b;
-        r
+        r.map_err(|e| self.broken("sending a request", e))
+    }
+
+    /// A post that failed because the connection is gone is [`Error::ConnectionLost`]
+    /// (fatal: no later request on this link can succeed); others stay as they are.
+    fn broken(&self, during: &'static str, e: Error) -> Error {
+        match self.qp.error_reason() {
+            Some(why) if self.qp.is_error() => Error::ConnectionLost { during, why },
+            _ => e,
+        }
     }
 
     /// Sends `m` and waits for the reply; a server error comes back as its typed error.
@@ -255,7 +264,7 @@ impl<T: Transport> Link<T> {
     /// WRITE_WITH_IMMs the first `len` bytes of the entry buffer to `addr` under `rkey`.
     pub(crate) fn write_entry(&mut self, len: usize, addr: u64, rkey: u32, imm: u32) -> Result<()> {
         let wr = self.wr();
-        self.qp.post_write_imm(wr, &self.entry_mr, 0, len as u32, addr, rkey, imm)
+        self.qp.post_write_imm(wr, &self.entry_mr, 0, len as u32, addr, rkey, imm).map_err(|e| self.broken("a PUT", e))
     }
 
     /// Makes the response buffer at least `len` bytes (a power of two).
