@@ -178,9 +178,14 @@ impl<T: Transport> Link<T> {
             // the four stay posted, and a pair shares the ring's cache lines.
             self.unposted.push(slot);
             if self.unposted.len() >= REPOST_BATCH {
-                for s in std::mem::take(&mut self.unposted) {
-                    self.qp.post_recv(s, &self.recv_mr, s * self.recv_size as u64, self.recv_size)?;
+                // One chained post (verbs: one `ibv_post_recv`) for the pair.
+                let size = self.recv_size;
+                let mut bufs = [(0u64, 0u64, 0u32); REPOST_BATCH];
+                for (b, &s) in bufs.iter_mut().zip(&self.unposted) {
+                    *b = (s, s * size as u64, size);
                 }
+                self.unposted.clear();
+                self.qp.post_recv_batch(&self.recv_mr, &bufs)?;
             }
             return arrival;
         }

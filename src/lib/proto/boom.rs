@@ -36,7 +36,7 @@ use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::log::WriteMode;
 use crate::service::phases::GetTimer;
 use crate::service::Ctx;
-use crate::transport::{MemoryRegion, QueuePair, Transport};
+use crate::transport::{MemoryRegion, QueuePair, Transport, WriteWr};
 use crate::wire::{DataImm, DataStatus, ErrorCode, Msg, PutImm, RegionDesc};
 use hybrid::{Decision, HybridTable, SlotInfo};
 
@@ -147,12 +147,26 @@ fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: Regi
     if total > buf.len {
         return data_imm(cx, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32);
     }
+    // The entries go out together: one batch (verbs: one doorbell) per run of entries
+    // in the same segment.
     let mut off = 0u64;
-    for (_, loc) in &items {
-        let mr = cx.local_segment_region(loc.segment as u64)?;
+    let mut batch: Vec<WriteWr> = Vec::new();
+    for (i, (_, loc)) in items.iter().enumerate() {
         let wr = cx.conn.wr();
-        cx.conn.qp.post_write(wr, &mr, loc.offset as u64, loc.len, buf.addr + off, buf.rkey, false)?;
+        batch.push(WriteWr {
+            wr_id: wr,
+            off: loc.offset as u64,
+            len: loc.len,
+            remote_addr: buf.addr + off,
+            rkey: buf.rkey,
+            signaled: false,
+        });
         off += loc.len as u64;
+        if items.get(i + 1).is_none_or(|(_, next)| next.segment != loc.segment) {
+            let mr = cx.local_segment_region(loc.segment as u64)?;
+            cx.conn.qp.post_write_batch(&mr, &batch)?;
+            batch.clear();
+        }
     }
     cx.counters().scans.fetch_add(1, Ordering::Relaxed);
     data_imm(cx, &buf, DataStatus::Ok, total as u32)
