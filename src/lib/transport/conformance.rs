@@ -51,6 +51,10 @@ macro_rules! conformance_suite {
             large_transfers,
             deregistration_during_traffic,
             peer_process_killed,
+            atomics_compare_swap_and_fetch_add,
+            atomics_are_atomic_across_connections,
+            atomic_errors,
+            flush_after_writes,
         );
         #[test]
         #[ignore = "helper: run by peer_process_killed as a child process"]
@@ -642,7 +646,7 @@ pub fn stats_count_posted_operations<Tr: Transport>(make: fn() -> Tr, ep: fn() -
         ok(&p.c_send, "stats ops");
     }
     let s = p.cqp.stats();
-    assert_eq!(s, QpStats { sends: 1, writes: 2, writes_imm: 1, reads: 1, recvs: 0 });
+    assert_eq!(s, QpStats { sends: 1, writes: 2, writes_imm: 1, reads: 1, ..Default::default() });
     assert_eq!(s.network_ops(), 5);
     assert_eq!(p.sqp.stats(), QpStats { recvs: 2, ..Default::default() });
 }
@@ -851,4 +855,121 @@ pub fn peer_process_killed<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint
     sqp2.post_recv(6, &smr, 0, 64).unwrap();
     cqp2.post_send_bytes(7, b"alive").unwrap();
     assert_eq!(ok(&s_recv, "new client after a death").wr_id, 6);
+}
+
+fn word<M: MemoryRegion>(m: &M, off: u64) -> u64 {
+    let mut b = [0u8; 8];
+    m.read(off, &mut b).unwrap();
+    u64::from_le_bytes(b)
+}
+
+/// Compare-and-swap swaps only on a match and returns the previous value either way;
+/// fetch-and-add adds (wrapping) and returns the previous value; both complete with
+/// their own opcodes and 8 bytes, and count as atomics.
+pub fn atomics_compare_swap_and_fetch_add<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let r = p.s_remote;
+    p.smr.write(4096, &10u64.to_le_bytes()).unwrap();
+    p.cqp.post_compare_swap(1, &p.cmr, 0, r.at(4096), r.rkey, 10, 20).unwrap();
+    let c = ok(&p.c_send, "matching compare-and-swap");
+    assert_eq!((c.wr_id, c.opcode, c.byte_len), (1, WcOpcode::CompareSwap, 8));
+    assert_eq!((word(&p.cmr, 0), word(&p.smr, 4096)), (10, 20), "swapped, the old value returned");
+    p.cqp.post_compare_swap(2, &p.cmr, 8, r.at(4096), r.rkey, 10, 30).unwrap();
+    ok(&p.c_send, "failing compare-and-swap");
+    assert_eq!((word(&p.cmr, 8), word(&p.smr, 4096)), (20, 20), "no swap, the current value returned");
+    p.cqp.post_fetch_add(3, &p.cmr, 16, r.at(4096), r.rkey, 5).unwrap();
+    let c = ok(&p.c_send, "fetch-and-add");
+    assert_eq!((c.wr_id, c.opcode, c.byte_len), (3, WcOpcode::FetchAdd, 8));
+    assert_eq!((word(&p.cmr, 16), word(&p.smr, 4096)), (20, 25));
+    p.cqp.post_fetch_add(4, &p.cmr, 24, r.at(4096), r.rkey, u64::MAX).unwrap();
+    ok(&p.c_send, "fetch-and-add wraps");
+    assert_eq!((word(&p.cmr, 24), word(&p.smr, 4096)), (25, 24));
+    // The server runs atomics on the client's memory too.
+    p.cmr.write(32, &7u64.to_le_bytes()).unwrap();
+    p.sqp.post_fetch_add(5, &p.smr, 0, p.c_remote.at(32), p.c_remote.rkey, 1).unwrap();
+    ok(&p.s_send, "server fetch-and-add");
+    assert_eq!((word(&p.smr, 0), word(&p.cmr, 32)), (7, 8));
+    assert_eq!(p.cqp.stats().atomics, 4);
+    assert_eq!(p.cqp.stats().network_ops(), 4);
+    assert_quiet(&p.s_recv, "atomics complete nothing at the target");
+    ping(&p, 2);
+}
+
+/// Fetch-and-adds from two connections in two threads on one word lose no update, and
+/// compare-and-swap used as a lock admits one holder at a time.
+pub fn atomics_are_atomic_across_connections<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    const N: u64 = 200;
+    let p = pair(make, ep);
+    let r = p.s_remote;
+    let ct2 = make();
+    let (c2_send, c2_recv) = (ct2.create_cq().unwrap(), ct2.create_cq().unwrap());
+    let (_sqp2, cqp2, _, _) = connect_one(&ct2, &p.listener, &p.s_send, &p.s_recv, &c2_send, &c2_recv, b"", b"");
+    let cmr2 = ct2.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    p.smr.write(8192, &0u64.to_le_bytes()).unwrap();
+    fn adds<Q: QueuePair, C: CompletionQueue>(qp: &Q, mr: &Q::Mr, cq: &C, r: RemoteRegion, n: u64) {
+        for i in 0..n {
+            qp.post_fetch_add(i, mr, 0, r.at(8192), r.rkey, 1).unwrap();
+            ok(cq, "concurrent fetch-and-add");
+        }
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| adds(&p.cqp, &p.cmr, &p.c_send, r, N));
+        s.spawn(|| adds(&cqp2, &cmr2, &c2_send, r, N));
+    });
+    assert_eq!(word(&p.smr, 8192), 2 * N, "no fetch-and-add may be lost");
+    // A lock word: 0 free, else the holder's id.
+    p.smr.write(8200, &0u64.to_le_bytes()).unwrap();
+    p.cqp.post_compare_swap(10, &p.cmr, 0, r.at(8200), r.rkey, 0, 1).unwrap();
+    ok(&p.c_send, "take the lock");
+    cqp2.post_compare_swap(11, &cmr2, 0, r.at(8200), r.rkey, 0, 2).unwrap();
+    ok(&c2_send, "try the taken lock");
+    assert_eq!((word(&p.cmr, 0), word(&cmr2, 0), word(&p.smr, 8200)), (0, 1, 1), "one holder");
+}
+
+/// An atomic on a misaligned word is refused at the post; one on a region without
+/// REMOTE_ATOMIC, or with a result buffer that is not locally writable, fails that
+/// connection only.
+pub fn atomic_errors<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let r = p.s_remote;
+    // Refused at the post, as verbs providers do (nothing reaches the peer).
+    assert!(p.cqp.post_fetch_add(1, &p.cmr, 0, r.at(4100), r.rkey, 1).is_err(), "misaligned fetch-and-add");
+    assert!(p.cqp.post_compare_swap(1, &p.cmr, 0, r.at(4099), r.rkey, 0, 1).is_err(), "misaligned compare-and-swap");
+    assert!(!p.cqp.is_error());
+    assert_quiet(&p.c_send, "a refused post completes nothing");
+    ping(&p, 4);
+
+    let p = pair(make, ep);
+    let no_atomics = p.st.alloc_mr(4096, Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    no_atomics.write(0, &5u64.to_le_bytes()).unwrap();
+    let nr = no_atomics.remote();
+    p.cqp.post_compare_swap(2, &p.cmr, 0, nr.at(0), nr.rkey, 5, 6).unwrap();
+    let c = expect_status(&p.c_send, WcStatus::RemoteAccessError, "compare-and-swap without REMOTE_ATOMIC");
+    assert_eq!((c.wr_id, c.opcode), (2, WcOpcode::CompareSwap));
+    assert_eq!(word(&no_atomics, 0), 5, "nothing changed");
+    // The result buffer must be locally writable.
+    let p = pair(make, ep);
+    let ro = p.ct.alloc_mr(4096, Access::NONE).unwrap();
+    p.cqp.post_fetch_add(3, &ro, 0, p.s_remote.at(0), p.s_remote.rkey, 1).unwrap();
+    expect_status(&p.c_send, WcStatus::LocalProtectionError, "atomic result into read-only memory");
+}
+
+/// A FLUSH after WRITEs completes after them, with its own opcode, and leaves the
+/// written data in place.
+pub fn flush_after_writes<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let r = p.s_remote;
+    let data = pattern(3000, 9);
+    p.cmr.write(0, &data).unwrap();
+    p.cqp.post_write(1, &p.cmr, 0, 1000, r.at(16_384), r.rkey, false).unwrap();
+    p.cqp.post_write(2, &p.cmr, 1000, 2000, r.at(17_384), r.rkey, false).unwrap();
+    p.cqp.post_flush(3, r.at(16_384), r.rkey, 3000).unwrap();
+    let c = ok(&p.c_send, "flush");
+    assert_eq!((c.wr_id, c.opcode), (3, WcOpcode::Flush));
+    let mut got = vec![0u8; 3000];
+    p.smr.read(16_384, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert_eq!(p.cqp.stats().flushes, 1);
+    assert_quiet(&p.c_send, "unsignaled writes before the flush");
+    ping(&p, 3);
 }

@@ -290,8 +290,10 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(2);
     /// Peers may READ from it.
     pub const REMOTE_READ: Access = Access(4);
+    /// Peers may run atomics on its 8-byte words (compare-and-swap, fetch-and-add).
+    pub const REMOTE_ATOMIC: Access = Access(8);
     /// Everything.
-    pub const ALL: Access = Access(7);
+    pub const ALL: Access = Access(15);
 
     /// True when every right in `other` is in `self`.
     pub fn contains(self, other: Access) -> bool {
@@ -327,6 +329,9 @@ impl fmt::Debug for Access {
         }
         if self.contains(Access::REMOTE_READ) {
             parts.push("REMOTE_READ");
+        }
+        if self.contains(Access::REMOTE_ATOMIC) {
+            parts.push("REMOTE_ATOMIC");
         }
         if parts.is_empty() {
             parts.push("NONE");
@@ -479,6 +484,12 @@ pub enum WcOpcode {
     Recv,
     /// A receive consumed by a peer's WRITE_WITH_IMM (`IBV_WC_RECV_RDMA_WITH_IMM`).
     RecvWithImm,
+    /// A compare-and-swap posted here (`IBV_WC_COMP_SWAP`).
+    CompareSwap,
+    /// A fetch-and-add posted here (`IBV_WC_FETCH_ADD`).
+    FetchAdd,
+    /// A FLUSH posted here (`IBV_WC_FLUSH`, or its emulation).
+    Flush,
 }
 
 impl WcOpcode {
@@ -489,6 +500,9 @@ impl WcOpcode {
             WcOpcode::Read => 2,
             WcOpcode::Recv => 3,
             WcOpcode::RecvWithImm => 4,
+            WcOpcode::CompareSwap => 5,
+            WcOpcode::FetchAdd => 6,
+            WcOpcode::Flush => 7,
         }
     }
 
@@ -499,6 +513,9 @@ impl WcOpcode {
             2 => WcOpcode::Read,
             3 => WcOpcode::Recv,
             4 => WcOpcode::RecvWithImm,
+            5 => WcOpcode::CompareSwap,
+            6 => WcOpcode::FetchAdd,
+            7 => WcOpcode::Flush,
             _ => return None,
         })
     }
@@ -549,12 +566,16 @@ pub struct QpStats {
     pub reads: u64,
     /// RECVs.
     pub recvs: u64,
+    /// Compare-and-swaps and fetch-and-adds.
+    pub atomics: u64,
+    /// FLUSHes.
+    pub flushes: u64,
 }
 
 impl QpStats {
     /// All operations that put bytes on the wire (everything but RECVs).
     pub fn network_ops(&self) -> u64 {
-        self.sends + self.writes + self.writes_imm + self.reads
+        self.sends + self.writes + self.writes_imm + self.reads + self.atomics + self.flushes
     }
 }
 
@@ -566,6 +587,8 @@ pub(crate) struct StatCounters {
     pub writes_imm: std::sync::atomic::AtomicU64,
     pub reads: std::sync::atomic::AtomicU64,
     pub recvs: std::sync::atomic::AtomicU64,
+    pub atomics: std::sync::atomic::AtomicU64,
+    pub flushes: std::sync::atomic::AtomicU64,
 }
 
 impl StatCounters {
@@ -577,8 +600,19 @@ impl StatCounters {
             writes_imm: self.writes_imm.load(Relaxed),
             reads: self.reads.load(Relaxed),
             recvs: self.recvs.load(Relaxed),
+            atomics: self.atomics.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
         }
     }
+}
+
+/// Atomics work on aligned 8-byte words: a misaligned target address is refused when
+/// posted, by every backend alike (verbs providers refuse it there too).
+pub fn check_atomic_addr(remote_addr: u64) -> Result<()> {
+    if remote_addr % 8 != 0 {
+        return Err(Error::invalid(format!("atomic on {remote_addr:#x}: not an 8-byte aligned address")));
+    }
+    Ok(())
 }
 
 /// Tunables shared by the backends.
@@ -764,6 +798,37 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
     /// READs `len` bytes from the peer's `remote_addr` under `rkey` into `off` of `mr`
     /// (needs [`Access::LOCAL_WRITE`]).
     fn post_read(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()>;
+    /// Atomic compare-and-swap of the 8-byte word at the peer's `remote_addr` (8-byte
+    /// aligned, in a region with [`Access::REMOTE_ATOMIC`]) under `rkey`: if it equals
+    /// `compare` it becomes `swap`. The word's previous value (little-endian) lands in
+    /// the 8 bytes at `off` of `mr` (needs [`Access::LOCAL_WRITE`]); the caller compares
+    /// it with `compare` to know whether the swap happened. Always signaled. Atomic
+    /// against every other atomic on the word through this transport, not against
+    /// WRITEs (as in verbs, `IBV_ATOMIC_HCA`). A misaligned `remote_addr` is refused at
+    /// the post ([`check_atomic_addr`]); a target that finds a forged one misaligned
+    /// fails the request with a remote invalid request error.
+    #[allow(clippy::too_many_arguments)]
+    fn post_compare_swap(
+        &self,
+        wr_id: u64,
+        mr: &Self::Mr,
+        off: u64,
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Result<()>;
+    /// Atomic fetch-and-add of `add` (wrapping) to the 8-byte word at the peer's
+    /// `remote_addr`; otherwise like [`QueuePair::post_compare_swap`].
+    fn post_fetch_add(&self, wr_id: u64, mr: &Self::Mr, off: u64, remote_addr: u64, rkey: u32, add: u64) -> Result<()>;
+    /// FLUSH (the IBTA's RDMA FLUSH, persistence type): completes once every WRITE this
+    /// queue pair posted before it to `[remote_addr, remote_addr + len)` under `rkey`
+    /// (a region with [`Access::REMOTE_WRITE`]) is in the target's persistence domain,
+    /// without the target's CPU taking part in the protocol. Always signaled. Backends
+    /// say how they do it (`shm`: the initiator writes the lines back through its own
+    /// mapping; `tcp`: the target's software NIC writes back before acknowledging;
+    /// `verbs`: a device FLUSH, or a READ after the WRITEs where the device has none).
+    fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()>;
     /// WRITEs that go out together, each like [`QueuePair::post_write`]. A backend may
     /// hand them to the device at once (verbs: one chained `ibv_post_send`, one
     /// doorbell); the default posts them one by one.
@@ -1178,6 +1243,10 @@ mod tests {
         for c in 0..7 {
             assert_eq!(WcStatus::from_code(c).unwrap().code(), c);
         }
-        assert!(WcStatus::from_code(7).is_none() && WcOpcode::from_code(5).is_none());
+        for c in 0..8 {
+            assert_eq!(WcOpcode::from_code(c).unwrap().code(), c);
+        }
+        assert!(WcStatus::from_code(7).is_none() && WcOpcode::from_code(8).is_none());
+        assert_eq!(format!("{:?}", Access::ALL), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC");
     }
 }

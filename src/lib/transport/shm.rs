@@ -1228,21 +1228,50 @@ impl Conn {
         local: (&Mapping, u64),
         to_peer: bool,
     ) -> bool {
-        let Some(r) = self.region(s, rkey) else { return false };
-        let Some(off) = r.translate(raddr, len as u64).filter(|_| r.access.contains(need)) else { return false };
+        self.on_peer_region(s, rkey, raddr, len as u64, need, |m, off| {
+            if to_peer {
+                local.0.copy_to(local.1, m, off, len as usize).is_ok()
+            } else {
+                m.copy_to(off, local.0, local.1, len as usize).is_ok()
+            }
+        })
+        .unwrap_or(false)
+    }
+
+    /// Runs `f` on the peer's mapping at the offset of `[raddr, raddr + len)` under
+    /// `rkey`, after the rkey, bounds and `need` checks, inside the copy guard (so a
+    /// revocation waits for it). `None` is a remote access error.
+    fn on_peer_region<R>(
+        &self,
+        s: &mut SendSide,
+        rkey: u32,
+        raddr: u64,
+        len: u64,
+        need: Access,
+        f: impl FnOnce(&Mapping, u64) -> R,
+    ) -> Option<R> {
+        let r = self.region(s, rkey)?;
+        let off = r.translate(raddr, len).filter(|_| r.access.contains(need))?;
         let copies = self.copy_counters();
         if !peer_guard_enter(&s.peer_table, &copies, r.slot, rkey) {
             // Revoked: forget the mapping.
             s.regions.remove(&rkey);
-            return false;
+            return None;
         }
-        let ok = if to_peer {
-            local.0.copy_to(local.1, &r.mapping, off, len as usize).is_ok()
-        } else {
-            r.mapping.copy_to(off, local.0, local.1, len as usize).is_ok()
-        };
+        let out = f(&r.mapping, off);
         peer_guard_exit(&copies);
-        ok
+        Some(out)
+    }
+
+    /// Writes back the peer's `[raddr, raddr + len)` under `rkey` (needs REMOTE_WRITE)
+    /// and fences. False is a remote access error.
+    fn one_sided_flush(&self, s: &mut SendSide, rkey: u32, raddr: u64, len: u32, kind: crate::pmem::FlushKind) -> bool {
+        self.on_peer_region(s, rkey, raddr, len as u64, Access::REMOTE_WRITE, |m, off| {
+            let ok = m.flush(kind, off, len as usize).is_ok();
+            crate::pmem::flush::sfence();
+            ok
+        })
+        .unwrap_or(false)
     }
 
     /// This side's copy counters, in its own page.
@@ -1481,6 +1510,55 @@ impl ShmQp {
         Ok(())
     }
 
+    /// An atomic on the peer's 8-byte word: `op` runs on it (real atomics on the shared
+    /// mapping), and its previous value lands at `off` of `mr`.
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_op(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        remote_addr: u64,
+        rkey: u32,
+        opcode: WcOpcode,
+        op: impl FnOnce(&std::sync::atomic::AtomicU64) -> u64,
+    ) -> Result<()> {
+        self.check_open()?;
+        super::check_atomic_addr(remote_addr)?;
+        let c = &self.conn;
+        let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, 8, Access::LOCAL_WRITE) else {
+            let why = "local protection error: atomic result outside its region or not LOCAL_WRITE";
+            return self.error(wr_id, opcode, WcStatus::LocalProtectionError, why.into());
+        };
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return self.check_open();
+        }
+        let r =
+            c.on_peer_region(&mut s, rkey, remote_addr, 8, Access::REMOTE_ATOMIC, |m, roff| m.atomic_u64(roff).map(op));
+        drop(s);
+        let status = match r {
+            Some(Ok(old)) => {
+                if mr.info().mapping.write(loff, &old.to_le_bytes()).is_err() {
+                    WcStatus::LocalProtectionError
+                } else {
+                    self.complete(true, wr_id, opcode, 8);
+                    return Ok(());
+                }
+            }
+            // In bounds and allowed, but not an aligned word.
+            Some(Err(_)) => WcStatus::RemoteInvalidRequest,
+            None => WcStatus::RemoteAccessError,
+        };
+        self.error(
+            wr_id,
+            opcode,
+            status,
+            format!("{status}: atomic on 8 bytes at {remote_addr:#x} with rkey {rkey:#x}"),
+        )
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.conn.state.is_error() {
             let why = lock(&self.conn.state.reason).clone().unwrap_or_default();
@@ -1707,6 +1785,56 @@ impl QueuePair for ShmQp {
     fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
         self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
         self.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, false, true)
+    }
+
+    fn post_compare_swap(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Result<()> {
+        self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        self.atomic_op(wr_id, mr, off, remote_addr, rkey, WcOpcode::CompareSwap, |w| {
+            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            }
+        })
+    }
+
+    fn post_fetch_add(&self, wr_id: u64, mr: &Mr, off: u64, remote_addr: u64, rkey: u32, add: u64) -> Result<()> {
+        self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        self.atomic_op(wr_id, mr, off, remote_addr, rkey, WcOpcode::FetchAdd, |w| w.fetch_add(add, Ordering::AcqRel))
+    }
+
+    /// The initiator has the target's region mapped: it writes the lines back itself,
+    /// with the CPU's best write-back instruction and a fence (every WRITE before this
+    /// FLUSH was a copy this thread finished already).
+    fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
+        self.check_open()?;
+        self.conn.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        let c = &self.conn;
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return self.check_open();
+        }
+        let kind = crate::pmem::FlushKind::detect();
+        let done = c.one_sided_flush(&mut s, rkey, remote_addr, len, kind);
+        drop(s);
+        if !done {
+            return self.error(
+                wr_id,
+                WcOpcode::Flush,
+                WcStatus::RemoteAccessError,
+                format!("remote access error: FLUSH of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
+            );
+        }
+        self.complete(true, wr_id, WcOpcode::Flush, len);
+        Ok(())
     }
 
     fn is_error(&self) -> bool {

@@ -9,18 +9,26 @@
 //!
 //! | offset | size | field                                                        |
 //! |--------|------|--------------------------------------------------------------|
-//! | 0      | 1    | opcode: 1 SEND, 2 WRITE, 3 WRITE_IMM, 4 READ_REQ, 5 READ_RESP, 6 ACK, 7 NAK |
+//! | 0      | 1    | opcode: 1 SEND, 2 WRITE, 3 WRITE_IMM, 4 READ_REQ, 5 READ_RESP, 6 ACK, 7 NAK, 8 CAS_REQ, 9 FAA_REQ, 10 FLUSH_REQ |
 //! | 1      | 1    | flags: bit 0 = ACK_REQ (acknowledge at once); other bits 0   |
 //! | 2      | 1    | status (NAK: a [`WcStatus`] code), else 0                    |
 //! | 3      | 1    | reserved, 0                                                  |
 //! | 4      | 4    | `len`: payload bytes, at most [`MAX_MESSAGE`]                |
 //! | 8      | 8    | `psn`: request sequence number (requests), the request answered (READ_RESP, NAK) |
 //! | 16     | 8    | `ack`: how many of the receiver's requests the sender has executed |
-//! | 24     | 8    | remote address (WRITE, WRITE_IMM, READ_REQ)                  |
-//! | 32     | 4    | rkey (WRITE, WRITE_IMM, READ_REQ)                            |
-//! | 36     | 4    | immediate (WRITE_IMM) or read length (READ_REQ)              |
+//! | 24     | 8    | remote address (WRITE, WRITE_IMM, READ_REQ, CAS_REQ, FAA_REQ, FLUSH_REQ) |
+//! | 32     | 4    | rkey (the same)                                              |
+//! | 36     | 4    | immediate (WRITE_IMM), read length (READ_REQ), flush length (FLUSH_REQ) |
 //!
-//! Requests (SEND, WRITE, WRITE_IMM, READ_REQ) carry consecutive `psn`s from 0. The
+//! Atomics carry their operands as the payload: CAS_REQ 16 bytes (compare, swap), FAA_REQ
+//! 8 bytes (the addend), all u64 little-endian; the target runs them on the 8-byte word
+//! with the CPU's atomics (so they are atomic against every connection's atomics) and
+//! answers with a READ_RESP of the word's previous value (8 bytes). A FLUSH_REQ
+//! (always ACK_REQ) writes the range's cache lines back and fences before the target
+//! acknowledges it; requests execute in order, so every earlier WRITE is covered.
+//!
+//! Requests (SEND, WRITE, WRITE_IMM, READ_REQ, CAS_REQ, FAA_REQ, FLUSH_REQ) carry
+//! consecutive `psn`s from 0. The
 //! receiver executes them in order; every frame it sends carries the cumulative `ack`,
 //! which completes the sender's requests below it, in order. An explicit ACK frame is
 //! sent at once for requests flagged ACK_REQ (signaled WRITEs, and whenever the send
@@ -96,6 +104,9 @@ pub(crate) const OP_READ_REQ: u8 = 4;
 pub(crate) const OP_READ_RESP: u8 = 5;
 pub(crate) const OP_ACK: u8 = 6;
 pub(crate) const OP_NAK: u8 = 7;
+pub(crate) const OP_CAS_REQ: u8 = 8;
+pub(crate) const OP_FAA_REQ: u8 = 9;
+pub(crate) const OP_FLUSH_REQ: u8 = 10;
 const FLAG_ACK_REQ: u8 = 1;
 
 const RX_BUF: usize = 256 << 10;
@@ -1155,12 +1166,21 @@ impl Conn {
         }
         let expect = self.rx_processed.load(Ordering::Acquire);
         match h.op {
-            OP_SEND | OP_WRITE | OP_WRITE_IMM | OP_READ_REQ => {
+            OP_SEND | OP_WRITE | OP_WRITE_IMM | OP_READ_REQ | OP_CAS_REQ | OP_FAA_REQ | OP_FLUSH_REQ => {
                 if h.psn != expect {
                     return Err(format!("out-of-sequence request psn {} (expected {expect})", h.psn));
                 }
                 if h.op == OP_READ_REQ && (h.len != 0 || h.imm > MAX_MESSAGE) {
                     return Err(format!("malformed READ request (len {}, read length {})", h.len, h.imm));
+                }
+                let operands = match h.op {
+                    OP_CAS_REQ => Some(16),
+                    OP_FAA_REQ => Some(8),
+                    OP_FLUSH_REQ => Some(0),
+                    _ => None,
+                };
+                if operands.is_some_and(|n| h.len != n) {
+                    return Err(format!("malformed request {} with a {}-byte payload", h.op, h.len));
                 }
             }
             OP_READ_RESP => {}
@@ -1264,6 +1284,8 @@ impl Conn {
                 }
                 Ok(Exec::Done)
             }
+            OP_CAS_REQ | OP_FAA_REQ => self.execute_atomic(h, payload),
+            OP_FLUSH_REQ => self.execute_flush(h),
             OP_READ_RESP => {
                 let mut sq = lock(&self.sq);
                 // Requests before the READ were executed before it.
@@ -1290,7 +1312,8 @@ impl Conn {
                 } else {
                     WcStatus::LocalProtectionError
                 };
-                self.send_cq.push(self.completion(w.wr_id, status, WcOpcode::Read, w.len, None));
+                // A READ's data, or an atomic's previous value.
+                self.send_cq.push(self.completion(w.wr_id, status, w.opcode, w.len, None));
                 Ok(Exec::Done)
             }
             OP_ACK => Ok(Exec::Done),
@@ -1313,6 +1336,75 @@ impl Conn {
             }
             op => Err(format!("unknown opcode {op}")),
         }
+    }
+
+    /// CAS_REQ or FAA_REQ: the operation on the target word, and a READ_RESP with the
+    /// word's previous value.
+    fn execute_atomic(&self, h: &Hdr, payload: &[u8]) -> std::result::Result<Exec, String> {
+        if self.backlog_bytes() + 8 > TX_BACKLOG_LIMIT {
+            return Err("peer keeps sending atomics but does not read the responses".into());
+        }
+        let operand = |i: usize| payload.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        let region = self
+            .pd
+            .lookup_remote(h.rkey, self.qp_num, Access::REMOTE_ATOMIC)
+            .and_then(|i| i.translate(h.raddr, 8).map(|off| (i, off)));
+        let Some((info, off)) = region.filter(|(i, _)| guard_enter(&self.pd.table, i.slot, i.rkey)) else {
+            self.pd.count_violation();
+            self.send_nak(h.psn, WcStatus::RemoteAccessError);
+            return Err(format!(
+                "remote access error from {}: atomic at {:#x} with rkey {:#x}",
+                self.peer, h.raddr, h.rkey
+            ));
+        };
+        let old = info.mapping.atomic_u64(off).map(|w| match (h.op, operand(0), operand(1)) {
+            (OP_CAS_REQ, Some(cmp), Some(swap)) => {
+                match w.compare_exchange(cmp, swap, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+            (_, Some(add), _) => w.fetch_add(add, Ordering::AcqRel),
+            // `validate` checked the payload's length.
+            _ => w.load(Ordering::Acquire),
+        });
+        guard_exit(&self.pd.table, info.slot);
+        let Ok(old) = old else {
+            self.send_nak(h.psn, WcStatus::RemoteInvalidRequest);
+            return Err(format!("atomic from {} at {:#x}: not an aligned 8-byte word", self.peer, h.raddr));
+        };
+        let mut tx = lock(&self.tx);
+        let r = self.emit(&mut tx, Hdr { op: OP_READ_RESP, psn: h.psn, ..Hdr::default() }, 8, |dst| {
+            dst.copy_from_slice(&old.to_le_bytes());
+            Ok(())
+        });
+        drop(tx);
+        r.map_err(|e| e.to_string())?;
+        self.executed();
+        Ok(Exec::Done)
+    }
+
+    /// FLUSH_REQ: the range's lines written back and fenced; the acknowledgement
+    /// (ACK_REQ) completes it at the initiator.
+    fn execute_flush(&self, h: &Hdr) -> std::result::Result<Exec, String> {
+        let len = h.imm as u64;
+        let region = self
+            .pd
+            .lookup_remote(h.rkey, self.qp_num, Access::REMOTE_WRITE)
+            .and_then(|i| i.translate(h.raddr, len).map(|off| (i, off)));
+        let Some((info, off)) = region.filter(|(i, _)| guard_enter(&self.pd.table, i.slot, i.rkey)) else {
+            self.pd.count_violation();
+            self.send_nak(h.psn, WcStatus::RemoteAccessError);
+            return Err(format!(
+                "remote access error from {}: FLUSH of {len} bytes at {:#x} with rkey {:#x}",
+                self.peer, h.raddr, h.rkey
+            ));
+        };
+        let r = info.mapping.flush(crate::pmem::FlushKind::detect(), off, len as usize);
+        crate::pmem::flush::sfence();
+        guard_exit(&self.pd.table, info.slot);
+        r.map_err(|e| format!("FLUSH from {}: {e}", self.peer))?;
+        self.executed();
+        Ok(Exec::Done)
     }
 
     fn rnr(&self, h: &Hdr, stalled: Option<Instant>) -> std::result::Result<Exec, String> {
@@ -1438,6 +1530,20 @@ impl TcpQp {
         Ok(())
     }
 
+    /// A CAS_REQ or FAA_REQ with its operands; the previous value lands at `off` of `mr`.
+    #[allow(clippy::too_many_arguments)]
+    fn post_atomic(&self, op: u8, wr_id: u64, mr: &Mr, off: u64, raddr: u64, rkey: u32, operands: &[u8]) -> Result<()> {
+        self.check_open()?;
+        super::check_atomic_addr(raddr)?;
+        self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        let opcode = if op == OP_CAS_REQ { WcOpcode::CompareSwap } else { WcOpcode::FetchAdd };
+        let map_off = match mr.check_local(self.conn.pd.id, off, 8, Access::LOCAL_WRITE) {
+            Ok(o) => o,
+            Err(()) => return self.local_error(wr_id, opcode, "atomic result outside its region or not LOCAL_WRITE"),
+        };
+        self.post(op, wr_id, Payload::Bytes(operands), raddr, rkey, 0, true, Some((mr.clone(), map_off)), 8)
+    }
+
     /// Completes a request that failed a local check and moves the connection to error.
     fn local_error(&self, wr_id: u64, opcode: WcOpcode, why: &str) -> Result<()> {
         let c = &self.conn;
@@ -1464,6 +1570,9 @@ impl TcpQp {
         let opcode = match op {
             OP_SEND => WcOpcode::Send,
             OP_READ_REQ => WcOpcode::Read,
+            OP_CAS_REQ => WcOpcode::CompareSwap,
+            OP_FAA_REQ => WcOpcode::FetchAdd,
+            OP_FLUSH_REQ => WcOpcode::Flush,
             _ => WcOpcode::Write,
         };
         // Resolve the local source now; a bad one fails like a verbs local protection error.
@@ -1497,7 +1606,8 @@ impl TcpQp {
             let psn = sq.next_psn;
             sq.next_psn += 1;
             let mut flags = 0;
-            if (op == OP_WRITE && signaled) || sq.outstanding.len() * 2 >= c.cfg.sq_depth as usize {
+            if (op == OP_WRITE && signaled) || op == OP_FLUSH_REQ || sq.outstanding.len() * 2 >= c.cfg.sq_depth as usize
+            {
                 flags |= FLAG_ACK_REQ;
             }
             sq.outstanding.push_back(Wqe { psn, wr_id, opcode, signaled, len, read_to });
@@ -1511,7 +1621,7 @@ impl TcpQp {
                 (_, Some((m, o, _))) => c.emit(&mut tx, hdr, plen, |dst| m.read(*o, dst)),
                 _ => {
                     let mut h = hdr;
-                    if op == OP_READ_REQ {
+                    if op == OP_READ_REQ || op == OP_FLUSH_REQ {
                         h.imm = len;
                     }
                     c.emit(&mut tx, h, 0, |_| Ok(()))
@@ -1636,6 +1746,32 @@ impl QueuePair for TcpQp {
         self.post(OP_READ_REQ, wr_id, Payload::None, remote_addr, rkey, 0, true, Some((mr.clone(), map_off)), len)
     }
 
+    fn post_compare_swap(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Result<()> {
+        let mut ops = [0u8; 16];
+        ops[..8].copy_from_slice(&compare.to_le_bytes());
+        ops[8..].copy_from_slice(&swap.to_le_bytes());
+        self.post_atomic(OP_CAS_REQ, wr_id, mr, off, remote_addr, rkey, &ops)
+    }
+
+    fn post_fetch_add(&self, wr_id: u64, mr: &Mr, off: u64, remote_addr: u64, rkey: u32, add: u64) -> Result<()> {
+        self.post_atomic(OP_FAA_REQ, wr_id, mr, off, remote_addr, rkey, &add.to_le_bytes())
+    }
+
+    fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
+        self.check_open()?;
+        self.conn.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.post(OP_FLUSH_REQ, wr_id, Payload::None, remote_addr, rkey, 0, true, None, len)
+    }
+
     fn is_error(&self) -> bool {
         self.conn.is_error()
     }
@@ -1756,6 +1892,58 @@ mod tests {
         let (cqp, reply) = h.join().unwrap().unwrap();
         assert_eq!(reply, b"welcome");
         assert!(!qp.is_error() && !cqp.is_error());
+    }
+
+    #[test]
+    fn forged_atomics_and_flushes_close_only_that_connection() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        let mr = t.alloc_mr(4096, Access::ALL).unwrap();
+        mr.write(64, &41u64.to_le_bytes()).unwrap();
+        let r = mr.remote();
+        let cas = |raddr: u64, rkey: u32, payload: &[u8]| {
+            frame(Hdr { op: OP_CAS_REQ, raddr, rkey, ..Hdr::default() }, payload)
+        };
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (cas(r.at(64), r.rkey, &[0u8; 8]), "malformed request 8 with a 8-byte payload"),
+            (cas(r.at(68), r.rkey, &[0u8; 16]), "not an aligned 8-byte word"),
+            (cas(r.at(64), r.rkey ^ 0x5a5a, &[0u8; 16]), "remote access error"),
+            (cas(r.at(4096), r.rkey, &[0u8; 16]), "remote access error"),
+            (
+                frame(Hdr { op: OP_FAA_REQ, raddr: r.at(64), rkey: r.rkey, ..Hdr::default() }, b""),
+                "malformed request 9",
+            ),
+            (
+                frame(Hdr { op: OP_FLUSH_REQ, raddr: r.at(0), rkey: r.rkey, imm: 8192, ..Hdr::default() }, b""),
+                "FLUSH of 8192 bytes",
+            ),
+            (
+                frame(Hdr { op: OP_FLUSH_REQ, raddr: r.at(0), rkey: r.rkey, ..Hdr::default() }, b"x"),
+                "malformed request 10",
+            ),
+        ];
+        for (bytes, want) in cases {
+            let (mut s, qp) = raw_client(&t, &l, &cq);
+            s.write_all(&bytes).unwrap();
+            let why = wait_error(&qp);
+            assert!(why.contains(want), "reason {why:?} should mention {want:?}");
+        }
+        let mut b = [0u8; 8];
+        mr.read(64, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 41, "no forged atomic changed the word");
+        // A well-formed one from a raw peer works, and its answer is the old value.
+        let (mut s, qp) = raw_client(&t, &l, &cq);
+        let mut ops = 41u64.to_le_bytes().to_vec();
+        ops.extend_from_slice(&42u64.to_le_bytes());
+        s.write_all(&cas(r.at(64), r.rkey, &ops)).unwrap();
+        let mut resp = vec![0u8; HDR + 8];
+        s.read_exact(&mut resp).unwrap();
+        assert_eq!(resp[0], OP_READ_RESP);
+        assert_eq!(&resp[HDR..], &41u64.to_le_bytes());
+        mr.read(64, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 42);
+        assert!(!qp.is_error());
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub fn mr_access_flags(access: Access) -> u32 {
     if access.contains(Access::REMOTE_READ) {
         f |= ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
     }
+    if access.contains(Access::REMOTE_ATOMIC) {
+        f |= ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0;
+    }
     f
 }
 
@@ -97,6 +100,7 @@ pub fn qp_access_flags() -> u32 {
     ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
         | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
         | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+        | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0
 }
 
 /// What this side knows about its own port, for building the transitions.
@@ -490,14 +494,16 @@ mod tests {
         let lw = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         let rw = ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
         let rr = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        assert_eq!((lw, rw, rr), (1, 2, 4));
+        let ra = ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0;
+        assert_eq!((lw, rw, rr, ra), (1, 2, 4, 8));
         assert_eq!(mr_access_flags(Access::NONE), 0);
         assert_eq!(mr_access_flags(Access::LOCAL_WRITE), lw);
         assert_eq!(mr_access_flags(Access::REMOTE_READ), rr);
         // Verbs needs LOCAL_WRITE alongside REMOTE_WRITE.
         assert_eq!(mr_access_flags(Access::REMOTE_WRITE), lw | rw);
-        assert_eq!(mr_access_flags(Access::ALL), lw | rw | rr);
-        assert_eq!(qp_access_flags(), lw | rw | rr);
+        assert_eq!(mr_access_flags(Access::REMOTE_ATOMIC), ra);
+        assert_eq!(mr_access_flags(Access::ALL), lw | rw | rr | ra);
+        assert_eq!(qp_access_flags(), lw | rw | rr | ra);
     }
 
     #[test]

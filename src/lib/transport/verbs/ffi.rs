@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_sys::{
-    ___ibv_query_port, ibv_access_flags, ibv_ack_async_event, ibv_ack_cq_events, ibv_alloc_pd, ibv_async_event,
-    ibv_close_device, ibv_comp_channel, ibv_context, ibv_cq, ibv_create_comp_channel, ibv_create_cq, ibv_create_qp,
-    ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_destroy_qp, ibv_device,
+    ___ibv_query_port, atomic_t, ibv_access_flags, ibv_ack_async_event, ibv_ack_cq_events, ibv_alloc_pd,
+    ibv_async_event, ibv_close_device, ibv_comp_channel, ibv_context, ibv_cq, ibv_create_comp_channel, ibv_create_cq,
+    ibv_create_qp, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_destroy_qp, ibv_device,
     ibv_device_attr, ibv_free_device_list, ibv_get_async_event, ibv_get_cq_event, ibv_get_device_list,
     ibv_get_device_name, ibv_gid, ibv_modify_qp, ibv_mr, ibv_open_device, ibv_pd, ibv_poll_cq, ibv_port_attr,
     ibv_post_recv, ibv_post_send, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
@@ -607,6 +607,18 @@ pub enum SendOp {
     WriteImm,
     /// RDMA READ.
     Read,
+    /// Atomic compare-and-swap: the word becomes `swap` if it equals `compare`.
+    CompareSwap {
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// Atomic fetch-and-add.
+    FetchAdd {
+        /// Addend (wrapping).
+        add: u64,
+    },
 }
 
 /// Where the payload of a send-queue request comes from.
@@ -792,9 +804,20 @@ impl RawQp {
                 SendOp::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
                 SendOp::WriteImm => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
                 SendOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
+                SendOp::CompareSwap { .. } => ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP,
+                SendOp::FetchAdd { .. } => ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD,
             };
-            if wr.op != SendOp::Send {
-                w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+            match wr.op {
+                SendOp::Send => {}
+                SendOp::CompareSwap { compare, swap } => {
+                    w.wr.atomic = atomic_t { remote_addr: wr.remote_addr, compare_add: compare, swap, rkey: wr.rkey };
+                }
+                SendOp::FetchAdd { add } => {
+                    w.wr.atomic = atomic_t { remote_addr: wr.remote_addr, compare_add: add, swap: 0, rkey: wr.rkey };
+                }
+                SendOp::Write | SendOp::WriteImm | SendOp::Read => {
+                    w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+                }
             }
             if wr.op == SendOp::WriteImm {
                 w.imm_data_invalidated_rkey_union.imm_data = wr.imm.to_be();

@@ -1515,6 +1515,46 @@ impl QueuePair for VerbsQp {
         Ok(())
     }
 
+    fn post_compare_swap(
+        &self,
+        wr_id: u64,
+        mr: &VerbsMr,
+        off: u64,
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Result<()> {
+        super::check_atomic_addr(remote_addr)?;
+        let p = self.sh.local(mr, off, 8, false)?;
+        let op = SendOp::CompareSwap { compare, swap };
+        self.sh.post(wr_id, op, WcOpcode::CompareSwap, p, 8, (remote_addr, rkey), 0, true, None)?;
+        self.sh.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn post_fetch_add(&self, wr_id: u64, mr: &VerbsMr, off: u64, remote_addr: u64, rkey: u32, add: u64) -> Result<()> {
+        super::check_atomic_addr(remote_addr)?;
+        let p = self.sh.local(mr, off, 8, false)?;
+        self.sh.post(wr_id, SendOp::FetchAdd { add }, WcOpcode::FetchAdd, p, 8, (remote_addr, rkey), 0, true, None)?;
+        self.sh.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The devices this builds against have no FLUSH verb: the classic emulation, a
+    /// zero-length READ on the same queue pair after the WRITEs. A READ response leaves
+    /// the target only after the earlier WRITEs were placed in its memory, so on a
+    /// platform whose persistence domain covers what the device placed (ADR with the
+    /// device's writes not held in the CPU's caches, or eADR), the WRITEs are durable
+    /// when it completes; elsewhere it orders, and the target's CPU must still write
+    /// back.
+    fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
+        let _ = len;
+        self.sh.post(wr_id, SendOp::Read, WcOpcode::Flush, Payload::None, 0, (remote_addr, rkey), 0, true, None)?;
+        self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn post_write_batch(&self, mr: &VerbsMr, wrs: &[WriteWr]) -> Result<()> {
         let mut reqs = Vec::with_capacity(wrs.len());
         for w in wrs {
