@@ -32,6 +32,7 @@ pub mod error;
 pub mod index;
 pub mod link;
 pub mod log;
+pub mod measure;
 pub mod pmem;
 pub mod proto;
 pub mod server;

@@ -16,7 +16,8 @@ pub mod busy;
 pub mod embedded;
 pub mod floor;
 pub mod hlog;
-pub mod measure;
+/// The measurement types live below the workload and the benchmarks ([`crate::measure`]).
+pub use crate::measure;
 pub mod report;
 pub mod runner;
 pub mod status;

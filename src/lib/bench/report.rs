@@ -115,24 +115,7 @@ pub fn percentile_label(p: f64) -> String {
     }
 }
 
-/// Parses a percentile list such as `50,95,99,99.9` (`--percentiles`,
-/// `hdrhistogram.percentiles`).
-pub fn parse_percentiles(text: &str) -> Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for item in text.split(',') {
-        let t = item.trim();
-        let p: f64 = t.parse().map_err(|_| {
-            Error::invalid(format!(
-                "invalid percentile `{t}` in `{text}`: expected numbers from 0 to 100, comma-separated"
-            ))
-        })?;
-        if !(0.0..=100.0).contains(&p) {
-            return Err(Error::invalid(format!("percentile {t} in `{text}` is outside 0..100")));
-        }
-        out.push(p);
-    }
-    Ok(out)
-}
+pub use crate::measure::parse_percentiles;
 
 /// The numbers reported for one series. Latencies in microseconds with nanosecond
 /// precision (reports truncate where YCSB prints integers).

@@ -83,7 +83,7 @@ pub struct Phases {
 
 impl Default for Phases {
     fn default() -> Self {
-        let h = (0..PHASES).map(|_| crate::bench::measure::new_histogram()).collect();
+        let h = (0..PHASES).map(|_| crate::measure::new_histogram()).collect();
         Phases { h: Mutex::new(h) }
     }
 }

@@ -644,7 +644,7 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send_sync::<CoreWorkload>();
         assert_send::<OpStream>();
-        assert_send::<crate::bench::measure::Measurements>();
+        assert_send::<crate::measure::Measurements>();
     }
 
     #[test]

@@ -17,9 +17,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::bench::measure::{MeasurementInterval, Measurements};
-use crate::bench::report::parse_percentiles;
 use crate::error::{Error, Result};
+use crate::measure::{parse_percentiles, MeasurementInterval, Measurements};
 
 /// Names of the properties boomkv adds to YCSB's, and of the YCSB ones the runner reads.
 pub mod names {

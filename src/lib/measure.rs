@@ -1,10 +1,15 @@
 //! Latency recording: one HdrHistogram per measurement name, plus return-status
-//! counts, with YCSB's naming rules.
+//! counts, with YCSB's naming rules, and the measurement settings a workload names
+//! (`measurement.interval`, `hdrhistogram.percentiles`). Below both the workload and
+//! the benchmarks, which share these types; the server's sampled step timings use its
+//! histograms too.
+//!
+//! May import: `error`.
 //!
 //! Each client thread owns a [`Measurements`] (recording is a plain histogram
 //! increment, no locks); at the end, or at every reporting interval, the runner
 //! [`merge`](Measurements::merge)s them (and several processes merge through
-//! `.hlog` files, see [`hlog`](super::hlog)).
+//! `.hlog` files, see [`hlog`](crate::bench::hlog)).
 //!
 //! Histograms hold **nanoseconds** with 3 significant digits and resize
 //! automatically (any latency from 1 ns to hours); JSON and CSV report those. Each
@@ -405,6 +410,25 @@ impl Measurements {
     pub fn status_total(&self) -> u64 {
         self.series.iter().map(|(_, s)| s.status_total()).sum()
     }
+}
+
+/// Parses a percentile list such as `50,95,99,99.9` (`--percentiles`,
+/// `hdrhistogram.percentiles`).
+pub fn parse_percentiles(text: &str) -> Result<Vec<f64>> {
+    let mut out = Vec::new();
+    for item in text.split(',') {
+        let t = item.trim();
+        let p: f64 = t.parse().map_err(|_| {
+            Error::invalid(format!(
+                "invalid percentile `{t}` in `{text}`: expected numbers from 0 to 100, comma-separated"
+            ))
+        })?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(Error::invalid(format!("percentile {t} in `{text}` is outside 0..100")));
+        }
+        out.push(p);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
