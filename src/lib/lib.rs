@@ -25,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod client;
 pub mod crashtest;

@@ -9,7 +9,7 @@
 //! Each client thread owns a [`Measurements`] (recording is a plain histogram
 //! increment, no locks); at the end, or at every reporting interval, the runner
 //! [`merge`](Measurements::merge)s them (and several processes merge through
-//! `.hlog` files, see [`hlog`](crate::bench::hlog)).
+//! `.hlog` files, see `bench::hlog`).
 //!
 //! Histograms hold **nanoseconds** with 3 significant digits and resize
 //! automatically (any latency from 1 ns to hours); JSON and CSV report those. Each
