@@ -152,7 +152,7 @@ fn kills_lose_no_acknowledged_write<T: Transport + Send + 'static>(
             (_, Some(g)) => st.acked.as_ref() == Some(g) || st.pending.contains(g),
             (Some(_), None) => false,
         };
-        assert!(ok, "{key}: acknowledged {:?}, got {:?}", st.acked.as_ref().map(|v| v.len()), got.map(|v| v.len()));
+        assert!(ok, "{key}: acknowledged {:?}, got {:?}", st.acked.as_ref().map(Vec::len), got.map(|v| v.len()));
         checked += st.acked.is_some() as usize;
     }
     server.kill().unwrap();

@@ -146,6 +146,6 @@ fn inspect_log_names_the_cleaner_shows_values_and_recover_lists_keys() {
     assert!(keys.contains(&"user0") && !keys.contains(&"user5"), "{s}");
     assert!(keys.contains(&"we\"ird\\\\key\\x01"), "{s}");
     let mut sorted = keys.clone();
-    sorted.sort();
+    sorted.sort_unstable();
     assert_eq!(keys, sorted);
 }

@@ -19,7 +19,7 @@ type Last = Arc<Mutex<HashMap<String, (u64, Vec<u8>)>>>;
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.to_string()))
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(ToString::to_string))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
 }

@@ -210,8 +210,9 @@ pub fn run_iteration<T: Transport>(
             let hook_pool = pool.clone();
             let hook = WriteHook(Arc::new(move |w: &WriteIntent| {
                 if w.in_place {
-                    let mut f = inflight.lock().unwrap_or_else(|e| e.into_inner());
-                    let crashed = hook_pool.media().crash_sim().is_some_and(|s| s.has_crashed());
+                    let mut f = inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let crashed =
+                        hook_pool.media().crash_sim().is_some_and(super::pmem::crashsim::CrashSim::has_crashed);
                     // A rewrite acknowledged after the crash was in flight at the crash.
                     if w.done && !crashed {
                         f.remove(&(w.segment, w.offset));
@@ -229,7 +230,7 @@ pub fn run_iteration<T: Transport>(
             let mut trng = StdRng::seed_from_u64(*ts);
             hs.push(s.spawn(move || -> Result<()> {
                 let mut c = Client::connect(t, ep, copts)?;
-                let crashed = || pool.media().crash_sim().is_some_and(|s| s.has_crashed());
+                let crashed = || pool.media().crash_sim().is_some_and(super::pmem::crashsim::CrashSim::has_crashed);
                 for seq in 0..o.ops {
                     if crashed() {
                         break;
@@ -247,7 +248,7 @@ pub fn run_iteration<T: Transport>(
                     let value =
                         if r < 22 { None } else { Some(make_value(key, ti, seq, pick_size(&mut trng, o.max_value))) };
                     let idx = {
-                        let mut m = model.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut m = model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                         let v = m.entry(key).or_default();
                         v.push(Write { value: value.clone(), version: None, acked: false });
                         v.len() - 1
@@ -258,7 +259,7 @@ pub fn run_iteration<T: Transport>(
                     };
                     if let Ok(info) = res {
                         if !crashed() {
-                            let mut m = model.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut m = model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                             if let Some(w) = m.get_mut(&key).and_then(|v| v.get_mut(idx)) {
                                 w.acked = true;
                                 w.version = Some(info.version);
@@ -284,8 +285,8 @@ pub fn run_iteration<T: Transport>(
     let crash_point = crash_at.min(sim.events());
     let max_assigned = pool.peek_version() - 1;
     server.shutdown();
-    let inflight_inplace = inflight.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let model = model.into_inner().unwrap_or_else(|e| e.into_inner());
+    let inflight_inplace = inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let model = model.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut out = Outcome { seed, crash_point, acked: acked_count.load(Ordering::Relaxed), violations: Vec::new() };
     check(&image, o, &model, floor, max_assigned, &inflight_inplace, &mut out)?;
     if !out.violations.is_empty() {
@@ -300,7 +301,7 @@ pub fn run_iteration<T: Transport>(
                     hist.push(format!(
                         "key{k} {} len={} version={:?} acked={} head={:?}",
                         if w.value.is_some() { "PUT" } else { "DEL" },
-                        w.value.as_ref().map_or(0, |v| v.len()),
+                        w.value.as_ref().map_or(0, Vec::len),
                         w.version,
                         w.acked,
                         w.value.as_ref().map(|v| String::from_utf8_lossy(&v[..v.len().min(16)]).into_owned())
@@ -392,7 +393,7 @@ fn check(
                 }
             }
             (Some(a), Some(v)) if Some(v) < a.version => {
-                bad("lost", format!("{kb}: recovered version {v} but version {:?} was acknowledged", a.version))
+                bad("lost", format!("{kb}: recovered version {v} but version {:?} was acknowledged", a.version));
             }
             (Some(a), Some(v)) if Some(v) == a.version => {
                 if got_value.as_ref().map(|g| &g.1) != a.value.as_ref() {

@@ -23,8 +23,6 @@
 //! between lines. Recovery never returns a value that was never written. What a given
 //! machine can promise depends on its media: see [`pmem::Media::durability_statement`].
 
-#![warn(missing_docs)]
-
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod client;

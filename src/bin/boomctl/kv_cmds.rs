@@ -189,14 +189,14 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         None
     } else {
         let s = Server::start_on(ShmTransport::new()?, core.clone(), &shm)?;
-        eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+        eps.extend(s.endpoints().iter().map(ToString::to_string));
         Some(s)
     };
     let s2 = if tcp.is_empty() {
         None
     } else {
         let s = Server::start_on(TcpTransport::new()?, core.clone(), &tcp)?;
-        eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+        eps.extend(s.endpoints().iter().map(ToString::to_string));
         Some(s)
     };
     #[cfg(feature = "rdma")]
@@ -247,7 +247,7 @@ fn start_verbs(
     let route = t.gid_index().map_or("routing by LID".to_string(), |i| format!("GID index {i}"));
     eprintln!("boomctl serve: RDMA device {} ({route})", t.device_name());
     let s = Server::start_on(t, core.clone(), listen)?;
-    eps.extend(s.endpoints().iter().map(|e| e.to_string()));
+    eps.extend(s.endpoints().iter().map(ToString::to_string));
     Ok(Some(s))
 }
 

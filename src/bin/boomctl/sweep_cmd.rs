@@ -173,7 +173,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     o.resume = a.resume;
     o.overwrite = a.overwrite;
     o.progress = Progress::auto(a.quiet);
-    o.pmem_dir = a.pmem.clone();
+    o.pmem_dir.clone_from(&a.pmem);
     o.seed = a.seed;
     o.command = std::env::args().map(|s| shell_quote(&s)).collect::<Vec<_>>().join(" ");
     let outcome = sweep::run(&o, &mut stdout)?;

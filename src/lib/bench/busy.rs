@@ -103,7 +103,7 @@ impl LoadProbe {
 }
 
 fn cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1)
 }
 
 /// The machine's load over one run.

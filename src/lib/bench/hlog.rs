@@ -462,7 +462,7 @@ mod tests {
     #[test]
     fn writer_can_move_to_a_logger_thread() {
         fn assert_send<T: Send>() {}
-        assert_send::<HlogWriter<std::io::BufWriter<File>>>();
+        assert_send::<HlogWriter<BufWriter<File>>>();
         assert_send::<HlogFile>();
     }
 

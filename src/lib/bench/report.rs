@@ -258,15 +258,15 @@ impl CsvSchema {
     /// `threads`) followed by the default series and percentiles.
     pub fn new(context: &[&str]) -> CsvSchema {
         CsvSchema {
-            context: context.iter().map(|s| s.to_string()).collect(),
-            series: CSV_DEFAULT_SERIES.iter().map(|s| s.to_string()).collect(),
+            context: context.iter().map(ToString::to_string).collect(),
+            series: CSV_DEFAULT_SERIES.iter().map(ToString::to_string).collect(),
             percentiles: CSV_DEFAULT_PERCENTILES.to_vec(),
         }
     }
 
     /// Replaces the series columns (e.g. add `Intended-READ`).
     pub fn with_series(mut self, series: &[&str]) -> CsvSchema {
-        self.series = series.iter().map(|s| s.to_string()).collect();
+        self.series = series.iter().map(ToString::to_string).collect();
         self
     }
 
@@ -305,7 +305,7 @@ impl CsvSchema {
         }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let mut r = vec![now.to_string()];
-        r.extend(context_values.iter().map(|s| s.to_string()));
+        r.extend(context_values.iter().map(ToString::to_string));
         r.push(run.runtime_ms().to_string());
         r.push(run.operations.to_string());
         r.push(format!("{:.3}", run.throughput()));
@@ -358,7 +358,7 @@ pub fn append_csv(
             .from_reader(first.as_bytes())
             .records()
             .next()
-            .and_then(|r| r.ok())
+            .and_then(std::result::Result::ok)
             .map(|r| r.iter().map(String::from).collect())
             .unwrap_or_default();
         if existing != header {

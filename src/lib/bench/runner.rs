@@ -135,7 +135,7 @@ struct Shared {
 /// read-modify-write the read's status and the instant the read ended.
 struct Outcome {
     status: Status,
-    error: Option<crate::error::Error>,
+    error: Option<Error>,
     rmw_read: Option<(Status, Instant)>,
 }
 
@@ -296,10 +296,13 @@ fn phase<T: Transport>(
                 stream.complete(&op)?;
                 if let Some(e) = outcome.error {
                     if sh.errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                        sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                        sh.first_error
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .get_or_insert(e.to_string());
                     }
                     if e.is_fatal() {
-                        sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                        sh.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
                         sh.stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -435,7 +438,7 @@ fn phase<T: Transport>(
     if let Some(e) = first_err {
         return Err(e);
     }
-    if let Some(f) = sh.fatal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+    if let Some(f) = sh.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
         return Err(Error::Invalid(f));
     }
     let run = RunInfo { runtime, operations: sh.done.load(Ordering::Relaxed) };
@@ -443,7 +446,7 @@ fn phase<T: Transport>(
         h.write_summary(&totals, &run)?;
         h.finish()?;
     }
-    let first_error = sh.first_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let first_error = sh.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error })
 }
 

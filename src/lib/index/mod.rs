@@ -132,13 +132,13 @@ impl HashIndex {
 
     fn get(&self, key: &[u8], ks: &dyn KeySource) -> Option<Loc> {
         let (s, tag) = self.place(key);
-        let t = self.shards[s].read().unwrap_or_else(|e| e.into_inner());
+        let t = self.shards[s].read().unwrap_or_else(std::sync::PoisonError::into_inner);
         t.find(spread(tag), |sl| sl.tag == tag && ks.key_matches(&sl.loc(), key)).map(Slot::loc)
     }
 
     fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
         let (s, tag) = self.place(key);
-        let mut t = self.shards[s].write().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.shards[s].write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(sl) = t.find_mut(spread(tag), |sl| sl.tag == tag && ks.key_matches(&sl.loc(), key)) {
             let old = sl.loc();
             if old.version >= loc.version {
@@ -153,7 +153,7 @@ impl HashIndex {
 
     fn replace_exact(&self, key: &[u8], old: &Loc, new: Option<Loc>, ks: &dyn KeySource) -> bool {
         let (s, tag) = self.place(key);
-        let mut t = self.shards[s].write().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.shards[s].write().unwrap_or_else(std::sync::PoisonError::into_inner);
         match t.find_entry(spread(tag), |sl| sl.tag == tag && ks.key_matches(&sl.loc(), key)) {
             Ok(e) if e.get().loc() == *old => {
                 match new {
@@ -169,12 +169,12 @@ impl HashIndex {
     }
 
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.read().unwrap_or_else(|e| e.into_inner()).len()).sum()
+        self.shards.iter().map(|s| s.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()).sum()
     }
 
     fn for_each(&self, f: &mut dyn FnMut(&Loc)) {
         for s in &self.shards {
-            for sl in s.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            for sl in s.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
                 f(&sl.loc());
             }
         }
@@ -212,7 +212,7 @@ impl Index {
     pub fn get(&self, key: &[u8], ks: &dyn KeySource) -> Option<Loc> {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.get(key, ks),
-            (_, Some(o)) => o.read().unwrap_or_else(|e| e.into_inner()).get(key).copied(),
+            (_, Some(o)) => o.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied(),
             _ => None,
         }
     }
@@ -222,7 +222,7 @@ impl Index {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.upsert(key, loc, ks),
             (_, Some(o)) => {
-                let mut m = o.write().unwrap_or_else(|e| e.into_inner());
+                let mut m = o.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 match m.get_mut(key) {
                     Some(cur) if cur.version >= loc.version => Upsert::Stale(*cur),
                     Some(cur) => Upsert::Replaced(std::mem::replace(cur, loc)),
@@ -243,7 +243,7 @@ impl Index {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.replace_exact(key, old, new, ks),
             (_, Some(o)) => {
-                let mut m = o.write().unwrap_or_else(|e| e.into_inner());
+                let mut m = o.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 match m.get_mut(key) {
                     Some(cur) if cur == old => {
                         match new {
@@ -267,7 +267,7 @@ impl Index {
             .ordered
             .as_ref()
             .ok_or_else(|| Error::invalid("scans need the ordered index: start the server with --index ordered"))?;
-        let m = o.read().unwrap_or_else(|e| e.into_inner());
+        let m = o.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(m.range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
             .filter(|(_, l)| !l.tombstone)
             .take(n)
@@ -279,7 +279,7 @@ impl Index {
     pub fn len(&self) -> usize {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.len(),
-            (_, Some(o)) => o.read().unwrap_or_else(|e| e.into_inner()).len(),
+            (_, Some(o)) => o.read().unwrap_or_else(std::sync::PoisonError::into_inner).len(),
             _ => 0,
         }
     }
@@ -293,7 +293,7 @@ impl Index {
     pub fn for_each(&self, mut f: impl FnMut(&Loc)) {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.for_each(&mut f),
-            (_, Some(o)) => o.read().unwrap_or_else(|e| e.into_inner()).values().for_each(f),
+            (_, Some(o)) => o.read().unwrap_or_else(std::sync::PoisonError::into_inner).values().for_each(f),
             _ => {}
         }
     }
@@ -382,6 +382,6 @@ mod tests {
 
     #[test]
     fn hash_slot_is_24_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 24);
+        assert_eq!(size_of::<Slot>(), 24);
     }
 }

@@ -196,7 +196,7 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                     tombstone,
                     checksum_ok: e.result.is_ok(),
                     repaired: e.repaired,
-                    fault: e.result.as_ref().err().map(|x| x.to_string()),
+                    fault: e.result.as_ref().err().map(ToString::to_string),
                     status,
                     value,
                 });

@@ -139,7 +139,7 @@ impl Pool {
         let mut n = 0u64;
         self.index.for_each(|l| {
             if !l.tombstone {
-                n += 1
+                n += 1;
             }
         });
         n
@@ -226,7 +226,7 @@ impl Pool {
     }
 
     fn lock(&self) -> MutexGuard<'_, Allocator> {
-        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+        self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A copy of the allocator's view of segment `id`.
@@ -277,7 +277,7 @@ impl Pool {
 
     /// Makes the high-water mark durable above `v` before `v` is used.
     fn lease_versions(&self, v: u64) -> Result<()> {
-        let _l = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lease.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if v < self.hwm.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -395,11 +395,7 @@ impl Pool {
     /// Free segments kept for the cleaner's output (none in pools of fewer than 4
     /// segments, which could not spare one).
     pub fn cleaner_reserve(&self) -> usize {
-        if self.header.segment_count >= 4 {
-            1
-        } else {
-            0
-        }
+        usize::from(self.header.segment_count >= 4)
     }
 
     /// Free segments kept for the tombstone log (none in pools of fewer than 4 segments).

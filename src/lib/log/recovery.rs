@@ -74,7 +74,7 @@ impl SegmentFound {
     pub fn in_use(&self) -> bool {
         self.problem.is_none()
             && self.header.is_some()
-            && matches!(self.state, Some(SegmentState::Active) | Some(SegmentState::Sealed))
+            && matches!(self.state, Some(SegmentState::Active | SegmentState::Sealed))
     }
 }
 
@@ -121,7 +121,7 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
         next: word(SEG_NEXT_OFF),
         problem: None,
     };
-    let looks_allocated = matches!(state, Some(SegmentState::Active) | Some(SegmentState::Sealed));
+    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed));
     match map
         .view(base, 64)
         .map_err(|e| e.to_string())
@@ -322,7 +322,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let trust = Trust { sealer: pool.sealer, hwm };
     let repaired = AtomicU64::new(0);
     let counts_damaged = AtomicU64::new(0);
-    let threads = std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1).min(n as usize).max(1);
+    let threads = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).min(n as usize).max(1);
     let found: Mutex<Vec<Option<SegmentFound>>> = Mutex::new(vec![None; n as usize]);
     let rejected: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
     let problems: Mutex<Vec<String>> = Mutex::new(early_problems);
@@ -342,7 +342,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                     }
                     let f = read_segment(map, &ph, id);
                     if let Some(p) = &f.problem {
-                        let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                         if pr.len() < MAX_PROBLEMS {
                             pr.push(format!("segment {id}: {p}"));
                         }
@@ -350,7 +350,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                     if f.in_use() {
                         if let Some(d) = f.count_damage() {
                             counts_damaged.fetch_add(1, Ordering::Relaxed);
-                            let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                             if pr.len() < MAX_PROBLEMS {
                                 pr.push(format!("segment {id}: {d}"));
                             }
@@ -379,7 +379,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                                     *local_rej.entry(DAMAGED_VALUE.to_string()).or_default() += 1;
                                     local_max = local_max.max(h.version);
                                     let key = entry_key(slot, &h);
-                                    let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                                    let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                                     if pr.len() < MAX_PROBLEMS {
                                         pr.push(format!(
                                             "segment {id} offset {}: key {} version {}: {DAMAGED_VALUE}",
@@ -404,17 +404,17 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
                         pool.seg_used[id as usize].store(end - SEGMENT_HEADER_SIZE, Ordering::Relaxed);
                         pool.seg_count[id as usize].store(walked, Ordering::Relaxed);
                         if let Some(d) = damage {
-                            let mut pr = problems.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                             if pr.len() < MAX_PROBLEMS {
                                 pr.push(format!("segment {id}: {d}"));
                             }
                         }
                     }
-                    found.lock().unwrap_or_else(|e| e.into_inner())[id as usize] = Some(f);
+                    found.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[id as usize] = Some(f);
                 }
                 max_version.fetch_max(local_max, Ordering::Relaxed);
                 valid.fetch_add(local_valid, Ordering::Relaxed);
-                let mut r = rejected.lock().unwrap_or_else(|e| e.into_inner());
+                let mut r = rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for (k, v) in local_rej {
                     *r.entry(k).or_default() += v;
                 }
@@ -422,10 +422,10 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
         }
     });
     let found: Vec<SegmentFound> =
-        found.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect();
+        found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).into_iter().flatten().collect();
     let mut report = RecoveryReport {
-        entries_rejected: rejected.into_inner().unwrap_or_else(|e| e.into_inner()),
-        problems: problems.into_inner().unwrap_or_else(|e| e.into_inner()),
+        entries_rejected: rejected.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
+        problems: problems.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
         threads,
         segments_total: n,
         entries_valid: valid.load(Ordering::Relaxed),
@@ -460,7 +460,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
         a.free.sort_unstable_by(|x, y| y.cmp(x));
     }
     let writable = !pool.media.is_read_only();
-    for (owner, segs) in by_owner.iter_mut() {
+    for (owner, segs) in &mut by_owner {
         segs.sort_unstable();
         report.segments_per_client.insert(*owner, segs.len() as u64);
         for w in segs.windows(2) {
@@ -509,9 +509,9 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     pool.index.for_each(|l| {
         indexed += 1;
         if l.tombstone {
-            tombs += 1
+            tombs += 1;
         } else {
-            keys += 1
+            keys += 1;
         }
     });
     report.keys = keys;

@@ -16,7 +16,7 @@ fn value_of(pool: &Pool, key: &[u8]) -> Option<Vec<u8>> {
     Some(e[(ENTRY_HEADER_SIZE as usize + h.key_len as usize)..].to_vec())
 }
 
-fn small_opts(dir: &std::path::Path) -> (std::path::PathBuf, PoolOptions) {
+fn small_opts(dir: &Path) -> (std::path::PathBuf, PoolOptions) {
     let mut o = PoolOptions { segment_size: 64 << 10, ..Default::default() };
     o.media.create_size = Some(4 << 20);
     (dir.join("p.pool"), o)
@@ -174,7 +174,7 @@ proptest! {
             let alt = in_flight.as_ref().filter(|(k, _)| *k == key).map(|(_, v)| v.clone());
             prop_assert!(got == want || alt.as_ref().is_some_and(|a| *a == got),
                 "key {}: recovered {:?}, acknowledged {:?}, in flight {:?}", key,
-                got.as_ref().map(|v| v.len()), want.as_ref().map(|v| v.len()), alt);
+                got.as_ref().map(Vec::len), want.as_ref().map(Vec::len), alt);
         }
     }
 }
@@ -194,7 +194,7 @@ fn filled_pool_bytes() -> Vec<u8> {
     pool.media().durable_image().unwrap()
 }
 
-fn recover_image(img: &[u8]) -> crate::Result<(Pool, RecoveryReport)> {
+fn recover_image(img: &[u8]) -> Result<(Pool, RecoveryReport)> {
     Pool::from_media(Media::simulated_from(img, FlushKind::None)?, Default::default())
 }
 
@@ -317,10 +317,10 @@ fn an_exhausted_version_counter_is_an_error_never_a_wrap() {
     assert_eq!(pool.next_version().unwrap(), MAX_VERSION - 2);
     assert_eq!(pool.next_version().unwrap(), MAX_VERSION - 1);
     for _ in 0..3 {
-        assert!(matches!(pool.next_version(), Err(crate::Error::VersionsExhausted { .. })));
+        assert!(matches!(pool.next_version(), Err(Error::VersionsExhausted { .. })));
     }
     let mut w = LocalWriter::new(&pool);
     let e = w.append(b"k", b"v", false).unwrap_err();
-    assert!(matches!(e, crate::Error::VersionsExhausted { .. }), "{e}");
+    assert!(matches!(e, Error::VersionsExhausted { .. }), "{e}");
     assert!(e.to_string().contains("version counter exhausted"));
 }

@@ -85,7 +85,7 @@ impl CrashSim {
     /// point, before it takes effect, the crash image is captured ([`CrashSim::take_captured`]).
     /// The live image goes on changing; only the capture counts.
     pub fn arm(&self, n: u64, opts: CrashOptions) {
-        *self.armed_opts.lock().unwrap_or_else(|e| e.into_inner()) = opts;
+        *self.armed_opts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = opts;
         let now = self.events.load(Ordering::SeqCst);
         self.armed_at.store(now + n.max(1), Ordering::SeqCst);
     }
@@ -102,7 +102,7 @@ impl CrashSim {
 
     /// Takes the captured crash image.
     pub fn take_captured(&self) -> Option<Vec<u8>> {
-        self.captured.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
     }
 
     /// A crash point: counts it, and captures the crash image if this is the armed one.
@@ -118,11 +118,11 @@ impl CrashSim {
     /// The crashed flag is raised before the image is taken: a writer that still sees
     /// it lowered after its last fence knows its lines are in the image.
     pub fn crash_now(&self, live: &Mapping) {
-        let mut cap = self.captured.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cap = self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.crashed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let opts = *self.armed_opts.lock().unwrap_or_else(|e| e.into_inner());
+        let opts = *self.armed_opts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         *cap = Some(self.crash_image(live, &opts));
     }
 
@@ -140,16 +140,16 @@ impl CrashSim {
             }
             line += l;
         }
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         p.entry(std::thread::current().id()).or_default().extend(snaps);
     }
 
     /// A fence by the calling thread: its pending lines become durable (unless a newer
     /// write-back of the same line already is).
     pub fn fenced(&self) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(lines) = p.remove(&std::thread::current().id()) {
-            let mut d = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+            let mut d = self.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for (off, data, seq) in lines {
                 if d.seq.get(&off).is_some_and(|&cur| cur > seq) {
                     continue;
@@ -163,7 +163,7 @@ impl CrashSim {
 
     /// A copy of the durable image.
     pub fn durable(&self) -> Vec<u8> {
-        self.durable.lock().unwrap_or_else(|e| e.into_inner()).image.clone()
+        self.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).image.clone()
     }
 
     /// The pool a power failure now would leave: the durable image, then each pending
@@ -177,8 +177,8 @@ impl CrashSim {
         // follows a fence (say `count` after its entry) cannot land in the copy without
         // the fenced lines being durable in it.
         let (mut img, pending, live_copy) = {
-            let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let d = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+            let p = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let d = self.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut v: Vec<Snap> = p
                 .values()
                 .flatten()

@@ -142,7 +142,7 @@ pub(crate) unsafe fn flush_range(kind: FlushKind, addr: *const u8, len: usize) -
                 match kind {
                     FlushKind::Clwb => std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags)),
                     FlushKind::Clflushopt => {
-                        std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
+                        std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags));
                     }
                     FlushKind::Clflush => std::arch::x86_64::_mm_clflush(line as *const u8),
                     FlushKind::None => {}
@@ -161,7 +161,7 @@ pub fn sfence() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: sfence has no memory operands and exists on every x86_64 CPU.
     unsafe {
-        std::arch::x86_64::_mm_sfence()
+        std::arch::x86_64::_mm_sfence();
     }
     #[cfg(not(target_arch = "x86_64"))]
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);

@@ -91,7 +91,7 @@ impl Mapping {
                 return Ok(Mapping { ptr: nonnull(p)?, len, mode: MapMode::DaxSync, backing: Backing::Raw });
             }
             let e = std::io::Error::last_os_error();
-            if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) {
+            if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) {
                 return Err(Error::Io { context: "mmap(MAP_SYNC)".into(), source: e });
             }
         }
@@ -216,6 +216,7 @@ impl Mapping {
         if off % 8 != 0 || (self.ptr.as_ptr() as usize) % 8 != 0 {
             return Err(Error::invalid(format!("offset {off} is not 8-byte aligned")));
         }
+        #[allow(clippy::cast_ptr_alignment)] // alignment checked just above
         // SAFETY: in bounds and aligned; AtomicU64 has the layout of u64 and any bit
         // pattern is valid; the reference lives no longer than the mapping.
         Ok(unsafe { &*(self.ptr.as_ptr().add(off as usize) as *const AtomicU64) })
@@ -227,6 +228,7 @@ impl Mapping {
         if off % 4 != 0 {
             return Err(Error::invalid(format!("offset {off} is not 4-byte aligned")));
         }
+        #[allow(clippy::cast_ptr_alignment)] // alignment checked just above
         // SAFETY: in bounds and aligned (mappings are page aligned); any bit pattern is a valid u32.
         Ok(unsafe { &*(self.ptr.as_ptr().add(off as usize) as *const AtomicU32) })
     }
@@ -259,7 +261,7 @@ impl Mapping {
         // and ends inside it, since the mapping covers `end` and is page-granular.
         let r = unsafe {
             libc::msync(
-                self.ptr.as_ptr().add(start as usize) as *mut libc::c_void,
+                self.ptr.as_ptr().add(start as usize).cast::<libc::c_void>(),
                 (end - start) as usize,
                 libc::MS_SYNC,
             )
@@ -275,14 +277,14 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         if matches!(self.backing, Backing::Raw) {
             // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows them past `self`.
-            unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+            unsafe { libc::munmap(self.ptr.as_ptr().cast::<libc::c_void>(), self.len) };
         }
         // A memmap2 backing unmaps itself when dropped with `self`.
     }
 }
 
 fn nonnull(p: *mut libc::c_void) -> Result<NonNull<u8>> {
-    NonNull::new(p as *mut u8).ok_or_else(|| Error::invalid("mmap returned NULL"))
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::invalid("mmap returned NULL"))
 }
 
 /// The system page size.

@@ -500,7 +500,7 @@ fn lock_exclusive(file: &File) -> std::result::Result<(), String> {
 }
 
 fn map_private(file: &File, len: usize) -> Result<Mapping> {
-    map::Mapping::map_private_file(file, len)
+    Mapping::map_private_file(file, len)
 }
 
 #[cfg(test)]

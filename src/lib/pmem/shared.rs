@@ -86,7 +86,7 @@ impl ReadOnlyWords {
         if p == libc::MAP_FAILED {
             return Err(Error::io("mmap (read-only)", std::io::Error::last_os_error()));
         }
-        let ptr = NonNull::new(p as *mut u8).ok_or_else(|| Error::invalid("mmap returned null"))?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::invalid("mmap returned null"))?;
         Ok(ReadOnlyWords { ptr, len })
     }
 
@@ -95,6 +95,7 @@ impl ReadOnlyWords {
         if off % 8 != 0 || off.checked_add(8)? > self.len as u64 {
             return None;
         }
+        #[allow(clippy::cast_ptr_alignment)] // the caller's offset is checked aligned, the base is a page
         // SAFETY: in bounds and aligned (the mapping is page aligned); AtomicU64 has the
         // layout of u64; only `load` is called on it, which a read-only page allows.
         let w = unsafe { &*(self.ptr.as_ptr().add(off as usize) as *const AtomicU64) };
@@ -105,7 +106,7 @@ impl ReadOnlyWords {
 impl Drop for ReadOnlyWords {
     fn drop(&mut self) {
         // SAFETY: exactly what mmap returned; nothing borrows it past `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+        unsafe { libc::munmap(self.ptr.as_ptr().cast::<libc::c_void>(), self.len) };
     }
 }
 

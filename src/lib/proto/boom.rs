@@ -289,13 +289,13 @@ impl<T: Transport> ClientSide<T> for Client {
         };
         intent.done = true;
         self.tell(&intent);
-        if !in_place {
+        if in_place {
+            l.counters.in_place += 1;
+        } else {
             if let Some(s) = self.seg.as_mut() {
                 s.tail = offset + capacity;
             }
             l.counters.appends += 1;
-        } else {
-            l.counters.in_place += 1;
         }
         self.hybrid.record(key, SlotInfo { offset, capacity, version }, min_get);
         Ok(PutInfo { version, in_place })

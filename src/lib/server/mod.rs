@@ -89,7 +89,7 @@ impl<T: Transport> Server<T> {
             let l = shared.t.listen(ep).map_err(|e| Error::Transport(format!("cannot listen on {ep}: {e}")))?;
             listeners.push(l);
         }
-        let endpoints: Vec<Endpoint> = listeners.iter().map(|l| l.endpoint()).collect();
+        let endpoints: Vec<Endpoint> = listeners.iter().map(Listener::endpoint).collect();
         let mut threads = Vec::new();
         for (i, ib) in inboxes.iter().enumerate() {
             let (sh, ib) = (shared.clone(), ib.clone());
@@ -198,7 +198,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                         sh.clients.fetch_add(1, Ordering::AcqRel);
                         sh.counters.clients_total.fetch_add(1, Ordering::Relaxed);
                         sh.log(&format!("client {id} connected ({}, worker {w})", c.conn.protocol));
-                        ib.new.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+                        ib.new.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(c);
                         ib.pending.fetch_add(1, Ordering::AcqRel);
                         rr.fetch_add(1, Ordering::Relaxed);
                     }
@@ -312,7 +312,7 @@ impl<T: Transport> Worker<T> {
     fn adopt_new(&mut self) {
         if self.ib.pending.load(Ordering::Acquire) > 0 {
             self.ib.pending.store(0, Ordering::Release);
-            let mut new = self.ib.new.lock().unwrap_or_else(|e| e.into_inner());
+            let mut new = self.ib.new.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for c in new.drain(..) {
                 self.conns.insert(c.conn.qp.qp_num(), c);
             }
@@ -322,9 +322,9 @@ impl<T: Transport> Worker<T> {
             for (is_recv, c, since) in early {
                 if self.conns.contains_key(&c.qp_num) {
                     if is_recv {
-                        self.on_recv(c)
+                        self.on_recv(c);
                     } else {
-                        self.on_send(c)
+                        self.on_send(c);
                     }
                 } else if self.st.now.duration_since(since) < Duration::from_secs(5) {
                     self.early.push((is_recv, c, since));

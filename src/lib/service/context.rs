@@ -305,7 +305,12 @@ impl<T: Transport> Ctx<'_, T> {
             }
         };
         let key = fmt::entry_key(entry, &h);
-        let r = self.sh.tombstones.lock().unwrap_or_else(|e| e.into_inner()).append(&self.sh.pool, key, b"", true);
+        let r = self.sh.tombstones.lock().unwrap_or_else(std::sync::PoisonError::into_inner).append(
+            &self.sh.pool,
+            key,
+            b"",
+            true,
+        );
         match r {
             Ok(c) => {
                 self.sh.counters.dels.fetch_add(1, Ordering::Relaxed);

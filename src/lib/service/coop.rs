@@ -75,7 +75,7 @@ impl CoopWriteback {
         let job = Arc::new(Job { remaining: AtomicUsize::new(n), failed: AtomicBool::new(false) });
         let q = &self.queues[worker % self.queues.len()];
         {
-            let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = q.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for i in 0..n {
                 let o = i * self.chunk;
                 q.push_back(Range { off: off + o as u64, len: self.chunk.min(len - o), job: job.clone() });
@@ -84,7 +84,7 @@ impl CoopWriteback {
         self.ranges.fetch_add(n as u64, Ordering::Relaxed);
         // Work through our own queue from the front; thieves take from the back.
         loop {
-            let r = q.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            let r = q.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
             match r {
                 Some(r) => run(media, r),
                 None => break,
@@ -114,7 +114,7 @@ impl CoopWriteback {
         let n = self.queues.len();
         for k in 1..n {
             let victim = (worker + k) % n;
-            let r = self.queues[victim].lock().unwrap_or_else(|e| e.into_inner()).pop_back();
+            let r = self.queues[victim].lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_back();
             if let Some(r) = r {
                 self.steals.fetch_add(1, Ordering::Relaxed);
                 run(media, r);

@@ -41,13 +41,13 @@ impl InflightGets {
         let (s, h) = self.slot(key);
         // Counted before it is recorded: a PUT that sees zero cannot miss a recorded GET.
         self.total.fetch_add(1, Ordering::SeqCst);
-        self.shards[s].lock().unwrap_or_else(|e| e.into_inner()).entry(h).or_default().push(version);
+        self.shards[s].lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(h).or_default().push(version);
     }
 
     /// That GET's data has been written to the client.
     pub fn end(&self, key: &[u8], version: u64) {
         let (s, h) = self.slot(key);
-        let mut m = self.shards[s].lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.shards[s].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(v) = m.get_mut(&h) {
             if let Some(i) = v.iter().position(|&x| x == version) {
                 v.swap_remove(i);
@@ -65,7 +65,7 @@ impl InflightGets {
             return u64::MAX;
         }
         let (s, h) = self.slot(key);
-        let m = self.shards[s].lock().unwrap_or_else(|e| e.into_inner());
+        let m = self.shards[s].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         m.get(&h).and_then(|v| v.iter().min().copied()).unwrap_or(u64::MAX)
     }
 

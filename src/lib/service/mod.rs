@@ -100,7 +100,7 @@ impl Default for ServerConfig {
 
 /// One worker on machines with up to 4 cores, else half the cores (at most 8).
 pub fn default_workers() -> usize {
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let n = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1);
     if n <= 4 {
         1
     } else {
@@ -234,7 +234,7 @@ impl ServerCore {
                 .name("boomkv-cleaner".into())
                 .spawn(move || housekeeping(c))
                 .map_err(|e| Error::io("spawn cleaner", e))?;
-            *core.housekeeping.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+            *core.housekeeping.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(h);
         }
         Ok(core)
     }
@@ -262,7 +262,7 @@ impl ServerCore {
     /// Requests shutdown and waits for the cleaner thread (unless called on it).
     pub fn shutdown(&self) {
         self.request_shutdown();
-        let h = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let h = self.housekeeping.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         if let Some(h) = h {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
@@ -289,7 +289,7 @@ impl ServerCore {
             access_violations: self
                 .violation_sources
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .iter()
                 .map(|f| f())
                 .sum(),
@@ -298,8 +298,8 @@ impl ServerCore {
             space: self.pool.space_report(),
             free_segments: self.pool.free_segments(),
             flush: self.pool.media().flush_counts(),
-            coop: *self.coop.lock().unwrap_or_else(|e| e.into_inner()),
-            cleaner: *self.cleaned.lock().unwrap_or_else(|e| e.into_inner()),
+            coop: *self.coop.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            cleaner: *self.cleaned.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
             workers: self.cfg.workers,
             flush_kind: self.pool.media().flush_kind().to_string(),
             index: self.pool.index().kind(),
@@ -349,7 +349,7 @@ impl<T: Transport> Shared<T> {
             let t = t.clone();
             core.violation_sources
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(Box::new(move || t.access_violations()));
         }
         Shared {
@@ -362,7 +362,7 @@ impl<T: Transport> Shared<T> {
     }
 
     pub(crate) fn seg_mr(&self, seg: u64) -> Result<T::Mr> {
-        let mut v = self.seg_mrs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = self.seg_mrs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(Some(mr)) = v.get(seg as usize) {
             return Ok(mr.clone());
         }
@@ -395,7 +395,7 @@ impl<T: Transport> Shared<T> {
     }
 
     pub(crate) fn stats(&self) -> ServerStats {
-        *self.core.coop.lock().unwrap_or_else(|e| e.into_inner()) = self.coop.stats();
+        *self.core.coop.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = self.coop.stats();
         self.core.stats()
     }
 }
@@ -424,7 +424,7 @@ fn housekeeping(sh: Arc<ServerCore>) {
             {
                 match cleaner.run(&sh.pool, max_live, n) {
                     Ok(st) if st.segments_freed > 0 => {
-                        let mut c = sh.cleaned.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut c = sh.cleaned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                         c.segments_freed += st.segments_freed;
                         c.entries_moved += st.entries_moved;
                         c.bytes_moved += st.bytes_moved;

@@ -91,7 +91,7 @@ impl Default for Phases {
 impl Phases {
     /// Records one sampled request's steps (nanoseconds).
     pub fn record(&self, steps: &[(Phase, u64)]) {
-        let mut h = self.h.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for &(p, ns) in steps {
             // The histograms resize themselves; a value they still cannot hold is dropped.
             let _ = h[p as usize].record(ns.max(1));
@@ -100,7 +100,7 @@ impl Phases {
 
     /// Medians so far.
     pub fn report(&self) -> PhaseReport {
-        let h = self.h.lock().unwrap_or_else(|e| e.into_inner());
+        let h = self.h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let p50 = |p: Phase| {
             let h = &h[p as usize];
             if h.is_empty() {

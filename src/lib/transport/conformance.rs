@@ -602,7 +602,7 @@ pub fn shared_recv_cq_tells_clients_apart<Tr: Transport>(make: fn() -> Tr, ep: f
         h.join().unwrap()
     });
     let mut distinct = worker.clone();
-    distinct.sort();
+    distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), N);
     for (i, (_, c_send, c_recv, cmr, _)) in clients.iter().enumerate() {

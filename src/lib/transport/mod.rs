@@ -1123,7 +1123,7 @@ impl<P: Send + 'static> Greeter<P> {
 
     /// The next connection whose first half is done, waiting up to `timeout`.
     pub(crate) fn next(&self, timeout: Duration) -> Option<P> {
-        let rx = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = self.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if timeout.is_zero() {
             rx.try_recv().ok()
         } else {
@@ -1150,7 +1150,7 @@ impl LogLimit {
     const PER_SECOND: u32 = 10;
 
     fn allow(&self) -> bool {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = std::time::Instant::now();
         let (since, n, dropped) = &mut *g;
         if since.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {

@@ -249,8 +249,8 @@ impl Pd {
     fn wait_for_peers(&self, bound: Option<u32>) {
         let watchers: Vec<Arc<dyn CopyWatch>> = match self.watchers.lock() {
             Ok(m) => match bound {
-                Some(q) => m.get(&q).and_then(|w| w.upgrade()).into_iter().collect(),
-                None => m.values().filter_map(|w| w.upgrade()).collect(),
+                Some(q) => m.get(&q).and_then(std::sync::Weak::upgrade).into_iter().collect(),
+                None => m.values().filter_map(std::sync::Weak::upgrade).collect(),
             },
             Err(_) => return,
         };

@@ -105,7 +105,7 @@ const MAX_CACHED_REGIONS: usize = 1024;
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn ts(d: Duration) -> rustix::time::Timespec {
@@ -836,7 +836,7 @@ impl CqInner {
         }
         let gen = self.rings_gen.load(Ordering::Acquire);
         if gen != p.gen {
-            p.snapshot = lock(&self.rings).clone();
+            p.snapshot.clone_from(&lock(&self.rings));
             p.gen = gen;
         }
         let n = p.snapshot.len();
@@ -1521,7 +1521,7 @@ impl ShmQp {
         remote_addr: u64,
         rkey: u32,
         opcode: WcOpcode,
-        op: impl FnOnce(&std::sync::atomic::AtomicU64) -> u64,
+        op: impl FnOnce(&AtomicU64) -> u64,
     ) -> Result<()> {
         self.check_open()?;
         super::check_atomic_addr(remote_addr)?;

@@ -119,7 +119,7 @@ fn ts(d: Duration) -> rustix::time::Timespec {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a transport lock leaves plain data behind; keep going.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A frame header.
@@ -859,7 +859,7 @@ impl Conn {
     /// Moves the connection to the error state: logs `why`, closes the socket, flushes
     /// outstanding requests and posted receives. Call without holding `sq`, `tx` or `rq`.
     fn fail(&self, why: String) {
-        self.fail_with(why, true)
+        self.fail_with(why, true);
     }
 
     /// [`Conn::fail`], logging only when `log` (an orderly close is not news).
@@ -1002,7 +1002,7 @@ impl Conn {
             }
             Err(why) => {
                 let orderly = why == PEER_CLOSED;
-                self.fail_with(why, !orderly)
+                self.fail_with(why, !orderly);
             }
         }
         traffic
@@ -1461,7 +1461,7 @@ fn nic_thread(c: Arc<Conn>) {
             return;
         }
         let frames = c.frames.load(Ordering::Relaxed);
-        recheck = if frames != seen { NIC_RECHECK } else { (recheck * 2).min(NIC_RECHECK_IDLE) };
+        recheck = if frames == seen { (recheck * 2).min(NIC_RECHECK_IDLE) } else { NIC_RECHECK };
         seen = frames;
         let attended = c.attended();
         let stalled = lock(&c.rx).stall_until;
@@ -1537,9 +1537,8 @@ impl TcpQp {
         super::check_atomic_addr(raddr)?;
         self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
         let opcode = if op == OP_CAS_REQ { WcOpcode::CompareSwap } else { WcOpcode::FetchAdd };
-        let map_off = match mr.check_local(self.conn.pd.id, off, 8, Access::LOCAL_WRITE) {
-            Ok(o) => o,
-            Err(()) => return self.local_error(wr_id, opcode, "atomic result outside its region or not LOCAL_WRITE"),
+        let Ok(map_off) = mr.check_local(self.conn.pd.id, off, 8, Access::LOCAL_WRITE) else {
+            return self.local_error(wr_id, opcode, "atomic result outside its region or not LOCAL_WRITE");
         };
         self.post(op, wr_id, Payload::Bytes(operands), raddr, rkey, 0, true, Some((mr.clone(), map_off)), 8)
     }
@@ -1671,15 +1670,10 @@ impl QueuePair for TcpQp {
     fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
         self.check_open()?;
         let c = &self.conn;
-        let map_off = match mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) {
-            Ok(o) => o,
-            Err(()) => {
-                c.fail(
-                    "local protection error: receive buffer outside its region, not ours, or not LOCAL_WRITE".into(),
-                );
-                c.recv_cq.push(c.completion(wr_id, WcStatus::LocalProtectionError, WcOpcode::Recv, 0, None));
-                return Ok(());
-            }
+        let Ok(map_off) = mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) else {
+            c.fail("local protection error: receive buffer outside its region, not ours, or not LOCAL_WRITE".into());
+            c.recv_cq.push(c.completion(wr_id, WcStatus::LocalProtectionError, WcOpcode::Recv, 0, None));
+            return Ok(());
         };
         {
             let mut rq = lock(&c.rq);
@@ -1733,15 +1727,8 @@ impl QueuePair for TcpQp {
         check_len(len)?;
         self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
         let c = &self.conn;
-        let map_off = match mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) {
-            Ok(o) => o,
-            Err(()) => {
-                return self.local_error(
-                    wr_id,
-                    WcOpcode::Read,
-                    "READ destination outside its region or not LOCAL_WRITE",
-                )
-            }
+        let Ok(map_off) = mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) else {
+            return self.local_error(wr_id, WcOpcode::Read, "READ destination outside its region or not LOCAL_WRITE");
         };
         self.post(OP_READ_REQ, wr_id, Payload::None, remote_addr, rkey, 0, true, Some((mr.clone(), map_off)), len)
     }
@@ -1872,7 +1859,7 @@ mod tests {
             (frame(Hdr { op: OP_WRITE, psn: 5, ..Hdr::default() }, b""), "out-of-sequence"),
             (frame(Hdr { op: OP_ACK, ack: 3, ..Hdr::default() }, b""), "acknowledged request 3"),
             (frame(Hdr { op: OP_READ_RESP, psn: 0, ..Hdr::default() }, b"x"), "no READ outstanding"),
-            (frame(Hdr { op: OP_SEND, ..Hdr::default() }, b"abc")[..HDR + 1].to_vec(), "inside a frame"),
+            (frame(Hdr { op: OP_SEND, ..Hdr::default() }, b"abc")[..=HDR].to_vec(), "inside a frame"),
             (vec![1, 2, 3], "inside a frame"),
         ];
         for (bytes, want) in cases {

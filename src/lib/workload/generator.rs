@@ -511,7 +511,7 @@ impl AcknowledgedCounter {
 
     /// Marks `value` as done; advances the limit over every contiguous done value.
     pub fn acknowledge(&self, value: u64) -> Result<()> {
-        let mut pending = self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let limit = self.limit.load(Ordering::Acquire);
         if value < limit || pending.contains(&value) {
             return Err(Error::invalid(format!("insert key number {value} acknowledged twice")));

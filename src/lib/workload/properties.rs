@@ -476,7 +476,7 @@ impl WorkloadSpec {
 
     /// `measurement.interval` (default `op`).
     pub fn measurement_interval(&self) -> Result<MeasurementInterval> {
-        Ok(self.get_with(names::MEASUREMENT_INTERVAL, |v| v.parse())?.unwrap_or(MeasurementInterval::Op))
+        Ok(self.get_with(names::MEASUREMENT_INTERVAL, str::parse)?.unwrap_or(MeasurementInterval::Op))
     }
 
     /// `reportlatencyforeacherror` (default false).

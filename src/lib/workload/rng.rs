@@ -70,15 +70,15 @@ impl WorkloadRng {
 impl TryRng for WorkloadRng {
     type Error = Infallible;
 
-    fn try_next_u32(&mut self) -> std::result::Result<u32, Infallible> {
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
         Ok(self.inner.next_u32())
     }
 
-    fn try_next_u64(&mut self) -> std::result::Result<u64, Infallible> {
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
         Ok(self.inner.next_u64())
     }
 
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> std::result::Result<(), Infallible> {
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), Infallible> {
         self.inner.fill_bytes(dest);
         Ok(())
     }

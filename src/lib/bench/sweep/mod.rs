@@ -171,7 +171,7 @@ impl FromStr for Preset {
         Preset::ALL.into_iter().find(|p| p.name() == s.trim().to_ascii_lowercase()).ok_or_else(|| {
             SweepError::Invalid(format!(
                 "unknown preset '{s}' (expected all, {})",
-                Preset::ALL.map(|p| p.name()).join(", ")
+                Preset::ALL.map(Preset::name).join(", ")
             ))
         })
     }
@@ -271,13 +271,13 @@ impl Axes {
             "sizes" => self.sizes = Some(parse_list("sizes", value, parse_size)?),
             "protocols" => {
                 self.protocols =
-                    Some(parse_list("protocols", value, |x| x.parse::<Protocol>().map_err(SweepError::Invalid))?)
+                    Some(parse_list("protocols", value, |x| x.parse::<Protocol>().map_err(SweepError::Invalid))?);
             }
             "threads" => {
                 self.threads = Some(parse_list("threads", value, |x| match x.parse::<usize>() {
                     Ok(n) if (1..=1024).contains(&n) => Ok(n),
                     _ => Err(SweepError::Invalid(format!("'{x}' is not a thread count (1..1024)"))),
-                })?)
+                })?);
             }
             "thetas" => self.thetas = Some(parse_list("thetas", value, Skew::from_str)?),
             "segment-sizes" => self.segment_sizes = Some(parse_list("segment-sizes", value, parse_size)?),
@@ -291,11 +291,11 @@ impl Axes {
                             "'{x}' is not a YCSB mix the sweep runs (a, b, c, d, f; e needs scans, BOOM only)"
                         )))
                     }
-                })?)
+                })?);
             }
             "flushes" => {
                 self.flushes =
-                    Some(parse_list("flushes", value, |x| x.parse::<FlushKind>().map_err(SweepError::Invalid))?)
+                    Some(parse_list("flushes", value, |x| x.parse::<FlushKind>().map_err(SweepError::Invalid))?);
             }
             "ops" => self.ops = Some(parse_count("ops", value)?),
             "keys" => self.keys = Some(parse_count("keys", value)?),
@@ -369,14 +369,14 @@ impl GridFile {
             match k {
                 "preset" | "presets" => g.presets = Some(parse_presets(v).map_err(at)?),
                 "transport" => {
-                    g.transport = Some(v.parse::<Backend>().map_err(|e| at(SweepError::Invalid(e.to_string())))?)
+                    g.transport = Some(v.parse::<Backend>().map_err(|e| at(SweepError::Invalid(e.to_string())))?);
                 }
                 "quick" => {
                     g.quick = Some(match v {
                         "true" | "yes" | "1" => true,
                         "false" | "no" | "0" => false,
                         _ => return Err(at(SweepError::Invalid(format!("quick = '{v}': expected true or false")))),
-                    })
+                    });
                 }
                 _ => g.axes.set(k, v).map_err(at)?,
             }
@@ -435,7 +435,7 @@ impl SweepOptions {
 
     /// The transport actually used: the server's, or the chosen backend.
     pub fn transport(&self) -> Backend {
-        self.server.as_ref().map(|e| e.backend()).unwrap_or(self.backend)
+        self.server.as_ref().map(Endpoint::backend).unwrap_or(self.backend)
     }
 }
 
@@ -1100,7 +1100,7 @@ mod tests {
                 o.quick = quick;
                 let g = grid(p, &o).unwrap();
                 assert!(!g.is_empty(), "{p}");
-                let ids: HashSet<String> = g.iter().map(|x| x.id()).collect();
+                let ids: HashSet<String> = g.iter().map(Point::id).collect();
                 assert_eq!(ids.len(), g.len(), "{p}: ids are unique");
             }
         }
@@ -1108,7 +1108,7 @@ mod tests {
         o.axes.sizes = Some(vec![32, 4096]);
         o.axes.protocols = Some(vec![Protocol::Boom]);
         let g = grid(Preset::Latency, &o).unwrap();
-        assert_eq!(g.iter().map(|p| p.id()).collect::<Vec<_>>(), ["boom/32", "boom/4096"]);
+        assert_eq!(g.iter().map(Point::id).collect::<Vec<_>>(), ["boom/32", "boom/4096"]);
         o.server = Some(Endpoint::parse("127.0.0.1:1").unwrap());
         assert!(grid(Preset::Writeback, &o).is_err());
     }

@@ -31,7 +31,7 @@ pub fn register_font() -> Result<()> {
     static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
-            .and_then(|_| plotters::style::register_font(FONT, FontStyle::Bold, dejavu::sans::bold()))
+            .and_then(|()| plotters::style::register_font(FONT, FontStyle::Bold, dejavu::sans::bold()))
             .map_err(|_| "the bundled DejaVu font does not load".to_string())
     })
     .clone()
@@ -963,7 +963,7 @@ mod tests {
 
     /// A synthetic results table of `preset`: two rows with plausible values.
     fn synthetic(preset: Preset) -> Table {
-        let header: Vec<String> = preset.columns().iter().map(|c| c.to_string()).collect();
+        let header: Vec<String> = preset.columns().iter().map(ToString::to_string).collect();
         let rows = (0..2)
             .map(|k| {
                 header

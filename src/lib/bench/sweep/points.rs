@@ -981,7 +981,7 @@ impl<'a> Context<'a> {
         row.insert("threads", threads.to_string());
         row.insert("size", size.to_string());
         row.insert("workers", if self.o.server.is_some() { "remote".into() } else { workers.to_string() });
-        row.insert("cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string());
+        row.insert("cores", std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).to_string());
         row.insert("ops", (put.run.operations + get.run.operations).to_string());
         row.insert("put_ops_per_sec", format!("{:.1}", put.run.throughput()));
         ps.put(row, "put_", &["put_avg_us", "put_p99_us"]);
@@ -1002,7 +1002,7 @@ fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
-    v.sort_by(|a, b| a.total_cmp(b));
+    v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 

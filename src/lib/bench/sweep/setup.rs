@@ -73,7 +73,7 @@ impl Machine {
         let kernel = format!("{} {} {} {}", k("ostype"), k("osrelease"), k("version"), std::env::consts::ARCH);
         Machine {
             cpu,
-            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cores: std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1),
             memory,
             kernel,
             host: hostname(),
@@ -169,7 +169,7 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
     let supported: Vec<&str> = [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush]
         .into_iter()
         .filter(|k| k.supported())
-        .map(|k| k.name())
+        .map(FlushKind::name)
         .collect();
     let _ = writeln!(
         s,

@@ -28,7 +28,7 @@ pub struct TextTable {
 
 impl TextTable {
     fn new(h: &[&str]) -> TextTable {
-        TextTable { header: h.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+        TextTable { header: h.iter().map(ToString::to_string).collect(), rows: Vec::new() }
     }
 
     fn push(&mut self, r: Vec<String>) {

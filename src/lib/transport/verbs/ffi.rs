@@ -175,14 +175,11 @@ impl Hca {
         let ctx =
             NonNull::new(unsafe { ibv_open_device(list.device(idx)) }).ok_or_else(|| null_error("ibv_open_device"))?;
         // SAFETY: `ctx` is an open context.
-        let pd = match NonNull::new(unsafe { ibv_alloc_pd(ctx.as_ptr()) }) {
-            Some(pd) => pd,
-            None => {
-                let e = null_error("ibv_alloc_pd");
-                // SAFETY: nothing else uses the context we just opened.
-                unsafe { ibv_close_device(ctx.as_ptr()) };
-                return Err(e);
-            }
+        let Some(pd) = NonNull::new(unsafe { ibv_alloc_pd(ctx.as_ptr()) }) else {
+            let e = null_error("ibv_alloc_pd");
+            // SAFETY: nothing else uses the context we just opened.
+            unsafe { ibv_close_device(ctx.as_ptr()) };
+            return Err(e);
         };
         let mut hca = Hca { ctx, pd, name: names[idx].clone(), limits: DeviceLimits::default() };
         hca.limits = hca.query_device()?;
@@ -241,13 +238,13 @@ impl Hca {
     pub unsafe fn reg_mr(self: &Arc<Self>, addr: *mut u8, len: usize, access: u32) -> Result<RawMr> {
         // SAFETY: the caller keeps the memory alive until the region is deregistered;
         // the protection domain is live.
-        let mut mr = unsafe { ibv_reg_mr(self.pd.as_ptr(), addr as *mut c_void, len, access as c_int) };
+        let mut mr = unsafe { ibv_reg_mr(self.pd.as_ptr(), addr.cast::<c_void>(), len, access as c_int) };
         if mr.is_null() {
             let first = errno_of(-1, errno());
             if first == libc::EOPNOTSUPP {
                 let odp = access | ibv_access_flags::IBV_ACCESS_ON_DEMAND.0;
                 // SAFETY: as above.
-                mr = unsafe { ibv_reg_mr(self.pd.as_ptr(), addr as *mut c_void, len, odp as c_int) };
+                mr = unsafe { ibv_reg_mr(self.pd.as_ptr(), addr.cast::<c_void>(), len, odp as c_int) };
             }
             if mr.is_null() {
                 return Err(verb_error("ibv_reg_mr", first));
@@ -859,7 +856,7 @@ impl RawQp {
                 let r = base.add(i);
                 (*r).wr_id = w.wr_id;
                 (*r).sg_list = sge_base.add(i);
-                (*r).num_sge = if w.sge.len == 0 { 0 } else { 1 };
+                (*r).num_sge = i32::from(w.sge.len != 0);
                 (*r).next = if i + 1 < wrs.len() { base.add(i + 1) } else { null_mut() };
             }
         }

@@ -262,7 +262,7 @@ impl VerbsConfig {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind; keep going.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The `host:port` of a verbs endpoint.
@@ -450,9 +450,8 @@ impl VerbsTransport {
                 Err(e) => last = Some(e),
             }
         }
-        let (raw, caps) = match created {
-            Some(x) => x,
-            None => return Err(last.unwrap_or_else(|| Error::Transport("ibv_create_qp failed".into()))),
+        let Some((raw, caps)) = created else {
+            return Err(last.unwrap_or_else(|| Error::Transport("ibv_create_qp failed".into())));
         };
         // Room in the completion queues for everything this queue pair can have
         // outstanding: a completion queue that overflows breaks every queue pair on it.
@@ -1622,9 +1621,9 @@ impl VerbsListener {
         let to = self.t.inner.cfg.transport.handshake_timeout;
         let setup = s
             .set_nonblocking(false)
-            .and_then(|_| s.set_read_timeout(Some(to)))
-            .and_then(|_| s.set_write_timeout(Some(to)))
-            .and_then(|_| s.set_nodelay(true));
+            .and_then(|()| s.set_read_timeout(Some(to)))
+            .and_then(|()| s.set_write_timeout(Some(to)))
+            .and_then(|()| s.set_nodelay(true));
         if let Err(e) = setup {
             return Err(refused(e.to_string()));
         }
