@@ -523,18 +523,15 @@ fn run_config(
 }
 
 /// The embedded pool's size, from the key space (not the operation count: the cleaner
-/// reclaims what updates supersede): every key's largest entry twice over (live data
-/// plus room for the cleaner to work), a segment per client thread and four spare,
-/// at least 256 MiB, rounded up to a power of two. A run bounded only by time that
-/// inserts is sized for the record count to double. Fails with a hint when the pool
-/// directory's file system cannot hold it.
+/// reclaims what updates supersede), by [`boomkv::bench::embedded::pool_size_for`]. A run
+/// bounded only by time that inserts is sized for the record count to double. Fails
+/// with a hint when the pool directory's file system cannot hold it.
 fn embedded_pool_size(
     cfg: &boomkv::workload::CoreConfig,
     ops: u64,
     threads: usize,
     ta: &TargetArgs,
 ) -> anyhow::Result<u64> {
-    let slot = cfg.value_size.max() + 64 + 32;
     let inserts = if ops == u64::MAX {
         if cfg.insert_proportion > 0.0 {
             cfg.record_count
@@ -545,12 +542,9 @@ fn embedded_pool_size(
         (ops as f64 * cfg.insert_proportion) as u64
     };
     let keys = cfg.record_count.saturating_add(inserts).saturating_add(1);
-    let need = slot
-        .saturating_mul(keys)
-        .saturating_mul(2)
-        .saturating_add((threads as u64 + 4).saturating_mul(ta.segment_size))
-        .max(256 << 20);
-    let size = need.checked_next_power_of_two().unwrap_or(need);
+    let (value, clients) = (cfg.value_size.max(), threads as u64);
+    let size = boomkv::bench::embedded::pool_size_for(keys, value, clients, ta.segment_size);
+    let need = boomkv::bench::embedded::pool_need(keys, value, clients, ta.segment_size);
     let dir = ta.pmem.clone().unwrap_or_else(boomkv::bench::embedded::default_parent);
     if let Ok(fs) = rustix::fs::statvfs(&dir) {
         let free = fs.f_bavail.saturating_mul(fs.f_frsize);

@@ -45,6 +45,27 @@ impl Default for EmbeddedOptions {
     }
 }
 
+/// The pool an embedded server needs for `entries` keys with values of up to
+/// `value_size` bytes, written by `clients` clients with segments of `segment_size`:
+/// every key's entry twice over (live data, and room for the cleaner to work), a
+/// segment per client and four spare; at least 256 MiB, rounded up to a power of two
+/// (the file is sparse; [`pool_need`] is the size before rounding). `boomctl ycsb` and
+/// the sweeps size their pools with it.
+pub fn pool_size_for(entries: u64, value_size: u64, clients: u64, segment_size: u64) -> u64 {
+    let need = pool_need(entries, value_size, clients, segment_size);
+    need.checked_next_power_of_two().unwrap_or(need)
+}
+
+/// [`pool_size_for`] before the rounding: what the pool's file system must hold.
+pub fn pool_need(entries: u64, value_size: u64, clients: u64, segment_size: u64) -> u64 {
+    // Header, key (YCSB's are ~23 bytes) and slot rounding.
+    let slot = value_size + crate::log::format::ENTRY_HEADER_SIZE + 64;
+    slot.saturating_mul(entries)
+        .saturating_mul(2)
+        .saturating_add(clients.saturating_add(4).saturating_mul(segment_size))
+        .max(256 << 20)
+}
+
 /// A server on a temporary pool.
 pub struct Embedded<T: Transport> {
     server: Option<Server<T>>,

@@ -760,7 +760,7 @@ fn serve<T: Transport>(t: T, listener: T::Listener, max: usize, pin_thread: bool
     }
 }
 
-struct Client<'a, T: Transport> {
+struct FloorClient<'a, T: Transport> {
     qp: T::Qp,
     scq: T::Cq,
     rcq: T::Cq,
@@ -772,7 +772,7 @@ struct Client<'a, T: Transport> {
     scratch: &'a mut Vec<crate::transport::Completion>,
 }
 
-impl<T: Transport> Client<'_, T> {
+impl<T: Transport> FloorClient<'_, T> {
     fn drain_send(&mut self) -> Result<()> {
         self.scratch.clear();
         self.scq.poll(self.scratch, 256);
@@ -900,7 +900,7 @@ fn run_backend_as<T: Transport>(
     let (qp, private) = client_t.connect(&lep, &scq, &rcq, b"floor", WAIT)?;
     let remote = RemoteRegion::from_bytes(&private)?;
     let mut scratch = Vec::with_capacity(256);
-    let mut c = Client::<T> { qp, scq, rcq, local, remote, max, window, scratch: &mut scratch };
+    let mut c = FloorClient::<T> { qp, scq, rcq, local, remote, max, window, scratch: &mut scratch };
     let result = (|| -> Result<()> {
         for test in [FloorTest::Write, FloorTest::WriteImmReply, FloorTest::SendRecv, FloorTest::Read] {
             print_header(out, &name, test)?;

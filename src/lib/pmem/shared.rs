@@ -1,8 +1,10 @@
 //! Primitives for memory shared between processes: sealed shared-memory files, read-only
 //! views of a peer's words, and futex parking on words inside a [`Mapping`].
 //!
-//! The `shm` transport builds its rings, doorbells and region tables from these. They
-//! are safe wrappers: the system calls go through `rustix`, whose `futex` and `memfd`
+//! The `shm` transport builds its rings, doorbells and region tables from these, and is
+//! their only user; they live here, not in the transport, because `unsafe` code lives
+//! only in `pmem` and the verbs FFI (the read-only word view needs it). They are safe
+//! wrappers: the system calls go through `rustix`, whose `futex` and `memfd`
 //! functions take references and owned descriptors; only the read-only mapping of
 //! [`ReadOnlyWords`] needs `unsafe`, each block with its reason.
 //!

@@ -606,6 +606,14 @@ impl StatCounters {
     }
 }
 
+/// Every backend's bound on one message or one-sided transfer ([`MAX_MESSAGE`]).
+pub(crate) fn check_len(len: u32) -> Result<()> {
+    if len > MAX_MESSAGE {
+        return Err(Error::invalid(format!("message of {len} bytes is over the {MAX_MESSAGE}-byte limit")));
+    }
+    Ok(())
+}
+
 /// Atomics work on aligned 8-byte words: a misaligned target address is refused when
 /// posted, by every backend alike (verbs providers refuse it there too).
 pub fn check_atomic_addr(remote_addr: u64) -> Result<()> {

@@ -1476,7 +1476,7 @@ impl ShmQp {
         signaled: bool,
     ) -> Result<()> {
         self.check_open()?;
-        super::tcp::check_len(len)?;
+        super::check_len(len)?;
         let c = &self.conn;
         let (op, name, local, remote) = if write {
             (WcOpcode::Write, "WRITE", Access::NONE, Access::REMOTE_WRITE)
@@ -1706,14 +1706,14 @@ impl QueuePair for ShmQp {
 
     fn post_send(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
         self.check_open()?;
-        super::tcp::check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
         self.two_sided(wr_id, Src::Mr(mr, off, len), None)
     }
 
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
         self.check_open()?;
-        super::tcp::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
+        super::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
         self.two_sided(wr_id, Src::Bytes(data), None)
     }
@@ -1777,7 +1777,7 @@ impl QueuePair for ShmQp {
         imm: u32,
     ) -> Result<()> {
         self.check_open()?;
-        super::tcp::check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
         self.two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)))
     }

@@ -1654,7 +1654,7 @@ impl QueuePair for TcpQp {
 
     fn post_send(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
         self.check_open()?;
-        check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
         self.post(OP_SEND, wr_id, Payload::Mr(mr, off, len), 0, 0, 0, true, None, len)
     }
@@ -1662,7 +1662,7 @@ impl QueuePair for TcpQp {
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
         self.check_open()?;
         let len = u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?;
-        check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
         self.post(OP_SEND, wr_id, Payload::Bytes(data), 0, 0, 0, true, None, len)
     }
@@ -1701,7 +1701,7 @@ impl QueuePair for TcpQp {
         signaled: bool,
     ) -> Result<()> {
         self.check_open()?;
-        check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.post(OP_WRITE, wr_id, Payload::Mr(mr, off, len), remote_addr, rkey, 0, signaled, None, len)
     }
@@ -1717,14 +1717,14 @@ impl QueuePair for TcpQp {
         imm: u32,
     ) -> Result<()> {
         self.check_open()?;
-        check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
         self.post(OP_WRITE_IMM, wr_id, Payload::Mr(mr, off, len), remote_addr, rkey, imm, true, None, len)
     }
 
     fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
         self.check_open()?;
-        check_len(len)?;
+        super::check_len(len)?;
         self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
         let c = &self.conn;
         let Ok(map_off) = mr.check_local(c.pd.id, off, len, Access::LOCAL_WRITE) else {
@@ -1780,13 +1780,6 @@ impl QueuePair for TcpQp {
         }
         self.conn.fail_with("closed locally".into(), false);
     }
-}
-
-pub(crate) fn check_len(len: u32) -> Result<()> {
-    if len > MAX_MESSAGE {
-        return Err(Error::invalid(format!("message of {len} bytes is over the {MAX_MESSAGE}-byte limit")));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -486,13 +486,6 @@ fn mix_spec(read: f64, update: f64, records: u64, ops: u64, size: u64, skew: Ske
     Ok(CoreWorkload::new(&s)?)
 }
 
-/// Pool size for `keys` entries of `size` and `clients` open segments.
-fn pool_for(entries: u64, size: u64, clients: u64, segment: u64) -> u64 {
-    let slot = size + ENTRY_HEADER_SIZE + 64;
-    let need = entries * slot + (clients + 4) * segment + (entries * slot) / 8;
-    need.max(256 << 20).next_power_of_two()
-}
-
 impl<'a> Context<'a> {
     /// A context for the sweep `o`; `bars` shows the runs' progress bars.
     pub fn new(o: &'a SweepOptions, bars: Option<indicatif::MultiProgress>) -> Context<'a> {
@@ -711,7 +704,12 @@ impl<'a> Context<'a> {
         let warm = (n / 10).clamp(100, 2000);
         let seed = self.o.seed;
         let copts = ClientOptions { protocol, ..Default::default() };
-        let eo = self.embedded(pool_for(n + warm, size, 1, 64 << 20), 64 << 20, None, self.server_cfg());
+        let eo = self.embedded(
+            crate::bench::embedded::pool_size_for(n + warm, size, 1, 64 << 20),
+            64 << 20,
+            None,
+            self.server_cfg(),
+        );
         let label = format!("{protocol} {}", short_bytes(size));
         let (put_hlog, get_hlog) = (self.hlog(pt, "put"), self.hlog(pt, "get"));
         let warm_w = insert_spec(size, 0, warm, n + warm, seed)?;
@@ -820,7 +818,12 @@ impl<'a> Context<'a> {
         let w = CoreWorkload::new(&s)?;
         let copts = ClientOptions { protocol, ..Default::default() };
         let entries = records + n;
-        let eo = self.embedded(pool_for(entries, size, 1, 64 << 20), 64 << 20, None, self.server_cfg());
+        let eo = self.embedded(
+            crate::bench::embedded::pool_size_for(entries, size, 1, 64 << 20),
+            64 << 20,
+            None,
+            self.server_cfg(),
+        );
         let hlog = self.hlog(pt, "");
         let label = format!("{mix} {protocol} {}", short_bytes(size));
         let ro_load = self.run_opts(format!("{label} load"), 1, 0, 0, None);
@@ -868,7 +871,7 @@ impl<'a> Context<'a> {
         let mut cfg = self.server_cfg();
         // The cleaner would reclaim garbage and blur what the log itself spends.
         cfg.cleaner = false;
-        let eo = self.embedded(pool_for(n, size, 1, segment), segment, None, cfg);
+        let eo = self.embedded(crate::bench::embedded::pool_size_for(n, size, 1, segment), segment, None, cfg);
         let hlog = self.hlog(pt, "");
         let ro = self.run_opts(
             format!("{} {} {}", skew.label(), if hybrid { "hybrid" } else { "append" }, short_bytes(segment)),
@@ -915,7 +918,12 @@ impl<'a> Context<'a> {
         let clients = 2;
         let workers = self.o.axes.workers.unwrap_or(2);
         let cfg = ServerConfig { workers, coop_writeback: coop, log_clients: false, ..Default::default() };
-        let eo = self.embedded(pool_for(n + warm, size, clients, 64 << 20), 64 << 20, Some(flush), cfg);
+        let eo = self.embedded(
+            crate::bench::embedded::pool_size_for(n + warm, size, clients, 64 << 20),
+            64 << 20,
+            Some(flush),
+            cfg,
+        );
         let copts = ClientOptions::default();
         let warm_w = insert_spec(size, 0, warm, n + warm, self.o.seed)?;
         let put_w = insert_spec(size, warm, n, n + warm, self.o.seed)?;
@@ -958,7 +966,12 @@ impl<'a> Context<'a> {
         let run_time = self.run_time();
         let cfg = self.server_cfg();
         let workers = cfg.workers;
-        let eo = self.embedded(pool_for(n, size, threads as u64, 64 << 20), 64 << 20, None, cfg);
+        let eo = self.embedded(
+            crate::bench::embedded::pool_size_for(n, size, threads as u64, 64 << 20),
+            64 << 20,
+            None,
+            cfg,
+        );
         let copts = ClientOptions { protocol, ..Default::default() };
         let put_w = insert_spec(size, 0, n, n, self.o.seed)?;
         let label = format!("{protocol} x{threads}");
