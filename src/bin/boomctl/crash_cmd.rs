@@ -104,7 +104,7 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
             );
         }
     };
-    let rep = crate::with_transport!(a.transport, t => crashtest::run(&t, a.transport, &o, show)?);
+    let rep = boomkv::with_transport!(a.transport, t => crashtest::run(&t, a.transport, &o, show)?);
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&rep)?)?;
     } else {

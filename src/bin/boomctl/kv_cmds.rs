@@ -21,33 +21,6 @@ use crate::common::{size_arg, MediaArgs, PmemArgs, VerbsArgs};
 /// asked for, see `serve --help`).
 pub const DEFAULT_TCP: &str = "127.0.0.1:7470";
 
-/// Runs `$body` with `$t` bound to a transport of the backend `$b`.
-#[macro_export]
-macro_rules! with_transport {
-    ($b:expr, $t:ident => $body:expr) => {
-        match $b {
-            boomkv::transport::Backend::Shm => {
-                let $t = boomkv::transport::ShmTransport::new()?;
-                $body
-            }
-            boomkv::transport::Backend::Tcp => {
-                let $t = boomkv::transport::TcpTransport::new()?;
-                $body
-            }
-            boomkv::transport::Backend::Verbs => {
-                #[cfg(not(feature = "rdma"))]
-                anyhow::bail!("this boomctl was built without RDMA support: rebuild with --features rdma, or use an shm: or tcp:// address");
-                #[cfg(feature = "rdma")]
-                {
-                    // Device, port and GID index come from BOOMKV_RDMA_DEVICE, _PORT, _GID_INDEX.
-                    let $t = boomkv::transport::VerbsTransport::from_env()?;
-                    $body
-                }
-            }
-        }
-    };
-}
-
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum OnOff {
     On,
@@ -330,7 +303,7 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
         (None, None) => bail!("give a VALUE, `-` for standard input, or --value-file FILE"),
     };
     let b = a.client.endpoint()?.backend();
-    with_transport!(b, t => {
+    boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
         let info = c.put(a.key.as_bytes(), &value).with_context(|| format!("PUT {}", a.key))?;
         eprintln!("stored {} ({} bytes, version {})", a.key, value.len(), info.version);
@@ -356,7 +329,7 @@ pub struct GetArgs {
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
-    let v = with_transport!(b, t => {
+    let v = boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
         c.get(a.key.as_bytes()).with_context(|| format!("GET {}", a.key))?
     });
@@ -392,7 +365,7 @@ pub struct DelArgs {
 
 pub fn del(a: DelArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
-    with_transport!(b, t => {
+    boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
         // The protocol's DELETE does not say whether the key existed; ask first, so a
         // missing key is reported (exit 1, like `get`) and no tombstone is written.
@@ -417,7 +390,7 @@ pub struct StatsArgs {
 
 pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
-    let s = with_transport!(b, t => {
+    let s = boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
         c.stats()?
     });

@@ -273,7 +273,7 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let copts = client_options(a.protocol, UpdateMode::Hybrid);
-    let r = crate::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
+    let r = boomkv::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
     print_report(&r, &spec.percentiles()?)?;
     if r.errors > 0 {
         bail!("{} inserts failed (first: {})", r.errors, r.first_error.as_deref().unwrap_or("unknown"));
@@ -377,7 +377,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let (result, space) = match &ta.server {
         Some(addr) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
-            crate::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?)
+            boomkv::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?)
         }
         None => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
@@ -397,7 +397,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
                 flush: None,
                 server,
             };
-            crate::with_transport!(backend, t => {
+            boomkv::with_transport!(backend, t => {
                 let emb = Embedded::start(t.clone(), backend, &eo)?;
                 let ep = emb.endpoint().clone();
                 run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?

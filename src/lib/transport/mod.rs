@@ -606,6 +606,58 @@ impl StatCounters {
     }
 }
 
+/// Binds `$t` to a new transport of backend `$b` and evaluates `$body` with it: the one
+/// place a backend becomes a transport (`boomctl`'s commands and the sweeps use it).
+/// verbs takes its device, port and GID index from `BOOMKV_RDMA_DEVICE`, `_PORT` and
+/// `_GID_INDEX`; in a build without the `rdma` feature it is an
+/// [`Error::Unsupported`](crate::Error::Unsupported). Errors leave through `?`, so the
+/// caller's error type must convert from [`crate::Error`].
+#[cfg(feature = "rdma")]
+#[macro_export]
+macro_rules! with_transport {
+    ($b:expr, $t:ident => $body:expr) => {
+        match $b {
+            $crate::transport::Backend::Shm => {
+                let $t = $crate::transport::ShmTransport::new()?;
+                $body
+            }
+            $crate::transport::Backend::Tcp => {
+                let $t = $crate::transport::TcpTransport::new()?;
+                $body
+            }
+            $crate::transport::Backend::Verbs => {
+                let $t = $crate::transport::VerbsTransport::from_env()?;
+                $body
+            }
+        }
+    };
+}
+
+/// Binds `$t` to a new transport of backend `$b` and evaluates `$body` with it (this
+/// build has no `rdma` feature: verbs is an [`Error::Unsupported`](crate::Error::Unsupported)).
+#[cfg(not(feature = "rdma"))]
+#[macro_export]
+macro_rules! with_transport {
+    ($b:expr, $t:ident => $body:expr) => {
+        match $b {
+            $crate::transport::Backend::Shm => {
+                let $t = $crate::transport::ShmTransport::new()?;
+                $body
+            }
+            $crate::transport::Backend::Tcp => {
+                let $t = $crate::transport::TcpTransport::new()?;
+                $body
+            }
+            $crate::transport::Backend::Verbs => {
+                let never: ::std::convert::Infallible = Err($crate::Error::Unsupported(
+                    "this build has no RDMA support: rebuild with --features rdma, or use shm or tcp".into(),
+                ))?;
+                match never {}
+            }
+        }
+    };
+}
+
 /// Every backend's bound on one message or one-sided transfer ([`MAX_MESSAGE`]).
 pub(crate) fn check_len(len: u32) -> Result<()> {
     if len > MAX_MESSAGE {

@@ -39,7 +39,7 @@ use crate::index::{Index, IndexKind, KeySource, Loc};
 use crate::log::format::ENTRY_HEADER_SIZE;
 use crate::pmem::{FlushKind, Media, MediaOptions};
 use crate::server::ServerConfig;
-use crate::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
+use crate::transport::{Backend, Endpoint, Transport};
 use crate::units::short_bytes;
 use crate::wire::Protocol;
 use crate::workload::{names, CoreWorkload, WorkloadSpec};
@@ -310,27 +310,10 @@ fn pick(quick: bool, q: u64, full: u64) -> u64 {
 macro_rules! on_target {
     ($o:expr, $eo:expr, |$t:ident, $ep:ident| $body:expr) => {{
         let o: &SweepOptions = $o;
-        match o.transport() {
-            Backend::Shm => {
-                let $t = ShmTransport::new()?;
-                on_target!(@inner o, $eo, $t, $ep, $body)
-            }
-            Backend::Tcp => {
-                let $t = TcpTransport::new()?;
-                on_target!(@inner o, $eo, $t, $ep, $body)
-            }
-            #[cfg(feature = "rdma")]
-            Backend::Verbs => {
-                // Device, port and GID index from BOOMKV_RDMA_DEVICE, _PORT, _GID_INDEX.
-                let $t = crate::transport::VerbsTransport::from_env()?;
-                let r: Result<_> = on_target!(@inner o, $eo, $t, $ep, $body);
-                r
-            }
-            #[cfg(not(feature = "rdma"))]
-            Backend::Verbs => Err(SweepError::Invalid(
-                "--transport verbs: this build has no verbs backend (build with --features rdma)".into(),
-            )),
-        }
+        crate::with_transport!(o.transport(), $t => {
+            let r: Result<_> = on_target!(@inner o, $eo, $t, $ep, $body);
+            r
+        })
     }};
     (@inner $o:ident, $eo:expr, $t:ident, $ep:ident, $body:expr) => {{
         match &$o.server {
