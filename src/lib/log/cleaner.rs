@@ -175,9 +175,7 @@ impl Cleaner {
         let seg = self.seg.as_mut().ok_or_else(|| Error::invalid("no cleaner segment"))?;
         // Same entry, new slot: next_offset (inside the checksum) and the seal change.
         let next = seg.tail + slot;
-        self.buf[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].copy_from_slice(&next.to_le_bytes());
-        let c = entry_checksum(&self.buf);
-        self.buf[0..4].copy_from_slice(&c.to_le_bytes());
+        let c = relink_entry(&mut self.buf, next)?;
         let moved = EntryHeader { checksum: c, next_offset: next, ..h };
         let new_place = SlotPlace { segment: seg.id, generation: seg.generation, offset: seg.tail };
         let key = entry_key(&self.buf, &moved).to_vec();

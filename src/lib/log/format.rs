@@ -159,6 +159,13 @@ pub const SEG_COUNT_OFF: u64 = 64;
 pub const SEG_STATE_OFF: u64 = 72;
 /// Offset of `next` within a segment.
 pub const SEG_NEXT_OFF: u64 = 80;
+/// Bytes of the checksummed part of the segment header ([`SegmentHeader::encode`]).
+pub const SEG_FIXED_LEN: usize = 64;
+/// Bytes of the segment's validity words, `count`, `state` and `next`, from
+/// [`SEG_COUNT_OFF`] on (written back together when a segment is reset).
+pub const SEG_WORDS_LEN: usize = (SEG_NEXT_OFF + 8 - SEG_COUNT_OFF) as usize;
+/// Bytes of one copy of the version high-water mark.
+pub const POOL_HWM_LEN: usize = 8;
 /// "No segment" in `prev`/`next`.
 pub const NO_SEGMENT: u64 = u64::MAX;
 /// Owner id used for segments written by the cleaner.
@@ -184,6 +191,8 @@ pub const ENTRY_MAGIC: u16 = 0xB0E7;
 pub const ENTRY_HEADER_SIZE: u64 = 40;
 /// Entry slots start at multiples of this.
 pub const ENTRY_ALIGN: u64 = 8;
+/// Offset of the entry checksum (the first field, 4 bytes).
+pub const ENTRY_CHECKSUM_OFF: u64 = 0;
 /// Offset of `version_num` within an entry.
 pub const ENTRY_VERSION_OFF: u64 = 8;
 /// Offset of `seal` within an entry.
@@ -521,7 +530,7 @@ pub struct SegmentHeader {
 
 impl SegmentHeader {
     /// Encodes the first line (64 bytes) with its checksum and seal.
-    pub fn encode(&self, sealer: &Sealer) -> [u8; 64] {
+    pub fn encode(&self, sealer: &Sealer) -> [u8; SEG_FIXED_LEN] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -665,8 +674,25 @@ pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, n
 
 /// The checksum of an encoded entry (`b` = header + key + value).
 pub fn entry_checksum(b: &[u8]) -> u32 {
-    let c = crc32c::crc32c(&b[4..8]);
+    // Everything after the checksum except version_num and seal (rewritten in place).
+    let after = ENTRY_CHECKSUM_OFF as usize + 4;
+    let c = crc32c::crc32c(&b[after..ENTRY_VERSION_OFF as usize]);
     crc32c::crc32c_append(c, &b[ENTRY_KEY_LEN_OFF as usize..])
+}
+
+/// Moves an encoded entry to a new slot: sets its `next_offset` (inside the checksum)
+/// and recomputes the checksum; returns the new checksum. The version and seal are the
+/// commit path's to write.
+pub fn relink_entry(b: &mut [u8], next_offset: u64) -> Result<u32> {
+    if b.len() < ENTRY_HEADER_SIZE as usize {
+        return Err(Error::corrupt("entry", format!("{} bytes is shorter than an entry header", b.len())));
+    }
+    let next = ENTRY_NEXT_OFF as usize;
+    b[next..next + 8].copy_from_slice(&next_offset.to_le_bytes());
+    let c = entry_checksum(b);
+    let at = ENTRY_CHECKSUM_OFF as usize;
+    b[at..at + 4].copy_from_slice(&c.to_le_bytes());
+    Ok(c)
 }
 
 /// The key of an entry whose header `h` was checked (`b` = header + key + value).

@@ -160,7 +160,7 @@ impl Pool {
         for off in POOL_HWM_OFFS {
             media.store_u64(off, encode_hwm(1))?;
         }
-        media.persist(0, POOL_HWM_OFFS[1] as usize + 8)?;
+        media.persist(0, POOL_HWM_OFFS[1] as usize + POOL_HWM_LEN)?;
         Ok(h)
     }
 
@@ -356,10 +356,10 @@ impl Pool {
             m.store_u64(base + SEG_STATE_OFF, SegmentState::Free.to_word())?;
             m.store_u64(base + SEG_COUNT_OFF, self.sealer.count_word(id, generation, 0))?;
             m.store_u64(base + SEG_NEXT_OFF, NO_SEGMENT)?;
-            m.persist(base + SEG_COUNT_OFF, 24)?;
+            m.persist(base + SEG_COUNT_OFF, SEG_WORDS_LEN)?;
             let h = SegmentHeader { segment_id: id, owner, prev: prev.unwrap_or(NO_SEGMENT), log_seq, generation };
             m.map().write(base, &h.encode(&self.sealer))?;
-            m.persist(base, 64)?;
+            m.persist(base, SEG_FIXED_LEN)?;
             m.store_u64(base + SEG_STATE_OFF, SegmentState::Active.to_word())?;
             m.persist(base + SEG_STATE_OFF, 8)?;
             if let Some(p) = prev {

@@ -118,7 +118,7 @@ fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()> {
     // The server chose the placement: it writes next_offset and computes the checksum.
     map.write(dst + fmt::ENTRY_NEXT_OFF, &next.to_le_bytes())?;
     let checksum = fmt::entry_checksum(map.view(dst, entry.len())?);
-    map.write(dst, &checksum.to_le_bytes())?;
+    map.write(dst + fmt::ENTRY_CHECKSUM_OFF, &checksum.to_le_bytes())?;
     let h = EntryHeader { next_offset: next, checksum, version: 0, ..h };
     cx.commit_and_reply(offset, WriteMode::Append, Some(h))
 }
