@@ -208,6 +208,8 @@ pub fn run<T: Transport>(
     phase(t, ep, copts, w, opts, opts.ops, false)
 }
 
+/// One phase (load or run): connects the clients, runs one worker thread per client,
+/// collects their measurements while it shows progress, and assembles the result.
 #[allow(clippy::too_many_arguments)]
 fn phase<T: Transport>(
     t: &T,
@@ -219,8 +221,7 @@ fn phase<T: Transport>(
     loading: bool,
 ) -> Result<RunResult> {
     let threads = opts.threads.max(1);
-    let max_value = w.config().value_size.max() as usize;
-    let values = Arc::new(value_buffer(max_value, opts.seed ^ 0x5EED));
+    let clients = connect_clients(t, ep, copts, w, threads)?;
     let sh = Arc::new(Shared {
         done: AtomicU64::new(0),
         errors: AtomicU64::new(0),
@@ -228,188 +229,38 @@ fn phase<T: Transport>(
         fatal: std::sync::Mutex::new(None),
         first_error: std::sync::Mutex::new(None),
     });
-    // Connect every client first, so connection set-up is not measured.
-    let mut clients = Vec::new();
-    for _ in 0..threads {
-        clients.push(Client::connect(t, ep, copts.clone())?);
-    }
-    // The server announces its value limit: a workload above it would only fail every
-    // write, so say why before running anything.
-    if let Some(c) = clients.first() {
-        let largest = w.config().value_size.max();
-        if largest > u64::from(c.max_value()) {
-            return Err(Error::TooLarge { what: "workload value size", len: largest, limit: u64::from(c.max_value()) });
-        }
-    }
+    let values = Arc::new(value_buffer(w.config().value_size.max() as usize, opts.seed ^ 0x5EED));
     let (tx, rx) = mpsc::channel::<Measurements>();
-    let mut handles = Vec::new();
     let barrier = Arc::new(std::sync::Barrier::new(threads + 1));
-    for (i, mut c) in clients.into_iter().enumerate() {
+    let mut handles = Vec::new();
+    for (i, c) in clients.into_iter().enumerate() {
         // Loading shares one key sequence (the stream ends it); the run splits the ops.
-        let per =
+        let ops =
             if loading { u64::MAX } else { total / threads as u64 + u64::from((i as u64) < total % threads as u64) };
-        let mut stream = w.stream(opts.seed, i as u64);
-        let (sh, values, tx, barrier) = (sh.clone(), values.clone(), tx.clone(), barrier.clone());
-        // Workers hand over their measurements at least four times per status line, so a
-        // line never goes out just before the batch that belongs in it arrives.
-        let send_every = opts.interval.min(opts.status_interval / 4).max(Duration::from_millis(10));
-        let (interval, measurement, warmup, duration) = (send_every, opts.measurement, opts.warmup_ops, opts.duration);
-        let rate = opts.target.map(|r| r / threads as f64).filter(|r| *r > 0.0);
-        handles.push(std::thread::spawn(move || -> Result<()> {
-            let mut m = Measurements::new(measurement);
-            let mut buf = Vec::new();
-            if !loading {
-                for _ in 0..warmup {
-                    let op = stream.next_op();
-                    let _ = execute(&mut c, &op, &values, &mut buf);
-                    stream.complete(&op)?;
-                }
-            }
-            barrier.wait();
-            let t0 = Instant::now();
-            let mut last_send = t0;
-            let mut k = 0u64;
-            while k < per && !sh.stop.load(Ordering::Relaxed) {
-                let op = if loading {
-                    match stream.next_load_op() {
-                        Some(op) => op,
-                        None => break,
-                    }
-                } else {
-                    stream.next_op()
-                };
-                let intended = match rate {
-                    Some(r) => {
-                        let at = t0 + Duration::from_secs_f64(k as f64 / r);
-                        let now = Instant::now();
-                        if at > now {
-                            std::thread::sleep(at - now);
-                        }
-                        at
-                    }
-                    None => Instant::now(),
-                };
-                let s = Instant::now();
-                let outcome = execute(&mut c, &op, &values, &mut buf);
-                let end = Instant::now();
-                record(&mut m, &op, &outcome, s, end, intended);
-                stream.complete(&op)?;
-                if let Some(e) = outcome.error {
-                    if sh.errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                        sh.first_error
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .get_or_insert(e.to_string());
-                    }
-                    if e.is_fatal() {
-                        sh.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
-                        sh.stop.store(true, Ordering::Relaxed);
-                    }
-                }
-                sh.done.fetch_add(1, Ordering::Relaxed);
-                k += 1;
-                if end.duration_since(last_send) >= interval {
-                    last_send = end;
-                    let _ = tx.send(m.take());
-                }
-                if duration.is_some_and(|d| end.duration_since(t0) >= d) {
-                    break;
-                }
-            }
-            // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
-            // connection) is measured as CLEANUP, without a status.
-            let cleanup = Instant::now();
-            drop(c);
-            let took = cleanup.elapsed();
-            m.measure("CLEANUP", took, took);
-            let _ = tx.send(m.take());
-            Ok(())
-        }));
+        let job = Worker {
+            client: c,
+            stream: w.stream(opts.seed, i as u64),
+            ops,
+            loading,
+            // Measurements go to the collector at least four times per status line, so a
+            // line never goes out just before the batch that belongs in it arrives.
+            send_every: opts.interval.min(opts.status_interval / 4).max(Duration::from_millis(10)),
+            measurement: opts.measurement,
+            warmup: opts.warmup_ops,
+            duration: opts.duration,
+            rate: opts.target.map(|r| r / threads as f64).filter(|r| *r > 0.0),
+            sh: sh.clone(),
+            values: values.clone(),
+            tx: tx.clone(),
+            barrier: barrier.clone(),
+        };
+        handles.push(std::thread::spawn(move || job.run()));
     }
     drop(tx);
     barrier.wait();
-    let t0 = Instant::now();
-    let start_measured = SystemTime::now();
-    let mut hlog = match &opts.hlog {
-        Some(p) => Some(HlogWriter::create(p, start_measured)?),
-        None => None,
-    };
-    let mut totals = Measurements::new(opts.measurement);
-    let mut interval = Measurements::new(opts.measurement);
-    // A run bounded by time only (`--duration` without `--ops`): the bar and the
-    // status lines follow the clock, not an operation count.
-    let timed = opts.duration.filter(|_| total == u64::MAX);
-    let bar_len = match timed {
-        Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-        None => total,
-    };
-    let bar = progress_bar(opts.progress, bar_len, &opts.label, timed.is_some()).map(|b| match &opts.bars {
-        Some(m) => m.add(b),
-        None => b,
-    });
-    let mut last_tick = Instant::now();
-    let lines = opts.progress == Progress::Lines;
-    let mut status_acc = Measurements::new(opts.measurement);
-    let mut last_line = Instant::now();
-    let mut last_done = 0u64;
-    let status_line = |acc: &Measurements, last_line: Instant, last_done: u64, done: u64| {
-        let p = status::StatusPoint {
-            elapsed_ms: t0.elapsed().as_millis() as u64,
-            interval_ms: last_line.elapsed().as_millis() as u64,
-            total_ops: done,
-            last_total_ops: last_done,
-            todo_ops: if timed.is_some() { 0 } else { total.saturating_sub(done) },
-        };
-        eprintln!("{}", status::line(SystemTime::now(), &p, acc));
-    };
-    if lines {
-        status_line(&status_acc, last_line, 0, 0);
-    }
-    let mut interval_start = start_measured;
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(m) => {
-                interval.merge(&m)?;
-                if lines {
-                    status_acc.merge(&m)?;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-        if last_tick.elapsed() >= opts.interval {
-            let now = SystemTime::now();
-            if let Some(h) = hlog.as_mut() {
-                h.write_interval(&interval, interval_start, now.duration_since(interval_start).unwrap_or_default())?;
-            }
-            totals.merge(&interval.take())?;
-            interval_start = now;
-            last_tick = Instant::now();
-        }
-        let done = sh.done.load(Ordering::Relaxed);
-        if let Some(b) = &bar {
-            let secs = t0.elapsed().as_secs_f64();
-            let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
-            match timed {
-                Some(_) => {
-                    b.set_position(u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX).min(bar_len));
-                    b.set_message(format!("{done} ops, {}", readable_rate(rate)));
-                }
-                None => {
-                    b.set_position(done);
-                    b.set_message(readable_rate(rate));
-                }
-            }
-        } else if lines && last_line.elapsed() >= opts.status_interval {
-            status_line(&status_acc.take(), last_line, last_done, done);
-            last_line = Instant::now();
-            last_done = done;
-        }
-    }
-    if lines {
-        status_line(&status_acc.take(), last_line, last_done, sh.done.load(Ordering::Relaxed));
-    }
-    let runtime = t0.elapsed();
+    let mut col = Collector::new(opts, total, &sh)?;
+    col.collect(&rx)?;
+    let runtime = col.t0.elapsed();
     let mut first_err: Option<Error> = None;
     for h in handles {
         match h.join() {
@@ -422,19 +273,7 @@ fn phase<T: Transport>(
             }
         }
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-        // A finished bar stays in a MultiProgress (as an empty line that pushes the
-        // sweep's overall bar down, run after run) until it is removed.
-        if let Some(m) = &opts.bars {
-            m.remove(&b);
-        }
-    }
-    let now = SystemTime::now();
-    if let Some(h) = hlog.as_mut() {
-        h.write_interval(&interval, interval_start, now.duration_since(interval_start).unwrap_or_default())?;
-    }
-    totals.merge(&interval)?;
+    let totals = col.finish()?;
     if let Some(e) = first_err {
         return Err(e);
     }
@@ -442,12 +281,285 @@ fn phase<T: Transport>(
         return Err(Error::Invalid(f));
     }
     let run = RunInfo { runtime, operations: sh.done.load(Ordering::Relaxed) };
-    if let Some(mut h) = hlog {
+    if let Some(mut h) = col.hlog {
         h.write_summary(&totals, &run)?;
         h.finish()?;
     }
     let first_error = sh.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error })
+}
+
+/// Connects every client first, so connection set-up is not measured, and refuses a
+/// workload whose values the server would refuse (it would only fail every write).
+fn connect_clients<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    threads: usize,
+) -> Result<Vec<Client<T>>> {
+    let mut clients = Vec::new();
+    for _ in 0..threads {
+        clients.push(Client::connect(t, ep, copts.clone())?);
+    }
+    if let Some(c) = clients.first() {
+        let largest = w.config().value_size.max();
+        if largest > u64::from(c.max_value()) {
+            return Err(Error::TooLarge { what: "workload value size", len: largest, limit: u64::from(c.max_value()) });
+        }
+    }
+    Ok(clients)
+}
+
+/// One client thread's job.
+struct Worker<T: Transport> {
+    client: Client<T>,
+    stream: crate::workload::OpStream,
+    /// Operations to run (`u64::MAX` when loading: the stream ends the phase).
+    ops: u64,
+    loading: bool,
+    /// Hand measurements to the collector this often.
+    send_every: Duration,
+    measurement: MeasurementInterval,
+    warmup: u64,
+    duration: Option<Duration>,
+    /// This thread's share of the target rate (operations per second).
+    rate: Option<f64>,
+    sh: Arc<Shared>,
+    values: Arc<Vec<u8>>,
+    tx: mpsc::Sender<Measurements>,
+    barrier: Arc<std::sync::Barrier>,
+}
+
+impl<T: Transport> Worker<T> {
+    fn run(mut self) -> Result<()> {
+        let mut m = Measurements::new(self.measurement);
+        let mut buf = Vec::new();
+        if !self.loading {
+            for _ in 0..self.warmup {
+                let op = self.stream.next_op();
+                let _ = execute(&mut self.client, &op, &self.values, &mut buf);
+                self.stream.complete(&op)?;
+            }
+        }
+        self.barrier.wait();
+        let t0 = Instant::now();
+        let mut last_send = t0;
+        let mut k = 0u64;
+        while k < self.ops && !self.sh.stop.load(Ordering::Relaxed) {
+            let op = if self.loading {
+                match self.stream.next_load_op() {
+                    Some(op) => op,
+                    None => break,
+                }
+            } else {
+                self.stream.next_op()
+            };
+            let intended = self.pace(t0, k);
+            let s = Instant::now();
+            let outcome = execute(&mut self.client, &op, &self.values, &mut buf);
+            let end = Instant::now();
+            record(&mut m, &op, &outcome, s, end, intended);
+            self.stream.complete(&op)?;
+            if let Some(e) = outcome.error {
+                self.sh.note_error(&e);
+            }
+            self.sh.done.fetch_add(1, Ordering::Relaxed);
+            k += 1;
+            if end.duration_since(last_send) >= self.send_every {
+                last_send = end;
+                let _ = self.tx.send(m.take());
+            }
+            if self.duration.is_some_and(|d| end.duration_since(t0) >= d) {
+                break;
+            }
+        }
+        // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
+        // connection) is measured as CLEANUP, without a status.
+        let cleanup = Instant::now();
+        drop(self.client);
+        let took = cleanup.elapsed();
+        m.measure("CLEANUP", took, took);
+        let _ = self.tx.send(m.take());
+        Ok(())
+    }
+
+    /// Under a target rate, waits for operation `k`'s intended start and returns it;
+    /// otherwise the intended start is now.
+    fn pace(&self, t0: Instant, k: u64) -> Instant {
+        let Some(r) = self.rate else { return Instant::now() };
+        let at = t0 + Duration::from_secs_f64(k as f64 / r);
+        let now = Instant::now();
+        if at > now {
+            std::thread::sleep(at - now);
+        }
+        at
+    }
+}
+
+impl Shared {
+    /// Counts an operation's error; a fatal one stops every thread.
+    fn note_error(&self, e: &Error) {
+        if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
+        }
+        if e.is_fatal() {
+            self.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The phase's side of the measurements: merges what the workers send, writes the
+/// HdrHistogram log's intervals, and shows progress (a bar, or YCSB's status lines).
+struct Collector<'a> {
+    opts: &'a RunOptions,
+    sh: &'a Shared,
+    total: u64,
+    t0: Instant,
+    hlog: Option<HlogWriter<std::io::BufWriter<std::fs::File>>>,
+    totals: Measurements,
+    interval: Measurements,
+    interval_start: SystemTime,
+    last_tick: Instant,
+    /// A run bounded by time only (`--duration` without `--ops`): the bar and the
+    /// status lines follow the clock, not an operation count.
+    timed: Option<Duration>,
+    bar_len: u64,
+    bar: Option<indicatif::ProgressBar>,
+    lines: bool,
+    status_acc: Measurements,
+    last_line: Instant,
+    last_done: u64,
+}
+
+impl<'a> Collector<'a> {
+    fn new(opts: &'a RunOptions, total: u64, sh: &'a Shared) -> Result<Collector<'a>> {
+        let t0 = Instant::now();
+        let start_measured = SystemTime::now();
+        let hlog = match &opts.hlog {
+            Some(p) => Some(HlogWriter::create(p, start_measured)?),
+            None => None,
+        };
+        let timed = opts.duration.filter(|_| total == u64::MAX);
+        let bar_len = match timed {
+            Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            None => total,
+        };
+        let bar = progress_bar(opts.progress, bar_len, &opts.label, timed.is_some()).map(|b| match &opts.bars {
+            Some(m) => m.add(b),
+            None => b,
+        });
+        let c = Collector {
+            opts,
+            sh,
+            total,
+            t0,
+            hlog,
+            totals: Measurements::new(opts.measurement),
+            interval: Measurements::new(opts.measurement),
+            interval_start: start_measured,
+            last_tick: Instant::now(),
+            timed,
+            bar_len,
+            bar,
+            lines: opts.progress == Progress::Lines,
+            status_acc: Measurements::new(opts.measurement),
+            last_line: Instant::now(),
+            last_done: 0,
+        };
+        if c.lines {
+            c.status_line(&c.status_acc, 0);
+        }
+        Ok(c)
+    }
+
+    /// Prints one YCSB status line for what `acc` holds, `done` operations so far.
+    fn status_line(&self, acc: &Measurements, done: u64) {
+        let p = status::StatusPoint {
+            elapsed_ms: self.t0.elapsed().as_millis() as u64,
+            interval_ms: self.last_line.elapsed().as_millis() as u64,
+            total_ops: done,
+            last_total_ops: self.last_done,
+            todo_ops: if self.timed.is_some() { 0 } else { self.total.saturating_sub(done) },
+        };
+        eprintln!("{}", status::line(SystemTime::now(), &p, acc));
+    }
+
+    /// Takes what the workers send until every one has hung up.
+    fn collect(&mut self, rx: &mpsc::Receiver<Measurements>) -> Result<()> {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(m) => {
+                    self.interval.merge(&m)?;
+                    if self.lines {
+                        self.status_acc.merge(&m)?;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            if self.last_tick.elapsed() >= self.opts.interval {
+                self.close_interval()?;
+                self.last_tick = Instant::now();
+            }
+            self.show_progress();
+        }
+        if self.lines {
+            let acc = self.status_acc.take();
+            self.status_line(&acc, self.sh.done.load(Ordering::Relaxed));
+        }
+        Ok(())
+    }
+
+    /// Writes the current interval to the HdrHistogram log and adds it to the totals.
+    fn close_interval(&mut self) -> Result<()> {
+        let now = SystemTime::now();
+        if let Some(h) = self.hlog.as_mut() {
+            let len = now.duration_since(self.interval_start).unwrap_or_default();
+            h.write_interval(&self.interval, self.interval_start, len)?;
+        }
+        self.totals.merge(&self.interval.take())?;
+        self.interval_start = now;
+        Ok(())
+    }
+
+    fn show_progress(&mut self) {
+        let done = self.sh.done.load(Ordering::Relaxed);
+        if let Some(b) = &self.bar {
+            let secs = self.t0.elapsed().as_secs_f64();
+            let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+            match self.timed {
+                Some(_) => {
+                    b.set_position(u64::try_from(self.t0.elapsed().as_millis()).unwrap_or(u64::MAX).min(self.bar_len));
+                    b.set_message(format!("{done} ops, {}", readable_rate(rate)));
+                }
+                None => {
+                    b.set_position(done);
+                    b.set_message(readable_rate(rate));
+                }
+            }
+        } else if self.lines && self.last_line.elapsed() >= self.opts.status_interval {
+            let acc = self.status_acc.take();
+            self.status_line(&acc, done);
+            self.last_line = Instant::now();
+            self.last_done = done;
+        }
+    }
+
+    /// Clears the bar and closes the last interval; returns the phase's totals.
+    fn finish(&mut self) -> Result<Measurements> {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+            // A finished bar stays in a MultiProgress (as an empty line that pushes the
+            // sweep's overall bar down, run after run) until it is removed.
+            if let Some(m) = &self.opts.bars {
+                m.remove(&b);
+            }
+        }
+        self.close_interval()?;
+        Ok(std::mem::replace(&mut self.totals, Measurements::new(self.opts.measurement)))
+    }
 }
 
 /// `12.3k ops/s`, `1.25M ops/s`, `950 ops/s`.
