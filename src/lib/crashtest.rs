@@ -164,113 +164,31 @@ pub fn run_iteration<T: Transport>(
     o: &CrashTestOptions,
     seed: u64,
 ) -> Result<Outcome> {
+    // The order of the draws from `rng` is part of what a seed replays.
     let mut rng = StdRng::seed_from_u64(seed);
-    let media = Media::simulated(o.pool_size, FlushKind::None)?;
-    Pool::format(&media, o.segment_size)?;
-    let (pool, _) = Pool::from_media(media, IndexKind::Hash)?;
-    // Close enough below 2^32 that most iterations cross it: both halves of the word matter.
-    let floor = (1u64 << 32) - rng.random_range(1..(o.ops * o.threads as u64).max(2));
-    pool.raise_version_floor(floor);
-    let pool = Arc::new(pool);
-    let listen = match backend {
-        Backend::Shm => Endpoint::Shm(dir.join(format!("crash-{seed}.sock"))),
-        Backend::Verbs => Endpoint::Verbs("127.0.0.1:0".into()),
-        Backend::Tcp => Endpoint::parse("127.0.0.1:0")?,
-    };
-    let cfg = ServerConfig {
-        workers: rng.random_range(1..=2),
-        coop_writeback: rng.random_bool(0.5),
-        coop_chunk: 1024,
-        log_clients: false,
-        cleaner: o.cleaner,
-        clean_below: 0.6,
-        clean_when_free: 0.9,
-        clean_interval: Duration::from_millis(1),
-        ..Default::default()
-    };
-    let server = Server::start(t.clone(), pool.clone(), &[listen], cfg)?;
+    let (pool, floor) = simulated_pool(o, &mut rng)?;
+    let server = start_server(t, backend, dir, seed, &pool, o.cleaner, &mut rng)?;
     let ep = server.endpoints()[0].clone();
-    let sim_media = pool.clone();
-    let sim = || sim_media.media().crash_sim();
     let total_ops = o.ops * o.threads as u64;
     let estimate = (total_ops * 9).max(10);
     let crash_at = rng.random_range(1..=estimate);
     let copts = CrashOptions { seed: rng.random(), keep_probability: o.keep_probability, tear: o.tear };
-    if let Some(s) = sim() {
+    if let Some(s) = pool.media().crash_sim() {
         s.arm(crash_at, copts);
     }
-    let model: Mutex<HashMap<u64, Vec<Write>>> = Mutex::new(HashMap::new());
-    let inflight: Arc<Mutex<HashSet<(u64, u64)>>> = Arc::new(Mutex::new(HashSet::new()));
-    let acked_count = AtomicU64::new(0);
+    let shared = Clients {
+        o,
+        ep: &ep,
+        pool: &pool,
+        model: Mutex::new(HashMap::new()),
+        inflight: Arc::new(Mutex::new(HashSet::new())),
+        acked: AtomicU64::new(0),
+    };
     let thread_seeds: Vec<u64> = (0..o.threads).map(|_| rng.random()).collect();
     std::thread::scope(|s| -> Result<()> {
-        let mut hs = Vec::new();
-        for (ti, ts) in thread_seeds.iter().enumerate() {
-            let (model, inflight, ep, acked_count, pool) = (&model, inflight.clone(), &ep, &acked_count, &pool);
-            let hook_pool = pool.clone();
-            let hook = WriteHook(Arc::new(move |w: &WriteIntent| {
-                if w.in_place {
-                    let mut f = inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let crashed =
-                        hook_pool.media().crash_sim().is_some_and(super::pmem::crashsim::CrashSim::has_crashed);
-                    // A rewrite acknowledged after the crash was in flight at the crash.
-                    if w.done && !crashed {
-                        f.remove(&(w.segment, w.offset));
-                    } else {
-                        f.insert((w.segment, w.offset));
-                    }
-                }
-            }));
-            let copts = ClientOptions {
-                protocol: o.protocol,
-                timeout: Duration::from_secs(10),
-                on_write: Some(hook),
-                ..Default::default()
-            };
-            let mut trng = StdRng::seed_from_u64(*ts);
-            hs.push(s.spawn(move || -> Result<()> {
-                let mut c = Client::connect(t, ep, copts)?;
-                let crashed = || pool.media().crash_sim().is_some_and(super::pmem::crashsim::CrashSim::has_crashed);
-                for seq in 0..o.ops {
-                    if crashed() {
-                        break;
-                    }
-                    // Half the operations go to a few hot keys: repeated small writes to a
-                    // key in one segment are what the hybrid in-place path needs.
-                    let hot = trng.random_bool(0.5);
-                    let key = if hot { trng.random_range(0..o.keys.min(4)) } else { trng.random_range(0..o.keys) };
-                    let kb = format!("key{key}");
-                    let r = trng.random_range(0..100);
-                    if r < 10 {
-                        let _ = c.get(kb.as_bytes());
-                        continue;
-                    }
-                    let value =
-                        if r < 22 { None } else { Some(make_value(key, ti, seq, pick_size(&mut trng, o.max_value))) };
-                    let idx = {
-                        let mut m = model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        let v = m.entry(key).or_default();
-                        v.push(Write { value: value.clone(), version: None, acked: false });
-                        v.len() - 1
-                    };
-                    let res = match &value {
-                        Some(v) => c.put(kb.as_bytes(), v),
-                        None => c.delete(kb.as_bytes()),
-                    };
-                    if let Ok(info) = res {
-                        if !crashed() {
-                            let mut m = model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            if let Some(w) = m.get_mut(&key).and_then(|v| v.get_mut(idx)) {
-                                w.acked = true;
-                                w.version = Some(info.version);
-                            }
-                            acked_count.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Ok(())
-            }));
-        }
+        let shared = &shared;
+        let hs: Vec<_> =
+            thread_seeds.iter().enumerate().map(|(ti, &ts)| s.spawn(move || shared.client_thread(t, ti, ts))).collect();
         for h in hs {
             h.join().map_err(|_| Error::invalid("a crash-test client panicked"))??;
         }
@@ -285,35 +203,174 @@ pub fn run_iteration<T: Transport>(
     let crash_point = crash_at.min(sim.events());
     let max_assigned = pool.peek_version() - 1;
     server.shutdown();
-    let inflight_inplace = inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-    let model = model.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut out = Outcome { seed, crash_point, acked: acked_count.load(Ordering::Relaxed), violations: Vec::new() };
+    let inflight_inplace = shared.inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let acked = shared.acked.load(Ordering::Relaxed);
+    let model = shared.model.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut out = Outcome { seed, crash_point, acked, violations: Vec::new() };
     check(&image, o, &model, floor, max_assigned, &inflight_inplace, &mut out)?;
     if !out.violations.is_empty() {
         if let Some(dir) = &o.save_failures {
-            let p = dir.join(format!("crash-{seed}.pool"));
-            std::fs::write(&p, &image).map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
-            let mut hist: Vec<String> = Vec::new();
-            let mut keys: Vec<_> = model.keys().copied().collect();
-            keys.sort_unstable();
-            for k in keys {
-                for w in &model[&k] {
-                    hist.push(format!(
-                        "key{k} {} len={} version={:?} acked={} head={:?}",
-                        if w.value.is_some() { "PUT" } else { "DEL" },
-                        w.value.as_ref().map_or(0, Vec::len),
-                        w.version,
-                        w.acked,
-                        w.value.as_ref().map(|v| String::from_utf8_lossy(&v[..v.len().min(16)]).into_owned())
-                    ));
-                }
-            }
-            hist.push(format!("in-flight in-place targets: {inflight_inplace:?}"));
-            let hp = dir.join(format!("crash-{seed}.history"));
-            std::fs::write(&hp, hist.join("\n")).map_err(|e| Error::io(format!("writing {}", hp.display()), e))?;
+            save_failure(dir, seed, &image, &model, &inflight_inplace)?;
         }
     }
     Ok(out)
+}
+
+/// A pool on crash-simulating media whose version counter starts close below 2^32, so
+/// that most iterations cross it (both halves of the word matter); returns it and the
+/// floor.
+fn simulated_pool(o: &CrashTestOptions, rng: &mut StdRng) -> Result<(Arc<Pool>, u64)> {
+    let media = Media::simulated(o.pool_size, FlushKind::None)?;
+    Pool::format(&media, o.segment_size)?;
+    let (pool, _) = Pool::from_media(media, IndexKind::Hash)?;
+    let floor = (1u64 << 32) - rng.random_range(1..(o.ops * o.threads as u64).max(2));
+    pool.raise_version_floor(floor);
+    Ok((Arc::new(pool), floor))
+}
+
+/// A server on `pool` with a random worker count and cooperative write-back on or off,
+/// and, with `cleaner`, a cleaner that runs often (it moves entries while clients write).
+fn start_server<T: Transport>(
+    t: &T,
+    backend: Backend,
+    dir: &Path,
+    seed: u64,
+    pool: &Arc<Pool>,
+    cleaner: bool,
+    rng: &mut StdRng,
+) -> Result<Server<T>> {
+    let listen = match backend {
+        Backend::Shm => Endpoint::Shm(dir.join(format!("crash-{seed}.sock"))),
+        Backend::Verbs => Endpoint::Verbs("127.0.0.1:0".into()),
+        Backend::Tcp => Endpoint::parse("127.0.0.1:0")?,
+    };
+    let cfg = ServerConfig {
+        workers: rng.random_range(1..=2),
+        coop_writeback: rng.random_bool(0.5),
+        coop_chunk: 1024,
+        log_clients: false,
+        cleaner,
+        clean_below: 0.6,
+        clean_when_free: 0.9,
+        clean_interval: Duration::from_millis(1),
+        ..Default::default()
+    };
+    Server::start(t.clone(), pool.clone(), &[listen], cfg)
+}
+
+/// What the client threads of one iteration share: the model of every write and its
+/// acknowledgement, the in-place rewrites in flight, the count of acknowledged writes.
+struct Clients<'a> {
+    o: &'a CrashTestOptions,
+    ep: &'a Endpoint,
+    pool: &'a Arc<Pool>,
+    model: Mutex<HashMap<u64, Vec<Write>>>,
+    inflight: Arc<Mutex<HashSet<(u64, u64)>>>,
+    acked: AtomicU64,
+}
+
+impl Clients<'_> {
+    fn crashed(&self) -> bool {
+        self.pool.media().crash_sim().is_some_and(super::pmem::crashsim::CrashSim::has_crashed)
+    }
+
+    /// Tells the model of BOOM's in-place rewrites: in flight until acknowledged before
+    /// the crash (one acknowledged after the crash was in flight at the crash).
+    fn write_hook(&self) -> WriteHook {
+        let (inflight, pool) = (self.inflight.clone(), self.pool.clone());
+        WriteHook(Arc::new(move |w: &WriteIntent| {
+            if w.in_place {
+                let mut f = inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let crashed = pool.media().crash_sim().is_some_and(super::pmem::crashsim::CrashSim::has_crashed);
+                if w.done && !crashed {
+                    f.remove(&(w.segment, w.offset));
+                } else {
+                    f.insert((w.segment, w.offset));
+                }
+            }
+        }))
+    }
+
+    /// One client: `o.ops` random GETs, PUTs and DELETEs until the crash, each write in
+    /// the model before it is sent and marked acknowledged after.
+    fn client_thread<T: Transport>(&self, t: &T, ti: usize, seed: u64) -> Result<()> {
+        let o = self.o;
+        let copts = ClientOptions {
+            protocol: o.protocol,
+            timeout: Duration::from_secs(10),
+            on_write: Some(self.write_hook()),
+            ..Default::default()
+        };
+        let mut trng = StdRng::seed_from_u64(seed);
+        let mut c = Client::connect(t, self.ep, copts)?;
+        for seq in 0..o.ops {
+            if self.crashed() {
+                break;
+            }
+            // Half the operations go to a few hot keys: repeated small writes to a key
+            // in one segment are what the hybrid in-place path needs.
+            let hot = trng.random_bool(0.5);
+            let key = if hot { trng.random_range(0..o.keys.min(4)) } else { trng.random_range(0..o.keys) };
+            let kb = format!("key{key}");
+            let r = trng.random_range(0..100);
+            if r < 10 {
+                let _ = c.get(kb.as_bytes());
+                continue;
+            }
+            let value = if r < 22 { None } else { Some(make_value(key, ti, seq, pick_size(&mut trng, o.max_value))) };
+            let idx = {
+                let mut m = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let v = m.entry(key).or_default();
+                v.push(Write { value: value.clone(), version: None, acked: false });
+                v.len() - 1
+            };
+            let res = match &value {
+                Some(v) => c.put(kb.as_bytes(), v),
+                None => c.delete(kb.as_bytes()),
+            };
+            if let Ok(info) = res {
+                if !self.crashed() {
+                    let mut m = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some(w) = m.get_mut(&key).and_then(|v| v.get_mut(idx)) {
+                        w.acked = true;
+                        w.version = Some(info.version);
+                    }
+                    self.acked.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Keeps a failing iteration for replay: the crash image and the write history.
+fn save_failure(
+    dir: &Path,
+    seed: u64,
+    image: &[u8],
+    model: &HashMap<u64, Vec<Write>>,
+    inflight_inplace: &HashSet<(u64, u64)>,
+) -> Result<()> {
+    let p = dir.join(format!("crash-{seed}.pool"));
+    std::fs::write(&p, image).map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
+    let mut hist: Vec<String> = Vec::new();
+    let mut keys: Vec<_> = model.keys().copied().collect();
+    keys.sort_unstable();
+    for k in keys {
+        for w in &model[&k] {
+            hist.push(format!(
+                "key{k} {} len={} version={:?} acked={} head={:?}",
+                if w.value.is_some() { "PUT" } else { "DEL" },
+                w.value.as_ref().map_or(0, Vec::len),
+                w.version,
+                w.acked,
+                w.value.as_ref().map(|v| String::from_utf8_lossy(&v[..v.len().min(16)]).into_owned())
+            ));
+        }
+    }
+    hist.push(format!("in-flight in-place targets: {inflight_inplace:?}"));
+    let hp = dir.join(format!("crash-{seed}.history"));
+    std::fs::write(&hp, hist.join("\n")).map_err(|e| Error::io(format!("writing {}", hp.display()), e))
 }
 
 fn check(
