@@ -100,6 +100,15 @@ pub enum Error {
     /// The operation is not available with this protocol or configuration.
     #[error("{0}")]
     Unsupported(String),
+    /// A benchmark phase (YCSB's load or run) failed.
+    #[error("{phase} phase: {source}")]
+    Phase {
+        /// `load` or `run`.
+        phase: &'static str,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// An operation did not complete in time.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),

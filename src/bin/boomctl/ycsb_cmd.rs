@@ -8,14 +8,13 @@ use anyhow::{bail, Context};
 use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
 use boomkv::bench::hlog::merge_hlog_files;
 use boomkv::bench::report::{
-    append_csv, json_report, parse_percentiles, write_ycsb_text, write_ycsb_text_in, CsvSchema, LatencyUnit, RunInfo,
+    append_csv, json_report, parse_percentiles, write_ycsb_text, write_ycsb_text_in, CsvSchema, LatencyUnit,
 };
 use boomkv::bench::runner::{self, Progress, RunOptions, RunResult};
 use boomkv::client::hybrid::UpdateMode;
-use boomkv::client::{Client, ClientOptions};
+use boomkv::client::ClientOptions;
 use boomkv::index::IndexKind;
-use boomkv::log::SpaceReport;
-use boomkv::transport::{Backend, Endpoint, Transport};
+use boomkv::transport::{Backend, Endpoint};
 use boomkv::units::short_bytes;
 use boomkv::wire::Protocol;
 use boomkv::workload::{names, CoreWorkload, WorkloadSpec};
@@ -374,10 +373,11 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     };
     let copts = client_options(a.target_args.protocol, a.target_args.update_mode);
     let ta = &a.target_args;
-    let (result, space) = match &ta.server {
+    let phases = runner::Phases { load: !a.no_load, run: transactions };
+    let runner::PhasesResult { result, space } = match &ta.server {
         Some(addr) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
-            boomkv::with_transport!(ep.backend(), t => run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?)
+            boomkv::with_transport!(ep.backend(), t => runner::load_and_run(&t, &ep, &copts, &w, &run_opts, phases)?)
         }
         None => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
@@ -400,7 +400,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             boomkv::with_transport!(backend, t => {
                 let emb = Embedded::start(t.clone(), backend, &eo)?;
                 let ep = emb.endpoint().clone();
-                run_phases(&t, &ep, &copts, &w, &run_opts, a.no_load, transactions)?
+                runner::load_and_run(&t, &ep, &copts, &w, &run_opts, phases)?
             })
         }
     };
@@ -562,46 +562,4 @@ fn embedded_pool_size(
         return Ok(if size > free { need } else { size });
     }
     Ok(size)
-}
-
-/// The load phase (unless `no_load`), then the run phase (if `transactions`; else the
-/// load phase's result is the report, as YCSB's `-load`).
-#[allow(clippy::too_many_arguments)]
-fn run_phases<T: Transport>(
-    t: &T,
-    ep: &Endpoint,
-    copts: &ClientOptions,
-    w: &CoreWorkload,
-    o: &RunOptions,
-    no_load: bool,
-    transactions: bool,
-) -> anyhow::Result<(RunResult, Option<SpaceReport>)> {
-    let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s.space);
-    if !transactions {
-        let lo = RunOptions { label: "load".into(), target: None, warmup_ops: 0, ..o.clone() };
-        let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
-        return Ok((r, space()));
-    }
-    if !no_load {
-        let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
-        let r = runner::load(t, ep, copts, w, &lo).context("load phase")?;
-        if r.errors > 0 {
-            bail!(
-                "load phase: {} of {} inserts failed (first: {})",
-                r.errors,
-                r.run.operations,
-                r.first_error.as_deref().unwrap_or("unknown")
-            );
-        }
-        if o.progress != Progress::Quiet {
-            eprintln!(
-                "load: {} records in {} ms ({:.0} ops/s)",
-                r.run.operations,
-                r.run.runtime_ms(),
-                RunInfo { ..r.run }.throughput()
-            );
-        }
-    }
-    let r = runner::run(t, ep, copts, w, o).context("run phase")?;
-    Ok((r, space()))
 }

@@ -197,6 +197,69 @@ pub fn load<T: Transport>(
     phase(t, ep, copts, w, opts, total, true)
 }
 
+/// Which of YCSB's phases a run has (`-load`, `-t`, or both as `boomctl ycsb` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phases {
+    /// Insert the records first.
+    pub load: bool,
+    /// Run the operations (YCSB's `dotransactions`).
+    pub run: bool,
+}
+
+/// What [`load_and_run`] measured: the run phase (or the load phase, when it is the only
+/// one) and the server's space report after it.
+#[derive(Debug)]
+pub struct PhasesResult {
+    /// The reported phase.
+    pub result: RunResult,
+    /// The server's space accounting afterwards (`None`: it did not say).
+    pub space: Option<crate::log::SpaceReport>,
+}
+
+/// YCSB's phases against the server at `ep`: the load (its inserts must all succeed
+/// before a run measures anything), then the run; without `run`, the load is the
+/// report, as with YCSB's `-load`. Errors say which phase failed ([`Error::Phase`]).
+pub fn load_and_run<T: Transport>(
+    t: &T,
+    ep: &Endpoint,
+    copts: &ClientOptions,
+    w: &CoreWorkload,
+    o: &RunOptions,
+    phases: Phases,
+) -> Result<PhasesResult> {
+    let in_phase = |phase: &'static str| move |e: Error| Error::Phase { phase, source: Box::new(e) };
+    let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s.space);
+    if !phases.run {
+        let lo = RunOptions { label: "load".into(), target: None, warmup_ops: 0, ..o.clone() };
+        let result = load(t, ep, copts, w, &lo).map_err(in_phase("load"))?;
+        return Ok(PhasesResult { result, space: space() });
+    }
+    if phases.load {
+        let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
+        let r = load(t, ep, copts, w, &lo).map_err(in_phase("load"))?;
+        if r.errors > 0 {
+            let why = format!(
+                "{} of {} inserts failed (first: {})",
+                r.errors,
+                r.run.operations,
+                r.first_error.as_deref().unwrap_or("unknown")
+            );
+            return Err(in_phase("load")(Error::Invalid(why)));
+        }
+        // A line of its own, unless the caller draws bars (a sweep) or asked for quiet.
+        if o.progress != Progress::Quiet && o.bars.is_none() {
+            eprintln!(
+                "load: {} records in {} ms ({:.0} ops/s)",
+                r.run.operations,
+                r.run.runtime_ms(),
+                RunInfo { ..r.run }.throughput()
+            );
+        }
+    }
+    let result = run(t, ep, copts, w, o).map_err(in_phase("run"))?;
+    Ok(PhasesResult { result, space: space() })
+}
+
 /// Runs the transaction phase.
 pub fn run<T: Transport>(
     t: &T,

@@ -809,12 +809,9 @@ impl<'a> Context<'a> {
         );
         let hlog = self.hlog(pt, "");
         let label = format!("{mix} {protocol} {}", short_bytes(size));
-        let ro_load = self.run_opts(format!("{label} load"), 1, 0, 0, None);
         let ro = self.run_opts(label, 1, n, (n / 10).min(1000), Some(hlog.clone()));
-        let r = on_target!(self.o, eo, |t, ep| {
-            runner::load(&t, &ep, &copts, &w, &ro_load)?;
-            Ok(runner::run(&t, &ep, &copts, &w, &ro)?)
-        })?;
+        let phases = runner::Phases { load: true, run: true };
+        let r = on_target!(self.o, eo, |t, ep| Ok(runner::load_and_run(&t, &ep, &copts, &w, &ro, phases)?.result))?;
         let m = &r.measurements;
         row.insert("mix", mix.to_string());
         row.insert("protocol", protocol.to_string());
