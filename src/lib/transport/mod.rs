@@ -609,10 +609,9 @@ impl StatCounters {
 /// Binds `$t` to a new transport of backend `$b` and evaluates `$body` with it: the one
 /// place a backend becomes a transport (`boomctl`'s commands and the sweeps use it).
 /// verbs takes its device, port and GID index from `BOOMKV_RDMA_DEVICE`, `_PORT` and
-/// `_GID_INDEX`; in a build without the `rdma` feature it is an
+/// `_GID_INDEX` ([`verbs_from_env`]); in a build without the `rdma` feature it is an
 /// [`Error::Unsupported`](crate::Error::Unsupported). Errors leave through `?`, so the
 /// caller's error type must convert from [`crate::Error`].
-#[cfg(feature = "rdma")]
 #[macro_export]
 macro_rules! with_transport {
     ($b:expr, $t:ident => $body:expr) => {
@@ -626,36 +625,25 @@ macro_rules! with_transport {
                 $body
             }
             $crate::transport::Backend::Verbs => {
-                let $t = $crate::transport::VerbsTransport::from_env()?;
+                let $t = $crate::transport::verbs_from_env()?;
                 $body
             }
         }
     };
 }
 
-/// Binds `$t` to a new transport of backend `$b` and evaluates `$body` with it (this
-/// build has no `rdma` feature: verbs is an [`Error::Unsupported`](crate::Error::Unsupported)).
+/// The verbs transport configured from the environment (`BOOMKV_RDMA_DEVICE`, `_PORT`,
+/// `_GID_INDEX`).
+#[cfg(feature = "rdma")]
+pub fn verbs_from_env() -> Result<VerbsTransport> {
+    VerbsTransport::from_env()
+}
+
+/// This build has no verbs backend: always [`Error::Unsupported`]. (Typed as the shm
+/// transport so that [`with_transport!`](crate::with_transport) compiles its verbs arm.)
 #[cfg(not(feature = "rdma"))]
-#[macro_export]
-macro_rules! with_transport {
-    ($b:expr, $t:ident => $body:expr) => {
-        match $b {
-            $crate::transport::Backend::Shm => {
-                let $t = $crate::transport::ShmTransport::new()?;
-                $body
-            }
-            $crate::transport::Backend::Tcp => {
-                let $t = $crate::transport::TcpTransport::new()?;
-                $body
-            }
-            $crate::transport::Backend::Verbs => {
-                let never: ::std::convert::Infallible = Err($crate::Error::Unsupported(
-                    "this build has no RDMA support: rebuild with --features rdma, or use shm or tcp".into(),
-                ))?;
-                match never {}
-            }
-        }
-    };
+pub fn verbs_from_env() -> Result<ShmTransport> {
+    Err(Error::Unsupported("this build has no RDMA support: rebuild with --features rdma, or use shm or tcp".into()))
 }
 
 /// Every backend's bound on one message or one-sided transfer ([`MAX_MESSAGE`]).
