@@ -110,13 +110,8 @@ fn data_imm<T: Transport>(cx: &mut Ctx<'_, T>, buf: &RegionDesc, status: DataSta
 
 /// A GET: WRITE_WITH_IMM the entry from PM into the client's buffer.
 fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: Vec<u8>, buf: RegionDesc) -> Result<()> {
-    let mut timer = GetTimer::start(cx.sampled());
-    let found = cx.pool().lookup(&key);
-    GetTimer::looked_up(&mut timer);
-    let Some(loc) = found else {
-        cx.counters().not_found.fetch_add(1, Ordering::Relaxed);
-        return data_imm(cx, &buf, DataStatus::NotFound, 0);
-    };
+    let (found, timer) = cx.lookup(&key);
+    let Some(loc) = found else { return data_imm(cx, &buf, DataStatus::NotFound, 0) };
     if loc.len as u64 > buf.len {
         return data_imm(cx, &buf, DataStatus::TooSmall, loc.len);
     }

@@ -95,13 +95,8 @@ fn alloc<T: Transport>(cx: &mut Ctx<'_, T>, len: u32, req: u32) -> Result<()> {
 impl<T: Transport> Server<T> {
     /// Phase 1 of a GET: where the entry of `key` is (the client then READs it).
     fn locate(&mut self, cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
-        let mut timer = GetTimer::start(cx.sampled());
-        let found = cx.pool().lookup(key);
-        GetTimer::looked_up(&mut timer);
-        let Some(loc) = found else {
-            cx.counters().not_found.fetch_add(1, Ordering::Relaxed);
-            return cx.reply(&Msg::NotFound, req);
-        };
+        let (found, timer) = cx.lookup(key);
+        let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
         let seg = loc.segment as u64;
         let r = match self.read_mrs.get(&seg) {
             Some(mr) => mr.remote(),

@@ -45,13 +45,8 @@ impl<T: Transport> Server<T> {
 
     /// GET: copy the entry PM -> DRAM and SEND it.
     fn get(&mut self, cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
-        let mut timer = GetTimer::start(cx.sampled());
-        let found = cx.pool().lookup(key);
-        GetTimer::looked_up(&mut timer);
-        let Some(loc) = found else {
-            cx.counters().not_found.fetch_add(1, Ordering::Relaxed);
-            return cx.reply(&Msg::NotFound, req);
-        };
+        let (found, timer) = cx.lookup(key);
+        let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
         // Header of an RpcValue message, then the entry copied from PM.
         let hdr = Msg::RpcValue { entry: Vec::new() }.encode(req);
         let body_len_off = hdr.len() - 4;

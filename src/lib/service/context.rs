@@ -322,6 +322,18 @@ impl<T: Transport> Ctx<'_, T> {
         }
     }
 
+    /// A GET's index look-up, timed when this request is sampled (the timer then goes on
+    /// to [`phases::GetTimer::posted`]); an absent key is counted as not found.
+    pub(crate) fn lookup(&mut self, key: &[u8]) -> (Option<crate::index::Loc>, Option<phases::GetTimer>) {
+        let mut timer = phases::GetTimer::start(self.sampled());
+        let found = self.sh.pool.lookup(key);
+        phases::GetTimer::looked_up(&mut timer);
+        if found.is_none() {
+            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
+        }
+        (found, timer)
+    }
+
     /// Records a GET data write `wr` of `key`'s `version` as in flight (the cleaner and
     /// in-place rewrites leave that entry alone until its completion).
     pub(crate) fn begin_get(&mut self, wr: u64, key: Vec<u8>, version: u64) {
