@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Macros exported at the crate root, and the room that defines them.
-const MACROS: &[(&str, &str)] = &[("conformance_suite", "transport")];
+const MACROS: &[(&str, &str)] = &[("conformance_suite", "transport"), ("with_transport", "transport")];
 
 fn layer_of(room: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&room))
