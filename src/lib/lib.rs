@@ -6,15 +6,24 @@
 //! Clients write entries straight into segments of the server's persistent memory with
 //! one-sided RDMA operations; a PUT and a GET each take one network round trip.
 //!
-//! Modules, bottom up:
+//! Modules, bottom up (docs/ARCHITECTURE.md has the layers; `tests/layering.rs` checks
+//! that no module uses one of its own or a higher layer):
+//! - [`error`], [`units`]: the typed error; byte sizes as users type them.
 //! - [`pmem`]: the mapped pool, cache-line write-back, the crash-simulating media.
-//! - [`log`]: the on-media format (pool, segment and entry layouts), segment
-//!   allocation, recovery and space accounting.
 //! - [`index`]: the volatile index from key to entry location.
+//! - [`measure`]: latency histograms and measurement settings.
+//! - [`log`]: the on-media format (pool, segment and entry layouts), segment
+//!   allocation, the commit path, recovery, space accounting and the cleaner.
+//! - [`transport`]: the verbs-like seam the protocols run on, with `shm` (one host),
+//!   `tcp` (any two hosts) and, with feature `rdma`, `verbs` backends.
+//! - [`wire`]: the wire format (handshake, messages, immediates).
+//! - [`link`] and [`service`]: what a protocol's client half and server half run on (a
+//!   client's connection; the server's shared state and the context of a request).
+//! - [`proto`]: the protocols, one file each (BOOM, RDMP-KV, RDMA-KV).
+//! - [`client`], [`server`]: the client library and the server's threads.
 //! - [`workload`]: YCSB-compatible workloads (generators, property files, op streams).
-//! - [`bench`](mod@bench): latency histograms and the YCSB text, CSV, JSON and HdrHistogram log reports.
-//! - [`transport`]: the verbs-like seam the protocols run on, with `shm` (one host)
-//!   and `tcp` (any two hosts) backends.
+//! - `bench` (feature `bench`): the YCSB runner, reports, the transport floor, sweeps
+//!   and plots; [`crashtest`]: the crash checker.
 //!
 //! ## The durability promise
 //!
