@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=()
 # The `rdma` feature (ibverbs through rdma-sys): headers, pkg-config and libclang for bindgen.
 pkgs+=(pkg-config libibverbs-dev librdmacm-dev libclang1-14 libclang-common-14-dev)
+# The YCSB binding for Redis is tested against a real server (tests/redis_peer.rs).
+pkgs+=(redis-server)
 # HdrHistogram's own Java tools read our .hlog files in ci/check-hdr-java.sh.
 pkgs+=(libhdrhistogram-java default-jre-headless)
 missing=()

@@ -101,13 +101,13 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
     /// A benchmark phase (YCSB's load or run) failed.
-    #[error("{phase} phase: {source}")]
+    // Not a #[source]: the message already carries it, and the binary prints the chain.
+    #[error("{phase} phase: {error}")]
     Phase {
         /// `load` or `run`.
         phase: &'static str,
         /// What failed.
-        #[source]
-        source: Box<Error>,
+        error: Box<Error>,
     },
     /// An operation did not complete in time.
     #[error("timed out after {0:?} waiting for {1}")]

@@ -138,6 +138,11 @@ pub struct TargetArgs {
     /// server runs on a temporary pool that is removed afterwards.
     #[arg(long, value_name = "ADDR")]
     pub server: Option<String>,
+    /// Another store instead of boomkv, driven by the same generators, threads, target
+    /// rate and reports: redis://HOST:PORT (a running Redis server; one string per
+    /// record, no scans).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["server", "transport", "pmem", "pool_size", "workers", "index"])]
+    pub db: Option<String>,
     /// Transport: with --server, if the address does not say; embedded: which one to use.
     #[arg(long, value_name = "shm|tcp|verbs")]
     pub transport: Option<Backend>,
@@ -332,6 +337,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     let cfg = w.config().clone();
     let has_scans = cfg.scan_proportion > 0.0;
+    if has_scans && a.target_args.db.is_some() {
+        bail!("workload {} has scans, which the --db redis binding does not implement", a.w.label());
+    }
     if has_scans && a.target_args.protocol != Protocol::Boom {
         bail!("workload {} has scans, which boomkv implements for --protocol boom only", a.w.label());
     }
@@ -368,18 +376,26 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         interval: Duration::from_secs(1),
         status_interval: spec.status_interval()?,
         measurement: spec.measurement_interval()?,
-        label: a.target_args.protocol.to_string(),
+        label: if a.target_args.db.is_some() { "redis".into() } else { a.target_args.protocol.to_string() },
         bars: None,
     };
     let copts = client_options(a.target_args.protocol, a.target_args.update_mode);
     let ta = &a.target_args;
     let phases = runner::Phases { load: !a.no_load, run: transactions };
-    let runner::PhasesResult { result, space } = match &ta.server {
-        Some(addr) => {
+    let runner::PhasesResult { result, space } = match (&ta.db, &ta.server) {
+        (Some(url), _) => {
+            if !url.starts_with("redis://") {
+                bail!("--db {url}: the binding that exists is redis://HOST:PORT");
+            }
+            let timeout = copts.timeout;
+            let connect = || boomkv::bench::redis::RedisDb::connect(url, timeout);
+            runner::load_and_run_db(connect, &w, &run_opts, phases)?
+        }
+        (None, Some(addr)) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
             boomkv::with_transport!(ep.backend(), t => runner::load_and_run(&t, &ep, &copts, &w, &run_opts, phases)?)
         }
-        None => {
+        (None, None) => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
             let pool_size = match ta.pool_size {
                 Some(p) => p,
@@ -498,12 +514,17 @@ fn run_config(
         (D::Exponential { percentile, frac }, _) => format!("exponential (percentile {percentile} frac {frac})"),
     };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
-    let (durability, flush) = match &ta.server {
-        Some(_) => ("server's".to_string(), "server's".to_string()),
-        None => ("flush".to_string(), "best available".to_string()),
+    let (durability, flush) = match (&ta.server, &ta.db) {
+        (Some(_), _) | (_, Some(_)) => ("server's".to_string(), "server's".to_string()),
+        (None, None) => ("flush".to_string(), "best available".to_string()),
+    };
+    // Another store: its name as the protocol, its address as the transport.
+    let (protocol, transport) = match &ta.db {
+        Some(url) => ("redis".to_string(), url.clone()),
+        None => (ta.protocol.name().to_string(), transport),
     };
     vec![
-        ("protocol", ta.protocol.name().to_string()),
+        ("protocol", protocol),
         ("transport", transport),
         ("workload", a.w.label()),
         ("records", cfg.record_count.to_string()),

@@ -3,7 +3,7 @@
 //! - [`measure`]: latency histograms per operation; [`report`]: YCSB text, CSV and JSON
 //!   reports; [`hlog`]: HdrHistogram interval logs that merge across client processes.
 //! - [`runner`]: the YCSB runner; [`status`]: its YCSB status lines; [`embedded`]: a
-//!   server on a temporary pool.
+//!   server on a temporary pool; [`redis`]: the same runner against a Redis server.
 //! - [`floor`]: the transport floor: raw latency and message rate of each transport
 //!   backend, next to the hardware baselines (a cross-core cache-line ping-pong and a
 //!   plain TCP ping-pong over loopback). Every protocol result is compared against it.
@@ -18,6 +18,7 @@ pub mod floor;
 pub mod hlog;
 /// The measurement types live below the workload and the benchmarks ([`crate::measure`]).
 pub use crate::measure;
+pub mod redis;
 pub mod report;
 pub mod runner;
 pub mod status;

@@ -131,6 +131,38 @@ struct Shared {
     first_error: std::sync::Mutex<Option<String>>,
 }
 
+/// A store a YCSB thread drives, as YCSB's DB bindings are: boomkv's own client, or a
+/// peer store measured in the same harness (`bench::redis`).
+pub trait Db: Send {
+    /// Reads `key`'s value into `out`; whether the key exists.
+    fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// Stores `value` under `key` (YCSB's INSERT and UPDATE; durable when acknowledged,
+    /// as far as the store promises).
+    fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Up to `count` records from `start` on, in key order; how many came back.
+    fn scan(&mut self, start: &[u8], count: u32) -> Result<usize>;
+    /// The largest value the store accepts, when it says.
+    fn max_value(&self) -> Option<u64>;
+}
+
+impl<T: Transport> Db for Client<T> {
+    fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.get_into(key, out)
+    }
+
+    fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put(key, value).map(|_| ())
+    }
+
+    fn scan(&mut self, start: &[u8], count: u32) -> Result<usize> {
+        Client::scan(self, start, count).map(|v| v.len())
+    }
+
+    fn max_value(&self) -> Option<u64> {
+        Some(u64::from(Client::max_value(self)))
+    }
+}
+
 /// The outcome of one operation: its status, an error message, and for a
 /// read-modify-write the read's status and the instant the read ended.
 struct Outcome {
@@ -139,7 +171,7 @@ struct Outcome {
     rmw_read: Option<(Status, Instant)>,
 }
 
-fn execute<T: Transport>(c: &mut Client<T>, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> Outcome {
+fn execute<D: Db>(c: &mut D, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> Outcome {
     let key = op.key.as_bytes();
     let val = &values[..op.value_len.min(values.len())];
     let status = |r: Result<Status>| match r {
@@ -152,15 +184,15 @@ fn execute<T: Transport>(c: &mut Client<T>, op: &Op, values: &[u8], buf: &mut Ve
             // YCSB times the read and the update separately (each a READ and an UPDATE
             // of its own) and the pair as READ-MODIFY-WRITE; like YCSB it updates
             // whatever the read returned.
-            let (rs, re) = status(c.get_into(key, buf).map(found));
+            let (rs, re) = status(c.read(key, buf).map(found));
             let read_end = Instant::now();
-            let (us, ue) = status(c.put(key, val).map(|_| Status::Ok));
+            let (us, ue) = status(c.write(key, val).map(|()| Status::Ok));
             Outcome { status: us, error: re.or(ue), rmw_read: Some((rs, read_end)) }
         }
         _ => {
             let r = match op.kind {
-                OpKind::Read => c.get_into(key, buf).map(found),
-                OpKind::Update | OpKind::Insert => c.put(key, val).map(|_| Status::Ok),
+                OpKind::Read => c.read(key, buf).map(found),
+                OpKind::Update | OpKind::Insert => c.write(key, val).map(|()| Status::Ok),
                 OpKind::Scan => c.scan(key, op.scan_len as u32).map(|_| Status::Ok),
                 OpKind::ReadModifyWrite => unreachable!("handled above"),
             };
@@ -194,7 +226,7 @@ pub fn load<T: Transport>(
     opts: &RunOptions,
 ) -> Result<RunResult> {
     let total = w.config().insert_count;
-    phase(t, ep, copts, w, opts, total, true)
+    phase(|| Client::connect(t, ep, copts.clone()), w, opts, total, true)
 }
 
 /// Which of YCSB's phases a run has (`-load`, `-t`, or both as `boomctl ycsb` does).
@@ -227,16 +259,37 @@ pub fn load_and_run<T: Transport>(
     o: &RunOptions,
     phases: Phases,
 ) -> Result<PhasesResult> {
-    let in_phase = |phase: &'static str| move |e: Error| Error::Phase { phase, source: Box::new(e) };
     let space = || Client::connect(t, ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s.space);
+    phases_with(|| Client::connect(t, ep, copts.clone()), space, w, o, phases)
+}
+
+/// [`load_and_run`] against another store (one connection per thread from `connect`);
+/// it reports no space.
+pub fn load_and_run_db<D: Db + 'static>(
+    connect: impl Fn() -> Result<D>,
+    w: &CoreWorkload,
+    o: &RunOptions,
+    phases: Phases,
+) -> Result<PhasesResult> {
+    phases_with(connect, || None, w, o, phases)
+}
+
+fn phases_with<D: Db + 'static>(
+    connect: impl Fn() -> Result<D>,
+    space: impl Fn() -> Option<crate::log::SpaceReport>,
+    w: &CoreWorkload,
+    o: &RunOptions,
+    phases: Phases,
+) -> Result<PhasesResult> {
+    let in_phase = |phase: &'static str| move |e: Error| Error::Phase { phase, error: Box::new(e) };
     if !phases.run {
         let lo = RunOptions { label: "load".into(), target: None, warmup_ops: 0, ..o.clone() };
-        let result = load(t, ep, copts, w, &lo).map_err(in_phase("load"))?;
+        let result = load_db(&connect, w, &lo).map_err(in_phase("load"))?;
         return Ok(PhasesResult { result, space: space() });
     }
     if phases.load {
         let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
-        let r = load(t, ep, copts, w, &lo).map_err(in_phase("load"))?;
+        let r = load_db(&connect, w, &lo).map_err(in_phase("load"))?;
         if r.errors > 0 {
             let why = format!(
                 "{} of {} inserts failed (first: {})",
@@ -256,7 +309,7 @@ pub fn load_and_run<T: Transport>(
             );
         }
     }
-    let result = run(t, ep, copts, w, o).map_err(in_phase("run"))?;
+    let result = run_db(&connect, w, o).map_err(in_phase("run"))?;
     Ok(PhasesResult { result, space: space() })
 }
 
@@ -268,23 +321,40 @@ pub fn run<T: Transport>(
     w: &CoreWorkload,
     opts: &RunOptions,
 ) -> Result<RunResult> {
-    phase(t, ep, copts, w, opts, opts.ops, false)
+    phase(|| Client::connect(t, ep, copts.clone()), w, opts, opts.ops, false)
+}
+
+/// Loads the workload's records into the store `connect` opens (one connection per
+/// thread), as [`load`] does for boomkv.
+pub fn load_db<D: Db + 'static>(
+    connect: impl Fn() -> Result<D>,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+) -> Result<RunResult> {
+    phase(connect, w, opts, w.config().insert_count, true)
+}
+
+/// Runs the transaction phase against the store `connect` opens, as [`run`] does for
+/// boomkv.
+pub fn run_db<D: Db + 'static>(
+    connect: impl Fn() -> Result<D>,
+    w: &CoreWorkload,
+    opts: &RunOptions,
+) -> Result<RunResult> {
+    phase(connect, w, opts, opts.ops, false)
 }
 
 /// One phase (load or run): connects the clients, runs one worker thread per client,
 /// collects their measurements while it shows progress, and assembles the result.
-#[allow(clippy::too_many_arguments)]
-fn phase<T: Transport>(
-    t: &T,
-    ep: &Endpoint,
-    copts: &ClientOptions,
+fn phase<D: Db + 'static>(
+    connect: impl Fn() -> Result<D>,
     w: &CoreWorkload,
     opts: &RunOptions,
     total: u64,
     loading: bool,
 ) -> Result<RunResult> {
     let threads = opts.threads.max(1);
-    let clients = connect_clients(t, ep, copts, w, threads)?;
+    let clients = connect_clients(connect, w, threads)?;
     let sh = Arc::new(Shared {
         done: AtomicU64::new(0),
         errors: AtomicU64::new(0),
@@ -353,30 +423,24 @@ fn phase<T: Transport>(
 }
 
 /// Connects every client first, so connection set-up is not measured, and refuses a
-/// workload whose values the server would refuse (it would only fail every write).
-fn connect_clients<T: Transport>(
-    t: &T,
-    ep: &Endpoint,
-    copts: &ClientOptions,
-    w: &CoreWorkload,
-    threads: usize,
-) -> Result<Vec<Client<T>>> {
+/// workload whose values the store would refuse (it would only fail every write).
+fn connect_clients<D: Db>(connect: impl Fn() -> Result<D>, w: &CoreWorkload, threads: usize) -> Result<Vec<D>> {
     let mut clients = Vec::new();
     for _ in 0..threads {
-        clients.push(Client::connect(t, ep, copts.clone())?);
+        clients.push(connect()?);
     }
-    if let Some(c) = clients.first() {
+    if let Some(limit) = clients.first().and_then(Db::max_value) {
         let largest = w.config().value_size.max();
-        if largest > u64::from(c.max_value()) {
-            return Err(Error::TooLarge { what: "workload value size", len: largest, limit: u64::from(c.max_value()) });
+        if largest > limit {
+            return Err(Error::TooLarge { what: "workload value size", len: largest, limit });
         }
     }
     Ok(clients)
 }
 
 /// One client thread's job.
-struct Worker<T: Transport> {
-    client: Client<T>,
+struct Worker<D: Db> {
+    client: D,
     stream: crate::workload::OpStream,
     /// Operations to run (`u64::MAX` when loading: the stream ends the phase).
     ops: u64,
@@ -394,7 +458,7 @@ struct Worker<T: Transport> {
     barrier: Arc<std::sync::Barrier>,
 }
 
-impl<T: Transport> Worker<T> {
+impl<D: Db> Worker<D> {
     fn run(mut self) -> Result<()> {
         let mut m = Measurements::new(self.measurement);
         let mut buf = Vec::new();
