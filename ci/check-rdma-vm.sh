@@ -18,6 +18,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t_start=$(date +%s)
+# The guest sees this machine's files, except /tmp, /run and /dev/shm, which are its own:
+# a checkout there (and its target/) would be invisible to it.
+case "$(pwd -P)/" in
+  /tmp/* | /run/* | /dev/shm/*)
+    echo "rdma-vm check: the checkout is under $(pwd -P), which the guest cannot see (its /tmp, /run and /dev/shm are its own); clone it elsewhere" >&2
+    exit 1 ;;
+esac
 
 # ci/rdma-vm.sh installs the guest's packages; the build needs ci/install.sh's.
 echo "rdma-vm check: building the rdma test binaries"
