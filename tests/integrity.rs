@@ -13,7 +13,7 @@ use boomkv::client::{Client, ClientOptions};
 use boomkv::index::{IndexKind, Loc};
 use boomkv::log::format::{
     entry_checksum, slot_size, EntryHeader, Sealer, SegmentHeader, ENTRY_HEADER_SIZE, ENTRY_SEAL_OFF,
-    ENTRY_VERSION_OFF, NO_SEGMENT, SEGMENT_HEADER_SIZE, SEG_COUNT_OFF, TOMBSTONE_OWNER,
+    ENTRY_VERSION_OFF, NO_SEGMENT, POOL_HEADER_SIZE, SEGMENT_HEADER_SIZE, SEG_COUNT_OFF, TOMBSTONE_OWNER,
 };
 use boomkv::log::{LocalWriter, Pool, PoolOptions, RecoveryReport};
 use boomkv::pmem::{FlushKind, Media};
@@ -53,7 +53,7 @@ fn build() -> Built {
 }
 
 fn entry_off(b: &Built, l: &Loc) -> usize {
-    (4096 + l.segment as u64 * b.segment_size + l.offset as u64) as usize
+    (POOL_HEADER_SIZE + l.segment as u64 * b.segment_size + l.offset as u64) as usize
 }
 
 fn reopen(image: &[u8]) -> (Pool, RecoveryReport) {
@@ -120,7 +120,7 @@ fn hostile_versions_in_old_entries_are_rejected_not_believed() {
 #[test]
 fn every_single_bit_flip_in_count_is_detected_and_nothing_rolls_back() {
     let b = build();
-    let seg = 4096 + b.new.segment as usize * b.segment_size as usize;
+    let seg = POOL_HEADER_SIZE as usize + b.new.segment as usize * b.segment_size as usize;
     let mut img = b.image.clone();
     for bit in 0..64 {
         img.copy_from_slice(&b.image);
@@ -429,7 +429,7 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     // one flipped high bit in each superseded entry's version: both now look newest
     let mut img = std::fs::read(&path).unwrap();
     for l in [stale_old, gone_put] {
-        let o = (4096 + l.segment as u64 * seg_size + l.offset as u64 + ENTRY_VERSION_OFF) as usize;
+        let o = (POOL_HEADER_SIZE + l.segment as u64 * seg_size + l.offset as u64 + ENTRY_VERSION_OFF) as usize;
         img[o + 5] ^= 0x10;
     }
     std::fs::write(&path, &img).unwrap();

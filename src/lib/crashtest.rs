@@ -32,7 +32,7 @@ use rand::{RngExt, SeedableRng};
 use crate::client::{Client, ClientOptions, WriteHook, WriteIntent};
 use crate::error::{Error, Result};
 use crate::index::IndexKind;
-use crate::log::format::{entry_checksum, EntryHeader, ENTRY_HEADER_SIZE};
+use crate::log::format::{entry_checksum, entry_key, entry_value, stored_checksum, EntryHeader};
 use crate::log::recovery::{read_segment, walk_segment};
 use crate::log::Pool;
 use crate::pmem::{CrashOptions, FlushKind, Media};
@@ -387,7 +387,7 @@ fn check(
     // Every indexed entry passes its checksum.
     rec.index().for_each(|l| match rec.read_entry(l) {
         Ok(e) => {
-            if entry_checksum(&e) != u32::from_le_bytes([e[0], e[1], e[2], e[3]]) {
+            if Some(entry_checksum(&e)) != stored_checksum(&e) {
                 bad(
                     "corrupt",
                     format!("accepted entry at segment {} offset {} fails its checksum", l.segment, l.offset),
@@ -438,7 +438,7 @@ fn check(
             Some(l) if !l.tombstone => {
                 let e = rec.read_entry(&l)?;
                 let h = EntryHeader::decode(&e)?;
-                Some((l.version, e[ENTRY_HEADER_SIZE as usize + h.key_len as usize..].to_vec()))
+                Some((l.version, entry_value(&e, &h).to_vec()))
             }
             _ => None,
         };
@@ -480,7 +480,7 @@ fn check(
     rec.index().for_each(|l| {
         if let Ok(e) = rec.read_entry(l) {
             if let Ok(h) = EntryHeader::decode(&e) {
-                let k = String::from_utf8_lossy(&e[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize]).into_owned();
+                let k = String::from_utf8_lossy(entry_key(&e, &h)).into_owned();
                 let known =
                     k.strip_prefix("key").and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| model.contains_key(&n));
                 if !known {

@@ -152,23 +152,17 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
                 if !(f.entries || f.key.is_some()) {
                     return;
                 }
-                let raw = EntryHeader::decode(slot).ok();
-                let kl = raw.map(|h| h.key_len.min(MAX_KEY_LEN)).unwrap_or(0) as usize;
-                let k0 = ENTRY_HEADER_SIZE as usize;
-                let key_bytes = slot.get(k0..k0 + kl).unwrap_or(&[]);
+                let key_bytes = claimed_key(slot);
                 if f.key.as_deref().is_some_and(|k| k != key_bytes) {
                     return;
                 }
                 let version = match &e.result {
                     Ok(h) => h.version,
-                    Err(_) => raw.map(|h| h.version).unwrap_or(0),
+                    Err(_) => EntryHeader::decode(slot).map_or(0, |h| h.version),
                 };
-                // The value follows the header and the key (the header's lengths were checked).
+                // The header's lengths were checked: the value is all there.
                 let value = match &e.result {
-                    Ok(h) if f.values => {
-                        let at = ENTRY_HEADER_SIZE as usize + h.key_len as usize;
-                        slot.get(at..at + h.value_len as usize).map(printable_key)
-                    }
+                    Ok(h) if f.values => Some(printable_key(entry_value(slot, h))),
                     _ => None,
                 };
                 let (status, value_len, tombstone) = match &e.result {

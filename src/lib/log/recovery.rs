@@ -123,7 +123,7 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     };
     let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed));
     match map
-        .view(base, 64)
+        .view(base, SEG_FIXED_LEN)
         .map_err(|e| e.to_string())
         .and_then(|b| SegmentHeader::decode(b, &ph.sealer()).map_err(|e| e.to_string()))
     {
@@ -197,9 +197,7 @@ pub fn walk_segment(
         if limit == WalkLimit::Links && !next.as_ref().is_ok_and(|&n| next_offset_ok(off, n, size)) {
             break;
         }
-        let next = next.unwrap_or_else(|_| {
-            u64::from_le_bytes(slot[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].try_into().unwrap_or([0; 8]))
-        });
+        let next = next.unwrap_or_else(|_| stored_next_offset(slot).unwrap_or(0));
         let place = SlotPlace { segment: id, generation, offset: off };
         let checked = check_entry(slot, place, size, trust, &mut repairs);
         let damaged = match checked {
@@ -478,9 +476,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
             if pool.seg_meta(a).map(|m| m.next) != Some(b) {
                 // The allocation of `b` persisted before the link from `a` did.
                 if writable {
-                    let off = pool.segment_offset(a) + SEG_NEXT_OFF;
-                    pool.media.store_u64(off, b)?;
-                    pool.media.persist(off, 8)?;
+                    pool.persist_next(a, b)?;
                     pool.lock().segs[a as usize].next = b;
                     report.repairs.push(format!("client {owner}: linked segment {a} -> {b}"));
                 }
