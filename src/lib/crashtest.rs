@@ -19,6 +19,10 @@
 //! The version counter starts just below 2^32 so both halves of `version_num` matter.
 //! A write counts as acknowledged only if its reply arrived before the crash was
 //! captured (checked after the reply), so the model never over-claims.
+//!
+//! Owns: the iteration (pool, server, clients, crash) and the check of its image. It
+//! uses the client, the server and the transports as a user would, and reads the image
+//! back through `log` (recovery's walker, `log::format`'s decoders); nothing of `bench`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! THE ON-MEDIA FORMAT. Every byte BOOM-KV keeps in persistent memory is defined here,
 //! and everything that reads a pool (the server, `recover`, `inspect-log`, the crash
-//! checker) decodes it through this module.
+//! checker) decodes it through this module: the decoders and encoders below, or, for a
+//! single word, its named offset (`SEG_*_OFF`, `ENTRY_*_OFF`, [`POOL_HWM_OFFS`]) and
+//! length. It imports only `error`.
 //!
 //! All integers are little-endian and fixed width. Fields that decide validity
 //! (`count`, `state`, `version_num`) are aligned 8-byte words updated with single

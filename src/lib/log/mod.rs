@@ -7,6 +7,11 @@
 //!   write it back, bump `count`, index it).
 //! - [`recovery`] scans a pool into the index; `recover` and `inspect-log` use it.
 //! - [`space`] counts bytes appended, rewritten in place, live and garbage.
+//!
+//! Only [`format`](mod@format) knows where a field lies: the rest of the log (and every
+//! reader outside it) reads and writes media fields through its decoders, encoders and
+//! named offsets, never by literal offset. The log imports `pmem` (the media), `index`
+//! and `error`, nothing above them.
 
 pub mod cleaner;
 pub mod format;
