@@ -8,7 +8,7 @@ use std::time::Duration;
 mod common;
 
 use boomkv::client::{Client, ClientOptions};
-use boomkv::log::format::{slot_size, ENTRY_HEADER_SIZE, SEGMENT_HEADER_SIZE};
+use boomkv::log::format::{slot_size, ENTRY_HEADER_SIZE, ENTRY_VALUE_LEN_OFF, SEGMENT_HEADER_SIZE};
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport};
@@ -56,7 +56,8 @@ fn malformed_entries_get_an_error_and_are_never_counted() {
     assert!(is_invalid(raw.put_raw(&seg, at, &entry(b"k", b"v", at - 8), false)));
     // value length past the segment
     let mut e = entry(b"k", b"v", at + slot_size(1, 1));
-    e[28..32].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    let vl = ENTRY_VALUE_LEN_OFF as usize;
+    e[vl..vl + 4].copy_from_slice(&(1u32 << 30).to_le_bytes());
     assert!(is_invalid(raw.put_raw(&seg, at, &e, false)));
     // an append that is not at the tail, an in-place write over no slot
     assert!(is_invalid(raw.put_raw(&seg, at + 64, &entry(b"k", b"v", at + 64 + slot_size(1, 1)), false)));

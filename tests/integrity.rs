@@ -13,15 +13,13 @@ use boomkv::client::{Client, ClientOptions};
 use boomkv::index::{IndexKind, Loc};
 use boomkv::log::format::{
     entry_checksum, slot_size, EntryHeader, Sealer, SegmentHeader, ENTRY_HEADER_SIZE, ENTRY_SEAL_OFF,
-    ENTRY_VERSION_OFF, NO_SEGMENT, SEGMENT_HEADER_SIZE, SEG_COUNT_OFF, TOMBSTONE_OWNER,
+    ENTRY_VERSION_OFF, NO_SEGMENT, POOL_HEADER_SIZE, SEGMENT_HEADER_SIZE, SEG_COUNT_OFF, TOMBSTONE_OWNER,
 };
 use boomkv::log::{LocalWriter, Pool, PoolOptions, RecoveryReport};
 use boomkv::pmem::{FlushKind, Media};
 use boomkv::server::{Server, ServerConfig};
-use boomkv::transport::{
-    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, ShmTransport, Transport, WcOpcode,
-};
-use boomkv::wire::{Hello, Msg, Protocol, PutImm, Welcome};
+use boomkv::transport::{Endpoint, ShmTransport};
+use boomkv::wire::{Msg, Protocol};
 use common::entry;
 
 // ---- the pool-corruption suite (library) ----
@@ -53,7 +51,7 @@ fn build() -> Built {
 }
 
 fn entry_off(b: &Built, l: &Loc) -> usize {
-    (4096 + l.segment as u64 * b.segment_size + l.offset as u64) as usize
+    (POOL_HEADER_SIZE + l.segment as u64 * b.segment_size + l.offset as u64) as usize
 }
 
 fn reopen(image: &[u8]) -> (Pool, RecoveryReport) {
@@ -120,7 +118,7 @@ fn hostile_versions_in_old_entries_are_rejected_not_believed() {
 #[test]
 fn every_single_bit_flip_in_count_is_detected_and_nothing_rolls_back() {
     let b = build();
-    let seg = 4096 + b.new.segment as usize * b.segment_size as usize;
+    let seg = POOL_HEADER_SIZE as usize + b.new.segment as usize * b.segment_size as usize;
     let mut img = b.image.clone();
     for bit in 0..64 {
         img.copy_from_slice(&b.image);
@@ -186,94 +184,10 @@ fn client(s: &Server<ShmTransport>) -> Client<ShmTransport> {
 }
 
 /// A hand-driven BOOM client that writes whatever it likes into its own segment.
-struct Raw {
-    qp: <ShmTransport as Transport>::Qp,
-    cq: <ShmTransport as Transport>::Cq,
-    buf: <ShmTransport as Transport>::Mr,
-    recv: <ShmTransport as Transport>::Mr,
-    wr: u64,
-}
+type Raw = common::Raw<ShmTransport>;
 
-impl Raw {
-    fn connect(s: &Server<ShmTransport>) -> Raw {
-        Self::speaking(s, Protocol::Boom)
-    }
-
-    fn speaking(s: &Server<ShmTransport>, protocol: Protocol) -> Raw {
-        let t = ShmTransport::new().unwrap();
-        let cq = t.create_cq().unwrap();
-        let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
-        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-        let hello = Hello { protocol, recv_size: 4096, response: buf.remote() };
-        let (qp, w) = t.connect(&s.endpoints()[0], &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
-        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
-        for i in 0..8u64 {
-            qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
-        }
-        Raw { qp, cq, buf, recv, wr: 1000 }
-    }
-
-    fn next_msg(&mut self) -> Option<Msg> {
-        loop {
-            let c = self.cq.wait(Duration::from_secs(5)).ok()?;
-            if !c.status.is_ok() {
-                return None;
-            }
-            if c.opcode == WcOpcode::Recv {
-                let mut b = vec![0u8; c.byte_len as usize];
-                self.recv.read(c.wr_id * 4096, &mut b).unwrap();
-                self.qp.post_recv(c.wr_id, &self.recv, c.wr_id * 4096, 4096).unwrap();
-                return Some(Msg::decode(&b).unwrap().0);
-            }
-        }
-    }
-
-    fn grant(&mut self) -> RemoteRegion {
-        self.qp.post_send_bytes(1, &Msg::GrantSegment.encode(1)).unwrap();
-        match self.next_msg() {
-            Some(Msg::SegmentGranted { region, .. }) => region,
-            m => panic!("expected a grant, got {m:?}"),
-        }
-    }
-
-    /// An honest PUT at `offset`; returns the version.
-    fn put(&mut self, seg: &RemoteRegion, offset: u64, key: &[u8], value: &[u8]) -> u64 {
-        match self.put_msg(seg, offset, key, value) {
-            Some(Msg::PutOk { version, .. }) => version,
-            m => panic!("expected PutOk, got {m:?}"),
-        }
-    }
-
-    /// A PUT at `offset`; returns the server's answer.
-    fn put_msg(&mut self, seg: &RemoteRegion, offset: u64, key: &[u8], value: &[u8]) -> Option<Msg> {
-        let e = entry(key, value, offset + slot_size(key.len(), value.len()));
-        self.buf.write(0, &e).unwrap();
-        self.wr += 1;
-        let imm = PutImm { offset, in_place: false }.encode().unwrap();
-        self.qp.post_write_imm(self.wr, &self.buf, 0, e.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
-        self.next_msg()
-    }
-
-    /// Sends `m` and returns the answer.
-    fn call(&mut self, m: &Msg) -> Option<Msg> {
-        self.qp.post_send_bytes(1, &m.encode(7)).unwrap();
-        self.next_msg()
-    }
-
-    /// A one-sided WRITE of `bytes` at `offset` of its segment, nothing signalled to the server.
-    fn write(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8]) {
-        self.buf.write(0, bytes).unwrap();
-        self.wr += 1;
-        let wr = self.wr;
-        self.qp.post_write(wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, true).unwrap();
-        loop {
-            let c = self.cq.wait(Duration::from_secs(5)).unwrap();
-            if c.wr_id == wr {
-                assert!(c.status.is_ok(), "{:?}", c.status);
-                return;
-            }
-        }
-    }
+fn raw_client(s: &Server<ShmTransport>) -> Raw {
+    Raw::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0])
 }
 
 #[test]
@@ -281,11 +195,11 @@ fn a_client_writing_u64_max_over_its_acknowledged_version_cannot_freeze_later_pu
     let dir = tempfile::tempdir().unwrap();
     let (pool, _) = open_pool(dir.path());
     let s = start(dir.path(), pool);
-    let mut raw = Raw::connect(&s);
+    let mut raw = raw_client(&s);
     let seg = raw.grant();
     let at = SEGMENT_HEADER_SIZE;
     raw.put(&seg, at, b"k", b"old");
-    raw.write(&seg, at + ENTRY_VERSION_OFF, &u64::MAX.to_le_bytes());
+    raw.write_at(&seg, at + ENTRY_VERSION_OFF, &u64::MAX.to_le_bytes());
     drop(raw);
     s.shutdown();
     // restart on the same pool
@@ -314,7 +228,7 @@ fn forged_entries_in_a_clients_own_segment_never_beat_another_clients_acknowledg
     let victim_v = victim.put(b"victim", b"real").unwrap().version;
     victim.put(b"deleted", b"was").unwrap();
     victim.delete(b"deleted").unwrap();
-    let mut raw = Raw::connect(&s);
+    let mut raw = raw_client(&s);
     let seg = raw.grant();
     let at = SEGMENT_HEADER_SIZE;
     let mine = raw.put(&seg, at, b"mine", b"1");
@@ -329,17 +243,17 @@ fn forged_entries_in_a_clients_own_segment_never_beat_another_clients_acknowledg
         e
     };
     let e = forged(b"victim", b"forged", at, victim_v + 1);
-    raw.write(&seg, at, &e);
+    raw.write_at(&seg, at, &e);
     // and a thousand more past its tail, with its count word zeroed so that recovery
     // walks them all by their links
     let mut off = at + slot_size(6, 6);
     for i in 0..1000u64 {
         let (k, v): (&[u8], &[u8]) = if i % 2 == 0 { (b"victim", b"forged") } else { (b"deleted", b"back") };
         let e = forged(k, v, off, victim_v + 1 + i % 7);
-        raw.write(&seg, off, &e);
+        raw.write_at(&seg, off, &e);
         off += slot_size(k.len(), v.len());
     }
-    raw.write(&seg, SEG_COUNT_OFF, &0u64.to_le_bytes());
+    raw.write_at(&seg, SEG_COUNT_OFF, &0u64.to_le_bytes());
     assert_eq!(victim.get(b"victim").unwrap().unwrap(), b"real", "the running server never believed it");
     drop((raw, victim));
     s.shutdown();
@@ -360,13 +274,13 @@ fn a_client_rewriting_its_segment_header_cannot_pass_it_off_as_the_servers() {
     let s = start(dir.path(), pool);
     let mut victim = client(&s);
     victim.put(b"victim", b"real").unwrap();
-    let mut raw = Raw::connect(&s);
+    let mut raw = raw_client(&s);
     let seg = raw.grant();
     raw.put(&seg, SEGMENT_HEADER_SIZE, b"mine", b"1");
     // a first line with a valid checksum, claiming the server's tombstone log, far on
     let h = SegmentHeader { segment_id: 1, owner: TOMBSTONE_OWNER, prev: NO_SEGMENT, log_seq: 1 << 40, generation: 1 };
     let forged = h.encode(&Sealer::new(&[0x55; 16]));
-    raw.write(&seg, 0, &forged);
+    raw.write_at(&seg, 0, &forged);
     drop((raw, victim));
     s.shutdown();
     let (pool, rep) = open_pool(dir.path());
@@ -388,13 +302,13 @@ fn max_value_is_enforced_by_the_server_for_boom_and_rdmp() {
     let s = start_with(dir.path(), pool, cfg);
     let too_large = |m: Option<Msg>| matches!(m, Some(Msg::Error { code: boomkv::wire::ErrorCode::TooLarge, .. }));
     // BOOM: the entry is in the client's segment; the commit refuses it
-    let mut raw = Raw::connect(&s);
+    let mut raw = raw_client(&s);
     let seg = raw.grant();
     let at = SEGMENT_HEADER_SIZE;
     assert!(too_large(raw.put_msg(&seg, at, b"big", &[1u8; 101])));
     raw.put(&seg, at, b"small", &[1u8; 100]);
     // RDMP: the allocation is refused before anything is written
-    let mut rdmp = Raw::speaking(&s, Protocol::Rdmp);
+    let mut rdmp = Raw::speaking(&ShmTransport::new().unwrap(), &s.endpoints()[0], Protocol::Rdmp);
     let len = ENTRY_HEADER_SIZE as u32 + 1024 + 101;
     assert!(too_large(rdmp.call(&Msg::Alloc { len })), "RDMP allocation over --max-value");
     assert!(matches!(rdmp.call(&Msg::Alloc { len: len - 1 }), Some(Msg::Allocated { .. })));
@@ -429,7 +343,7 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     // one flipped high bit in each superseded entry's version: both now look newest
     let mut img = std::fs::read(&path).unwrap();
     for l in [stale_old, gone_put] {
-        let o = (4096 + l.segment as u64 * seg_size + l.offset as u64 + ENTRY_VERSION_OFF) as usize;
+        let o = (POOL_HEADER_SIZE + l.segment as u64 * seg_size + l.offset as u64 + ENTRY_VERSION_OFF) as usize;
         img[o + 5] ^= 0x10;
     }
     std::fs::write(&path, &img).unwrap();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use boomkv::client::{Client, ClientOptions};
+use boomkv::log::format::POOL_HEADER_SIZE;
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{Endpoint, ShmTransport};
@@ -16,7 +17,7 @@ use boomkv::wire::Protocol;
 
 fn open(dir: &std::path::Path) -> (Pool, boomkv::log::RecoveryReport) {
     let mut o = PoolOptions { segment_size: 64 << 10, ..Default::default() };
-    o.media.create_size = Some(4096 + 16 * (64 << 10));
+    o.media.create_size = Some(POOL_HEADER_SIZE + 16 * (64 << 10));
     // The stopped server's last threads may hold the pool's lock for a moment.
     let t0 = Instant::now();
     loop {

@@ -19,6 +19,10 @@
 //! The version counter starts just below 2^32 so both halves of `version_num` matter.
 //! A write counts as acknowledged only if its reply arrived before the crash was
 //! captured (checked after the reply), so the model never over-claims.
+//!
+//! Owns: the iteration (pool, server, clients, crash) and the check of its image. It
+//! uses the client, the server and the transports as a user would, and reads the image
+//! back through `log` (recovery's walker, `log::format`'s decoders); nothing of `bench`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -32,7 +36,7 @@ use rand::{RngExt, SeedableRng};
 use crate::client::{Client, ClientOptions, WriteHook, WriteIntent};
 use crate::error::{Error, Result};
 use crate::index::IndexKind;
-use crate::log::format::{entry_checksum, EntryHeader, ENTRY_HEADER_SIZE};
+use crate::log::format::{entry_checksum, entry_key, entry_value, stored_checksum, EntryHeader};
 use crate::log::recovery::{read_segment, walk_segment};
 use crate::log::Pool;
 use crate::pmem::{CrashOptions, FlushKind, Media};
@@ -373,6 +377,8 @@ fn save_failure(
     std::fs::write(&hp, hist.join("\n")).map_err(|e| Error::io(format!("writing {}", hp.display()), e))
 }
 
+/// Recovers the crash `image` and checks it against the model (see the module docs),
+/// adding each violation to `out`.
 fn check(
     image: &[u8],
     _o: &CrashTestOptions,
@@ -382,63 +388,88 @@ fn check(
     inflight_inplace: &HashSet<(u64, u64)>,
     out: &mut Outcome,
 ) -> Result<()> {
-    let mut bad = |kind: &'static str, detail: String| out.violations.push(Violation { kind, detail });
     let (rec, _) = Pool::from_media(Media::simulated_from(image, FlushKind::None)?, IndexKind::Hash)?;
-    // Every indexed entry passes its checksum.
-    rec.index().for_each(|l| match rec.read_entry(l) {
-        Ok(e) => {
-            if entry_checksum(&e) != u32::from_le_bytes([e[0], e[1], e[2], e[3]]) {
-                bad(
-                    "corrupt",
-                    format!("accepted entry at segment {} offset {} fails its checksum", l.segment, l.offset),
-                );
-            }
-        }
-        Err(e) => bad("corrupt", format!("cannot read accepted entry: {e}")),
-    });
-    // Every accepted entry carries a version the server assigned, and `count` covers
-    // only valid entries, except slots an in-place rewrite was writing.
-    let ph = rec.header().clone();
-    let trust = rec.trust();
-    for id in 0..ph.segment_count {
-        let f = read_segment(rec.media().map(), &ph, id);
-        if !f.in_use() {
-            continue;
-        }
-        if let Some(d) = f.count_damage() {
-            bad("corrupt", format!("segment {id}: {d}"));
-        }
-        walk_segment(rec.media().map(), &ph, &trust, &f, f.limit(), |e, _| {
-            if let Ok(h) = &e.result {
-                if h.version < floor || h.version > max_assigned {
-                    bad(
+    let mut c = Checker { rec: &rec, out };
+    c.indexed_checksums();
+    c.segments(floor, max_assigned, inflight_inplace);
+    for (key, writes) in model {
+        c.key(*key, writes)?;
+    }
+    c.no_unwritten_keys(model);
+    Ok(())
+}
+
+/// The checks of one recovered crash image.
+struct Checker<'a> {
+    rec: &'a Pool,
+    out: &'a mut Outcome,
+}
+
+impl Checker<'_> {
+    fn bad(&mut self, kind: &'static str, detail: String) {
+        self.out.violations.push(Violation { kind, detail });
+    }
+
+    /// Every indexed entry passes its checksum.
+    fn indexed_checksums(&mut self) {
+        let rec = self.rec;
+        rec.index().for_each(|l| match rec.read_entry(l) {
+            Ok(e) => {
+                if Some(entry_checksum(&e)) != stored_checksum(&e) {
+                    self.bad(
                         "corrupt",
-                        format!(
-                            "segment {id} offset {}: accepted version {:#x} was never assigned ({floor:#x}..={max_assigned:#x})",
-                            e.offset, h.version
-                        ),
+                        format!("accepted entry at segment {} offset {} fails its checksum", l.segment, l.offset),
                     );
                 }
             }
-            if let Err(fault) = e.result {
-                if !inflight_inplace.contains(&(id, e.offset)) {
-                    bad(
-                        "corrupt",
-                        format!("count of segment {id} covers slot {} at offset {} that is not valid ({fault}) and no in-place rewrite was in flight there", e.slot, e.offset),
-                    );
-                }
-            }
+            Err(e) => self.bad("corrupt", format!("cannot read accepted entry: {e}")),
         });
     }
-    for (key, writes) in model {
+
+    /// Every accepted entry carries a version the server assigned (`floor..=max_assigned`),
+    /// and `count` covers only valid entries, except slots an in-place rewrite was writing.
+    fn segments(&mut self, floor: u64, max_assigned: u64, inflight_inplace: &HashSet<(u64, u64)>) {
+        let rec = self.rec;
+        let ph = rec.header().clone();
+        let trust = rec.trust();
+        for id in 0..ph.segment_count {
+            let f = read_segment(rec.media().map(), &ph, id);
+            if !f.in_use() {
+                continue;
+            }
+            if let Some(d) = f.count_damage() {
+                self.bad("corrupt", format!("segment {id}: {d}"));
+            }
+            walk_segment(rec.media().map(), &ph, &trust, &f, f.limit(), |e, _| {
+                match e.result {
+                Ok(h) if h.version < floor || h.version > max_assigned => self.bad(
+                    "corrupt",
+                    format!(
+                        "segment {id} offset {}: accepted version {:#x} was never assigned ({floor:#x}..={max_assigned:#x})",
+                        e.offset, h.version
+                    ),
+                ),
+                Err(fault) if !inflight_inplace.contains(&(id, e.offset)) => self.bad(
+                    "corrupt",
+                    format!("count of segment {id} covers slot {} at offset {} that is not valid ({fault}) and no in-place rewrite was in flight there", e.slot, e.offset),
+                ),
+                _ => {}
+            }
+            });
+        }
+    }
+
+    /// Key `key` holds its last acknowledged write, or a later unacknowledged one.
+    fn key(&mut self, key: u64, writes: &[Write]) -> Result<()> {
+        let rec = self.rec;
         let kb = format!("key{key}");
-        let got = rec.index().get(kb.as_bytes(), &rec);
+        let got = rec.index().get(kb.as_bytes(), rec);
         let latest_acked = writes.iter().filter(|w| w.acked).max_by_key(|w| w.version);
         let got_value = match got {
             Some(l) if !l.tombstone => {
                 let e = rec.read_entry(&l)?;
                 let h = EntryHeader::decode(&e)?;
-                Some((l.version, e[ENTRY_HEADER_SIZE as usize + h.key_len as usize..].to_vec()))
+                Some((l.version, entry_value(&e, &h).to_vec()))
             }
             _ => None,
         };
@@ -446,50 +477,55 @@ fn check(
         match (latest_acked, got_version) {
             (Some(a), None) => {
                 if a.value.is_some() {
-                    bad("lost", format!("{kb}: acknowledged PUT (version {:?}) is gone", a.version));
+                    self.bad("lost", format!("{kb}: acknowledged PUT (version {:?}) is gone", a.version));
                 }
             }
             (Some(a), Some(v)) if Some(v) < a.version => {
-                bad("lost", format!("{kb}: recovered version {v} but version {:?} was acknowledged", a.version));
+                self.bad("lost", format!("{kb}: recovered version {v} but version {:?} was acknowledged", a.version));
             }
             (Some(a), Some(v)) if Some(v) == a.version => {
                 if got_value.as_ref().map(|g| &g.1) != a.value.as_ref() {
-                    bad("corrupt", format!("{kb}: version {v} recovered with a different value than acknowledged"));
+                    self.bad(
+                        "corrupt",
+                        format!("{kb}: version {v} recovered with a different value than acknowledged"),
+                    );
                 }
             }
             _ => {
                 // Newer than anything acknowledged (or nothing was): it must be a write
                 // that was issued and not acknowledged.
-                if let Some(v) = got_version {
-                    let matches = writes.iter().any(|w| {
+                let issued = |g: &Option<(u64, Vec<u8>)>| {
+                    writes.iter().any(|w| {
                         !w.acked
-                            && match (&w.value, &got_value) {
+                            && match (&w.value, g) {
                                 (Some(x), Some((_, g))) => x == g,
                                 (None, None) => true,
                                 _ => false,
                             }
-                    });
-                    if !matches {
-                        bad("corrupt", format!("{kb}: recovered version {v} matches no write issued for the key"));
-                    }
+                    })
+                };
+                if let Some(v) = got_version.filter(|_| !issued(&got_value)) {
+                    self.bad("corrupt", format!("{kb}: recovered version {v} matches no write issued for the key"));
                 }
             }
         }
+        Ok(())
     }
-    // Nothing recovered under a key that was never written.
-    rec.index().for_each(|l| {
-        if let Ok(e) = rec.read_entry(l) {
-            if let Ok(h) = EntryHeader::decode(&e) {
-                let k = String::from_utf8_lossy(&e[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize]).into_owned();
-                let known =
-                    k.strip_prefix("key").and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| model.contains_key(&n));
-                if !known {
-                    bad("corrupt", format!("recovered key {k:?} was never written"));
-                }
+
+    /// Nothing recovered under a key that was never written.
+    fn no_unwritten_keys(&mut self, model: &HashMap<u64, Vec<Write>>) {
+        let rec = self.rec;
+        rec.index().for_each(|l| {
+            let Ok(e) = rec.read_entry(l) else { return };
+            let Ok(h) = EntryHeader::decode(&e) else { return };
+            let k = String::from_utf8_lossy(entry_key(&e, &h)).into_owned();
+            let known =
+                k.strip_prefix("key").and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| model.contains_key(&n));
+            if !known {
+                self.bad("corrupt", format!("recovered key {k:?} was never written"));
             }
-        }
-    });
-    Ok(())
+        });
+    }
 }
 
 /// Runs `o.iterations` iterations, calling `progress(done, &report)` after each.

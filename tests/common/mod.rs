@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use boomkv::log::format::{encode_entry, ENTRY_HEADER_SIZE};
+use boomkv::log::format::{encode_entry, slot_size, ENTRY_HEADER_SIZE};
 use boomkv::transport::{
     Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, RemoteRegion, Transport, WcOpcode,
 };
@@ -27,9 +27,19 @@ impl<T: Transport> Raw<T> {
 
     /// Connects with `buf` as the response region (where the server WRITEs GET data).
     pub fn connect_with(t: &T, ep: &Endpoint, buf: T::Mr) -> Raw<T> {
+        Self::open(t, ep, buf, Protocol::Boom)
+    }
+
+    /// Connects speaking `protocol` (its messages, not only BOOM's).
+    pub fn speaking(t: &T, ep: &Endpoint, protocol: Protocol) -> Raw<T> {
+        let buf = t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        Self::open(t, ep, buf, protocol)
+    }
+
+    fn open(t: &T, ep: &Endpoint, buf: T::Mr, protocol: Protocol) -> Raw<T> {
         let cq = t.create_cq().unwrap();
         let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
-        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: buf.remote() };
+        let hello = Hello { protocol, recv_size: 4096, response: buf.remote() };
         let (qp, w) = t.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
         assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
         for i in 0..8u64 {
@@ -69,6 +79,41 @@ impl<T: Transport> Raw<T> {
         let imm = PutImm { offset, in_place }.encode().unwrap();
         self.qp.post_write_imm(self.wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, imm).unwrap();
         self.next_msg()
+    }
+
+    /// An honest PUT at `offset`; returns the version.
+    pub fn put(&mut self, seg: &RemoteRegion, offset: u64, key: &[u8], value: &[u8]) -> u64 {
+        match self.put_msg(seg, offset, key, value) {
+            Some(Msg::PutOk { version, .. }) => version,
+            m => panic!("expected PutOk, got {m:?}"),
+        }
+    }
+
+    /// A PUT (append) at `offset`; returns the server's answer.
+    pub fn put_msg(&mut self, seg: &RemoteRegion, offset: u64, key: &[u8], value: &[u8]) -> Option<Msg> {
+        self.put_raw(seg, offset, &entry(key, value, offset + slot_size(key.len(), value.len())), false)
+    }
+
+    /// Sends `m` and returns the answer.
+    pub fn call(&mut self, m: &Msg) -> Option<Msg> {
+        self.qp.post_send_bytes(1, &m.encode(7)).unwrap();
+        self.next_msg()
+    }
+
+    /// A one-sided WRITE of `bytes` at `offset` of `seg`, nothing signalled to the
+    /// server; waits for it and asserts it succeeded.
+    pub fn write_at(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8]) {
+        self.buf.write(0, bytes).unwrap();
+        self.wr += 1;
+        let wr = self.wr;
+        self.qp.post_write(wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, true).unwrap();
+        loop {
+            let c = self.cq.wait(Duration::from_secs(5)).unwrap();
+            if c.wr_id == wr {
+                assert!(c.status.is_ok(), "{:?}", c.status);
+                return;
+            }
+        }
     }
 
     /// Posts a signaled WRITE of `len` bytes and returns its completion status.

@@ -180,8 +180,7 @@ impl Cleaner {
         let new_place = SlotPlace { segment: seg.id, generation: seg.generation, offset: seg.tail };
         let key = entry_key(&self.buf, &moved).to_vec();
         let seal = pool.sealer().entry_seal(new_place, h.version, &moved, &key);
-        self.buf[ENTRY_VERSION_OFF as usize..ENTRY_VERSION_OFF as usize + 8].copy_from_slice(&h.version.to_le_bytes());
-        self.buf[ENTRY_SEAL_OFF as usize..ENTRY_SEAL_OFF as usize + 8].copy_from_slice(&seal.to_le_bytes());
+        store_version_seal(&mut self.buf, h.version, seal);
         let dst = pool.pool_offset(seg.id, seg.tail);
         pool.media().map().write(dst, &self.buf)?;
         pool.media().crash_point();

@@ -1,6 +1,8 @@
 //! THE ON-MEDIA FORMAT. Every byte BOOM-KV keeps in persistent memory is defined here,
 //! and everything that reads a pool (the server, `recover`, `inspect-log`, the crash
-//! checker) decodes it through this module.
+//! checker) decodes it through this module: the decoders and encoders below, or, for a
+//! single word, its named offset (`SEG_*_OFF`, `ENTRY_*_OFF`, [`POOL_HWM_OFFS`]) and
+//! length. It imports only `error`.
 //!
 //! All integers are little-endian and fixed width. Fields that decide validity
 //! (`count`, `state`, `version_num`) are aligned 8-byte words updated with single
@@ -161,9 +163,12 @@ pub const SEG_STATE_OFF: u64 = 72;
 pub const SEG_NEXT_OFF: u64 = 80;
 /// Bytes of the checksummed part of the segment header ([`SegmentHeader::encode`]).
 pub const SEG_FIXED_LEN: usize = 64;
+/// Bytes of one of the segment's validity words (`count`, `state`, `next`): each is
+/// one aligned 8-byte store, written back on its own.
+pub const SEG_WORD_LEN: usize = 8;
 /// Bytes of the segment's validity words, `count`, `state` and `next`, from
 /// [`SEG_COUNT_OFF`] on (written back together when a segment is reset).
-pub const SEG_WORDS_LEN: usize = (SEG_NEXT_OFF + 8 - SEG_COUNT_OFF) as usize;
+pub const SEG_WORDS_LEN: usize = (SEG_NEXT_OFF + SEG_WORD_LEN as u64 - SEG_COUNT_OFF) as usize;
 /// Bytes of one copy of the version high-water mark.
 pub const POOL_HWM_LEN: usize = 8;
 /// "No segment" in `prev`/`next`.
@@ -197,8 +202,13 @@ pub const ENTRY_CHECKSUM_OFF: u64 = 0;
 pub const ENTRY_VERSION_OFF: u64 = 8;
 /// Offset of `seal` within an entry.
 pub const ENTRY_SEAL_OFF: u64 = 16;
+/// Bytes of `version_num` and `seal` together, from [`ENTRY_VERSION_OFF`] (the words
+/// the server stores; an in-place rewrite writes them back on their own).
+pub const ENTRY_VERSION_SEAL_LEN: usize = 16;
 /// Offset of `key_len` within an entry.
 pub const ENTRY_KEY_LEN_OFF: u64 = 24;
+/// Offset of `value_len` within an entry.
+pub const ENTRY_VALUE_LEN_OFF: u64 = 28;
 /// Offset of `next_offset` within an entry.
 pub const ENTRY_NEXT_OFF: u64 = 32;
 /// Entry flag: this entry deletes its key.
@@ -693,6 +703,44 @@ pub fn relink_entry(b: &mut [u8], next_offset: u64) -> Result<u32> {
     let at = ENTRY_CHECKSUM_OFF as usize;
     b[at..at + 4].copy_from_slice(&c.to_le_bytes());
     Ok(c)
+}
+
+/// Stores `version` and `seal` into the encoded entry `b` (as the server does, or the
+/// cleaner for a copy); `b` must hold at least the entry header.
+pub fn store_version_seal(b: &mut [u8], version: u64, seal: u64) {
+    let v = ENTRY_VERSION_OFF as usize;
+    b[v..v + 8].copy_from_slice(&version.to_le_bytes());
+    let s = ENTRY_SEAL_OFF as usize;
+    b[s..s + 8].copy_from_slice(&seal.to_le_bytes());
+}
+
+/// The checksum field of the entry bytes `b`, as stored (`None` if `b` is too short).
+pub fn stored_checksum(b: &[u8]) -> Option<u32> {
+    let at = ENTRY_CHECKSUM_OFF as usize;
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The `key_len` field of the entry bytes `b`, as stored, unchecked (`None` if `b` is
+/// too short).
+pub fn stored_key_len(b: &[u8]) -> Option<u32> {
+    let at = ENTRY_KEY_LEN_OFF as usize;
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The `next_offset` field of the slot bytes `b`, as stored, whether or not the slot
+/// holds an entry (`None` if `b` is too short).
+pub fn stored_next_offset(b: &[u8]) -> Option<u64> {
+    let at = ENTRY_NEXT_OFF as usize;
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The key bytes a slot's header claims, unchecked, for showing a slot that may be
+/// rejected: `key_len` (capped at [`MAX_KEY_LEN`]) bytes after the header, or none if
+/// the slot has no entry magic or is too short.
+pub fn claimed_key(slot: &[u8]) -> &[u8] {
+    let kl = EntryHeader::decode(slot).map(|h| h.key_len.min(MAX_KEY_LEN)).unwrap_or(0) as usize;
+    let k0 = ENTRY_HEADER_SIZE as usize;
+    slot.get(k0..k0 + kl).unwrap_or(&[])
 }
 
 /// The key of an entry whose header `h` was checked (`b` = header + key + value).

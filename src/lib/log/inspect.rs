@@ -1,8 +1,12 @@
 //! What `boomctl inspect-log` shows: the pool header, every segment and optionally every
 //! entry, decoded by the same walker recovery uses.
+//!
+//! Owns: the rows of the inspection and how keys and values are made printable. Every
+//! field is read through [`format`](super::format) and the walker of
+//! [`recovery`](super::recovery); it imports only the pool (`super`).
 
 use super::format::*;
-use super::recovery::{read_segment, walk_segment, RecoveryReport};
+use super::recovery::{read_segment, walk_segment, RecoveryReport, ScannedEntry, SegmentFound};
 use super::Pool;
 
 /// Which parts of the pool to show.
@@ -124,109 +128,21 @@ pub fn printable_key(k: &[u8]) -> String {
 /// Builds the inspection of a recovered pool.
 pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Inspection {
     let ph = pool.header().clone();
-    let map = pool.media().map();
     let trust = pool.trust();
     let mut segments = Vec::new();
     let mut entries = Vec::new();
-    let data = (ph.segment_size - SEGMENT_HEADER_SIZE) as f64;
     for id in 0..ph.segment_count {
         if f.segment.is_some_and(|s| s != id) {
             continue;
         }
-        let sf = read_segment(map, &ph, id);
-        let in_use = sf.in_use();
-        if !in_use && sf.problem.is_none() && !f.free && f.segment.is_none() {
+        let sf = read_segment(pool.media().map(), &ph, id);
+        if !sf.in_use() && sf.problem.is_none() && !f.free && f.segment.is_none() {
             continue;
         }
         if f.client.is_some() && sf.header.map(|h| h.owner) != f.client {
             continue;
         }
-        let state = match (&sf.problem, sf.state) {
-            (Some(_), _) => "damaged".to_string(),
-            (None, Some(s)) if in_use => format!("{s:?}").to_lowercase(),
-            _ => "free".to_string(),
-        };
-        let mut problem = sf.problem.clone().or_else(|| sf.count_damage());
-        let (used, live) = if in_use {
-            let (end, damage) = walk_segment(map, &ph, &trust, &sf, sf.limit(), |e, slot| {
-                if !(f.entries || f.key.is_some()) {
-                    return;
-                }
-                let raw = EntryHeader::decode(slot).ok();
-                let kl = raw.map(|h| h.key_len.min(MAX_KEY_LEN)).unwrap_or(0) as usize;
-                let k0 = ENTRY_HEADER_SIZE as usize;
-                let key_bytes = slot.get(k0..k0 + kl).unwrap_or(&[]);
-                if f.key.as_deref().is_some_and(|k| k != key_bytes) {
-                    return;
-                }
-                let version = match &e.result {
-                    Ok(h) => h.version,
-                    Err(_) => raw.map(|h| h.version).unwrap_or(0),
-                };
-                // The value follows the header and the key (the header's lengths were checked).
-                let value = match &e.result {
-                    Ok(h) if f.values => {
-                        let at = ENTRY_HEADER_SIZE as usize + h.key_len as usize;
-                        slot.get(at..at + h.value_len as usize).map(printable_key)
-                    }
-                    _ => None,
-                };
-                let (status, value_len, tombstone) = match &e.result {
-                    Ok(h) => {
-                        let cur = pool.index().get(key_bytes, pool);
-                        let is_live = cur.is_some_and(|l| l.segment as u64 == id && l.offset as u64 == e.offset);
-                        let st = match (is_live, h.is_tombstone()) {
-                            (true, false) => "live",
-                            (true, true) => "deleted",
-                            _ => "superseded",
-                        };
-                        (st, h.value_len as u64, h.is_tombstone())
-                    }
-                    Err(_) if e.damaged.is_some() => ("damaged", 0, false),
-                    Err(_) => ("rejected", 0, false),
-                };
-                entries.push(EntryRow {
-                    segment: id,
-                    slot: e.slot,
-                    offset: e.offset,
-                    next_offset: e.next_offset,
-                    version,
-                    key: printable_key(key_bytes),
-                    value_len,
-                    tombstone,
-                    checksum_ok: e.result.is_ok(),
-                    repaired: e.repaired,
-                    fault: e.result.as_ref().err().map(ToString::to_string),
-                    status,
-                    value,
-                });
-            });
-            if let Some(d) = damage {
-                problem = Some(match problem {
-                    Some(p) => format!("{p}; {d}"),
-                    None => d,
-                });
-            }
-            (end - SEGMENT_HEADER_SIZE, pool.segment_live(id))
-        } else {
-            (0, 0)
-        };
-        let h = sf.header;
-        let link = |v: u64| if v == NO_SEGMENT { None } else { Some(v) };
-        segments.push(SegmentRow {
-            id,
-            state,
-            owner: h.map(|h| h.owner),
-            log_seq: h.map(|h| h.log_seq),
-            prev: h.and_then(|h| link(h.prev)),
-            next: if in_use { link(sf.next) } else { None },
-            count: if in_use { sf.count } else { 0 },
-            used_bytes: used,
-            live_bytes: live.min(used),
-            garbage_bytes: used.saturating_sub(live),
-            fill_percent: used as f64 * 100.0 / data,
-            problem,
-        });
+        segments.push(segment_row(pool, &trust, &sf, f, &mut entries));
     }
     Inspection {
         path: pool.media().path().display().to_string(),
@@ -236,4 +152,104 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
         segments,
         entries,
     }
+}
+
+/// The row of segment `sf`; if it is in use, its slots are walked under `trust` and the
+/// entries the filter asks for are added to `entries`.
+fn segment_row(
+    pool: &Pool,
+    trust: &Trust,
+    sf: &SegmentFound,
+    f: &InspectFilter,
+    entries: &mut Vec<EntryRow>,
+) -> SegmentRow {
+    let ph = pool.header();
+    let (id, in_use) = (sf.id, sf.in_use());
+    let state = match (&sf.problem, sf.state) {
+        (Some(_), _) => "damaged".to_string(),
+        (None, Some(s)) if in_use => format!("{s:?}").to_lowercase(),
+        _ => "free".to_string(),
+    };
+    let mut problem = sf.problem.clone().or_else(|| sf.count_damage());
+    let (used, live) = if in_use {
+        let (end, damage) = walk_segment(pool.media().map(), ph, trust, sf, sf.limit(), |e, slot| {
+            if let Some(row) = entry_row(pool, id, e, slot, f) {
+                entries.push(row);
+            }
+        });
+        if let Some(d) = damage {
+            problem = Some(match problem {
+                Some(p) => format!("{p}; {d}"),
+                None => d,
+            });
+        }
+        (end - SEGMENT_HEADER_SIZE, pool.segment_live(id))
+    } else {
+        (0, 0)
+    };
+    let h = sf.header;
+    let link = |v: u64| if v == NO_SEGMENT { None } else { Some(v) };
+    SegmentRow {
+        id,
+        state,
+        owner: h.map(|h| h.owner),
+        log_seq: h.map(|h| h.log_seq),
+        prev: h.and_then(|h| link(h.prev)),
+        next: if in_use { link(sf.next) } else { None },
+        count: if in_use { sf.count } else { 0 },
+        used_bytes: used,
+        live_bytes: live.min(used),
+        garbage_bytes: used.saturating_sub(live),
+        fill_percent: used as f64 * 100.0 / (ph.segment_size - SEGMENT_HEADER_SIZE) as f64,
+        problem,
+    }
+}
+
+/// The row of slot `e` (bytes `slot`) of segment `id`, if the filter shows it.
+fn entry_row(pool: &Pool, id: u64, e: &ScannedEntry, slot: &[u8], f: &InspectFilter) -> Option<EntryRow> {
+    if !(f.entries || f.key.is_some()) {
+        return None;
+    }
+    let key_bytes = claimed_key(slot);
+    if f.key.as_deref().is_some_and(|k| k != key_bytes) {
+        return None;
+    }
+    let version = match &e.result {
+        Ok(h) => h.version,
+        Err(_) => EntryHeader::decode(slot).map_or(0, |h| h.version),
+    };
+    // The header's lengths were checked: the value is all there.
+    let value = match &e.result {
+        Ok(h) if f.values => Some(printable_key(entry_value(slot, h))),
+        _ => None,
+    };
+    let (status, value_len, tombstone) = match &e.result {
+        Ok(h) => {
+            let cur = pool.index().get(key_bytes, pool);
+            let is_live = cur.is_some_and(|l| l.segment as u64 == id && l.offset as u64 == e.offset);
+            let st = match (is_live, h.is_tombstone()) {
+                (true, false) => "live",
+                (true, true) => "deleted",
+                _ => "superseded",
+            };
+            (st, h.value_len as u64, h.is_tombstone())
+        }
+        Err(_) if e.damaged.is_some() => ("damaged", 0, false),
+        Err(_) => ("rejected", 0, false),
+    };
+    Some(EntryRow {
+        segment: id,
+        slot: e.slot,
+        offset: e.offset,
+        next_offset: e.next_offset,
+        version,
+        key: printable_key(key_bytes),
+        value_len,
+        tombstone,
+        checksum_ok: e.result.is_ok(),
+        repaired: e.repaired,
+        fault: e.result.as_ref().err().map(ToString::to_string),
+        status,
+        value,
+    })
 }

@@ -7,6 +7,11 @@
 //!   write it back, bump `count`, index it).
 //! - [`recovery`] scans a pool into the index; `recover` and `inspect-log` use it.
 //! - [`space`] counts bytes appended, rewritten in place, live and garbage.
+//!
+//! Only [`format`](mod@format) knows where a field lies: the rest of the log (and every
+//! reader outside it) reads and writes media fields through its decoders, encoders and
+//! named offsets, never by literal offset. The log imports `pmem` (the media), `index`
+//! and `error`, nothing above them.
 
 pub mod cleaner;
 pub mod format;
@@ -288,7 +293,7 @@ impl Pool {
         for off in POOL_HWM_OFFS {
             self.media.store_u64(off, w)?;
             if !planted("late-lease") {
-                self.media.persist(off, 8)?;
+                self.media.persist(off, POOL_HWM_LEN)?;
             }
             self.media.crash_point();
         }
@@ -360,12 +365,9 @@ impl Pool {
             let h = SegmentHeader { segment_id: id, owner, prev: prev.unwrap_or(NO_SEGMENT), log_seq, generation };
             m.map().write(base, &h.encode(&self.sealer))?;
             m.persist(base, SEG_FIXED_LEN)?;
-            m.store_u64(base + SEG_STATE_OFF, SegmentState::Active.to_word())?;
-            m.persist(base + SEG_STATE_OFF, 8)?;
+            self.persist_state(id, SegmentState::Active)?;
             if let Some(p) = prev {
-                let pb = self.segment_offset(p);
-                m.store_u64(pb + SEG_NEXT_OFF, id)?;
-                m.persist(pb + SEG_NEXT_OFF, 8)?;
+                self.persist_next(p, id)?;
             }
             Ok(())
         })();
@@ -416,9 +418,7 @@ impl Pool {
             .map(|(id, m)| (id as u64, *m));
         let Some((id, meta)) = last else { return Ok(None) };
         if meta.state == SegmentState::Sealed {
-            let off = self.segment_offset(id) + SEG_STATE_OFF;
-            self.media.store_u64(off, SegmentState::Active.to_word())?;
-            self.media.persist(off, 8)?;
+            self.persist_state(id, SegmentState::Active)?;
             a.segs[id as usize].state = SegmentState::Active;
         }
         let mut s = ActiveSegment::new(id, meta.generation);
@@ -433,9 +433,7 @@ impl Pool {
         if meta.state != SegmentState::Active {
             return Ok(());
         }
-        let base = self.header.segment_offset(id);
-        self.media.store_u64(base + SEG_STATE_OFF, SegmentState::Sealed.to_word())?;
-        self.media.persist(base + SEG_STATE_OFF, 8)?;
+        self.persist_state(id, SegmentState::Sealed)?;
         meta.state = SegmentState::Sealed;
         Ok(())
     }
@@ -447,9 +445,7 @@ impl Pool {
         if meta.state == SegmentState::Free {
             return Ok(());
         }
-        let base = self.header.segment_offset(id);
-        self.media.store_u64(base + SEG_STATE_OFF, SegmentState::Free.to_word())?;
-        self.media.persist(base + SEG_STATE_OFF, 8)?;
+        self.persist_state(id, SegmentState::Free)?;
         *meta = SegMeta::free(meta.generation);
         a.free.push(id);
         a.free.sort_unstable_by(|x, y| y.cmp(x));
@@ -464,12 +460,28 @@ impl Pool {
         self.seg_count.get(id as usize).map(|a| a.load(Ordering::Acquire)).unwrap_or(0)
     }
 
+    /// Stores and persists the `state` word of segment `id` (one aligned 8-byte store).
+    fn persist_state(&self, id: u64, state: SegmentState) -> Result<()> {
+        self.persist_word(id, SEG_STATE_OFF, state.to_word())
+    }
+
+    /// Stores and persists the `next` word of segment `id`: the link to `next`.
+    fn persist_next(&self, id: u64, next: u64) -> Result<()> {
+        self.persist_word(id, SEG_NEXT_OFF, next)
+    }
+
+    /// Stores and persists the validity word at `word_off` (`count`, `state` or
+    /// `next`) of segment `id`.
+    fn persist_word(&self, id: u64, word_off: u64, value: u64) -> Result<()> {
+        let off = self.segment_offset(id) + word_off;
+        self.media.store_u64(off, value)?;
+        self.media.persist(off, SEG_WORD_LEN)
+    }
+
     /// Stores and persists `count` of segment `id` of `generation` (one aligned 8-byte
     /// store of the checked count word, see [`format`](mod@format)).
     pub fn persist_count(&self, id: u64, generation: u64, count: u64) -> Result<()> {
-        let off = self.segment_offset(id) + SEG_COUNT_OFF;
-        self.media.store_u64(off, self.sealer.count_word(id, generation, count))?;
-        self.media.persist(off, 8)?;
+        self.persist_word(id, SEG_COUNT_OFF, self.sealer.count_word(id, generation, count))?;
         if let Some(a) = self.seg_count.get(id as usize) {
             a.store(count, Ordering::Release);
         }
@@ -582,8 +594,8 @@ impl KeySource for Pool {
     fn key_matches(&self, loc: &Loc, key: &[u8]) -> bool {
         let base = self.segment_offset(loc.segment as u64) + loc.offset as u64;
         let m = self.media.map();
-        match m.view(base + ENTRY_KEY_LEN_OFF, 4) {
-            Ok(b) if u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == key.len() => {}
+        match m.view(base, ENTRY_HEADER_SIZE as usize).map(stored_key_len) {
+            Ok(Some(kl)) if kl as usize == key.len() => {}
             _ => return false,
         }
         m.view(base + ENTRY_HEADER_SIZE, key.len()).is_ok_and(|k| k == key)

@@ -13,6 +13,16 @@
 //!
 //! Segments are scanned by several threads (one per core); the index is sharded, so
 //! they insert concurrently. The same walker ([`walk_segment`]) serves `inspect-log`.
+//!
+//! `recover` runs its steps in order, one function each: read the high-water mark,
+//! scan the segments (the shared `Scan`: per segment its header, then per slot index
+//! or count), rebuild the allocator, check the owners' logs (repairing a missing
+//! link), seal and repair segments, count the index, restart the counters.
+//!
+//! Owns: reading the media back (segment header words, slot walks) and the recovery
+//! report. Every field is decoded through [`format`](super::format); it imports only
+//! the pool (`super`), `index` (the locations it inserts), `pmem` (the mapping it
+//! reads) and `error`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,7 +133,7 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     };
     let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed));
     match map
-        .view(base, 64)
+        .view(base, SEG_FIXED_LEN)
         .map_err(|e| e.to_string())
         .and_then(|b| SegmentHeader::decode(b, &ph.sealer()).map_err(|e| e.to_string()))
     {
@@ -197,9 +207,7 @@ pub fn walk_segment(
         if limit == WalkLimit::Links && !next.as_ref().is_ok_and(|&n| next_offset_ok(off, n, size)) {
             break;
         }
-        let next = next.unwrap_or_else(|_| {
-            u64::from_le_bytes(slot[ENTRY_NEXT_OFF as usize..ENTRY_NEXT_OFF as usize + 8].try_into().unwrap_or([0; 8]))
-        });
+        let next = next.unwrap_or_else(|_| stored_next_offset(slot).unwrap_or(0));
         let place = SlotPlace { segment: id, generation, offset: off };
         let checked = check_entry(slot, place, size, trust, &mut repairs);
         let damaged = match checked {
@@ -301,208 +309,335 @@ pub const DAMAGED_VALUE: &str = "value damaged under a valid seal (the key reads
 /// Scans `pool`'s media into its index, allocator and counters.
 pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let t0 = Instant::now();
-    let ph = pool.header.clone();
-    let map = pool.media.map();
-    let n = ph.segment_count;
-    let mut early_problems = Vec::new();
+    let (hwm, early_problems) = read_high_water(pool.media.map())?;
+    let n = pool.header.segment_count;
+    let threads = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).min(n as usize).max(1);
+    let scan = Scan::new(pool, Trust { sealer: pool.sealer, hwm }, early_problems);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| scan.worker());
+        }
+    });
+    let scanned = scan.finish();
+    let mut report = RecoveryReport {
+        entries_rejected: scanned.rejected,
+        problems: scanned.problems,
+        threads,
+        segments_total: n,
+        entries_valid: scanned.valid,
+        ..Default::default()
+    };
+    let mut owners = rebuild_allocator(pool, &scanned.found, &mut report);
+    let writable = !pool.media.is_read_only();
+    check_owner_logs(pool, &mut owners.logs, writable, &mut report)?;
+    if writable {
+        repair_segments(pool, &scanned.found, &mut report)?;
+    }
+    count_index(pool, &mut report);
+    report.entries_repaired = scanned.repaired;
+    report.counts_damaged = scanned.counts_damaged;
+    restart_counters(pool, hwm, scanned.max_version, owners.max_owner, &mut report);
+    report.problems.truncate(MAX_PROBLEMS);
+    report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok(report)
+}
+
+/// The durable version high-water mark from its two copies, and the damage found in
+/// them. Without a valid mark: [`MAX_VERSION`] (believe every sealed version).
+fn read_high_water(map: &Mapping) -> Result<(u64, Vec<String>)> {
+    let mut problems = Vec::new();
     let hwm = match read_hwm(map.read_u64(POOL_HWM_OFFS[0])?, map.read_u64(POOL_HWM_OFFS[1])?) {
         Ok(h) => h,
         Err(p) => {
             // Without a mark, believe every sealed version; the counter restarts above
             // the largest one found and the next lease rewrites both copies.
-            early_problems.push(format!("pool header: {p}"));
+            problems.push(format!("pool header: {p}"));
             MAX_VERSION
         }
     };
     for (i, off) in POOL_HWM_OFFS.iter().enumerate() {
         if decode_hwm(map.read_u64(*off)?).is_none() && hwm != MAX_VERSION {
-            early_problems.push(format!("pool header: high-water mark copy {i} fails its check (the other is used)"));
+            problems.push(format!("pool header: high-water mark copy {i} fails its check (the other is used)"));
         }
     }
-    let trust = Trust { sealer: pool.sealer, hwm };
-    let repaired = AtomicU64::new(0);
-    let counts_damaged = AtomicU64::new(0);
-    let threads = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).min(n as usize).max(1);
-    let found: Mutex<Vec<Option<SegmentFound>>> = Mutex::new(vec![None; n as usize]);
-    let rejected: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
-    let problems: Mutex<Vec<String>> = Mutex::new(early_problems);
-    let max_version = AtomicU64::new(0);
-    let valid = AtomicU64::new(0);
-    let next_seg = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut local_rej: BTreeMap<String, u64> = BTreeMap::new();
-                let mut local_max = 0u64;
-                let mut local_valid = 0u64;
-                loop {
-                    let id = next_seg.fetch_add(1, Ordering::Relaxed);
-                    if id >= n {
-                        break;
-                    }
-                    let f = read_segment(map, &ph, id);
-                    if let Some(p) = &f.problem {
-                        let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        if pr.len() < MAX_PROBLEMS {
-                            pr.push(format!("segment {id}: {p}"));
-                        }
-                    }
-                    if f.in_use() {
-                        if let Some(d) = f.count_damage() {
-                            counts_damaged.fetch_add(1, Ordering::Relaxed);
-                            let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            if pr.len() < MAX_PROBLEMS {
-                                pr.push(format!("segment {id}: {d}"));
-                            }
-                        }
-                        let mut walked = 0u64;
-                        let (end, damage) = walk_segment(map, &ph, &trust, &f, f.limit(), |e, slot| {
-                            walked += 1;
-                            match &e.result {
-                                Ok(h) => {
-                                    local_valid += 1;
-                                    local_max = local_max.max(h.version);
-                                    if e.repaired {
-                                        repaired.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    let loc = Loc {
-                                        segment: id as u32,
-                                        offset: e.offset as u32,
-                                        len: h.entry_len() as u32,
-                                        version: h.version,
-                                        tombstone: h.is_tombstone(),
-                                    };
-                                    pool.index_entry(entry_key(slot, h), loc);
-                                }
-                                Err(_) if e.damaged.is_some() => {
-                                    let Some(h) = e.damaged else { return };
-                                    *local_rej.entry(DAMAGED_VALUE.to_string()).or_default() += 1;
-                                    local_max = local_max.max(h.version);
-                                    let key = entry_key(slot, &h);
-                                    let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                                    if pr.len() < MAX_PROBLEMS {
-                                        pr.push(format!(
-                                            "segment {id} offset {}: key {} version {}: {DAMAGED_VALUE}",
-                                            e.offset,
-                                            super::inspect::printable_key(key),
-                                            h.version
-                                        ));
-                                    }
-                                    drop(pr);
-                                    let loc = Loc {
-                                        segment: id as u32,
-                                        offset: e.offset as u32,
-                                        len: h.entry_len() as u32,
-                                        version: h.version,
-                                        tombstone: h.is_tombstone(),
-                                    };
-                                    pool.index_entry(key, loc);
-                                }
-                                Err(fault) => *local_rej.entry(fault.to_string()).or_default() += 1,
-                            }
-                        });
-                        pool.seg_used[id as usize].store(end - SEGMENT_HEADER_SIZE, Ordering::Relaxed);
-                        pool.seg_count[id as usize].store(walked, Ordering::Relaxed);
-                        if let Some(d) = damage {
-                            let mut pr = problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            if pr.len() < MAX_PROBLEMS {
-                                pr.push(format!("segment {id}: {d}"));
-                            }
-                        }
-                    }
-                    found.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[id as usize] = Some(f);
-                }
-                max_version.fetch_max(local_max, Ordering::Relaxed);
-                valid.fetch_add(local_valid, Ordering::Relaxed);
-                let mut r = rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                for (k, v) in local_rej {
-                    *r.entry(k).or_default() += v;
-                }
-            });
-        }
-    });
-    let found: Vec<SegmentFound> =
-        found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).into_iter().flatten().collect();
-    let mut report = RecoveryReport {
-        entries_rejected: rejected.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
-        problems: problems.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
-        threads,
-        segments_total: n,
-        entries_valid: valid.load(Ordering::Relaxed),
-        ..Default::default()
-    };
+    Ok((hwm, problems))
+}
 
-    // Allocator state and the owners' logs.
-    let mut by_owner: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
-    let mut max_owner = 0u64;
-    {
-        let mut a = pool.lock();
-        a.free.clear();
-        for f in &found {
-            let gen = f.header.map(|h| h.generation).unwrap_or(0);
-            if f.in_use() {
-                let (Some(h), Some(state)) = (f.header, f.state) else { continue };
-                a.segs[f.id as usize] =
-                    SegMeta { state, owner: h.owner, prev: h.prev, next: f.next, log_seq: h.log_seq, generation: gen };
-                by_owner.entry(h.owner).or_default().push((h.log_seq, f.id));
-                if h.owner < TOMBSTONE_OWNER {
-                    max_owner = max_owner.max(h.owner);
-                }
-                report.segments_in_use += 1;
-            } else if f.problem.is_some() {
-                report.segments_damaged += 1;
-            } else {
-                a.segs[f.id as usize] = SegMeta::free(gen);
-                a.free.push(f.id);
-                report.segments_free += 1;
-            }
-        }
-        a.free.sort_unstable_by(|x, y| y.cmp(x));
+/// The index location of the entry `h` at `offset` of segment `id`.
+fn loc_of(id: u64, offset: u64, h: &EntryHeader) -> Loc {
+    Loc {
+        segment: id as u32,
+        offset: offset as u32,
+        len: h.entry_len() as u32,
+        version: h.version,
+        tombstone: h.is_tombstone(),
     }
-    let writable = !pool.media.is_read_only();
-    for (owner, segs) in &mut by_owner {
+}
+
+/// Locks `m`, whether or not another scanning thread panicked holding it.
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The segment scan shared by the scanning threads: the next segment to take, and
+/// what the threads found so far.
+struct Scan<'a> {
+    pool: &'a Pool,
+    trust: Trust,
+    next_seg: AtomicU64,
+    found: Mutex<Vec<Option<SegmentFound>>>,
+    rejected: Mutex<BTreeMap<String, u64>>,
+    problems: Mutex<Vec<String>>,
+    max_version: AtomicU64,
+    valid: AtomicU64,
+    repaired: AtomicU64,
+    counts_damaged: AtomicU64,
+}
+
+/// What one scanning thread counts before it merges into the [`Scan`].
+#[derive(Default)]
+struct Tally {
+    rejected: BTreeMap<String, u64>,
+    max_version: u64,
+    valid: u64,
+}
+
+/// What the scan found, all threads merged.
+struct Scanned {
+    found: Vec<SegmentFound>,
+    rejected: BTreeMap<String, u64>,
+    problems: Vec<String>,
+    max_version: u64,
+    valid: u64,
+    repaired: u64,
+    counts_damaged: u64,
+}
+
+impl<'a> Scan<'a> {
+    fn new(pool: &'a Pool, trust: Trust, early_problems: Vec<String>) -> Scan<'a> {
+        Scan {
+            pool,
+            trust,
+            next_seg: AtomicU64::new(0),
+            found: Mutex::new(vec![None; pool.header.segment_count as usize]),
+            rejected: Mutex::new(BTreeMap::new()),
+            problems: Mutex::new(early_problems),
+            max_version: AtomicU64::new(0),
+            valid: AtomicU64::new(0),
+            repaired: AtomicU64::new(0),
+            counts_damaged: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a problem (the first [`MAX_PROBLEMS`] are kept).
+    fn problem(&self, p: String) {
+        let mut pr = locked(&self.problems);
+        if pr.len() < MAX_PROBLEMS {
+            pr.push(p);
+        }
+    }
+
+    /// One scanning thread: takes segments until none is left, then merges its tally.
+    fn worker(&self) {
+        let mut tally = Tally::default();
+        loop {
+            let id = self.next_seg.fetch_add(1, Ordering::Relaxed);
+            if id >= self.pool.header.segment_count {
+                break;
+            }
+            self.segment(id, &mut tally);
+        }
+        self.max_version.fetch_max(tally.max_version, Ordering::Relaxed);
+        self.valid.fetch_add(tally.valid, Ordering::Relaxed);
+        let mut r = locked(&self.rejected);
+        for (k, v) in tally.rejected {
+            *r.entry(k).or_default() += v;
+        }
+    }
+
+    /// Reads segment `id`'s header and, if it is in use, indexes its entries.
+    fn segment(&self, id: u64, tally: &mut Tally) {
+        let f = read_segment(self.pool.media.map(), &self.pool.header, id);
+        if let Some(p) = &f.problem {
+            self.problem(format!("segment {id}: {p}"));
+        }
+        if f.in_use() {
+            self.walk(&f, tally);
+        }
+        locked(&self.found)[id as usize] = Some(f);
+    }
+
+    /// Walks in-use segment `f`, indexing every entry believed, and records how far the
+    /// walk went (the segment's used bytes and counted slots).
+    fn walk(&self, f: &SegmentFound, tally: &mut Tally) {
+        let (pool, id) = (self.pool, f.id);
+        if let Some(d) = f.count_damage() {
+            self.counts_damaged.fetch_add(1, Ordering::Relaxed);
+            self.problem(format!("segment {id}: {d}"));
+        }
+        let mut walked = 0u64;
+        let (end, damage) = walk_segment(pool.media.map(), &pool.header, &self.trust, f, f.limit(), |e, slot| {
+            walked += 1;
+            self.entry(id, e, slot, tally);
+        });
+        pool.seg_used[id as usize].store(end - SEGMENT_HEADER_SIZE, Ordering::Relaxed);
+        pool.seg_count[id as usize].store(walked, Ordering::Relaxed);
+        if let Some(d) = damage {
+            self.problem(format!("segment {id}: {d}"));
+        }
+    }
+
+    /// One slot of segment `id`: a believed entry is indexed, so is a damaged value
+    /// under a valid seal (reported); anything else is counted by its fault.
+    fn entry(&self, id: u64, e: &ScannedEntry, slot: &[u8], tally: &mut Tally) {
+        match &e.result {
+            Ok(h) => {
+                tally.valid += 1;
+                tally.max_version = tally.max_version.max(h.version);
+                if e.repaired {
+                    self.repaired.fetch_add(1, Ordering::Relaxed);
+                }
+                self.pool.index_entry(entry_key(slot, h), loc_of(id, e.offset, h));
+            }
+            Err(_) if e.damaged.is_some() => {
+                let Some(h) = e.damaged else { return };
+                *tally.rejected.entry(DAMAGED_VALUE.to_string()).or_default() += 1;
+                tally.max_version = tally.max_version.max(h.version);
+                let key = entry_key(slot, &h);
+                self.problem(format!(
+                    "segment {id} offset {}: key {} version {}: {DAMAGED_VALUE}",
+                    e.offset,
+                    super::inspect::printable_key(key),
+                    h.version
+                ));
+                self.pool.index_entry(key, loc_of(id, e.offset, &h));
+            }
+            Err(fault) => *tally.rejected.entry(fault.to_string()).or_default() += 1,
+        }
+    }
+
+    /// What every thread found, merged.
+    fn finish(self) -> Scanned {
+        Scanned {
+            found: self
+                .found
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .into_iter()
+                .flatten()
+                .collect(),
+            rejected: self.rejected.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
+            problems: self.problems.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
+            max_version: self.max_version.into_inner(),
+            valid: self.valid.into_inner(),
+            repaired: self.repaired.into_inner(),
+            counts_damaged: self.counts_damaged.into_inner(),
+        }
+    }
+}
+
+/// The owners' logs found: per owner, `(log_seq, segment)` of its segments, and the
+/// largest client id among them.
+struct Owners {
+    logs: BTreeMap<u64, Vec<(u64, u64)>>,
+    max_owner: u64,
+}
+
+/// Rebuilds the allocator from the segments found (in use, damaged and kept out of
+/// the free list, or free) and collects the owners' logs.
+fn rebuild_allocator(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryReport) -> Owners {
+    let mut owners = Owners { logs: BTreeMap::new(), max_owner: 0 };
+    let mut a = pool.lock();
+    a.free.clear();
+    for f in found {
+        let gen = f.header.map_or(0, |h| h.generation);
+        if f.in_use() {
+            let (Some(h), Some(state)) = (f.header, f.state) else { continue };
+            a.segs[f.id as usize] =
+                SegMeta { state, owner: h.owner, prev: h.prev, next: f.next, log_seq: h.log_seq, generation: gen };
+            owners.logs.entry(h.owner).or_default().push((h.log_seq, f.id));
+            if h.owner < TOMBSTONE_OWNER {
+                owners.max_owner = owners.max_owner.max(h.owner);
+            }
+            report.segments_in_use += 1;
+        } else if f.problem.is_some() {
+            report.segments_damaged += 1;
+        } else {
+            a.segs[f.id as usize] = SegMeta::free(gen);
+            a.free.push(f.id);
+            report.segments_free += 1;
+        }
+    }
+    a.free.sort_unstable_by(|x, y| y.cmp(x));
+    owners
+}
+
+/// Checks each owner's log is a chain of consecutive positions linked both ways;
+/// `writable`, a missing forward link is repaired.
+fn check_owner_logs(
+    pool: &Pool,
+    logs: &mut BTreeMap<u64, Vec<(u64, u64)>>,
+    writable: bool,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    for (owner, segs) in logs {
         segs.sort_unstable();
         report.segments_per_client.insert(*owner, segs.len() as u64);
         for w in segs.windows(2) {
-            let ((s0, a), (s1, b)) = (w[0], w[1]);
-            if s0 == s1 {
-                report.problems.push(format!("client {owner}: segments {a} and {b} both claim log position {s0}"));
-                continue;
-            }
-            let meta_b = pool.seg_meta(b);
-            if meta_b.map(|m| m.prev) != Some(a) {
-                report
-                    .problems
-                    .push(format!("client {owner}: segment {b} links back to {:?}, not {a}", meta_b.map(|m| m.prev)));
-            }
-            if pool.seg_meta(a).map(|m| m.next) != Some(b) {
-                // The allocation of `b` persisted before the link from `a` did.
-                if writable {
-                    let off = pool.segment_offset(a) + SEG_NEXT_OFF;
-                    pool.media.store_u64(off, b)?;
-                    pool.media.persist(off, 8)?;
-                    pool.lock().segs[a as usize].next = b;
-                    report.repairs.push(format!("client {owner}: linked segment {a} -> {b}"));
-                }
-            }
+            check_link(pool, *owner, w[0], w[1], writable, report)?;
         }
     }
-    if writable {
-        // Writers of active segments are gone with the old process: seal them.
-        for f in &found {
-            if f.in_use() && f.state == Some(SegmentState::Active) {
-                pool.seal_segment(f.id)?;
-            }
-            if let (true, Some(h), Some(CountCheck::Repaired(_) | CountCheck::Damaged)) =
-                (f.in_use(), f.header, f.count_check)
-            {
-                let n = pool.segment_slots(f.id);
-                pool.persist_count(f.id, h.generation, n)?;
-                report.repairs.push(format!("segment {}: count rewritten as {n} slots", f.id));
-            }
-        }
-    }
+    Ok(())
+}
 
+/// Checks that segment `a` and the next segment `b` of `owner`'s log, each given as
+/// `(log_seq, segment)`, are linked both ways.
+fn check_link(
+    pool: &Pool,
+    owner: u64,
+    (s0, a): (u64, u64),
+    (s1, b): (u64, u64),
+    writable: bool,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    if s0 == s1 {
+        report.problems.push(format!("client {owner}: segments {a} and {b} both claim log position {s0}"));
+        return Ok(());
+    }
+    let meta_b = pool.seg_meta(b);
+    if meta_b.map(|m| m.prev) != Some(a) {
+        report
+            .problems
+            .push(format!("client {owner}: segment {b} links back to {:?}, not {a}", meta_b.map(|m| m.prev)));
+    }
+    // The allocation of `b` persisted before the link from `a` did.
+    if pool.seg_meta(a).map(|m| m.next) != Some(b) && writable {
+        pool.persist_next(a, b)?;
+        pool.lock().segs[a as usize].next = b;
+        report.repairs.push(format!("client {owner}: linked segment {a} -> {b}"));
+    }
+    Ok(())
+}
+
+/// Seals the active segments (their writers are gone with the old process) and
+/// rewrites the `count` words that failed their check.
+fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryReport) -> Result<()> {
+    for f in found.iter().filter(|f| f.in_use()) {
+        if f.state == Some(SegmentState::Active) {
+            pool.seal_segment(f.id)?;
+        }
+        if let (Some(h), Some(CountCheck::Repaired(_) | CountCheck::Damaged)) = (f.header, f.count_check) {
+            let n = pool.segment_slots(f.id);
+            pool.persist_count(f.id, h.generation, n)?;
+            report.repairs.push(format!("segment {}: count rewritten as {n} slots", f.id));
+        }
+    }
+    Ok(())
+}
+
+/// Counts the keys, tombstones and superseded entries of the rebuilt index, and the
+/// used, live and garbage bytes.
+fn count_index(pool: &Pool, report: &mut RecoveryReport) {
     let mut keys = 0u64;
     let mut tombs = 0u64;
     let mut indexed = 0u64;
@@ -520,22 +655,22 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     report.used_bytes = pool.seg_used.iter().map(|a| a.load(Ordering::Relaxed)).sum();
     report.live_bytes = pool.seg_live.iter().map(|a| a.load(Ordering::Relaxed)).sum();
     report.garbage_bytes = report.used_bytes.saturating_sub(report.live_bytes);
-    report.entries_repaired = repaired.load(Ordering::Relaxed);
-    report.counts_damaged = counts_damaged.load(Ordering::Relaxed);
-    // Never below the durable mark: versions below it may have been acknowledged in
-    // entries that are gone or damaged. Without a valid mark, above every version found.
+}
+
+/// Restarts the version counter and the client ids: versions never below the durable
+/// mark `hwm` (versions below it may have been acknowledged in entries that are gone or
+/// damaged) nor at or below `max_version`, the largest found; without a valid mark,
+/// a lease above every version found. Client ids above every owner found.
+fn restart_counters(pool: &Pool, hwm: u64, max_version: u64, max_owner: u64, report: &mut RecoveryReport) {
     let (start, durable) = if hwm == MAX_VERSION {
-        let s = (max_version.load(Ordering::Relaxed) + 1).saturating_add(VERSION_LEASE).min(MAX_VERSION);
+        let s = (max_version + 1).saturating_add(VERSION_LEASE).min(MAX_VERSION);
         (s, s)
     } else {
-        (hwm.max(max_version.load(Ordering::Relaxed) + 1), hwm)
+        (hwm.max(max_version + 1), hwm)
     };
     report.version_hwm = durable;
     report.next_version = start;
     pool.hwm.store(durable, Ordering::Release);
     pool.next_version.store(start, Ordering::Release);
     pool.next_client.store(max_owner + 1, Ordering::Release);
-    report.problems.truncate(MAX_PROBLEMS);
-    report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
-    Ok(report)
 }

@@ -219,15 +219,16 @@ fn bad_counts_and_links_are_reported() {
     let seg0 = POOL_HEADER_SIZE as usize;
     // count far beyond the slots
     let mut bad = img.clone();
-    bad[seg0 + 64..seg0 + 72].copy_from_slice(&u64::MAX.to_le_bytes());
+    let count = seg0 + SEG_COUNT_OFF as usize;
+    bad[count..count + SEG_WORD_LEN].copy_from_slice(&u64::MAX.to_le_bytes());
     let (_, rep) = recover_image(&bad).unwrap();
     assert!(rep.problems.iter().any(|p| p.contains("count") || p.contains("next_offset")), "{:?}", rep.problems);
     // a cycle: segment 0's header claims segment 0 as prev (rewrite with a valid checksum)
     let mut bad = img.clone();
     let sealer = PoolHeader::decode(&bad[..POOL_HEADER_LEN], bad.len() as u64).unwrap().sealer();
-    let mut h = SegmentHeader::decode(&bad[seg0..seg0 + 64], &sealer).unwrap();
+    let mut h = SegmentHeader::decode(&bad[seg0..seg0 + SEG_FIXED_LEN], &sealer).unwrap();
     h.prev = 0;
-    bad[seg0..seg0 + 64].copy_from_slice(&h.encode(&sealer));
+    bad[seg0..seg0 + SEG_FIXED_LEN].copy_from_slice(&h.encode(&sealer));
     let (_, rep) = recover_image(&bad).unwrap();
     assert!(rep.keys > 0);
     // a damaged (allocated but bad checksum) segment header is quarantined
@@ -265,7 +266,7 @@ proptest! {
         let mut bad = 0;
         pool.index().for_each(|l| {
             let e = pool.read_entry(l).unwrap();
-            if entry_checksum(&e) != u32::from_le_bytes(e[0..4].try_into().unwrap()) {
+            if Some(entry_checksum(&e)) != stored_checksum(&e) {
                 bad += 1;
             }
             n += 1;
@@ -299,7 +300,7 @@ fn versions_are_leased_in_blocks_and_never_restart_below_the_mark() {
     assert_eq!(p2.next_version().unwrap(), 1 + VERSION_LEASE);
     // a torn lease (only the first copy written) and a flipped copy both still read
     let mut img2 = img.clone();
-    img2[POOL_HWM_OFFS[1] as usize..][..8].copy_from_slice(&encode_hwm(1).to_le_bytes());
+    img2[POOL_HWM_OFFS[1] as usize..][..POOL_HWM_LEN].copy_from_slice(&encode_hwm(1).to_le_bytes());
     assert_eq!(recover_image(&img2).unwrap().1.version_hwm, 1 + VERSION_LEASE);
     let mut img3 = img;
     img3[POOL_HWM_OFFS[0] as usize + 2] ^= 0x20;

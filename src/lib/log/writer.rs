@@ -266,7 +266,7 @@ impl Pool {
             // 2. ... then its version and seal, written back on their own.
             self.store_version(seg.id, offset, version, seal)?;
             self.media().crash_point();
-            self.media().persist(pool_off + ENTRY_VERSION_OFF, 16)?;
+            self.media().persist(pool_off + ENTRY_VERSION_OFF, ENTRY_VERSION_SEAL_LEN)?;
             laps.lap(|t| &mut t.second_persist);
             self.media().crash_point();
         }
