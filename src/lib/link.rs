@@ -74,7 +74,7 @@ pub(crate) struct Limits {
 
 /// A client's connection (see the module doc).
 pub(crate) struct Link<T: Transport> {
-    pub(crate) t: T,
+    t: T,
     pub(crate) qp: T::Qp,
     cq: T::Cq,
     recv_mr: T::Mr,
@@ -84,7 +84,7 @@ pub(crate) struct Link<T: Transport> {
     /// The buffer the server WRITEs GET results into (and RDMP READs land in).
     pub(crate) resp_mr: T::Mr,
     /// The buffer entries are WRITTEN from.
-    pub(crate) entry_mr: T::Mr,
+    entry_mr: T::Mr,
     /// Scratch: requests are encoded here, replies and entries copied here.
     pub(crate) buf: Vec<u8>,
     pub(crate) timeout: Duration,
@@ -135,7 +135,7 @@ impl<T: Transport> Link<T> {
     }
 
     /// A fresh work-request id for something this side posts.
-    pub(crate) fn wr(&mut self) -> u64 {
+    fn wr(&mut self) -> u64 {
         self.next_wr += 1;
         WR_SEND | self.next_wr
     }
@@ -199,7 +199,7 @@ impl<T: Transport> Link<T> {
 
     /// Waits for the completion of this side's work request `wr` (a READ), skipping
     /// the completions of earlier sends.
-    pub(crate) fn wait_completion(&mut self, wr: u64, what: &'static str) -> Result<()> {
+    fn wait_completion(&mut self, wr: u64, what: &'static str) -> Result<()> {
         loop {
             let c = self.cq.wait(self.timeout).map_err(|e| match e {
                 Error::Timeout(d, _) => Error::Timeout(d, what),
@@ -270,6 +270,16 @@ impl<T: Transport> Link<T> {
     pub(crate) fn write_entry(&mut self, len: usize, addr: u64, rkey: u32, imm: u32) -> Result<()> {
         let wr = self.wr();
         self.qp.post_write_imm(wr, &self.entry_mr, 0, len as u32, addr, rkey, imm).map_err(|e| self.broken("a PUT", e))
+    }
+
+    /// READs `len` bytes at the peer's `addr` under `rkey` into the response buffer,
+    /// waits for it, and copies them into `buf`.
+    pub(crate) fn read_remote(&mut self, len: u32, addr: u64, rkey: u32, what: &'static str) -> Result<()> {
+        self.grow_response(u64::from(len))?;
+        let wr = self.wr();
+        self.qp.post_read(wr, &self.resp_mr, 0, len, addr, rkey).map_err(|e| self.broken(what, e))?;
+        self.wait_completion(wr, what)?;
+        self.take_response(len as usize)
     }
 
     /// Makes the response buffer at least `len` bytes (a power of two).

@@ -25,7 +25,7 @@ use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::log::WriteMode;
 use crate::service::phases::GetTimer;
 use crate::service::{ConnMap, Ctx};
-use crate::transport::{Access, MemoryRegion, QueuePair, Transport};
+use crate::transport::{Access, MemoryRegion, Transport};
 use crate::wire::{ErrorCode, Msg, PutImm};
 
 // ---- server side ----
@@ -147,11 +147,7 @@ impl<T: Transport> ClientSide<T> for Client {
             Msg::NotFound => return Ok(None),
             m => return Err(Error::Protocol(format!("expected a location, got {m:?}"))),
         };
-        l.grow_response(len as u64)?;
-        let wr = l.wr();
-        l.qp.post_read(wr, &l.resp_mr, 0, len, addr, rkey)?;
-        l.wait_completion(wr, "RDMP READ")?;
-        l.take_response(len as usize)?;
+        l.read_remote(len, addr, rkey, "RDMP READ")?;
         Ok(Some((0, len as usize)))
     }
 }

@@ -1491,13 +1491,8 @@ impl ShmQp {
             };
             return self.error(wr_id, op, WcStatus::LocalProtectionError, format!("local protection error: {what}"));
         };
-        let mut s = lock(&c.send);
-        if c.state.is_error() {
-            drop(s);
-            return self.check_open();
-        }
-        let ok = c.one_sided(&mut s, rkey, remote_addr, len, remote, (&mr.info().mapping, loff), write);
-        drop(s);
+        let ok = self
+            .on_send_side(|c, s| c.one_sided(s, rkey, remote_addr, len, remote, (&mr.info().mapping, loff), write))?;
         if !ok {
             return self.error(
                 wr_id,
@@ -1530,14 +1525,9 @@ impl ShmQp {
             let why = "local protection error: atomic result outside its region or not LOCAL_WRITE";
             return self.error(wr_id, opcode, WcStatus::LocalProtectionError, why.into());
         };
-        let mut s = lock(&c.send);
-        if c.state.is_error() {
-            drop(s);
-            return self.check_open();
-        }
-        let r =
-            c.on_peer_region(&mut s, rkey, remote_addr, 8, Access::REMOTE_ATOMIC, |m, roff| m.atomic_u64(roff).map(op));
-        drop(s);
+        let r = self.on_send_side(|c, s| {
+            c.on_peer_region(s, rkey, remote_addr, 8, Access::REMOTE_ATOMIC, |m, roff| m.atomic_u64(roff).map(op))
+        })?;
         let status = match r {
             Some(Ok(old)) => {
                 if mr.info().mapping.write(loff, &old.to_le_bytes()).is_err() {
@@ -1559,12 +1549,28 @@ impl ShmQp {
         )
     }
 
+    /// Runs `f` with the send side locked (so nothing reaches the peer after a failure
+    /// tears the connection down), unless the connection is in the error state.
+    fn on_send_side<R>(&self, f: impl FnOnce(&Conn, &mut SendSide) -> R) -> Result<R> {
+        let c = &self.conn;
+        let mut s = lock(&c.send);
+        if c.state.is_error() {
+            drop(s);
+            return Err(self.error_state());
+        }
+        Ok(f(c, &mut s))
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.conn.state.is_error() {
-            let why = lock(&self.conn.state.reason).clone().unwrap_or_default();
-            return Err(Error::Transport(format!("qp {} is in the error state: {why}", self.conn.qp_num)));
+            return Err(self.error_state());
         }
         Ok(())
+    }
+
+    fn error_state(&self) -> Error {
+        let why = lock(&self.conn.state.reason).clone().unwrap_or_default();
+        Error::Transport(format!("qp {} is in the error state: {why}", self.conn.qp_num))
     }
 
     fn complete(&self, signaled: bool, wr_id: u64, opcode: WcOpcode, len: u32) {
@@ -1816,15 +1822,8 @@ impl QueuePair for ShmQp {
     fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
         self.check_open()?;
         self.conn.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        let c = &self.conn;
-        let mut s = lock(&c.send);
-        if c.state.is_error() {
-            drop(s);
-            return self.check_open();
-        }
         let kind = crate::pmem::FlushKind::detect();
-        let done = c.one_sided_flush(&mut s, rkey, remote_addr, len, kind);
-        drop(s);
+        let done = self.on_send_side(|c, s| c.one_sided_flush(s, rkey, remote_addr, len, kind))?;
         if !done {
             return self.error(
                 wr_id,
