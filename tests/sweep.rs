@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use boomkv::bench::sweep::plot::svg_texts;
-use boomkv::bench::sweep::{grid, Preset, SweepOptions, Table};
+use boomkv::bench::sweep::presets::latency::PRESET as LATENCY;
+use boomkv::bench::sweep::{grid, SweepOptions, Table};
 
 fn boomctl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_boomctl"))
@@ -62,10 +63,10 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
 
     // One CSV row per grid point, every row complete.
     let t = Table::read(&out.join("latency.csv")).unwrap();
-    let mut o = SweepOptions::new(vec![Preset::Latency], out.clone());
+    let mut o = SweepOptions::new(vec![LATENCY], out.clone());
     o.quick = true;
     o.axes.sizes = Some(vec![32, 4096]);
-    let points = grid(Preset::Latency, &o).unwrap();
+    let points = grid(LATENCY, &o).unwrap();
     assert_eq!(t.rows.len(), points.len());
     assert_eq!(t.rows.len(), 6);
     let ids: Vec<String> = t.rows.iter().map(|r| r[0].clone()).collect();
@@ -193,11 +194,11 @@ fn bad_input_is_reported_with_the_file() {
     // A CSV that does not parse: the error names the file and the line.
     let bad = dir.path().join("bad");
     std::fs::create_dir(&bad).unwrap();
-    let header = Preset::Latency.columns().join(",");
-    let mut row: Vec<&str> = vec![""; Preset::Latency.columns().len()];
+    let header = LATENCY.columns().join(",");
+    let mut row: Vec<&str> = vec![""; LATENCY.columns().len()];
     row[0] = "boom/32";
     row[5] = "32";
-    let put_avg = Preset::Latency.columns().iter().position(|c| *c == "put_avg_us").unwrap();
+    let put_avg = LATENCY.columns().iter().position(|c| *c == "put_avg_us").unwrap();
     row[put_avg] = "fast";
     std::fs::write(bad.join("latency.csv"), format!("{header}\n{}\n", row.join(","))).unwrap();
     let out = boomctl().args(["sweep", "--plot-only"]).arg(&bad).output().unwrap();

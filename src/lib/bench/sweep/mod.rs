@@ -14,19 +14,27 @@
 //! [`render`] alone. [`setup`] writes `SETUP.md` (machine, transport, flush primitive,
 //! durability, version, the exact command).
 //!
-//! What each preset measures, and how, is in [`points`] and in `SETUP.md`.
+//! Each preset is one file under [`presets`] behind [`PresetDef`] (its grid, CSV
+//! columns, what a point runs, its figures and summary); this driver knows none by
+//! name. What each measures, and how, is in its module doc and in `SETUP.md`.
 
+pub mod components;
+pub mod context;
 pub mod paper;
 pub mod plot;
-pub mod points;
+pub mod presets;
 pub mod setup;
 pub mod summary;
 
+pub use presets::{Meta, Preset, PresetDef};
+
+use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::bench::runner::Progress;
@@ -76,105 +84,8 @@ pub enum SweepError {
 /// Result of sweep functions.
 pub type Result<T, E = SweepError> = std::result::Result<T, E>;
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
     move |source| SweepError::Io { path: path.to_path_buf(), source }
-}
-
-/// A named grid that maps to figures of the paper.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Preset {
-    /// The transport floor (WRITE, WRITE_WITH_IMM + reply, SEND/RECV, READ), per backend.
-    Transport,
-    /// PUT and GET latency per protocol and size (figures 13 and 14 are drawn; the
-    /// paper's figures 6 and 7, BOOM against the two-phase protocol, are their RDMP-KV lines).
-    Latency,
-    /// Where a request's time goes (figures 1, 2).
-    Breakdown,
-    /// YCSB workloads per protocol and size (figures 15-17).
-    Ycsb,
-    /// 1 KiB PUT throughput, latency and space saving vs segment size (figures 8, 10).
-    SegmentSize,
-    /// PM space used vs Zipf skew, hybrid vs append-only (figure 9).
-    Skew,
-    /// Cooperative write-back on/off per flush instruction and size (figures 11, 12).
-    Writeback,
-    /// Throughput vs client threads at 2 KiB (figures 18, 19).
-    Threads,
-}
-
-impl Preset {
-    /// Every preset, in the order `all` runs them.
-    pub const ALL: [Preset; 8] = [
-        Preset::Transport,
-        Preset::Latency,
-        Preset::Breakdown,
-        Preset::Ycsb,
-        Preset::SegmentSize,
-        Preset::Skew,
-        Preset::Writeback,
-        Preset::Threads,
-    ];
-
-    /// The name on the command line and of the CSV file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Preset::Transport => "transport",
-            Preset::Latency => "latency",
-            Preset::Breakdown => "breakdown",
-            Preset::Ycsb => "ycsb",
-            Preset::SegmentSize => "segment-size",
-            Preset::Skew => "skew",
-            Preset::Writeback => "writeback",
-            Preset::Threads => "threads",
-        }
-    }
-
-    /// The paper's figures this preset reproduces.
-    pub fn figures(self) -> &'static str {
-        match self {
-            Preset::Transport => "the transport floor (no figure)",
-            Preset::Latency => "figures 13, 14; 6, 7 are their RDMP-KV lines",
-            Preset::Breakdown => "figures 1, 2",
-            Preset::Ycsb => "figures 15-17",
-            Preset::SegmentSize => "figures 8, 10",
-            Preset::Skew => "figure 9",
-            Preset::Writeback => "figures 11, 12",
-            Preset::Threads => "figures 18, 19",
-        }
-    }
-
-    /// The CSV file of this preset in `dir`.
-    pub fn csv_path(self, dir: &Path) -> PathBuf {
-        dir.join(format!("{}.csv", self.name()))
-    }
-
-    /// The CSV columns, in order.
-    pub fn columns(self) -> &'static [&'static str] {
-        points::columns(self)
-    }
-
-    /// Whether the preset needs an embedded server (it varies the server's settings).
-    pub fn needs_embedded(self) -> bool {
-        matches!(self, Preset::SegmentSize | Preset::Writeback)
-    }
-}
-
-impl fmt::Display for Preset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Preset {
-    type Err = SweepError;
-    fn from_str(s: &str) -> Result<Preset> {
-        Preset::ALL.into_iter().find(|p| p.name() == s.trim().to_ascii_lowercase()).ok_or_else(|| {
-            SweepError::Invalid(format!(
-                "unknown preset '{s}' (expected all, {})",
-                Preset::ALL.map(Preset::name).join(", ")
-            ))
-        })
-    }
 }
 
 /// Parses a preset list: `all` or names separated by commas.
@@ -433,6 +344,11 @@ impl SweepOptions {
         }
     }
 
+    /// The protocols of the grids: the `--protocols` axis, or every protocol.
+    pub fn protocols(&self) -> Vec<Protocol> {
+        self.axes.protocols.clone().unwrap_or_else(|| Protocol::ALL.to_vec())
+    }
+
     /// The transport actually used: the server's, or the chosen backend.
     pub fn transport(&self) -> Backend {
         self.server.as_ref().map(Endpoint::backend).unwrap_or(self.backend)
@@ -444,219 +360,55 @@ pub fn default_out_dir() -> PathBuf {
     PathBuf::from("plots").join(format!("{}-{}", setup::today(), setup::hostname()))
 }
 
-/// One grid point: a preset and its coordinates.
-#[derive(Clone, Debug, PartialEq)]
+/// One grid point: a preset and its coordinates (of the preset's own type; the
+/// driver only reads the point's id).
+#[derive(Clone)]
 pub struct Point {
     /// The preset.
     pub preset: Preset,
-    /// The coordinates.
-    pub params: Params,
-}
-
-/// The coordinates of a grid point.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Params {
-    /// Transport floor of one backend at one message size.
-    Transport {
-        /// Backend.
-        backend: Backend,
-        /// Message size.
-        size: u64,
-    },
-    /// PUT then GET of one protocol at one value size (latency and breakdown).
-    Latency {
-        /// Protocol.
-        protocol: Protocol,
-        /// Value size.
-        size: u64,
-    },
-    /// A YCSB mix.
-    Ycsb {
-        /// Mix `a`..`f`.
-        mix: char,
-        /// Protocol.
-        protocol: Protocol,
-        /// Value size.
-        size: u64,
-    },
-    /// 100% 1 KiB PUT with one segment size.
-    SegmentSize {
-        /// Segment size.
-        segment_size: u64,
-        /// Request skew.
-        skew: Skew,
-    },
-    /// 100% PUT with one skew and update mode.
-    Skew {
-        /// Request skew.
-        skew: Skew,
-        /// Hybrid (true) or append-only updates.
-        hybrid: bool,
-    },
-    /// PUT throughput of 2 clients with one flush instruction, coop on/off, one size.
-    Writeback {
-        /// Flush instruction.
-        flush: FlushKind,
-        /// Cooperative write-back.
-        coop: bool,
-        /// Value size.
-        size: u64,
-    },
-    /// PUT and GET throughput with this many client threads.
-    Threads {
-        /// Protocol.
-        protocol: Protocol,
-        /// Client threads.
-        threads: usize,
-    },
+    id: String,
+    params: Arc<dyn Any + Send + Sync>,
 }
 
 impl Point {
+    /// A point of `preset` with key `id` in the CSV and the preset's coordinates.
+    pub fn new<P: Any + Send + Sync>(preset: Preset, id: String, params: P) -> Point {
+        Point { preset, id, params: Arc::new(params) }
+    }
+
     /// The point's key in the CSV (`point` column): the coordinates, `/`-separated.
     pub fn id(&self) -> String {
-        match &self.params {
-            Params::Transport { backend, size } => format!("{backend}/{size}"),
-            Params::Latency { protocol, size } => format!("{protocol}/{size}"),
-            Params::Ycsb { mix, protocol, size } => format!("{mix}/{protocol}/{size}"),
-            Params::SegmentSize { segment_size, skew } => format!("{}/{}", short_bytes(*segment_size), skew.label()),
-            Params::Skew { skew, hybrid } => {
-                format!("{}/{}", skew.label(), if *hybrid { "hybrid" } else { "append" })
-            }
-            Params::Writeback { flush, coop, size } => {
-                format!("{flush}/{}/{size}", if *coop { "coop-on" } else { "coop-off" })
-            }
-            Params::Threads { protocol, threads } => format!("{protocol}/{threads}"),
-        }
+        self.id.clone()
     }
 
     /// A short label for progress output.
     pub fn label(&self) -> String {
-        format!("{} {}", self.preset, self.id())
+        format!("{} {}", self.preset, self.id)
+    }
+
+    /// The coordinates, as the type the preset stored.
+    pub fn params<P: Any>(&self) -> Result<&P> {
+        self.params.downcast_ref::<P>().ok_or_else(|| {
+            SweepError::Invalid(format!("internal: point {} has another preset's coordinates", self.label()))
+        })
+    }
+}
+
+impl fmt::Debug for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Point({})", self.label())
+    }
+}
+
+impl PartialEq for Point {
+    fn eq(&self, other: &Point) -> bool {
+        self.preset == other.preset && self.id == other.id
     }
 }
 
 /// The preset's grid: defaults (quick or full) with the user's overrides.
 pub fn grid(preset: Preset, o: &SweepOptions) -> Result<Vec<Point>> {
-    let a = &o.axes;
-    let q = o.quick;
-    let protocols = a.protocols.clone().unwrap_or_else(|| Protocol::ALL.to_vec());
-    let kib = |v: &[u64]| v.iter().map(|k| k << 10).collect::<Vec<u64>>();
-    let mut pts = Vec::new();
-    let mut push = |params| pts.push(Point { preset, params });
-    match preset {
-        Preset::Transport => {
-            let sizes = a.sizes.clone().unwrap_or_else(|| {
-                if q {
-                    vec![32, 64, 1024, 16384]
-                } else {
-                    crate::bench::floor::DEFAULT_SIZES.iter().map(|&s| s as u64).collect()
-                }
-            });
-            if let Some(&bad) = sizes.iter().find(|&&s| s == 0 || s > 1 << 24) {
-                return Err(SweepError::Invalid(format!("--sizes: {bad} is outside 1 B..16 MiB")));
-            }
-            let backends = match &o.server {
-                Some(_) => vec![o.transport()],
-                None if a.sizes.is_none() && !q => vec![Backend::Shm, Backend::Tcp],
-                None => vec![o.backend],
-            };
-            for b in backends {
-                for &size in &sizes {
-                    push(Params::Transport { backend: b, size });
-                }
-            }
-        }
-        Preset::Latency | Preset::Breakdown => {
-            let sizes = a.sizes.clone().unwrap_or_else(|| match (preset, q) {
-                (Preset::Latency, true) => vec![32, 256, 1024, 4096, 16384],
-                (Preset::Latency, false) => (5..=14).map(|s| 1u64 << s).collect(),
-                (_, true) => vec![64, 1024, 16384],
-                (_, false) => vec![64, 256, 1024, 4096, 16384],
-            });
-            check_values(&sizes)?;
-            for &size in &sizes {
-                for &protocol in &protocols {
-                    push(Params::Latency { protocol, size });
-                }
-            }
-        }
-        Preset::Ycsb => {
-            let mixes =
-                a.mixes.clone().unwrap_or_else(|| if q { vec!['a', 'b', 'c'] } else { vec!['a', 'b', 'c', 'd', 'f'] });
-            let sizes =
-                a.sizes.clone().unwrap_or_else(|| if q { vec![64, 4096] } else { vec![32, 256, 1024, 4096, 16384] });
-            check_values(&sizes)?;
-            for &mix in &mixes {
-                for &size in &sizes {
-                    for &protocol in &protocols {
-                        push(Params::Ycsb { mix, protocol, size });
-                    }
-                }
-            }
-        }
-        Preset::SegmentSize => {
-            let segs = a.segment_sizes.clone().unwrap_or_else(|| {
-                if q {
-                    // The full grid scaled down with the logical size (1/64).
-                    kib(&[256, 1024, 4096])
-                } else {
-                    vec![16 << 20, 64 << 20, 256 << 20]
-                }
-            });
-            check_segments(&segs)?;
-            let skews = a.thetas.clone().unwrap_or_else(|| vec![Skew::Zipf(0.99)]);
-            for &skew in &skews {
-                for &segment_size in &segs {
-                    push(Params::SegmentSize { segment_size, skew });
-                }
-            }
-        }
-        Preset::Skew => {
-            let skews = a.thetas.clone().unwrap_or_else(|| {
-                vec![
-                    Skew::Uniform,
-                    Skew::Zipf(0.5),
-                    Skew::Zipf(0.8),
-                    Skew::Zipf(0.99),
-                    Skew::Zipf(1.1),
-                    Skew::Zipf(1.2),
-                ]
-            });
-            for &skew in &skews {
-                for hybrid in [true, false] {
-                    push(Params::Skew { skew, hybrid });
-                }
-            }
-        }
-        Preset::Writeback => {
-            let flushes = a.flushes.clone().unwrap_or_else(|| {
-                [FlushKind::Clflush, FlushKind::Clwb, FlushKind::Clflushopt]
-                    .into_iter()
-                    .filter(|f| f.supported())
-                    .collect()
-            });
-            if let Some(f) = flushes.iter().find(|f| !f.supported()) {
-                return Err(SweepError::Invalid(format!("--flushes: this CPU cannot execute {f}")));
-            }
-            let sizes = a.sizes.clone().unwrap_or_else(|| kib(&[4, 8, 16]));
-            check_values(&sizes)?;
-            for &flush in &flushes {
-                for &size in &sizes {
-                    for coop in [false, true] {
-                        push(Params::Writeback { flush, coop, size });
-                    }
-                }
-            }
-        }
-        Preset::Threads => {
-            let threads = a.threads.clone().unwrap_or_else(|| if q { vec![1, 2, 4] } else { vec![1, 2, 4, 8, 16] });
-            for &protocol in &protocols {
-                for &t in &threads {
-                    push(Params::Threads { protocol, threads: t });
-                }
-            }
-        }
-    }
+    let pts = preset.def().grid(o)?;
     if preset.needs_embedded() && o.server.is_some() {
         return Err(SweepError::Invalid(format!(
             "the {preset} preset varies the server's settings, so it runs its own embedded servers: drop --server"
@@ -665,14 +417,14 @@ pub fn grid(preset: Preset, o: &SweepOptions) -> Result<Vec<Point>> {
     Ok(pts)
 }
 
-fn check_values(sizes: &[u64]) -> Result<()> {
+pub(crate) fn check_values(sizes: &[u64]) -> Result<()> {
     match sizes.iter().find(|&&s| s == 0 || s > 1 << 20) {
         Some(bad) => Err(SweepError::Invalid(format!("--sizes: {bad} is outside 1 B..1 MiB (the largest value)"))),
         None => Ok(()),
     }
 }
 
-fn check_segments(segs: &[u64]) -> Result<()> {
+pub(crate) fn check_segments(segs: &[u64]) -> Result<()> {
     let min = crate::log::format::MIN_SEGMENT_SIZE;
     match segs.iter().find(|&&s| s < min || s % 4096 != 0 || s > 1 << 32) {
         Some(bad) => Err(SweepError::Invalid(format!(
@@ -905,11 +657,11 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     let started = Instant::now();
     let probe = crate::bench::busy::LoadProbe::start();
-    let mut ctx = points::Context::new(o, prog.bars());
+    let mut ctx = context::Context::new(o, prog.bars());
     for (preset, pts, _) in &todo {
         let fresh = o.overwrite && !o.resume;
         let mut sink = CsvSink::open(*preset, &o.out, fresh)?;
-        ctx.begin_preset(*preset, pts);
+        preset.def().begin(&mut ctx, pts);
         for pt in pts {
             prog.start(&pt.label());
             let t0 = Instant::now();
@@ -946,7 +698,6 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         }
         setup::append_load(o, &load)?;
     }
-    ctx.finish();
     outcome.rendered = Some(render(&o.out, out)?);
     Ok(outcome)
 }
@@ -1079,7 +830,7 @@ mod tests {
              thetas = uniform, 0.99\nsegment_sizes = 1M\nops = 2k\n",
         )
         .unwrap();
-        assert_eq!(g.presets, Some(vec![Preset::Latency, Preset::Skew]));
+        assert_eq!(g.presets, Some(vec![presets::latency::PRESET, presets::skew::PRESET]));
         assert_eq!(g.transport, Some(Backend::Tcp));
         assert_eq!(g.axes.sizes, Some(vec![32, 1024]));
         assert_eq!(g.axes.protocols, Some(vec![Protocol::Boom, Protocol::Rdmp]));
@@ -1104,13 +855,13 @@ mod tests {
                 assert_eq!(ids.len(), g.len(), "{p}: ids are unique");
             }
         }
-        let mut o = SweepOptions::new(vec![Preset::Latency], PathBuf::from("/x"));
+        let mut o = SweepOptions::new(vec![presets::latency::PRESET], PathBuf::from("/x"));
         o.axes.sizes = Some(vec![32, 4096]);
         o.axes.protocols = Some(vec![Protocol::Boom]);
-        let g = grid(Preset::Latency, &o).unwrap();
+        let g = grid(presets::latency::PRESET, &o).unwrap();
         assert_eq!(g.iter().map(Point::id).collect::<Vec<_>>(), ["boom/32", "boom/4096"]);
         o.server = Some(Endpoint::parse("127.0.0.1:1").unwrap());
-        assert!(grid(Preset::Writeback, &o).is_err());
+        assert!(grid(presets::writeback::PRESET, &o).is_err());
     }
 
     #[test]

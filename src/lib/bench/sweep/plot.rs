@@ -19,7 +19,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{Preset, Result, SweepError, Table};
-use crate::units::short_bytes;
 
 /// Figure size in pixels.
 pub const SIZE: (u32, u32) = (800, 500);
@@ -141,17 +140,25 @@ impl Figure {
     }
 }
 
-const BLUE: RGBColor = RGBColor(31, 119, 180);
-const RED: RGBColor = RGBColor(214, 39, 40);
-const GREEN: RGBColor = RGBColor(44, 160, 44);
-const ORANGE: RGBColor = RGBColor(255, 127, 14);
-const PURPLE: RGBColor = RGBColor(148, 103, 189);
-const BROWN: RGBColor = RGBColor(140, 86, 75);
-const GREY: RGBColor = RGBColor(127, 127, 127);
-const PALETTE: [RGBColor; 7] = [BLUE, RED, GREEN, ORANGE, PURPLE, BROWN, GREY];
+/// A colour of the figures.
+pub const BLUE: RGBColor = RGBColor(31, 119, 180);
+/// A colour of the figures.
+pub const RED: RGBColor = RGBColor(214, 39, 40);
+/// A colour of the figures.
+pub const GREEN: RGBColor = RGBColor(44, 160, 44);
+/// A colour of the figures.
+pub const ORANGE: RGBColor = RGBColor(255, 127, 14);
+/// A colour of the figures.
+pub const PURPLE: RGBColor = RGBColor(148, 103, 189);
+/// A colour of the figures.
+pub const BROWN: RGBColor = RGBColor(140, 86, 75);
+/// A colour of the figures.
+pub const GREY: RGBColor = RGBColor(127, 127, 127);
+/// The colours of series in order.
+pub const PALETTE: [RGBColor; 7] = [BLUE, RED, GREEN, ORANGE, PURPLE, BROWN, GREY];
 
 /// The colour of a protocol (same on every figure).
-fn protocol_color(p: &str) -> RGBColor {
+pub fn protocol_color(p: &str) -> RGBColor {
     match p {
         "boom" => BLUE,
         "rdmp" => RED,
@@ -545,14 +552,15 @@ fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &BarFigure) -
 }
 
 // ---------------------------------------------------------------------------------
-// Figures of each preset, from the CSV tables.
+// What the presets' figures are built with, from the CSV tables.
 
-fn num(t: &Table, i: usize, c: &str) -> Result<Option<f64>> {
+/// Column `c` of row `i` as a number (`None` when empty).
+pub fn num(t: &Table, i: usize, c: &str) -> Result<Option<f64>> {
     t.num(i, c)
 }
 
 /// Points `(x, y, p50..p99)` of the rows `rows` of `t`.
-fn points(t: &Table, rows: &[usize], x: &str, y: &str, band: Option<(&str, &str)>) -> Result<Vec<Pt>> {
+pub fn points(t: &Table, rows: &[usize], x: &str, y: &str, band: Option<(&str, &str)>) -> Result<Vec<Pt>> {
     let mut v = Vec::new();
     for &i in rows {
         let (Some(xv), Some(yv)) = (num(t, i, x)?, num(t, i, y)?) else { continue };
@@ -569,7 +577,8 @@ fn points(t: &Table, rows: &[usize], x: &str, y: &str, band: Option<(&str, &str)
     Ok(v)
 }
 
-fn rows_with(t: &Table, conds: &[(&str, &str)]) -> Result<Vec<usize>> {
+/// The rows where every `(column, value)` of `conds` holds.
+pub fn rows_with(t: &Table, conds: &[(&str, &str)]) -> Result<Vec<usize>> {
     let mut rows: Vec<usize> = (0..t.rows.len()).collect();
     for (c, v) in conds {
         let keep = t.rows_where(c, v)?;
@@ -578,11 +587,13 @@ fn rows_with(t: &Table, conds: &[(&str, &str)]) -> Result<Vec<usize>> {
     Ok(rows)
 }
 
-fn series(name: String, color: RGBColor, points: Vec<Pt>) -> LineSeries {
+/// A solid line series.
+pub fn series(name: String, color: RGBColor, points: Vec<Pt>) -> LineSeries {
     LineSeries { name, color, points, markers_only: false, dashed: false }
 }
 
-fn per_protocol(
+/// One series per protocol of the rows that meet `conds`: `y` against `x`.
+pub fn per_protocol(
     t: &Table,
     conds: &[(&str, &str)],
     x: &str,
@@ -599,302 +610,10 @@ fn per_protocol(
     Ok(out)
 }
 
-/// Builds the figures of `preset` from its table (and derived CSVs in `dir`).
-pub fn figures(preset: Preset, t: &Table, dir: &Path) -> Result<Vec<Figure>> {
-    let transport = t.rows.first().map(|r| r.get(2).cloned().unwrap_or_default()).unwrap_or_default();
-    let band = Some(("p50", "p99"));
-    let _ = band;
-    let mut figs = Vec::new();
-    match preset {
-        Preset::Transport => {
-            for b in t.distinct("backend")? {
-                let rows = t.rows_where("backend", &b)?;
-                let mut s = Vec::new();
-                for (k, (name, p50, p99)) in [
-                    ("WRITE (to local completion)", "write_p50_us", "write_p99_us"),
-                    ("WRITE_WITH_IMM + 16 B reply", "write_imm_reply_p50_us", "write_imm_reply_p99_us"),
-                    ("SEND/RECV ping-pong", "send_recv_p50_us", "send_recv_p99_us"),
-                    ("READ (to local completion)", "read_p50_us", "read_p99_us"),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    s.push(series(name.into(), PALETTE[k], points(t, &rows, "size", p50, Some((p50, p99)))?));
-                }
-                let base = t.str(rows[0], "baseline")?.replace('_', " ");
-                let mut bl = points(t, &rows, "size", "baseline_p50_us", None)?;
-                bl.retain(|p| p.1 > 0.0);
-                s.push(LineSeries {
-                    name: format!("baseline: {base} (64 B)"),
-                    color: GREY,
-                    points: bl,
-                    markers_only: false,
-                    dashed: true,
-                });
-                figs.push(Figure::Line(LineFigure {
-                    stem: format!("transport-{b}"),
-                    title: format!("Transport floor, {b} backend (median, bars p50-p99)"),
-                    x: XAxis::Bytes,
-                    y: YAxis::Plain,
-                    x_label: "message size (bytes, log scale)".into(),
-                    y_label: "latency (µs)".into(),
-                    series: s,
-                    note: None,
-                    y_log_auto: true,
-                }));
-            }
-        }
-        Preset::Latency => {
-            for (op, fig, y) in [("PUT", "fig13-put-latency", "put"), ("GET", "fig14-get-latency", "get")] {
-                let s = per_protocol(
-                    t,
-                    &[],
-                    "size",
-                    &format!("{y}_avg_us"),
-                    Some((&format!("{y}_p50_us"), &format!("{y}_p99_us"))),
-                )?;
-                figs.push(Figure::Line(LineFigure {
-                    stem: fig.into(),
-                    title: format!("{op} latency vs value size ({transport}, 1 client)"),
-                    x: XAxis::Bytes,
-                    y: YAxis::Plain,
-                    x_label: "value size (bytes, log scale)".into(),
-                    y_label: "average latency (µs), bars p50-p99".into(),
-                    series: s,
-                    note: Some(format!("Paper: figures 13, 14 (6, 7: the RDMP-KV lines). Transport: {transport}.")),
-                    y_log_auto: true,
-                }));
-            }
-            let cp = dir.join("latency-compare.csv");
-            if cp.exists() {
-                let c = Table::read(&cp)?;
-                let mut s = Vec::new();
-                let mut k = 0;
-                for op in ["put", "get"] {
-                    for base in ["rdmp", "rpc"] {
-                        let rows = rows_with(&c, &[("op", op), ("baseline", base)])?;
-                        let color = PALETTE[k];
-                        k += 1;
-                        let name = format!("{} vs {}", op.to_uppercase(), protocol_name(base));
-                        s.push(series(name.clone(), color, points(&c, &rows, "size", "change_pct", None)?));
-                        let paper = points(&c, &rows, "size", "paper_pct", None)?;
-                        if !paper.is_empty() {
-                            s.push(LineSeries {
-                                name: format!("paper: {name}"),
-                                color,
-                                points: paper,
-                                markers_only: true,
-                                dashed: false,
-                            });
-                        }
-                    }
-                }
-                figs.push(Figure::Line(LineFigure {
-                    stem: "latency-reduction".into(),
-                    title: "BOOM-KV latency change vs the baselines".into(),
-                    x: XAxis::Bytes,
-                    y: YAxis::Plain,
-                    x_label: "value size (bytes, log scale)".into(),
-                    y_label: "change of average latency (%)".into(),
-                    series: s,
-                    note: Some("Negative: BOOM-KV is faster. Crosses: the paper's values where it gives one.".into()),
-                    y_log_auto: false,
-                }));
-            }
-        }
-        Preset::Breakdown => {
-            for (op, stem, fig) in [("put", "fig01-02-breakdown-put", "PUT"), ("get", "fig01-breakdown-get", "GET")] {
-                let mut groups = Vec::new();
-                let mut totals = Vec::new();
-                let parts = [
-                    ("transport", "transport round trip", BLUE),
-                    ("metadata", "metadata RPC", RED),
-                    ("copies", "copies", ORANGE),
-                    ("writeback", "write-back", PURPLE),
-                    ("index", "index", BROWN),
-                    ("other", "other (protocol, checksums)", GREY),
-                ];
-                let mut stacks: Vec<(String, RGBColor, Vec<f64>)> =
-                    parts.iter().map(|(_, n, c)| (n.to_string(), *c, Vec::new())).collect();
-                for i in 0..t.rows.len() {
-                    groups.push(format!("{} {}", t.str(i, "protocol")?, short_bytes(t.req(i, "size")? as u64)));
-                    totals.push(t.req(i, &format!("{op}_p50_us"))?);
-                    for (k, (c, _, _)) in parts.iter().enumerate() {
-                        stacks[k].2.push(num(t, i, &format!("{op}_{c}_us"))?.unwrap_or(0.0));
-                    }
-                }
-                figs.push(Figure::Bar(BarFigure {
-                    stem: stem.into(),
-                    title: format!("Where a {fig}'s time goes ({transport}, medians)"),
-                    x_label: "protocol and value size".into(),
-                    y_label: "latency (µs)".into(),
-                    groups,
-                    stacks,
-                    totals: Some((format!("measured median {fig} latency"), totals)),
-                    note: Some(super::points::BREAKDOWN_CAPTION.into()),
-                }));
-            }
-        }
-        Preset::Ycsb => {
-            for mix in t.distinct("mix")? {
-                let fig = match mix.as_str() {
-                    "a" => "fig15",
-                    "b" => "fig16",
-                    "c" => "fig17",
-                    _ => "ycsb",
-                };
-                let s = per_protocol(t, &[("mix", &mix)], "size", "all_avg_us", Some(("all_p50_us", "all_p99_us")))?;
-                figs.push(Figure::Line(LineFigure {
-                    stem: format!("{fig}-ycsb-{mix}"),
-                    title: format!("YCSB workload {} ({transport})", mix.to_uppercase()),
-                    x: XAxis::Bytes,
-                    y: YAxis::Plain,
-                    x_label: "value size (bytes, log scale)".into(),
-                    y_label: "average latency (µs), bars p50-p99".into(),
-                    series: s,
-                    note: None,
-                    y_log_auto: true,
-                }));
-            }
-        }
-        Preset::SegmentSize => {
-            let thetas = t.distinct("theta")?;
-            let mut tp = Vec::new();
-            let mut sp = Vec::new();
-            for (k, th) in thetas.iter().enumerate() {
-                let rows = t.rows_where("theta", th)?;
-                let name = if th == "uniform" { "uniform".to_string() } else { format!("Zipf {th}") };
-                tp.push(series(
-                    name.clone(),
-                    PALETTE[k % 7],
-                    points(t, &rows, "segment_size", "put_ops_per_sec", None)?,
-                ));
-                sp.push(series(name, PALETTE[k % 7], points(t, &rows, "segment_size", "space_change_pct", None)?));
-            }
-            figs.push(Figure::Line(LineFigure {
-                stem: "fig08-segment-throughput".into(),
-                title: "1 KiB PUT throughput vs log segment size".into(),
-                x: XAxis::Bytes,
-                y: YAxis::Kops,
-                x_label: "segment size (bytes, log scale)".into(),
-                y_label: "PUT throughput (kops/s)".into(),
-                series: tp,
-                note: None,
-                y_log_auto: false,
-            }));
-            figs.push(Figure::Line(LineFigure {
-                stem: "fig10-segment-space".into(),
-                title: "Space change of hybrid updates vs segment size".into(),
-                x: XAxis::Bytes,
-                y: YAxis::Plain,
-                x_label: "segment size (bytes, log scale)".into(),
-                y_label: "PM used vs logical bytes (%)".into(),
-                series: sp,
-                note: Some("Negative: in-place updates saved space (server space accounting).".into()),
-                y_log_auto: false,
-            }));
-        }
-        Preset::Skew => {
-            let thetas = t.distinct("theta")?;
-            let mut s = Vec::new();
-            for (k, mode) in ["hybrid", "append"].into_iter().enumerate() {
-                let mut pts = Vec::new();
-                for (xi, th) in thetas.iter().enumerate() {
-                    for i in rows_with(t, &[("theta", th), ("mode", mode)])? {
-                        if let Some(v) = num(t, i, "pm_bytes_used")? {
-                            pts.push((xi as f64, v, None));
-                        }
-                    }
-                }
-                let name = if mode == "hybrid" { "BOOM-KV hybrid update" } else { "append-only" };
-                s.push(series(name.into(), [BLUE, RED][k], pts));
-            }
-            let mut logical = Vec::new();
-            for (xi, th) in thetas.iter().enumerate() {
-                if let Some(i) = rows_with(t, &[("theta", th), ("mode", "hybrid")])?.first() {
-                    if let Some(v) = num(t, *i, "logical_bytes")? {
-                        logical.push((xi as f64, v, None));
-                    }
-                }
-            }
-            s.push(LineSeries {
-                name: "logical bytes written".into(),
-                color: GREY,
-                points: logical,
-                markers_only: false,
-                dashed: true,
-            });
-            figs.push(Figure::Line(LineFigure {
-                stem: "fig09-skew-space".into(),
-                title: "PM space used by 100% PUT vs request skew".into(),
-                x: XAxis::Categories(
-                    thetas.iter().map(|t| if t == "uniform" { t.clone() } else { format!("Zipf {t}") }).collect(),
-                ),
-                y: YAxis::Mib,
-                x_label: "request distribution (Zipf theta over the key space)".into(),
-                y_label: "PM bytes used (MiB)".into(),
-                series: s,
-                note: None,
-                y_log_auto: false,
-            }));
-        }
-        Preset::Writeback => {
-            for flush in t.distinct("flush")? {
-                let fig = match flush.as_str() {
-                    "clflush" => "fig11",
-                    "clwb" => "fig12",
-                    _ => "writeback",
-                };
-                let mut s = Vec::new();
-                for (k, coop) in ["off", "on"].into_iter().enumerate() {
-                    let rows = rows_with(t, &[("flush", &flush), ("coop", coop)])?;
-                    s.push(series(
-                        format!("cooperative write-back {coop}"),
-                        [RED, BLUE][k],
-                        points(t, &rows, "size", "put_ops_per_sec", None)?,
-                    ));
-                }
-                figs.push(Figure::Line(LineFigure {
-                    stem: format!("{fig}-writeback-{flush}"),
-                    title: format!("PUT throughput, 2 clients, {flush}"),
-                    x: XAxis::Bytes,
-                    y: YAxis::Kops,
-                    x_label: "value size (bytes, log scale)".into(),
-                    y_label: "PUT throughput (kops/s)".into(),
-                    series: s,
-                    note: None,
-                    y_log_auto: false,
-                }));
-            }
-        }
-        Preset::Threads => {
-            let cores = t.rows.first().map(|_| t.str(0, "cores")).transpose()?.unwrap_or("?").to_string();
-            let workers = t.rows.first().map(|_| t.str(0, "workers")).transpose()?.unwrap_or("?").to_string();
-            for (op, fig, col) in [("PUT", "fig18", "put_ops_per_sec"), ("GET", "fig19", "get_ops_per_sec")] {
-                let s = per_protocol(t, &[], "threads", col, None)?;
-                figs.push(Figure::Line(LineFigure {
-                    stem: format!("{fig}-threads-{}", op.to_lowercase()),
-                    title: format!("{op} throughput vs client threads, 2 KiB ({cores} cores)"),
-                    x: XAxis::Log2,
-                    y: YAxis::Kops,
-                    x_label: "client threads (log scale)".into(),
-                    y_label: format!("{op} throughput (kops/s)"),
-                    series: s,
-                    note: Some(format!(
-                        "This machine: {cores} cores, {workers} server worker(s), transport {transport}; the paper's server had 48 cores."
-                    )),
-                    y_log_auto: false,
-                }));
-            }
-        }
-    }
-    Ok(figs)
-}
-
 /// Draws every figure of `preset` into `dir`.
 pub fn render_preset(preset: Preset, t: &Table, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for f in figures(preset, t, dir)? {
+    for f in preset.def().plots(t, dir)? {
         out.extend(draw(&f, dir)?);
     }
     Ok(out)
@@ -995,7 +714,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for p in Preset::ALL {
             let t = synthetic(p);
-            let figs = figures(p, &t, dir.path()).unwrap();
+            let figs = p.def().plots(&t, dir.path()).unwrap();
             assert!(!figs.is_empty(), "{p}");
             for f in figs {
                 let (title, xl, yl, legend): (&str, &str, &str, Vec<String>) = match &f {

@@ -190,8 +190,20 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
         writeln!(s, "- git commit: {}", git_commit().unwrap_or_else(|| "unknown (no git or no source tree)".into()));
     let _ = writeln!(s, "- command: `{}`", o.command);
     let _ = writeln!(s, "\n## Method\n");
-    let _ = writeln!(s, "{}\n", super::points::METHOD);
-    let _ = writeln!(s, "Breakdown: {}", super::points::BREAKDOWN_METHOD);
+    let _ = writeln!(
+        s,
+        "Every point runs against a fresh embedded server on a temporary pool (or the --server given) through the \
+         YCSB runner, one client thread unless stated.\n"
+    );
+    let mut said = Vec::new();
+    for p in &o.presets {
+        let m = p.meta().method;
+        if !said.contains(&m) {
+            let _ = writeln!(s, "- {m}");
+            said.push(m);
+        }
+    }
+    let _ = writeln!(s, "\nBreakdown: {}", super::components::BREAKDOWN_METHOD);
     let path = o.out.join("SETUP.md");
     std::fs::write(&path, s).map_err(io_err(&path))
 }
