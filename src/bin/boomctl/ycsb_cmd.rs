@@ -304,36 +304,11 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         write_ycsb_text_in(&mut out, &m.measurements, &m.run, &pcts, a.latency_unit)?;
         return Ok(());
     }
-    let mut spec = a.w.spec()?;
-    if let Some(t) = a.threads {
-        spec.set(names::THREAD_COUNT, &t.to_string())?;
-    }
-    if let Some(o) = a.ops {
-        spec.set(names::OPERATION_COUNT, &o.to_string())?;
-    }
-    if let Some(d) = a.duration {
-        spec.set(names::MAX_EXECUTION_TIME, &d.to_string())?;
-    }
-    if let Some(t) = a.target {
-        spec.set(names::TARGET, &t.to_string())?;
-        if spec.get(names::MEASUREMENT_INTERVAL).is_none() {
-            spec.set(names::MEASUREMENT_INTERVAL, "both")?;
-        }
-    }
+    let spec = workload_spec(&a)?;
     let w = CoreWorkload::new(&spec)?;
     let pcts = if pcts.is_empty() { spec.percentiles()? } else { pcts };
     if a.dry_run {
-        // One operation at a time: nothing is held, and a reader that stops early
-        // (`| head`) ends the run at once (a closed pipe is a normal exit, see main).
-        let mut s = w.stream(spec.seed()?.unwrap_or(1), 0);
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        for _ in 0..a.print_ops {
-            let op = s.next_op();
-            s.complete(&op)?;
-            writeln!(out, "{op}")?;
-        }
-        out.flush()?;
-        return Ok(());
+        return dry_run(&w, &spec, a.print_ops);
     }
     let cfg = w.config().clone();
     let has_scans = cfg.scan_proportion > 0.0;
@@ -379,27 +354,97 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         label: if a.target_args.db.is_some() { "redis".into() } else { a.target_args.protocol.to_string() },
         bars: None,
     };
+    let runner::PhasesResult { result, space } =
+        run_phases(&a, &w, &run_opts, runner::Phases { load: !a.no_load, run: transactions }, has_scans)?;
+    let config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
+    write_reports(&a, &spec, &config, &result, space, &pcts)?;
+    if result.errors > 0 {
+        eprintln!(
+            "boomctl: {} operations failed (see Return= rows); first: {}",
+            result.errors,
+            result.first_error.as_deref().unwrap_or("unknown")
+        );
+    }
+    if let Some(t) = run_opts.target {
+        let achieved = result.run.throughput();
+        if achieved < 0.95 * t {
+            eprintln!(
+                "boomctl: warning: fell behind --target {t} ops/s (achieved {achieved:.0} ops/s); \
+                 latencies from the intended start times (Intended-* rows) include the backlog"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The workload of the command line: the workload file or mix with `-p` overrides,
+/// then the options that map to YCSB properties (threads, ops, duration, target).
+fn workload_spec(a: &YcsbArgs) -> anyhow::Result<WorkloadSpec> {
+    let mut spec = a.w.spec()?;
+    if let Some(t) = a.threads {
+        spec.set(names::THREAD_COUNT, &t.to_string())?;
+    }
+    if let Some(o) = a.ops {
+        spec.set(names::OPERATION_COUNT, &o.to_string())?;
+    }
+    if let Some(d) = a.duration {
+        spec.set(names::MAX_EXECUTION_TIME, &d.to_string())?;
+    }
+    if let Some(t) = a.target {
+        spec.set(names::TARGET, &t.to_string())?;
+        if spec.get(names::MEASUREMENT_INTERVAL).is_none() {
+            spec.set(names::MEASUREMENT_INTERVAL, "both")?;
+        }
+    }
+    Ok(spec)
+}
+
+/// `--dry-run`: prints the first `n` operations of the stream instead of running them.
+fn dry_run(w: &CoreWorkload, spec: &WorkloadSpec, n: usize) -> anyhow::Result<()> {
+    // One operation at a time: nothing is held, and a reader that stops early
+    // (`| head`) ends the run at once (a closed pipe is a normal exit, see main).
+    let mut s = w.stream(spec.seed()?.unwrap_or(1), 0);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for _ in 0..n {
+        let op = s.next_op();
+        s.complete(&op)?;
+        writeln!(out, "{op}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Loads and runs the workload against the target of the command line: a Redis
+/// server (`--db`), a running boomkv server (`--server`), or an embedded one.
+fn run_phases(
+    a: &YcsbArgs,
+    w: &CoreWorkload,
+    run_opts: &RunOptions,
+    phases: runner::Phases,
+    has_scans: bool,
+) -> anyhow::Result<runner::PhasesResult> {
+    let cfg = w.config();
+    let threads = run_opts.threads;
     let copts = client_options(a.target_args.protocol, a.target_args.update_mode);
     let ta = &a.target_args;
-    let phases = runner::Phases { load: !a.no_load, run: transactions };
-    let runner::PhasesResult { result, space } = match (&ta.db, &ta.server) {
+    let r = match (&ta.db, &ta.server) {
         (Some(url), _) => {
             if !url.starts_with("redis://") {
                 bail!("--db {url}: the binding that exists is redis://HOST:PORT");
             }
             let timeout = copts.timeout;
             let connect = || boomkv::bench::redis::RedisDb::connect(url, timeout);
-            runner::load_and_run_db(connect, &w, &run_opts, phases)?
+            runner::load_and_run_db(connect, w, run_opts, phases)?
         }
         (None, Some(addr)) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
-            boomkv::with_transport!(ep.backend(), t => runner::load_and_run(&t, &ep, &copts, &w, &run_opts, phases)?)
+            boomkv::with_transport!(ep.backend(), t => runner::load_and_run(&t, &ep, &copts, w, run_opts, phases)?)
         }
         (None, None) => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
             let pool_size = match ta.pool_size {
                 Some(p) => p,
-                None => embedded_pool_size(&cfg, run_opts.ops, threads, ta)?,
+                None => embedded_pool_size(cfg, run_opts.ops, threads, ta)?,
             };
             let mut server = boomkv::server::ServerConfig { log_clients: false, ..Default::default() };
             if let Some(n) = ta.workers {
@@ -416,11 +461,22 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             boomkv::with_transport!(backend, t => {
                 let emb = Embedded::start(t.clone(), backend, &eo)?;
                 let ep = emb.endpoint().clone();
-                runner::load_and_run(&t, &ep, &copts, &w, &run_opts, phases)?
+                runner::load_and_run(&t, &ep, &copts, w, run_opts, phases)?
             })
         }
     };
-    let config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
+    Ok(r)
+}
+
+/// Writes the YCSB text report (stdout or `exportfile`), then `--csv` and `--json`.
+fn write_reports(
+    a: &YcsbArgs,
+    spec: &WorkloadSpec,
+    config: &[(&'static str, String)],
+    result: &RunResult,
+    space: Option<boomkv::log::SpaceReport>,
+    pcts: &[f64],
+) -> anyhow::Result<()> {
     let export = spec.export_file();
     let mut out: Box<dyn Write> = match &export {
         Some(p) => Box::new(std::io::BufWriter::new(
@@ -428,10 +484,10 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         )),
         None => Box::new(std::io::stdout().lock()),
     };
-    for (k, v) in &config {
+    for (k, v) in config {
         writeln!(out, "[CONFIG], {k}, {v}")?;
     }
-    write_ycsb_text_in(&mut out, &result.measurements, &result.run, &pcts, a.latency_unit)?;
+    write_ycsb_text_in(&mut out, &result.measurements, &result.run, pcts, a.latency_unit)?;
     if let Some(sp) = &space {
         for (v, name) in [
             (sp.logical_bytes, "LogicalBytesWritten"),
@@ -452,33 +508,17 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let schema = CsvSchema::new(&names).with_percentiles(&if pcts.is_empty() {
             vec![50.0, 95.0, 99.0, 99.9]
         } else {
-            pcts.clone()
+            pcts.to_vec()
         });
         append_csv(csv, &schema, &values, &result.measurements, &result.run)?;
     }
     if let Some(j) = &a.json {
-        let mut v = json_report(&result.measurements, &result.run, &pcts, true);
+        let mut v = json_report(&result.measurements, &result.run, pcts, true);
         v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
         if let Some(sp) = space {
             v["space"] = serde_json::to_value(sp)?;
         }
         std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
-    }
-    if result.errors > 0 {
-        eprintln!(
-            "boomctl: {} operations failed (see Return= rows); first: {}",
-            result.errors,
-            result.first_error.as_deref().unwrap_or("unknown")
-        );
-    }
-    if let Some(t) = run_opts.target {
-        let achieved = result.run.throughput();
-        if achieved < 0.95 * t {
-            eprintln!(
-                "boomctl: warning: fell behind --target {t} ops/s (achieved {achieved:.0} ops/s); \
-                 latencies from the intended start times (Intended-* rows) include the backlog"
-            );
-        }
     }
     Ok(())
 }
