@@ -673,7 +673,8 @@ pub struct TransportConfig {
     /// How long a SEND or WRITE_WITH_IMM waits for a RECV at the target before it fails
     /// with [`WcStatus::RnrRetryExceeded`]. Zero fails at once.
     pub rnr_timeout: Duration,
-    /// How long [`CompletionQueue::wait`] spins before it parks.
+    /// How long [`CompletionQueue::wait`] spins before it parks (when it gets a
+    /// [`spin_slot`]; otherwise it parks at once).
     pub spin: Duration,
     /// Upper bound for the handshake of one incoming connection in `accept`.
     pub handshake_timeout: Duration,
@@ -1239,6 +1240,47 @@ pub(crate) fn read_exact_by(
         }
     }
     Ok(())
+}
+
+/// A permission to spin in a wait, held while spinning (see [`spin_slot`]).
+#[derive(Debug)]
+pub struct SpinSlot(());
+
+impl Drop for SpinSlot {
+    fn drop(&mut self) {
+        SPINNERS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+static SPINNERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many threads of this process may spin at once: one fewer than the cores it may
+/// run on, none on a single core.
+pub fn spin_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        if let Some(v) = std::env::var("BOOMKV_SPIN_LIMIT").ok().and_then(|v| v.parse().ok()) {
+            return v;
+        }
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get).saturating_sub(1)
+    })
+}
+
+/// A slot to spin in, or `None` when [`spin_limit`] threads of this process already
+/// spin: the caller then parks at once. Spinning is only worth it on a core nobody else
+/// needs; past the core count a spinner takes the core from the very thread (a server
+/// worker, a woken client) that would complete what it waits for, and throughput falls
+/// as clients are added. Keeping one core free of spinners leaves room for the thread a
+/// completion wakes. With one client and one server worker on two cores, both spin as
+/// before (the worker's own polling loop takes no slot unless it is idle).
+pub fn spin_slot() -> Option<SpinSlot> {
+    use std::sync::atomic::Ordering;
+    if SPINNERS.fetch_add(1, Ordering::AcqRel) < spin_limit() {
+        Some(SpinSlot(()))
+    } else {
+        SPINNERS.fetch_sub(1, Ordering::AcqRel);
+        None
+    }
 }
 
 /// A point in time `d` from now, saturating far in the future.

@@ -875,7 +875,9 @@ impl CompletionQueue for ShmCq {
         }
         let start = Instant::now();
         let end = deadline(timeout);
-        let spin_end = start + inner.spin.min(timeout);
+        let slot = super::spin_slot();
+        let spin = if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
+        let spin_end = start + spin;
         // Spin: the clock is read only every few rounds; polling is a handful of loads.
         'spin: loop {
             for _ in 0..64 {
@@ -888,6 +890,7 @@ impl CompletionQueue for ShmCq {
                 break 'spin;
             }
         }
+        drop(slot);
         let seq = word32(&inner.doorbell, 0);
         let waiters = word32(&inner.doorbell, DB_WAITERS);
         loop {

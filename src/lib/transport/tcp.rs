@@ -677,6 +677,13 @@ impl CqInner {
     }
 }
 
+thread_local! {
+    /// The buffers of [`CompletionQueue::poll`] (one poll per round of a polling loop:
+    /// no allocation in it).
+    static POLL_SCRATCH: std::cell::RefCell<(Vec<epoll::Event>, Vec<Arc<Conn>>)> =
+        std::cell::RefCell::new((Vec::with_capacity(64), Vec::with_capacity(SPIN_DIRECT)));
+}
+
 struct WaitGuard<'a>(&'a AtomicU32);
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
@@ -691,11 +698,14 @@ impl CompletionQueue for TcpCq {
             return n;
         }
         // Nobody may be reading the sockets right now (the NIC thread stands back while
-        // a thread waits); a poll loop must make progress on its own.
-        let conns: Vec<Arc<Conn>> = lock(&self.inner.conns).values().filter_map(Weak::upgrade).collect();
-        for c in conns {
-            c.progress();
-        }
+        // a thread waits); a poll loop must make progress on its own: a recv on each of a
+        // few sockets, or one epoll_wait that names the ready ones among many (a server
+        // worker polling 16 idle sockets would otherwise spend 16 syscalls per round).
+        POLL_SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let (events, few) = &mut *s;
+            self.inner.spin_once(events, few);
+        });
         self.inner.pop_into(out, max)
     }
 
@@ -708,7 +718,10 @@ impl CompletionQueue for TcpCq {
         let end = deadline(timeout);
         // Spin while there is traffic: a thread that executes one-sided operations
         // inline (which complete nothing here) stays hot instead of parking between them.
-        let mut spin_end = deadline(inner.spin.min(timeout));
+        let mut slot = super::spin_slot();
+        let spin =
+            |slot: &Option<super::SpinSlot>| if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
+        let mut spin_end = deadline(spin(&slot));
         inner.waiting.fetch_add(1, Ordering::SeqCst);
         let _g = WaitGuard(&inner.waiting);
         let mut events = Vec::with_capacity(64);
@@ -723,6 +736,7 @@ impl CompletionQueue for TcpCq {
                 std::hint::spin_loop();
                 t
             } else {
+                slot = None;
                 inner.parked.fetch_add(1, Ordering::SeqCst);
                 let _p = WaitGuard(&inner.parked);
                 if inner.pop_into(&mut out, 1) == 1 {
@@ -731,7 +745,10 @@ impl CompletionQueue for TcpCq {
                 inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)))
             };
             if traffic {
-                spin_end = deadline(inner.spin.min(timeout));
+                if slot.is_none() {
+                    slot = super::spin_slot();
+                }
+                spin_end = deadline(spin(&slot));
             }
             if inner.pop_into(&mut out, 1) == 1 {
                 return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
