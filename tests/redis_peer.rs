@@ -2,48 +2,20 @@
 //! `redis-server` on a loopback port, started and stopped here (CI installs it; on a
 //! machine without it the test says so and passes only outside CI).
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::process::Command;
 
-/// A redis-server child without persistence on a free loopback port; killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
+use boomkv::bench::redis::{Persistence, RedisServer};
 
-impl Redis {
-    fn start() -> Option<Redis> {
-        let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
-        if !found {
-            assert!(std::env::var_os("CI").is_none(), "CI must install redis-server (ci/install.sh)");
-            eprintln!("redis-server is not installed: the Redis binding is not tested here");
-            return None;
-        }
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let end = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < end, "redis-server did not listen on port {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(Redis { child, port })
+/// A redis-server without persistence on a free loopback port (killed on drop), or
+/// `None` where it is not installed (never in CI, which installs it).
+fn redis() -> Option<RedisServer> {
+    if !RedisServer::installed() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install redis-server (ci/install.sh)");
+        eprintln!("redis-server is not installed: the Redis binding is not tested here");
+        return None;
     }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Some(RedisServer::start(Persistence::None, None).expect("start redis-server"))
 }
 
 fn boomctl(args: &[&str]) -> (bool, String, String) {
@@ -57,7 +29,7 @@ fn boomctl(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn ycsb_runs_against_redis_with_the_same_report() {
-    let Some(r) = Redis::start() else { return };
+    let Some(r) = redis() else { return };
     let url = r.url();
     let (ok, out, err) = boomctl(&[
         "ycsb",
@@ -106,4 +78,52 @@ fn a_redis_that_is_not_there_is_one_clear_error() {
     assert!(err.contains("cannot connect") && err.contains(&url), "{err}");
     let (ok, _, err) = boomctl(&["ycsb", "--db", "memcached://127.0.0.1:1", "--records", "10", "--quiet"]);
     assert!(!ok && err.contains("redis://"), "{err}");
+}
+
+/// `sweep peers`: boomkv over tcp and shm and two Redis servers it starts itself, every
+/// (mix, threads) point interleaved and repeated, ratios and verdicts in the summary.
+#[test]
+fn sweep_peers_compares_boomkv_with_redis() {
+    let Some(_installed) = redis() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("peers");
+    let out_s = out.to_str().unwrap();
+    let (ok, stdout, err) = boomctl(&[
+        "sweep",
+        "peers",
+        "--quick",
+        "--mixes",
+        "b",
+        "--threads",
+        "1,2",
+        "--ops",
+        "400",
+        "--keys",
+        "200",
+        "--repeats",
+        "2",
+        "--quiet",
+        "--out",
+        out_s,
+    ]);
+    assert!(ok, "{err}");
+    let t = boomkv::bench::sweep::Table::read(&out.join("peers.csv")).unwrap();
+    assert_eq!(t.rows.len(), 2 * 4 * 2, "threads x peers x repeats");
+    for peer in ["boom-tcp", "boom-shm", "redis", "redis-aof"] {
+        let rows = t.rows_where("peer", peer).unwrap();
+        assert_eq!(rows.len(), 4, "{peer}");
+        for i in rows {
+            assert!(t.req(i, "ops_per_sec").unwrap() > 0.0, "{peer}");
+            assert_eq!(t.req(i, "errors").unwrap(), 0.0, "{peer}");
+        }
+    }
+    // Interleaved: the four peers of a point run one after another.
+    assert_eq!(t.str(0, "peer").unwrap(), "boom-tcp");
+    assert_eq!(t.str(3, "peer").unwrap(), "redis-aof");
+    assert!(stdout.contains("target B: boomkv over tcp >= 1.0x Redis at every thread count: "), "{stdout}");
+    assert!(stdout.contains("target B: no collapse, boomkv over tcp at 2 threads"), "{stdout}");
+    assert!(stdout.contains("2 interleaved repeats per point"), "{stdout}");
+    for stem in ["peers-b-throughput", "peers-b-p99"] {
+        assert!(out.join(format!("{stem}.svg")).exists(), "{stem}");
+    }
 }

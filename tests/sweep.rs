@@ -61,18 +61,21 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     assert!(stdout.contains("paper: PUT at 32 B at least 42% below RDMP-KV"), "{stdout}");
     assert!(stdout.contains("paper: GET above 1 KiB at least 38% below RDMA-KV (4 KiB)"), "{stdout}");
 
-    // One CSV row per grid point, every row complete.
+    // One CSV row per grid point and repeat (--quick: 3), interleaved: every point once,
+    // then every point again; every row complete.
     let t = Table::read(&out.join("latency.csv")).unwrap();
     let mut o = SweepOptions::new(vec![LATENCY], out.clone());
     o.quick = true;
     o.axes.sizes = Some(vec![32, 4096]);
     let points = grid(LATENCY, &o).unwrap();
-    assert_eq!(t.rows.len(), points.len());
-    assert_eq!(t.rows.len(), 6);
-    let ids: Vec<String> = t.rows.iter().map(|r| r[0].clone()).collect();
-    for p in &points {
-        assert!(ids.contains(&p.id()), "{} missing from {ids:?}", p.id());
+    assert_eq!(points.len(), 6);
+    assert_eq!(t.rows.len(), 3 * points.len());
+    for (k, r) in t.rows.iter().enumerate() {
+        assert_eq!(r[0], points[k % 6].id(), "row {k}");
+        assert_eq!(t.str(k, "repeat").unwrap(), (k / 6).to_string(), "row {k}");
     }
+    assert!(stdout.contains("3 interleaved repeats per point"), "{stdout}");
+    assert!(out.join("latency-boom-32.r2.put.hlog").exists());
     for i in 0..t.rows.len() {
         assert_eq!(t.req(i, "put_ops").unwrap(), 200.0);
         assert_eq!(t.req(i, "get_ops").unwrap(), 200.0);
@@ -82,6 +85,27 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     }
     let c = Table::read(&out.join("latency-compare.csv")).unwrap();
     assert_eq!(c.rows.len(), 2 * 2 * 2, "op x baseline x size");
+    // Verdicts only where every repeat lies on one side of the target.
+    for i in 0..c.rows.len() {
+        assert_eq!(c.req(i, "repeats").unwrap(), 3.0);
+        let (lo, med, hi) = (
+            c.req(i, "change_p50_lo_pct").unwrap(),
+            c.req(i, "change_p50_pct").unwrap(),
+            c.req(i, "change_p50_hi_pct").unwrap(),
+        );
+        assert!(lo <= med && med <= hi, "{lo} {med} {hi}");
+        if let Some(target) = c.num(i, "target_pct").unwrap() {
+            let verdict = c.str(i, "verdict").unwrap();
+            let want = if hi <= target {
+                "met"
+            } else if lo > target {
+                "MISSED"
+            } else {
+                "inconclusive (noisy)"
+            };
+            assert_eq!(verdict, want, "row {i}: [{lo}, {hi}] against {target}");
+        }
+    }
 
     // SETUP.md: machine, transport, flush, durability, version, commit, command.
     let setup = std::fs::read_to_string(out.join("SETUP.md")).unwrap();
@@ -111,12 +135,12 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     let put = svg(&out, "fig13-put-latency");
     assert!(has(&put, "PUT latency vs value size (tcp, 1 client)"), "{put:?}");
     assert!(has(&put, "value size (bytes, log scale)"), "{put:?}");
-    assert!(put.iter().any(|t| t.starts_with("average latency (µs)")), "{put:?}");
+    assert!(put.iter().any(|t| t.starts_with("median latency (µs), bars: range of 3 repeats")), "{put:?}");
     for l in ["BOOM-KV", "RDMP-KV (two-phase)", "RDMA-KV (RPC)"] {
         assert!(has(&put, l), "{l} not in {put:?}");
     }
     let red = svg(&out, "latency-reduction");
-    assert!(has(&red, "change of average latency (%)"), "{red:?}");
+    assert!(red.iter().any(|t| t.starts_with("change of median latency (%)")), "{red:?}");
     assert!(has(&red, "PUT vs RDMP-KV (two-phase)") && has(&red, "paper: PUT vs RDMP-KV (two-phase)"), "{red:?}");
 
     // A second run without --resume refuses to mix results.
@@ -128,15 +152,15 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     let mut csv = std::fs::read_to_string(out.join("latency.csv")).unwrap();
     let before = csv.clone();
     let stdout = ok(tiny_latency(&out, &["--resume"]));
-    assert!(stdout.contains("sweep: 0 runs") && stdout.contains("(6 skipped, 0 failed)"), "{stdout}");
+    assert!(stdout.contains("sweep: 0 runs") && stdout.contains("(18 skipped, 0 failed)"), "{stdout}");
     assert_eq!(std::fs::read_to_string(out.join("latency.csv")).unwrap(), before);
 
     // Drop the last row: --resume runs exactly that point again.
     csv.truncate(csv.trim_end().rfind('\n').unwrap() + 1);
     std::fs::write(out.join("latency.csv"), &csv).unwrap();
     let stdout = ok(tiny_latency(&out, &["--resume"]));
-    assert!(stdout.contains("sweep: 1 runs") && stdout.contains("(5 skipped, 0 failed)"), "{stdout}");
-    assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 6);
+    assert!(stdout.contains("sweep: 1 runs") && stdout.contains("(17 skipped, 0 failed)"), "{stdout}");
+    assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 18);
 
     // --plot-only re-renders from the CSV alone.
     for stem in ["fig13-put-latency", "fig14-get-latency", "latency-reduction"] {
@@ -156,7 +180,7 @@ fn skew_sweep_counts_real_in_place_updates() {
     let out = dir.path().join("skew");
     ok(boomctl()
         .args(["sweep", "skew", "--quick", "--thetas", "uniform,1.1", "--keys", "512", "--ops", "1024"])
-        .args(["--segment-sizes", "1M", "--transport", "tcp", "--quiet", "--out"])
+        .args(["--segment-sizes", "1M", "--transport", "tcp", "--repeats", "1", "--quiet", "--out"])
         .arg(&out)
         .output()
         .unwrap());
@@ -197,9 +221,9 @@ fn bad_input_is_reported_with_the_file() {
     let header = LATENCY.columns().join(",");
     let mut row: Vec<&str> = vec![""; LATENCY.columns().len()];
     row[0] = "boom/32";
-    row[5] = "32";
-    let put_avg = LATENCY.columns().iter().position(|c| *c == "put_avg_us").unwrap();
-    row[put_avg] = "fast";
+    row[6] = "32";
+    let put_p50 = LATENCY.columns().iter().position(|c| *c == "put_p50_us").unwrap();
+    row[put_p50] = "fast";
     std::fs::write(bad.join("latency.csv"), format!("{header}\n{}\n", row.join(","))).unwrap();
     let out = boomctl().args(["sweep", "--plot-only"]).arg(&bad).output().unwrap();
     assert!(!out.status.success());
@@ -218,11 +242,30 @@ fn bad_input_is_reported_with_the_file() {
 
     // A grid file from workloads/.
     let g = dir.path().join("g.grid");
-    std::fs::write(&g, "preset = latency\nsizes = 64\nprotocols = boom\nops = 50\ntransport = tcp\nquick = true\n")
-        .unwrap();
+    std::fs::write(
+        &g,
+        "preset = latency\nsizes = 64\nprotocols = boom\nops = 50\ntransport = tcp\nquick = true\nrepeats = 1\n",
+    )
+    .unwrap();
     let out_dir = dir.path().join("grid");
     ok(boomctl().args(["sweep", "--quiet", "--grid"]).arg(&g).arg("--out").arg(&out_dir).output().unwrap());
     let t = Table::read(&out_dir.join("latency.csv")).unwrap();
     assert_eq!(t.rows.len(), 1);
     assert_eq!(t.str(0, "point").unwrap(), "boom/64");
+
+    // A results file of the version before repeats (no `repeat` column) still renders:
+    // its rows are repeat 0; one run per point gives no verdict.
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    let csv = std::fs::read_to_string(out_dir.join("latency.csv")).unwrap();
+    let at = t.col("repeat").unwrap();
+    let strip = |line: &str| {
+        let mut f: Vec<&str> = line.split(',').collect();
+        f.remove(at);
+        f.join(",")
+    };
+    let old_csv: Vec<String> = csv.lines().map(strip).collect();
+    std::fs::write(old.join("latency.csv"), old_csv.join("\n") + "\n").unwrap();
+    let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&old).output().unwrap());
+    assert!(stdout.contains("one run per point: no interval and no verdict"), "{stdout}");
 }

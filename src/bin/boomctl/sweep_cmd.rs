@@ -8,20 +8,8 @@ use boomkv::bench::runner::Progress;
 use boomkv::bench::sweep::{self, Axes, GridFile, SweepOptions};
 use boomkv::transport::{Backend, Endpoint};
 
-/// Run a grid of benchmarks that reproduces the paper's figures, then plot it.
-#[derive(clap::Args, Debug)]
-#[command(after_help = "Presets (and the paper's figures):
-  transport     the transport floor: WRITE, WRITE_WITH_IMM + reply, SEND/RECV, READ per backend
-  latency       PUT and GET latency, 32 B .. 16 KiB, all protocols, reductions vs the paper (6, 7, 13, 14)
-  breakdown     where a request's time goes: transport, metadata, copies, write-back, index (1, 2)
-  ycsb          YCSB A, B, C, D, F average and p99 latency per protocol and size (15-17)
-  segment-size  1 KiB PUT throughput/latency and space saving vs segment size (8, 10)
-  skew          PM space used vs Zipf skew, hybrid vs append-only (9)
-  writeback     cooperative write-back on/off, clflush/clwb/clflushopt, 4/8/16 KiB, 2 clients (11, 12)
-  threads       throughput vs client threads at 2 KiB (18, 19)
-  all           every preset
-
-Output (default plots/<date>-<host>/): <preset>.csv (one row per grid point), .hlog
+/// The end of `boomctl sweep --help`, after the presets.
+const SWEEP_HELP: &str = "Output (default plots/<date>-<host>/): <preset>.csv (one row per grid point), .hlog
 latency logs, PNG + SVG per figure, SETUP.md (machine, settings, command), SUMMARY.md.
 
 Examples:
@@ -29,16 +17,19 @@ Examples:
   boomctl sweep latency --sizes 32,1k,16k --protocols boom,rdmp --transport tcp
   boomctl sweep all --out /data/sweep-1 --resume  # continue an interrupted sweep
   boomctl sweep --grid workloads/sweep-quick.grid
-  boomctl sweep --plot-only plots/2026-01-01-host # re-render from the CSV files")]
+  boomctl sweep --plot-only plots/2026-01-01-host # re-render from the CSV files";
+
+/// Run a grid of benchmarks that reproduces the paper's figures, then plot it.
+#[derive(clap::Args, Debug)]
+#[command(after_help = format!("{}\n{}", sweep::presets::help(), SWEEP_HELP))]
 pub struct SweepArgs {
-    /// Preset: transport, latency, breakdown, ycsb, segment-size, skew, writeback,
-    /// threads, or all (several: comma separated).
+    /// Preset (see the list below), or all; several: comma separated.
     #[arg(
         value_name = "PRESET",
         required_unless_present_any = ["plot_only", "grid"],
-        value_parser = clap::builder::PossibleValuesParser::new([
-            "transport", "latency", "breakdown", "ycsb", "segment-size", "skew", "writeback", "threads", "all",
-        ]),
+        value_parser = clap::builder::PossibleValuesParser::new(
+            sweep::Preset::ALL.map(sweep::Preset::name).into_iter().chain(["all"])
+        ),
         value_delimiter = ',',
         num_args = 1,
         ignore_case = true
@@ -106,6 +97,11 @@ pub struct SweepArgs {
     /// Seed of the operation streams.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Runs of every point, interleaved (every point once, then again, ...): medians
+    /// across repeats, intervals and verdicts come from them [default: 3 with --quick,
+    /// 5 otherwise].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeats: Option<u16>,
     /// No progress output.
     #[arg(long)]
     quiet: bool,
@@ -175,6 +171,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     o.progress = Progress::auto(a.quiet);
     o.pmem_dir.clone_from(&a.pmem);
     o.seed = a.seed;
+    o.repeats = a.repeats.map(usize::from).or(file.repeats).unwrap_or(if o.quick { 3 } else { 5 });
     o.command = std::env::args().map(|s| shell_quote(&s)).collect::<Vec<_>>().join(" ");
     let outcome = sweep::run(&o, &mut stdout)?;
     if !outcome.failed.is_empty() {

@@ -9,9 +9,15 @@
 //! workload E's scans are refused ([`Error::Unsupported`]). How durable an acknowledged
 //! write is depends on the server's configuration (`appendfsync`), not on this binding.
 //!
+//! [`RedisServer`] starts a `redis-server` of its own on a loopback port (the `peers`
+//! sweep preset and the tests use it), with or without an append-only file.
+//!
 //! May import: `bench::runner` (the [`Db`] trait), `error`.
 
-use std::time::Duration;
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use super::runner::Db;
 use crate::error::{Error, Result};
@@ -69,5 +75,96 @@ impl Db for RedisDb {
     fn max_value(&self) -> Option<u64> {
         // Redis strings hold up to 512 MiB.
         Some(512 << 20)
+    }
+}
+
+/// How a [`RedisServer`] keeps its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// Memory only: no snapshots, no append-only file.
+    None,
+    /// An append-only file written back once a second (`appendfsync everysec`).
+    AofEverySec,
+}
+
+/// A `redis-server` child on a free loopback port, killed (by its PID) on drop.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Whether `redis-server` can be run here.
+    pub fn installed() -> bool {
+        Command::new("redis-server").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    }
+
+    /// Starts a server with `persistence`; its files (the append-only file) go into a
+    /// temporary directory under `parent` (default: the system's), removed on drop.
+    /// Waits until it accepts connections (at most 10 s).
+    pub fn start(persistence: Persistence, parent: Option<&Path>) -> Result<RedisServer> {
+        if !Self::installed() {
+            return Err(Error::Unsupported("redis-server is not installed (Debian: apt install redis-server)".into()));
+        }
+        let dir = match parent {
+            Some(p) => tempfile::Builder::new().prefix("boomkv-redis-").tempdir_in(p),
+            None => tempfile::Builder::new().prefix("boomkv-redis-").tempdir(),
+        }
+        .map_err(|e| Error::Transport(format!("redis-server: a directory for its files: {e}")))?;
+        // A free port: the kernel's choice for a listener dropped at once. Another
+        // process may take it in between; the wait below then fails and says so.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| Error::Transport(format!("redis-server: no free loopback port: {e}")))?
+            .port();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"]);
+        cmd.arg("--dir").arg(dir.path());
+        match persistence {
+            Persistence::None => cmd.args(["--appendonly", "no"]),
+            Persistence::AofEverySec => cmd.args(["--appendonly", "yes", "--appendfsync", "everysec"]),
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| Error::Transport(format!("starting redis-server: {e}")))?;
+        let mut server = RedisServer { child, port, _dir: dir };
+        let end = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(Error::Transport(format!("redis-server on port {port} exited at start: {status}")));
+            }
+            if Instant::now() > end {
+                return Err(Error::Transport(format!("redis-server did not listen on port {port} within 10 s")));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Listening is not serving yet (it may still be loading): wait for a PING.
+        let url = server.url();
+        loop {
+            let pong = RedisDb::connect(&url, Duration::from_secs(1))
+                .and_then(|mut db| redis::cmd("PING").query::<String>(&mut db.conn).map_err(|e| failed("PING", &e)));
+            match pong {
+                Ok(_) => return Ok(server),
+                Err(e) if Instant::now() > end => {
+                    return Err(Error::Transport(format!("redis-server on port {port} does not answer: {e}")))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

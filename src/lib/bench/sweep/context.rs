@@ -27,11 +27,11 @@ use crate::transport::{Backend, Endpoint, Transport};
 use crate::workload::{names, CoreWorkload, WorkloadSpec};
 
 /// Columns every preset starts with.
-pub const COMMON: [&str; 4] = ["point", "unix_time", "transport", "quick"];
+pub const COMMON: [&str; 5] = ["point", "unix_time", "transport", "quick", "repeat"];
 
 /// A preset's column list: [`COMMON`] and then its own.
 macro_rules! cols {
-    ($($c:literal),* $(,)?) => { &["point", "unix_time", "transport", "quick", $($c),*] };
+    ($($c:literal),* $(,)?) => { &["point", "unix_time", "transport", "quick", "repeat", $($c),*] };
 }
 pub(crate) use cols;
 
@@ -43,6 +43,7 @@ pub struct Context<'a> {
     floors: HashMap<Backend, FloorReport>,
     components: HashMap<u64, Components>,
     wanted_sizes: Vec<u64>,
+    repeat: u64,
 }
 
 fn now_unix() -> String {
@@ -239,7 +240,7 @@ pub(crate) fn mix_spec(
 impl<'a> Context<'a> {
     /// A context for the sweep `o`; `bars` shows the runs' progress bars.
     pub fn new(o: &'a SweepOptions, bars: Option<indicatif::MultiProgress>) -> Context<'a> {
-        Context { o, bars, floors: HashMap::new(), components: HashMap::new(), wanted_sizes: Vec::new() }
+        Context { o, bars, floors: HashMap::new(), components: HashMap::new(), wanted_sizes: Vec::new(), repeat: 0 }
     }
 
     pub(crate) fn ops(&self, q: u64, full: u64) -> u64 {
@@ -274,7 +275,9 @@ impl<'a> Context<'a> {
 
     pub(crate) fn hlog(&self, pt: &Point, phase: &str) -> PathBuf {
         let id = pt.id().replace('/', "-");
-        self.o.out.join(format!("{}-{id}{}{phase}.hlog", pt.preset, if phase.is_empty() { "" } else { "." }))
+        // The first repeat's log keeps the name of a sweep without repeats.
+        let rep = if self.repeat == 0 { String::new() } else { format!(".r{}", self.repeat) };
+        self.o.out.join(format!("{}-{id}{rep}{}{phase}.hlog", pt.preset, if phase.is_empty() { "" } else { "." }))
     }
 
     pub(crate) fn embedded(
@@ -370,9 +373,11 @@ impl<'a> Context<'a> {
         Ok(c)
     }
 
-    /// Runs one point and returns its CSV row.
-    pub fn run_point(&mut self, pt: &Point) -> Result<Row> {
+    /// Runs repeat `repeat` of one point and returns its CSV row.
+    pub fn run_point(&mut self, pt: &Point, repeat: u64) -> Result<Row> {
+        self.repeat = repeat;
         let mut row = self.base_row(pt);
+        row.insert(COMMON[4], repeat.to_string());
         pt.preset.def().run(self, pt, &mut row)?;
         Ok(row)
     }

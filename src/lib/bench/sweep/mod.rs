@@ -28,6 +28,9 @@ pub mod summary;
 
 pub use presets::{Meta, Preset, PresetDef};
 
+/// The column that numbers a point's repeats (0, 1, ...).
+pub const REPEAT: &str = "repeat";
+
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -240,7 +243,7 @@ fn parse_count(axis: &str, s: &str) -> Result<u64> {
 
 /// A grid from a file (`--grid workloads/sweep-small.grid`): `key = value` lines,
 /// `#` comments. Keys: `preset` (names or `all`), `transport`, `quick` (true/false),
-/// and any axis of [`Axes::set`].
+/// `repeats`, and any axis of [`Axes::set`].
 #[derive(Clone, Debug, Default)]
 pub struct GridFile {
     /// Presets named in the file.
@@ -249,6 +252,8 @@ pub struct GridFile {
     pub transport: Option<Backend>,
     /// Quick mode.
     pub quick: Option<bool>,
+    /// Runs of every point.
+    pub repeats: Option<usize>,
     /// Axes.
     pub axes: Axes,
 }
@@ -281,6 +286,12 @@ impl GridFile {
                 "preset" | "presets" => g.presets = Some(parse_presets(v).map_err(at)?),
                 "transport" => {
                     g.transport = Some(v.parse::<Backend>().map_err(|e| at(SweepError::Invalid(e.to_string())))?);
+                }
+                "repeats" => {
+                    g.repeats = Some(match v.parse::<usize>() {
+                        Ok(n) if (1..=100).contains(&n) => n,
+                        _ => return Err(at(SweepError::Invalid(format!("repeats = '{v}': expected 1..100")))),
+                    });
                 }
                 "quick" => {
                     g.quick = Some(match v {
@@ -321,6 +332,8 @@ pub struct SweepOptions {
     pub pmem_dir: Option<PathBuf>,
     /// Seed of the operation streams.
     pub seed: u64,
+    /// Runs of every point, interleaved (every point once, then again).
+    pub repeats: usize,
     /// The command line, for SETUP.md.
     pub command: String,
 }
@@ -340,6 +353,7 @@ impl SweepOptions {
             progress: Progress::Quiet,
             pmem_dir: None,
             seed: 1,
+            repeats: 1,
             command: String::new(),
         }
     }
@@ -444,6 +458,9 @@ pub struct Table {
     pub header: Vec<String>,
     /// Data rows (as many fields as the header).
     pub rows: Vec<Vec<String>>,
+    /// After [`Table::aggregate`]: the rows read, one per repeat of a point (`rows`
+    /// then holds one per point). Empty otherwise.
+    pub runs: Vec<Vec<String>>,
 }
 
 impl Table {
@@ -468,7 +485,7 @@ impl Table {
             let rec = rec.map_err(|e| csv_err(Some(i + 2), e.to_string()))?;
             rows.push(rec.iter().map(String::from).collect());
         }
-        Ok(Table { path: path.to_path_buf(), header, rows })
+        Ok(Table { path: path.to_path_buf(), header, rows, runs: Vec::new() })
     }
 
     /// The index of column `name`.
@@ -506,6 +523,94 @@ impl Table {
             line: Some(i + 2),
             problem: format!("column `{name}` is empty"),
         })
+    }
+
+    /// Reads a preset's CSV: its header must be the preset's columns. A file of a
+    /// version that wrote no `repeat` column (one run per point) reads as repeat 0.
+    pub fn read_preset(preset: Preset, path: &Path) -> Result<Table> {
+        let mut t = Table::read(path)?;
+        let cols = preset.columns();
+        let without: Vec<&str> = cols.iter().copied().filter(|c| *c != REPEAT).collect();
+        if t.header != cols && t.header == without {
+            let at = cols.iter().position(|c| *c == REPEAT).unwrap_or(cols.len());
+            t.header.insert(at, REPEAT.to_string());
+            for r in &mut t.rows {
+                r.insert(at.min(r.len()), "0".into());
+            }
+        }
+        if t.header != cols {
+            return Err(SweepError::Csv {
+                path: path.to_path_buf(),
+                line: Some(1),
+                problem: "its columns are not the ones this version of boomctl writes; use --overwrite or another \
+                          --out directory"
+                    .into(),
+            });
+        }
+        Ok(t)
+    }
+
+    /// One row per point (first-seen order) from the repeats of each: a column whose
+    /// repeats all hold the same text keeps it; a numeric column whose repeats differ
+    /// holds their median (the lower middle one for an even count, so it is one of the
+    /// measured values); any other column the first repeat's text. The rows read are
+    /// kept in [`Table::runs`] for intervals across repeats.
+    pub fn aggregate(&self) -> Result<Table> {
+        let pc = self.col("point")?;
+        let mut order: Vec<&str> = Vec::new();
+        let mut groups: BTreeMap<&str, Vec<&Vec<String>>> = BTreeMap::new();
+        for r in &self.rows {
+            let id = r.get(pc).map(String::as_str).unwrap_or("");
+            if !groups.contains_key(id) {
+                order.push(id);
+            }
+            groups.entry(id).or_default().push(r);
+        }
+        let mut rows = Vec::new();
+        for id in order {
+            let g = &groups[id];
+            let row = (0..self.header.len())
+                .map(|c| {
+                    let texts: Vec<&str> = g.iter().map(|r| r.get(c).map(String::as_str).unwrap_or("")).collect();
+                    if texts.iter().all(|x| *x == texts[0]) {
+                        return texts[0].to_string();
+                    }
+                    let nums: Option<Vec<f64>> = texts.iter().map(|x| x.trim().parse::<f64>().ok()).collect();
+                    match nums {
+                        Some(mut v) => {
+                            v.sort_by(f64::total_cmp);
+                            let m = v[(v.len() - 1) / 2];
+                            let k = texts.iter().position(|x| x.trim().parse::<f64>().ok() == Some(m)).unwrap_or(0);
+                            texts[k].to_string()
+                        }
+                        None => texts[0].to_string(),
+                    }
+                })
+                .collect();
+            rows.push(row);
+        }
+        Ok(Table { path: self.path.clone(), header: self.header.clone(), rows, runs: self.rows.clone() })
+    }
+
+    /// The values of column `name` in every repeat of the point of row `i` (of an
+    /// aggregated table), by repeat number; empty cells skipped. One value for a point
+    /// run once, or for a table that is not aggregated.
+    pub fn across(&self, i: usize, name: &str) -> Result<Vec<(u64, f64)>> {
+        let (pc, c) = (self.col("point")?, self.col(name)?);
+        let rc = self.col(REPEAT).ok();
+        let Some(id) = self.rows.get(i).and_then(|r| r.get(pc)) else { return Ok(Vec::new()) };
+        let src = if self.runs.is_empty() { std::slice::from_ref(&self.rows[i]) } else { &self.runs[..] };
+        let mut v: Vec<(u64, f64)> = src
+            .iter()
+            .filter(|r| r.get(pc) == Some(id))
+            .filter_map(|r| {
+                let x = r.get(c)?.trim().parse::<f64>().ok()?;
+                let rep = rc.and_then(|rc| r.get(rc)).and_then(|s| s.parse().ok()).unwrap_or(0);
+                Some((rep, x))
+            })
+            .collect();
+        v.sort_by_key(|p| p.0);
+        Ok(v)
     }
 
     /// Row indices whose column `name` equals `value`.
@@ -551,8 +656,9 @@ impl CsvSink {
                 return Err(SweepError::Csv {
                     path,
                     line: Some(1),
-                    problem: "its columns are not the ones this version of boomctl writes; use --overwrite or \
-                              another --out directory"
+                    problem: "its columns are not the ones this version of boomctl writes (a file without the \
+                              `repeat` column can be re-rendered, not extended); use --overwrite or another \
+                              --out directory"
                         .into(),
                 });
             }
@@ -589,14 +695,15 @@ impl CsvSink {
     }
 }
 
-/// The `point` values already in a preset's CSV (for `--resume`).
-pub fn done_points(preset: Preset, dir: &Path) -> Result<HashSet<String>> {
+/// The `(point, repeat)` pairs already in a preset's CSV (for `--resume`).
+pub fn done_points(preset: Preset, dir: &Path) -> Result<HashSet<(String, u64)>> {
     let path = preset.csv_path(dir);
     if !path.exists() {
         return Ok(HashSet::new());
     }
-    let t = Table::read(&path)?;
-    Ok(t.rows.iter().filter_map(|r| r.first().cloned()).collect())
+    let t = Table::read_preset(preset, &path)?;
+    let (pc, rc) = (t.col("point")?, t.col(REPEAT)?);
+    Ok(t.rows.iter().filter_map(|r| Some((r.get(pc)?.clone(), r.get(rc)?.parse::<u64>().ok()?))).collect())
 }
 
 /// What a sweep did.
@@ -629,7 +736,7 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         plan.push((p, grid(p, o)?));
     }
     // Existing results: refuse to mix into them unless asked.
-    let mut todo: Vec<(Preset, Vec<Point>, usize)> = Vec::new();
+    let mut todo: Vec<(Preset, Vec<(Point, u64)>)> = Vec::new();
     let mut outcome = SweepOutcome::default();
     for (p, pts) in plan {
         let path = p.csv_path(&o.out);
@@ -644,36 +751,47 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
                 )));
             }
         }
-        let before = pts.len();
-        let left: Vec<Point> = pts.into_iter().filter(|pt| !done.contains(&pt.id())).collect();
-        outcome.skipped += before - left.len();
-        todo.push((p, left, before));
+        // Repeats interleaved: every point once, then every point again (A B C A B C),
+        // so drift on the machine hits every point alike.
+        let mut runs = Vec::new();
+        for rep in 0..o.repeats.max(1) as u64 {
+            for pt in &pts {
+                if done.contains(&(pt.id(), rep)) {
+                    outcome.skipped += 1;
+                } else {
+                    runs.push((pt.clone(), rep));
+                }
+            }
+        }
+        todo.push((p, runs));
     }
     setup::write_setup(o)?;
     let total: usize = todo.iter().map(|t| t.1.len()).sum();
     let prog = SweepProgress::new(o.progress, total as u64);
     if outcome.skipped > 0 {
-        prog.println(&format!("resume: {} points already in the CSV files are skipped", outcome.skipped));
+        prog.println(&format!("resume: {} runs already in the CSV files are skipped", outcome.skipped));
     }
     let started = Instant::now();
     let probe = crate::bench::busy::LoadProbe::start();
     let mut ctx = context::Context::new(o, prog.bars());
-    for (preset, pts, _) in &todo {
+    for (preset, runs) in &todo {
         let fresh = o.overwrite && !o.resume;
         let mut sink = CsvSink::open(*preset, &o.out, fresh)?;
-        preset.def().begin(&mut ctx, pts);
-        for pt in pts {
-            prog.start(&pt.label());
+        let pts: Vec<Point> = runs.iter().filter(|r| r.1 == runs[0].1).map(|r| r.0.clone()).collect();
+        preset.def().begin(&mut ctx, &pts);
+        for (pt, rep) in runs {
+            let label = if o.repeats > 1 { format!("{} #{}", pt.label(), rep + 1) } else { pt.label() };
+            prog.start(&label);
             let t0 = Instant::now();
-            match ctx.run_point(pt) {
+            match ctx.run_point(pt, *rep) {
                 Ok(row) => {
                     sink.write(&row)?;
                     outcome.ran += 1;
-                    prog.done(&format!("{} ({:.1} s)", pt.label(), t0.elapsed().as_secs_f64()));
+                    prog.done(&format!("{label} ({:.1} s)", t0.elapsed().as_secs_f64()));
                 }
                 Err(e) => {
-                    prog.done(&format!("{} FAILED: {e}", pt.label()));
-                    outcome.failed.push((pt.label(), e.to_string()));
+                    prog.done(&format!("{label} FAILED: {e}"));
+                    outcome.failed.push((label, e.to_string()));
                 }
             }
         }
@@ -727,14 +845,7 @@ pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
         if !path.exists() {
             continue;
         }
-        let t = Table::read(&path)?;
-        if t.header != p.columns() {
-            return Err(SweepError::Csv {
-                path,
-                line: Some(1),
-                problem: "its columns are not the ones this version of boomctl writes".into(),
-            });
-        }
+        let t = Table::read_preset(p, &path)?.aggregate()?;
         r.presets.push(p);
         let s = summary::summarize(p, &t, dir)?;
         let _ = writeln!(out, "\n{}", s.text);
@@ -839,7 +950,7 @@ mod tests {
         assert!(GridFile::parse("sizes = 12q").is_err());
         assert!(GridFile::parse("nonsense").unwrap_err().to_string().contains("line 1"));
         assert!(GridFile::parse("colour = red").is_err());
-        assert!(parse_presets("all").unwrap().len() == 8);
+        assert_eq!(parse_presets("all").unwrap().len(), Preset::ALL.len());
         assert!(parse_presets("latency,nope").is_err());
     }
 

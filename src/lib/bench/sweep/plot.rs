@@ -577,6 +577,53 @@ pub fn points(t: &Table, rows: &[usize], x: &str, y: &str, band: Option<(&str, &
     Ok(v)
 }
 
+/// Points `(x, y, range)` of the rows `rows` of an aggregated table: `y` is the median
+/// across the point's repeats, the bar the lowest and highest repeat (none for a point
+/// run once).
+pub fn points_across(t: &Table, rows: &[usize], x: &str, y: &str) -> Result<Vec<Pt>> {
+    let mut v = Vec::new();
+    for &i in rows {
+        let (Some(xv), Some(yv)) = (num(t, i, x)?, num(t, i, y)?) else { continue };
+        let reps = t.across(i, y)?;
+        let band = (reps.len() > 1).then(|| {
+            let lo = reps.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+            let hi = reps.iter().map(|r| r.1).fold(f64::NEG_INFINITY, f64::max);
+            (lo, hi)
+        });
+        v.push((xv, yv, band));
+    }
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(v)
+}
+
+/// The most repeats any point of `t` has.
+pub fn repeats(t: &Table) -> Result<usize> {
+    let mut n = 1;
+    for i in 0..t.rows.len() {
+        n = n.max(t.across(i, "unix_time")?.len());
+    }
+    Ok(n)
+}
+
+/// The axis label's note on what the bars are: the range of the repeats.
+pub fn range_note(t: &Table) -> Result<String> {
+    let n = repeats(t)?;
+    Ok(if n > 1 { format!("bars: range of {n} repeats") } else { "one run per point".into() })
+}
+
+/// One series per protocol of the rows that meet `conds`: `y` (median of the repeats)
+/// against `x`, bars the range of the repeats.
+pub fn per_protocol_across(t: &Table, conds: &[(&str, &str)], x: &str, y: &str) -> Result<Vec<LineSeries>> {
+    let mut out = Vec::new();
+    for p in t.distinct("protocol")? {
+        let mut c = conds.to_vec();
+        c.push(("protocol", &p));
+        let rows = rows_with(t, &c)?;
+        out.push(series(protocol_name(&p), protocol_color(&p), points_across(t, &rows, x, y)?));
+    }
+    Ok(out)
+}
+
 /// The rows where every `(column, value)` of `conds` holds.
 pub fn rows_with(t: &Table, conds: &[(&str, &str)]) -> Result<Vec<usize>> {
     let mut rows: Vec<usize> = (0..t.rows.len()).collect();
@@ -693,6 +740,7 @@ mod tests {
                         "quick" => "true".into(),
                         "protocol" => ["boom", "rdmp"][k].into(),
                         "mix" => "a".into(),
+                        "peer" => ["boom-tcp", "redis"][k].into(),
                         "theta" => ["uniform", "0.99"][k].into(),
                         "mode" => "hybrid".into(),
                         "flush" => "clwb".into(),
@@ -706,7 +754,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        Table { path: PathBuf::from(format!("{preset}.csv")), header, rows }
+        Table { path: PathBuf::from(format!("{preset}.csv")), header, rows, runs: Vec::new() }
     }
 
     #[test]

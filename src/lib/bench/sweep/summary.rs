@@ -141,6 +141,9 @@ pub fn summarize(preset: Preset, t: &Table, dir: &Path) -> Result<Summary> {
         );
     }
     preset.def().summarize(t, &mut b, dir)?;
+    if let Some(s) = spread_warning(t)? {
+        b.line(&s);
+    }
     let errors: f64 = (0..t.rows.len()).map(|i| t.num(i, "errors").ok().flatten().unwrap_or(0.0)).sum();
     if errors > 0.0 {
         b.line(&format!("WARNING: {errors} operations failed in these runs (column `errors`)."));
@@ -176,5 +179,193 @@ pub fn size_label(size: u64) -> String {
         format!("{} KiB", size / 1024)
     } else {
         format!("{size} B")
+    }
+}
+
+/// A comparison of two series measured in the same repeats (paired by repeat number,
+/// so drift that hits one repeat hits both sides): the median of the per-repeat
+/// values and their range, an order-statistic interval for that median.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paired {
+    /// Repeats with both sides.
+    pub n: usize,
+    /// The median per-repeat value (the lower middle one for an even count).
+    pub median: f64,
+    /// The lowest per-repeat value.
+    pub lo: f64,
+    /// The highest per-repeat value.
+    pub hi: f64,
+}
+
+impl Paired {
+    /// `f(a, b)` for every repeat both `a` and `b` have (`(repeat, value)` pairs).
+    pub fn of(a: &[(u64, f64)], b: &[(u64, f64)], f: impl Fn(f64, f64) -> Option<f64>) -> Option<Paired> {
+        let mut v: Vec<f64> =
+            a.iter().filter_map(|(r, x)| b.iter().find(|(s, _)| s == r).and_then(|(_, y)| f(*x, *y))).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Paired { n: v.len(), median: v[(v.len() - 1) / 2], lo: v[0], hi: v[v.len() - 1] })
+    }
+
+    /// The probability that the range of `n` repeats covers the true median:
+    /// `1 - 2^(1-n)` (each repeat falls on either side of it with probability 1/2).
+    pub fn coverage(&self) -> f64 {
+        if self.n < 2 {
+            0.0
+        } else {
+            1.0 - 0.5f64.powi(self.n as i32 - 1)
+        }
+    }
+
+    /// Met when every repeat is at least `want`, missed when every repeat is below it,
+    /// inconclusive otherwise (or with one repeat: no interval).
+    pub fn at_least(&self, want: f64) -> Verdict {
+        if self.n < 2 {
+            Verdict::OneRun
+        } else if self.lo >= want {
+            Verdict::Met
+        } else if self.hi < want {
+            Verdict::Missed
+        } else {
+            Verdict::Noisy
+        }
+    }
+
+    /// Met when every repeat is at most `want`, missed when every repeat is above it.
+    pub fn at_most(&self, want: f64) -> Verdict {
+        if self.n < 2 {
+            Verdict::OneRun
+        } else if self.hi <= want {
+            Verdict::Met
+        } else if self.lo > want {
+            Verdict::Missed
+        } else {
+            Verdict::Noisy
+        }
+    }
+
+    /// `median [lo, hi]` with `fmt` for each number.
+    pub fn text(&self, fmt: impl Fn(f64) -> String) -> String {
+        if self.n < 2 {
+            fmt(self.median)
+        } else {
+            format!("{} [{}, {}]", fmt(self.median), fmt(self.lo), fmt(self.hi))
+        }
+    }
+}
+
+/// A target judged on repeats: only an interval that lies wholly on one side decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every repeat meets it.
+    Met,
+    /// No repeat meets it.
+    Missed,
+    /// The repeats disagree: the noise could flip a verdict.
+    Noisy,
+    /// One repeat: no interval, no verdict.
+    OneRun,
+}
+
+impl Verdict {
+    /// The word for tables and lines.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "MISSED",
+            Verdict::Noisy => "inconclusive (noisy)",
+            Verdict::OneRun => "inconclusive (one run: --repeats 3 or more gives an interval)",
+        }
+    }
+}
+
+/// The change of row `a` against row `b` of an aggregated table in column `col`,
+/// paired by repeat: `median [lo, hi]` in percent, or `-`.
+pub fn paired_change(t: &Table, a: usize, b: usize, col: &str) -> Result<String> {
+    Ok(Paired::of(&t.across(a, col)?, &t.across(b, col)?, change).map(|p| p.text(pct)).unwrap_or_else(|| "-".into()))
+}
+
+/// Repeats that disagree by more than this (max - min over the median) make a point noisy.
+pub const NOISY_SPREAD: f64 = 0.25;
+
+/// A warning when the repeats of some points disagree by more than [`NOISY_SPREAD`] in
+/// a headline column (medians and throughputs): a busy or unsteady machine, or a
+/// bimodal effect worth a look. `None` when they agree or a point ran once.
+pub fn spread_warning(t: &Table) -> Result<Option<String>> {
+    let cols: Vec<&String> = t.header.iter().filter(|c| c.ends_with("_p50_us") || c.ends_with("ops_per_sec")).collect();
+    let mut noisy = 0;
+    let mut worst: Option<(f64, String)> = None;
+    for i in 0..t.rows.len() {
+        let mut hit = false;
+        for c in &cols {
+            let v: Vec<f64> = t.across(i, c)?.into_iter().map(|p| p.1).collect();
+            if v.len() < 2 {
+                continue;
+            }
+            let mut s = v.clone();
+            s.sort_by(f64::total_cmp);
+            let med = s[(s.len() - 1) / 2];
+            if med <= 0.0 {
+                continue;
+            }
+            let spread = (s[s.len() - 1] - s[0]) / med;
+            if spread > NOISY_SPREAD {
+                hit = true;
+                if worst.as_ref().is_none_or(|w| spread > w.0) {
+                    let id = t.str(i, "point")?;
+                    worst = Some((spread, format!("{id} {c}: {:.3} .. {:.3}", s[0], s[s.len() - 1])));
+                }
+            }
+        }
+        noisy += usize::from(hit);
+    }
+    Ok(worst.map(|(spread, w)| {
+        format!(
+            "NOISY: the repeats of {noisy} of {} points differ by more than {:.0}% (max - min over the median) in a \
+             median or a throughput; the widest: {w} ({:.0}%). A busy machine (see SETUP.md for the load during the \
+             run) or a bimodal effect; verdicts above stay inconclusive where the repeats disagree.",
+            t.rows.len(),
+            NOISY_SPREAD * 100.0,
+            spread * 100.0
+        )
+    }))
+}
+
+/// How a paired interval was made, for the summaries.
+pub fn interval_note(n: usize) -> String {
+    if n < 2 {
+        "one run per point: no interval and no verdict (use --repeats)".into()
+    } else {
+        format!(
+            "{n} interleaved repeats per point; a comparison is the median of the {n} per-repeat values with their \
+             range, which covers the true median with probability {:.0}% (1 - 2^(1-{n})); a verdict is given only \
+             when the whole range lies on one side of the target",
+            (1.0 - 0.5f64.powi(n as i32 - 1)) * 100.0
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_verdicts_need_every_repeat_on_one_side() {
+        let a = [(0, 10.0), (1, 12.0), (2, 11.0)];
+        let b = [(0, 20.0), (1, 20.0), (2, 20.0), (3, 5.0)];
+        let p = Paired::of(&a, &b, |x, y| Some(x / y)).unwrap();
+        assert_eq!(p.n, 3);
+        assert_eq!((p.lo, p.median, p.hi), (0.5, 0.55, 0.6));
+        assert_eq!(p.at_most(0.6), Verdict::Met);
+        assert_eq!(p.at_most(0.55), Verdict::Noisy);
+        assert_eq!(p.at_most(0.4), Verdict::Missed);
+        assert_eq!(p.at_least(0.5), Verdict::Met);
+        assert_eq!(p.at_least(0.7), Verdict::Missed);
+        assert!((p.coverage() - 0.75).abs() < 1e-9);
+        let one = Paired::of(&a[..1], &b, |x, y| Some(x / y)).unwrap();
+        assert_eq!(one.at_most(1.0), Verdict::OneRun);
+        assert!(Paired::of(&a, &[], |x, y| Some(x / y)).is_none());
     }
 }

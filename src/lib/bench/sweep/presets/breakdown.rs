@@ -24,6 +24,7 @@ impl PresetDef for Breakdown {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "breakdown",
+            about: "where a request's time goes: transport, metadata, copies, write-back, index",
             reproduces: "figures 1, 2",
             method: "breakdown: the latency preset's points at fewer sizes (quick: 64 B, 1 KiB, 16 KiB; full: 64 B .. 16 KiB).",
             columns: COLUMNS,

@@ -13,9 +13,12 @@ use super::super::components::copies;
 use super::super::context::{f3, file_name, insert_spec, mix_spec, on_target, pick, Stat};
 use super::super::paper::{self, Op};
 use super::super::plot::{
-    per_protocol, points, protocol_name, rows_with, series, LineFigure, LineSeries, XAxis, YAxis, PALETTE,
+    per_protocol_across, points, protocol_name, range_note, rows_with, series, LineFigure, LineSeries, XAxis, YAxis,
+    PALETTE,
 };
-use super::super::summary::{change, paper_text, pct, row_at, size_label, sizes_of, us, TextTable};
+use super::super::summary::{
+    change, interval_note, paper_text, pct, row_at, size_label, sizes_of, us, Paired, TextTable, Verdict,
+};
 use super::super::{check_values, io_err, Skew};
 use super::prelude::*;
 use crate::bench::runner;
@@ -113,6 +116,7 @@ impl PresetDef for Latency {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "latency",
+            about: "PUT and GET latency, 32 B .. 16 KiB, all protocols, reductions vs the paper",
             reproduces: "figures 13, 14; 6, 7 are their RDMP-KV lines",
             method: "latency/breakdown: a warm-up load of W keys (unmeasured), N PUTs of new keys (measured), then N GETs of \
          uniformly chosen loaded keys after W warm-up GETs (quick: N = 20000, full: N = 100000, W = N/10 clamped to \
@@ -252,22 +256,19 @@ fn figures(t: &Table, dir: &Path) -> Result<Vec<Figure>> {
     let transport = transport_of(t);
     let mut figs = Vec::new();
     for (op, fig, y) in [("PUT", "fig13-put-latency", "put"), ("GET", "fig14-get-latency", "get")] {
-        let s = per_protocol(
-            t,
-            &[],
-            "size",
-            &format!("{y}_avg_us"),
-            Some((&format!("{y}_p50_us"), &format!("{y}_p99_us"))),
-        )?;
+        let s = per_protocol_across(t, &[], "size", &format!("{y}_p50_us"))?;
         figs.push(Figure::Line(LineFigure {
             stem: fig.into(),
             title: format!("{op} latency vs value size ({transport}, 1 client)"),
             x: XAxis::Bytes,
             y: YAxis::Plain,
             x_label: "value size (bytes, log scale)".into(),
-            y_label: "average latency (µs), bars p50-p99".into(),
+            y_label: format!("median latency (µs), {}", range_note(t)?),
             series: s,
-            note: Some(format!("Paper: figures 13, 14 (6, 7: the RDMP-KV lines). Transport: {transport}.")),
+            note: Some(format!(
+                "Lines: the median of the repeats' median latencies. Paper: figures 13, 14 (6, 7: the RDMP-KV \
+                 lines). Transport: {transport}."
+            )),
             y_log_auto: true,
         }));
     }
@@ -282,7 +283,8 @@ fn figures(t: &Table, dir: &Path) -> Result<Vec<Figure>> {
                 let color = PALETTE[k];
                 k += 1;
                 let name = format!("{} vs {}", op.to_uppercase(), protocol_name(base));
-                s.push(series(name.clone(), color, points(&c, &rows, "size", "change_pct", None)?));
+                let band = c.col("change_p50_lo_pct").is_ok().then_some(("change_p50_lo_pct", "change_p50_hi_pct"));
+                s.push(series(name.clone(), color, points(&c, &rows, "size", "change_p50_pct", band)?));
                 let paper = points(&c, &rows, "size", "paper_pct", None)?;
                 if !paper.is_empty() {
                     s.push(LineSeries {
@@ -301,18 +303,23 @@ fn figures(t: &Table, dir: &Path) -> Result<Vec<Figure>> {
             x: XAxis::Bytes,
             y: YAxis::Plain,
             x_label: "value size (bytes, log scale)".into(),
-            y_label: "change of average latency (%)".into(),
+            y_label: format!("change of median latency (%), {}", range_note(t)?),
             series: s,
-            note: Some("Negative: BOOM-KV is faster. Crosses: the paper's values where it gives one.".into()),
+            note: Some(
+                "Negative: BOOM-KV is faster. Lines: the median of the per-repeat changes. Crosses: the paper's \
+                 values where it gives one."
+                    .into(),
+            ),
             y_log_auto: false,
         }));
     }
     Ok(figs)
 }
 
-/// The latency comparison: per size, BOOM's PUT and GET average latency against
-/// each baseline, the paper's figure, and whether the paper's headline reductions are
-/// reproduced.
+/// The latency comparison: per size, BOOM's median PUT and GET latency against each
+/// baseline (median of the per-repeat changes, with their range), the paper's figure,
+/// and whether the paper's headline reductions are reproduced: a verdict only where
+/// every repeat agrees.
 fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
     let sizes = sizes_of(t, "size")?;
     let mut compare = csv::Writer::from_writer(Vec::new());
@@ -331,67 +338,90 @@ fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
             "paper",
             "target_pct",
             "target_met",
+            "change_p50_lo_pct",
+            "change_p50_hi_pct",
+            "repeats",
+            "verdict",
         ])
         .map_err(cerr)?;
     let mut targets = Vec::new();
+    let mut repeats = 1;
     for op in [Op::Put, Op::Get] {
-        let col = if op == Op::Put { "put_avg_us" } else { "get_avg_us" };
+        let (avg_col, p50_col) =
+            if op == Op::Put { ("put_avg_us", "put_p50_us") } else { ("get_avg_us", "get_p50_us") };
         let mut tab = TextTable::new(&[
             "size",
-            &format!("{} boom us", op.name()),
-            "rdmp us",
+            &format!("{} boom p50 us", op.name()),
+            "rdmp p50 us",
             "vs rdmp",
             "paper",
-            "rpc us",
+            "rpc p50 us",
             "vs rpc",
             "paper",
         ]);
         for &size in &sizes {
             let Some(boom) = row_at(t, "boom", size)? else { continue };
-            let mine = t.req(boom, col)?;
+            let mine = t.req(boom, p50_col)?;
             let mut cells = vec![size_label(size), us(mine)];
             for base in [Protocol::Rdmp, Protocol::Rpc] {
-                let p50_col = col.replace("avg", "p50");
-                let (other, other_p50) = match row_at(t, base.name(), size)? {
-                    Some(r) => (Some(t.req(r, col)?), Some(t.req(r, &p50_col)?)),
-                    None => (None, None),
+                let other = row_at(t, base.name(), size)?;
+                let other_p50 = other.map(|r| t.req(r, p50_col)).transpose()?;
+                let ch_avg = match other {
+                    Some(r) => change(t.req(boom, avg_col)?, t.req(r, avg_col)?),
+                    None => None,
                 };
-                let ch = other.and_then(|o| change(mine, o));
-                let ch50 = other_p50.and_then(|o| change(t.req(boom, &p50_col).unwrap_or(0.0), o));
+                let paired = match other {
+                    Some(r) => Paired::of(&t.across(boom, p50_col)?, &t.across(r, p50_col)?, change),
+                    None => None,
+                };
+                if let Some(p) = paired {
+                    repeats = repeats.max(p.n);
+                }
                 let pv = paper::latency_reduction(op, base, size);
                 let target = paper::latency_target(op, base, size);
-                let met = match (target, ch) {
-                    (Some(tg), Some(c)) => Some(-c >= tg.pct),
+                let verdict = match (target, paired) {
+                    (Some(tg), Some(p)) => Some(p.at_most(-tg.pct)),
                     _ => None,
                 };
-                let mut cell = ch.map(pct).unwrap_or_else(|| "-".into());
-                if let Some(c) = ch50 {
-                    cell.push_str(&format!(" (p50 {})", pct(c)));
+                let mut cell = paired.map(|p| p.text(pct)).unwrap_or_else(|| "-".into());
+                if let (Some(v), Some(tg)) = (verdict, target) {
+                    let word = match v {
+                        Verdict::Met => "met",
+                        Verdict::Missed => "MISSED",
+                        Verdict::Noisy | Verdict::OneRun => "inconclusive",
+                    };
+                    cell.push_str(&format!(" ({word} -{}%)", tg.pct));
                 }
-                if let (Some(m), Some(tg)) = (met, target) {
-                    cell.push_str(&format!(" ({} -{}%)", if m { "met" } else { "MISSED" }, tg.pct));
-                }
-                cells.push(other.map(us).unwrap_or_else(|| "-".into()));
+                cells.push(other_p50.map(us).unwrap_or_else(|| "-".into()));
                 cells.push(cell);
                 cells.push(paper_text(pv));
+                let f2 = |v: Option<f64>| v.map(|c| format!("{c:.2}")).unwrap_or_default();
                 compare
                     .write_record([
                         format!("{}/{}/{size}", op.name().to_lowercase(), base.name()),
                         op.name().to_lowercase(),
                         base.name().to_string(),
                         size.to_string(),
-                        format!("{mine:.3}"),
-                        other.map(|o| format!("{o:.3}")).unwrap_or_default(),
-                        ch.map(|c| format!("{c:.2}")).unwrap_or_default(),
-                        ch50.map(|c| format!("{c:.2}")).unwrap_or_default(),
+                        format!("{:.3}", t.req(boom, avg_col)?),
+                        other.map(|r| t.req(r, avg_col)).transpose()?.map(|o| format!("{o:.3}")).unwrap_or_default(),
+                        f2(ch_avg),
+                        f2(paired.map(|p| p.median)),
                         pv.and_then(|p| p.value).map(|v| format!("{v}")).unwrap_or_default(),
                         pv.map(|p| format!("{} (fig. {})", p.text, p.figure)).unwrap_or_default(),
                         target.map(|tg| format!("{}", -tg.pct)).unwrap_or_default(),
-                        met.map(|m| m.to_string()).unwrap_or_default(),
+                        match verdict {
+                            Some(Verdict::Met) => "true".into(),
+                            Some(Verdict::Missed) => "false".into(),
+                            _ => String::new(),
+                        },
+                        f2(paired.filter(|p| p.n > 1).map(|p| p.lo)),
+                        f2(paired.filter(|p| p.n > 1).map(|p| p.hi)),
+                        paired.map(|p| p.n.to_string()).unwrap_or_default(),
+                        verdict.map(|v| v.word().to_string()).unwrap_or_default(),
                     ])
                     .map_err(cerr)?;
-                if let (Some(tg), Some(c)) = (target, ch) {
-                    targets.push((tg, size, c, ch50, met == Some(true)));
+                if let (Some(tg), Some(p), Some(v)) = (target, paired, verdict) {
+                    targets.push((tg, size, p, v));
                 }
             }
             tab.push(cells);
@@ -400,12 +430,13 @@ fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
     }
     if let Some(i) = (0..t.rows.len()).next() {
         b.para(&format!(
-            "Average latency over up to {} operations per phase (see put_ops, get_ops), 1 client, transport {}; change = BOOM-KV against the \
-             baseline (negative: BOOM-KV is faster), of the average and (p50) of the median; targets are judged on \
-             the average. met/MISSED: whether this machine reproduces the reduction the paper reports \
-             (figures 13, 14), judged on these measurements.",
+            "Median latency (p50) over up to {} operations per phase and repeat (see put_ops, get_ops), 1 client, \
+             transport {}; change = BOOM-KV against the baseline (negative: BOOM-KV is faster), the median of the \
+             per-repeat changes of the medians and [their range]; {}. met/MISSED: whether this machine reproduces \
+             the reduction the paper reports (figures 13, 14).",
             t.str(i, "ops")?,
-            t.str(i, "transport")?
+            t.str(i, "transport")?,
+            interval_note(repeats)
         ));
     }
     // BOOM-KV's saving over RDMP-KV (the metadata round trip it removes), with an
@@ -434,17 +465,10 @@ fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
     let path = dir.join("latency-compare.csv");
     let bytes = compare.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
     std::fs::write(&path, bytes).map_err(io_err(&path))?;
-    for (tg, size, c, c50, met) in targets {
-        let at_median = c50.map(|m| -m >= tg.pct);
-        let state = match (met, at_median) {
-            (true, Some(false)) => "met on the average, NOT at the median (tail effects decide it)",
-            (true, _) => "met",
-            (false, Some(true)) => "MISSED on the average (met at the median)",
-            (false, _) => "MISSED",
-        };
-        let p50 = c50.map(|m| format!(" (p50 {})", pct(m))).unwrap_or_default();
-        let mut s = format!("paper: {} ({}): measured {}{p50}: {state}", tg.text, size_label(size), pct(c));
-        if !met || at_median == Some(false) {
+    for (tg, size, p, v) in targets {
+        let mut s =
+            format!("paper: {} ({}): measured median change {}: {}", tg.text, size_label(size), p.text(pct), v.word());
+        if v == Verdict::Missed {
             s.push_str(&format!(". {}", missed_note(t, tg, size)?));
         }
         b.line(&s);

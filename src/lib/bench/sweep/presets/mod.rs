@@ -22,6 +22,7 @@ use super::{Point, Result, Row, SweepError, SweepOptions, Table};
 
 pub mod breakdown;
 pub mod latency;
+pub mod peers;
 pub mod segment_size;
 pub mod skew;
 pub mod space;
@@ -35,6 +36,8 @@ pub mod ycsb;
 pub struct Meta {
     /// The name on the command line and of the CSV file.
     pub name: &'static str,
+    /// One line for `--help`: what it measures.
+    pub about: &'static str,
     /// The paper's figures the preset reproduces.
     pub reproduces: &'static str,
     /// What a point runs, for SETUP.md.
@@ -67,7 +70,7 @@ pub struct Preset(&'static dyn PresetDef);
 
 impl Preset {
     /// Every preset, in the order `all` runs them.
-    pub const ALL: [Preset; 8] = [
+    pub const ALL: [Preset; 9] = [
         transport::PRESET,
         latency::PRESET,
         breakdown::PRESET,
@@ -76,6 +79,7 @@ impl Preset {
         skew::PRESET,
         writeback::PRESET,
         threads::PRESET,
+        peers::PRESET,
     ];
 
     /// The handle of a definition.
@@ -117,6 +121,17 @@ impl Preset {
     pub fn needs_embedded(self) -> bool {
         self.0.meta().needs_embedded
     }
+}
+
+/// The `--help` text of the presets: one line each, with the paper's figures.
+pub fn help() -> String {
+    let mut s = String::from("Presets:\n");
+    for p in Preset::ALL {
+        let m = p.meta();
+        s.push_str(&format!("  {:<13} {}\n  {:<13}   ({})\n", m.name, m.about, "", m.reproduces));
+    }
+    s.push_str(&format!("  {:<13} every preset\n", "all"));
+    s
 }
 
 impl PartialEq for Preset {
@@ -182,7 +197,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), Preset::ALL.len());
         for p in Preset::ALL {
-            assert_eq!(&p.columns()[..4], &super::super::context::COMMON, "{p}");
+            assert_eq!(&p.columns()[..5], &super::super::context::COMMON, "{p}");
             assert_eq!(p.name().parse::<Preset>().unwrap(), p);
         }
     }

@@ -27,6 +27,7 @@ impl PresetDef for SegmentSize {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "segment-size",
+            about: "1 KiB PUT throughput/latency and space saving vs segment size",
             reproduces: "figures 8, 10",
             method: space::METHOD,
             columns: COLUMNS,

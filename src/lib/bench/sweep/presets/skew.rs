@@ -26,7 +26,14 @@ struct SkewPreset;
 
 impl PresetDef for SkewPreset {
     fn meta(&self) -> &'static Meta {
-        &Meta { name: "skew", reproduces: "figure 9", method: space::METHOD, columns: COLUMNS, needs_embedded: false }
+        &Meta {
+            name: "skew",
+            about: "PM space used vs Zipf skew, hybrid vs append-only",
+            reproduces: "figure 9",
+            method: space::METHOD,
+            columns: COLUMNS,
+            needs_embedded: false,
+        }
     }
 
     fn grid(&self, o: &SweepOptions) -> Result<Vec<Point>> {

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use super::super::context::{file_name, insert_spec, mix_spec, on_target, Stat};
 use super::super::paper::{self, Op};
-use super::super::plot::{per_protocol, LineFigure, XAxis, YAxis};
-use super::super::summary::{change, paper_text, pct, sizes_of, TextTable};
+use super::super::plot::{per_protocol_across, range_note, repeats, LineFigure, XAxis, YAxis};
+use super::super::summary::{interval_note, paired_change, paper_text, sizes_of, TextTable};
 use super::super::Skew;
 use super::prelude::*;
 use crate::bench::runner;
@@ -49,6 +49,7 @@ impl PresetDef for Threads {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "threads",
+            about: "throughput vs client threads at 2 KiB",
             reproduces: "figures 18, 19",
             method: "threads: new 2 KiB keys PUT, then uniform GETs of those keys, each phase for 1 s (quick) or 5 s (full) with \
          the point's client threads (threads 1,2,4 quick; 1..16 full), at most 200000 / 2000000 operations.",
@@ -135,14 +136,14 @@ fn figures(t: &Table, _dir: &Path) -> Result<Vec<Figure>> {
     let cores = t.rows.first().map(|_| t.str(0, "cores")).transpose()?.unwrap_or("?").to_string();
     let workers = t.rows.first().map(|_| t.str(0, "workers")).transpose()?.unwrap_or("?").to_string();
     for (op, fig, col) in [("PUT", "fig18", "put_ops_per_sec"), ("GET", "fig19", "get_ops_per_sec")] {
-        let s = per_protocol(t, &[], "threads", col, None)?;
+        let s = per_protocol_across(t, &[], "threads", col)?;
         figs.push(Figure::Line(LineFigure {
             stem: format!("{fig}-threads-{}", op.to_lowercase()),
             title: format!("{op} throughput vs client threads, 2 KiB ({cores} cores)"),
             x: XAxis::Log2,
             y: YAxis::Kops,
             x_label: "client threads (log scale)".into(),
-            y_label: format!("{op} throughput (kops/s)"),
+            y_label: format!("{op} throughput (kops/s), {}", range_note(t)?),
             series: s,
             note: Some(format!(
                 "This machine: {cores} cores, {workers} server worker(s), transport {transport}; the paper's server had 48 cores."
@@ -169,7 +170,7 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
             cells.push(format!("{:.1}", mine / 1000.0));
             for p in ["rdmp", "rpc"] {
                 cells.push(match find(p)? {
-                    Some(r) => change(mine, t.req(r, col)?).map(pct).unwrap_or_else(|| "-".into()),
+                    Some(r) => paired_change(t, br, r, col)?,
                     None => "-".into(),
                 });
             }
@@ -182,6 +183,7 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
     {
         b.line(&format!("paper: {} throughput vs {base}: {}", op.name(), paper_text(paper::threads_gain(op, base))));
     }
+    b.para(&format!("Throughput: the median of the repeats; vs: {}.", interval_note(repeats(t)?)));
     if let Some(i) = (0..t.rows.len()).next() {
         b.para(&format!(
             "This machine: {} cores, {} server worker(s); the paper's servers had 2x Xeon 8260 (48 cores).",

@@ -52,6 +52,7 @@ impl PresetDef for Transport {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "transport",
+            about: "the transport floor: WRITE, WRITE_WITH_IMM + reply, SEND/RECV, READ per backend",
             reproduces: "the transport floor (no figure)",
             method: "transport: the transport floor (bench-transport) with 2000 (quick) or 20000 (full) iterations per size.",
             columns: COLUMNS,

@@ -10,7 +10,7 @@ use super::super::check_values;
 use super::super::context::{file_name, insert_spec, on_target, Counters, Stat};
 use super::super::paper;
 use super::super::plot::{points, rows_with, series, LineFigure, XAxis, YAxis, BLUE, RED};
-use super::super::summary::{change, paper_text, pct, TextTable};
+use super::super::summary::{interval_note, paired_change, paper_text, TextTable};
 use super::prelude::*;
 use crate::bench::runner;
 use crate::client::ClientOptions;
@@ -54,6 +54,7 @@ impl PresetDef for Writeback {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "writeback",
+            about: "cooperative write-back on/off, clflush/clwb/clflushopt, 4/8/16 KiB, 2 clients",
             reproduces: "figures 11, 12",
             method:
                 "writeback: 2 client threads PUT new keys into a server with 2 workers, the point's flush instruction, \
@@ -201,8 +202,8 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
                 short_bytes(size),
                 a.map(|v| format!("{:.1}", v / 1000.0)).unwrap_or_else(|| "-".into()),
                 c.map(|v| format!("{:.1}", v / 1000.0)).unwrap_or_else(|| "-".into()),
-                match (a, c) {
-                    (Some(a), Some(c)) => change(c, a).map(pct).unwrap_or_else(|| "-".into()),
+                match (on, off) {
+                    (Some(on), Some(off)) => paired_change(t, on, off, "put_ops_per_sec")?,
                     _ => "-".into(),
                 },
                 on.map(|r| t.str(r, "coop_steals").map(String::from)).transpose()?.unwrap_or_else(|| "-".into()),
@@ -211,6 +212,10 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
         }
     }
     b.table(&tab);
-    b.para("PUT throughput of 2 client threads, new keys, 2 server workers; gain = coop on against off.");
+    b.para(&format!(
+        "PUT throughput of 2 client threads, new keys, 2 server workers (the median of the repeats); gain = coop \
+         on against off: {}.",
+        interval_note(super::super::plot::repeats(t)?)
+    ));
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::path::Path;
 use super::super::check_values;
 use super::super::context::{f3, file_name, on_target, pick, Stat};
 use super::super::paper;
-use super::super::plot::{per_protocol, LineFigure, XAxis, YAxis};
-use super::super::summary::{change, paper_text, pct, us, TextTable};
+use super::super::plot::{per_protocol_across, range_note, LineFigure, XAxis, YAxis};
+use super::super::summary::{interval_note, paired_change, paper_text, us, TextTable};
 use super::prelude::*;
 use crate::bench::runner;
 use crate::client::ClientOptions;
@@ -56,6 +56,7 @@ impl PresetDef for Ycsb {
     fn meta(&self) -> &'static Meta {
         &Meta {
             name: "ycsb",
+            about: "YCSB A, B, C, D, F average and p99 latency per protocol and size",
             reproduces: "figures 15-17",
             method: "ycsb: YCSB's mix, recordcount R loaded, N operations, Zipfian (quick: R = 1000, N = 1000; full: R = 10000, \
          N = 20000).",
@@ -155,16 +156,16 @@ fn figures(t: &Table, _dir: &Path) -> Result<Vec<Figure>> {
             "c" => "fig17",
             _ => "ycsb",
         };
-        let s = per_protocol(t, &[("mix", &mix)], "size", "all_avg_us", Some(("all_p50_us", "all_p99_us")))?;
+        let s = per_protocol_across(t, &[("mix", &mix)], "size", "all_p50_us")?;
         figs.push(Figure::Line(LineFigure {
             stem: format!("{fig}-ycsb-{mix}"),
             title: format!("YCSB workload {} ({transport})", mix.to_uppercase()),
             x: XAxis::Bytes,
             y: YAxis::Plain,
             x_label: "value size (bytes, log scale)".into(),
-            y_label: "average latency (µs), bars p50-p99".into(),
+            y_label: format!("median latency (µs), {}", range_note(t)?),
             series: s,
-            note: None,
+            note: Some("Lines: the median of the repeats' median latencies of every operation.".into()),
             y_log_auto: true,
         }));
     }
@@ -172,8 +173,15 @@ fn figures(t: &Table, _dir: &Path) -> Result<Vec<Figure>> {
 }
 
 fn summary(t: &Table, b: &mut Builder) -> Result<()> {
-    let mut tab =
-        TextTable::new(&["mix", "size", "boom avg us", "boom p99 us", "vs rdmp", "vs rpc", "paper (vs rdmp)"]);
+    let mut tab = TextTable::new(&[
+        "mix",
+        "size",
+        "boom p50 us",
+        "boom p99 us",
+        "vs rdmp (p50)",
+        "vs rpc (p50)",
+        "paper (vs rdmp)",
+    ]);
     for mix in t.distinct("mix")? {
         let rows = t.rows_where("mix", &mix)?;
         let mut sizes: Vec<u64> = rows.iter().filter_map(|&i| t.req(i, "size").ok().map(|v| v as u64)).collect();
@@ -189,10 +197,10 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
                     .find(|i| ps.contains(i) && t.str(*i, "size").ok() == Some(&size.to_string())))
             };
             let Some(br) = find("boom")? else { continue };
-            let mine = t.req(br, "all_avg_us")?;
+            let mine = t.req(br, "all_p50_us")?;
             let vs = |p: &str| -> Result<String> {
                 Ok(match find(p)? {
-                    Some(r) => change(mine, t.req(r, "all_avg_us")?).map(pct).unwrap_or_else(|| "-".into()),
+                    Some(r) => paired_change(t, br, r, "all_p50_us")?,
                     None => "-".into(),
                 })
             };
@@ -208,6 +216,10 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
         }
     }
     b.table(&tab);
-    b.para("Average latency of every request (a read-modify-write counts as its GET and its PUT).");
+    b.para(&format!(
+        "Median latency of every request (a read-modify-write counts as its GET and its PUT), the median of the \
+         repeats; vs: {}. The paper's figures are averages.",
+        interval_note(super::super::plot::repeats(t)?)
+    ));
     Ok(())
 }
