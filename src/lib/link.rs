@@ -296,4 +296,44 @@ impl<T: Transport> Link<T> {
         self.buf.resize(len, 0);
         self.resp_mr.read(0, &mut self.buf)
     }
+
+    /// The value of the `len`-byte entry of `key` at the start of the response region,
+    /// into `out`: the header and key are copied into `buf`, the value straight into
+    /// `out`, and both checked against the entry's checksum there (the peer may still
+    /// write the region: only private copies are trusted). False if the entry is torn
+    /// or another key's.
+    pub(crate) fn response_value(&mut self, len: usize, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let head = ENTRY_HEADER_SIZE as usize + key.len();
+        if len < head || len as u64 > self.resp_mr.len() {
+            return Ok(false);
+        }
+        self.buf.resize(head, 0);
+        self.resp_mr.read(0, &mut self.buf)?;
+        let Ok(h) = fmt::EntryHeader::decode(&self.buf) else { return Ok(false) };
+        if h.entry_len() as usize != len || h.key_len as usize != key.len() || &self.buf[head - key.len()..] != key {
+            return Ok(false);
+        }
+        // Resizing a buffer that already holds a value of this size writes nothing.
+        out.resize(len - head, 0);
+        self.resp_mr.read(head as u64, out)?;
+        Ok(fmt::entry_checksum_parts(&self.buf, out) == h.checksum)
+    }
+}
+
+/// Checks the entry at `buf[start..start + n]` (from the response region or a message)
+/// and extracts the value into `out`; false if torn or not `key`'s.
+pub(crate) fn decode_value(buf: &[u8], key: &[u8], start: usize, n: usize, out: &mut Vec<u8>) -> bool {
+    let Some(e) = buf.get(start..start + n) else { return false };
+    let Ok(h) = fmt::EntryHeader::decode(e) else { return false };
+    if h.entry_len() as usize != n || fmt::entry_checksum(e) != h.checksum {
+        return false;
+    }
+    let k = &e[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize];
+    if k != key {
+        // The slot was reused under us (cleaned or rewritten): read again.
+        return false;
+    }
+    out.clear();
+    crate::pmem::extend_bytes(out, &e[ENTRY_HEADER_SIZE as usize + key.len()..]);
+    true
 }

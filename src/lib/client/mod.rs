@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::link::{Limits, Link};
-use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
-use crate::proto::{ClientSide, ClientTuning};
+use crate::log::format as fmt;
+use crate::proto::{ClientSide, ClientTuning, Fetched};
 use crate::service::ServerStats;
 use crate::transport::{Access, Endpoint, MemoryRegion, Transport};
 use crate::wire::{Hello, Msg, Protocol, Welcome};
@@ -184,11 +184,11 @@ impl<T: Transport> Client<T> {
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_sizes(key, b"")?;
         for _ in 0..=self.torn_retries {
-            let Some((start, n)) = self.side.get(&mut self.link, key)? else { return Ok(false) };
-            if decode_value(&self.link.buf, key, start, n, out) {
-                return Ok(true);
+            match self.side.get_value(&mut self.link, key, out)? {
+                Fetched::Absent => return Ok(false),
+                Fetched::Value => return Ok(true),
+                Fetched::Torn => self.link.counters.torn_retries += 1,
             }
-            self.link.counters.torn_retries += 1;
         }
         Err(Error::Protocol(format!(
             "the entry of this key failed its checksum {} times in a row",
@@ -210,22 +210,4 @@ impl<T: Transport> Client<T> {
             m => Err(Error::Protocol(format!("expected stats, got {m:?}"))),
         }
     }
-}
-
-/// Checks the entry at `buf[start..start + n]` (from the response region or a message)
-/// and extracts the value into `out`; false if torn or not `key`'s.
-fn decode_value(buf: &[u8], key: &[u8], start: usize, n: usize, out: &mut Vec<u8>) -> bool {
-    let Some(e) = buf.get(start..start + n) else { return false };
-    let Ok(h) = fmt::EntryHeader::decode(e) else { return false };
-    if h.entry_len() as usize != n || fmt::entry_checksum(e) != h.checksum {
-        return false;
-    }
-    let k = &e[ENTRY_HEADER_SIZE as usize..][..h.key_len as usize];
-    if k != key {
-        // The slot was reused under us (cleaned or rewritten): read again.
-        return false;
-    }
-    out.clear();
-    out.extend_from_slice(&e[ENTRY_HEADER_SIZE as usize + key.len()..]);
-    true
 }

@@ -676,7 +676,7 @@ pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, n
     out[32..40].copy_from_slice(&next_offset.to_le_bytes());
     let k = ENTRY_HEADER_SIZE as usize;
     out[k..k + key.len()].copy_from_slice(key);
-    out[k + key.len()..len].copy_from_slice(value);
+    crate::pmem::copy_bytes(&mut out[k + key.len()..len], value);
     let c = entry_checksum(&out[..len]);
     out[0..4].copy_from_slice(&c.to_le_bytes());
     Ok(len)
@@ -684,10 +684,18 @@ pub fn encode_entry(out: &mut [u8], key: &[u8], value: &[u8], tombstone: bool, n
 
 /// The checksum of an encoded entry (`b` = header + key + value).
 pub fn entry_checksum(b: &[u8]) -> u32 {
+    entry_checksum_parts(b, &[])
+}
+
+/// The checksum of an entry held in two pieces: `head` (the header, at least
+/// [`ENTRY_HEADER_SIZE`] bytes, and what follows of the key and value) and `rest` (the
+/// bytes after it), so a reader can take the value straight into its own buffer.
+pub fn entry_checksum_parts(head: &[u8], rest: &[u8]) -> u32 {
     // Everything after the checksum except version_num and seal (rewritten in place).
     let after = ENTRY_CHECKSUM_OFF as usize + 4;
-    let c = crc32c::crc32c(&b[after..ENTRY_VERSION_OFF as usize]);
-    crc32c::crc32c_append(c, &b[ENTRY_KEY_LEN_OFF as usize..])
+    let c = crc32c::crc32c(&head[after..ENTRY_VERSION_OFF as usize]);
+    let c = crc32c::crc32c_append(c, &head[ENTRY_KEY_LEN_OFF as usize..]);
+    crc32c::crc32c_append(c, rest)
 }
 
 /// Moves an encoded entry to a new slot: sets its `next_offset` (inside the checksum)

@@ -161,21 +161,39 @@ impl Mapping {
         }
     }
 
-    /// Copies `buf.len()` bytes at `off` into `buf`.
+    /// Copies `buf.len()` bytes at `off` into `buf` (in chunks, see [`super::copy_bytes`]).
     #[inline]
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check(off, buf.len())?;
-        // SAFETY: bounds checked above; `buf` is a distinct Rust allocation, so no overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off as usize), buf.as_mut_ptr(), buf.len()) };
+        let mut done = 0;
+        for chunk in buf.chunks_mut(super::COPY_CHUNK) {
+            // SAFETY: `[off, off + buf.len())` is bounds-checked above and this chunk lies
+            // inside it; `buf` is a distinct Rust allocation, so the ranges do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(off as usize + done),
+                    chunk.as_mut_ptr(),
+                    chunk.len(),
+                );
+            }
+            done += chunk.len();
+        }
         Ok(())
     }
 
-    /// Copies `data` into the mapping at `off`.
+    /// Copies `data` into the mapping at `off` (in chunks, see [`super::copy_bytes`]).
     #[inline]
     pub fn write(&self, off: u64, data: &[u8]) -> Result<()> {
         self.check(off, data.len())?;
-        // SAFETY: bounds checked above; `data` is a distinct Rust allocation.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off as usize), data.len()) };
+        let mut done = 0;
+        for chunk in data.chunks(super::COPY_CHUNK) {
+            // SAFETY: `[off, off + data.len())` is bounds-checked above and this chunk lies
+            // inside it; `data` is a distinct Rust allocation, so the ranges do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(chunk.as_ptr(), self.ptr.as_ptr().add(off as usize + done), chunk.len());
+            }
+            done += chunk.len();
+        }
         Ok(())
     }
 
@@ -192,8 +210,29 @@ impl Mapping {
     pub fn copy_to(&self, src_off: u64, dst: &Mapping, dst_off: u64, len: usize) -> Result<()> {
         self.check(src_off, len)?;
         dst.check(dst_off, len)?;
-        // SAFETY: both ranges bounds-checked above; `copy` allows overlap.
-        unsafe { std::ptr::copy(self.ptr.as_ptr().add(src_off as usize), dst.ptr.as_ptr().add(dst_off as usize), len) };
+        let (s, d) = (self.ptr.as_ptr() as usize + src_off as usize, dst.ptr.as_ptr() as usize + dst_off as usize);
+        if s + len <= d || d + len <= s {
+            // Disjoint (the usual case: two regions): in pieces, see `super::copy_bytes`.
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(super::COPY_CHUNK);
+                // SAFETY: both ranges bounds-checked above and disjoint; this piece lies
+                // inside both.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.ptr.as_ptr().add(src_off as usize + done),
+                        dst.ptr.as_ptr().add(dst_off as usize + done),
+                        n,
+                    );
+                }
+                done += n;
+            }
+        } else {
+            // SAFETY: both ranges bounds-checked above; `copy` allows overlap.
+            unsafe {
+                std::ptr::copy(self.ptr.as_ptr().add(src_off as usize), dst.ptr.as_ptr().add(dst_off as usize), len);
+            }
+        }
         Ok(())
     }
 

@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ClientSide, ClientTuning, ServerSide};
+use super::{ClientSide, ClientTuning, Fetched, ServerSide};
 use crate::error::{Error, Result};
 use crate::link::{Arrival, Link, PutInfo};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
@@ -302,6 +302,14 @@ impl<T: Transport> ClientSide<T> for Client {
         };
         l.take_response(len as usize)?;
         Ok(Some((0, len as usize)))
+    }
+
+    /// The entry lands in the response region: the value goes from there into `out`.
+    fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
+        let Some(len) = Self::fetch(l, "GET", |buf| Msg::Get { key: key.to_vec(), buf })? else {
+            return Ok(Fetched::Absent);
+        };
+        Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
     }
 
     fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

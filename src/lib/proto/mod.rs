@@ -31,6 +31,18 @@ use crate::service::Ctx;
 use crate::transport::Transport;
 use crate::wire::{Msg, Protocol};
 
+/// What a GET found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fetched {
+    /// The key has no value.
+    Absent,
+    /// The value is in the caller's buffer, verified.
+    Value,
+    /// The entry read failed its checksum or is another key's (the slot was reused
+    /// under the reader): read again.
+    Torn,
+}
+
 /// A protocol's client half: how a PUT, a GET and a SCAN travel.
 pub(crate) trait ClientSide<T: Transport>: Send {
     /// Stores (or, with `tomb`, deletes) `key`; returns once the server acknowledged it
@@ -40,6 +52,16 @@ pub(crate) trait ClientSide<T: Transport>: Send {
     /// Fetches the entry of `key` into `l.buf`; returns where it starts and its length,
     /// or `None` when the server has no such key. The caller verifies it.
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>>;
+
+    /// Fetches `key`'s value into `out`, verified against its entry's checksum and key.
+    /// The default fetches the entry into `l.buf` with [`ClientSide::get`] and takes the
+    /// value from there; a protocol whose entry lands in the link's response region
+    /// overrides it to take the value from the region straight into `out`, one copy of
+    /// the value fewer (see [`Link::response_value`]).
+    fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
+        let Some((start, n)) = self.get(l, key)? else { return Ok(Fetched::Absent) };
+        Ok(if crate::link::decode_value(&l.buf, key, start, n, out) { Fetched::Value } else { Fetched::Torn })
+    }
 
     /// Up to `count` live entries from `start` on, in key order.
     fn scan(&mut self, _l: &mut Link<T>, _start: &[u8], _count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
