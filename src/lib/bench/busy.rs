@@ -42,15 +42,19 @@ pub fn parse_proc_stat(s: &str) -> Option<CpuTimes> {
     Some(CpuTimes { total: v[..8].iter().sum(), idle: v[3] + v[4], steal: v[7] })
 }
 
-/// Parses `/proc/self/stat` (or `/proc/PID/stat`): user plus system ticks of the process.
+/// Parses `/proc/self/stat` (or `/proc/PID/stat`): user plus system ticks of the
+/// process and of its children that have ended (a `redis-server` the peers preset
+/// started and stopped is ours, not another process's load).
 pub fn parse_self_stat(s: &str) -> Option<u64> {
     // The command name is in parentheses and may contain spaces: split after the last ')'.
     let rest = &s[s.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3 (index 0 here), utime field 14, stime field 15.
+    // After the name: state is field 3 (index 0 here), utime field 14, stime field 15,
+    // then cutime and cstime (fields 16, 17) of the children waited for.
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    let children: u64 = f.get(13..15).map_or(0, |c| c.iter().filter_map(|x| x.parse::<u64>().ok()).sum());
+    Some(utime + stime + children)
 }
 
 /// Parses `/proc/loadavg`: the 1-minute load average and the runnable tasks now.
@@ -186,6 +190,8 @@ mod tests {
         assert!(parse_proc_stat("cpu0 1 2 3\n").is_none());
         let me = "12351 (my (odd) name) R 12329 12329 1104 0 -1 4194304 128 0 0 0 17 4 0 0 20 0 1";
         assert_eq!(parse_self_stat(me), Some(21));
+        let parent = "12351 (boomctl) S 1 1 1 0 -1 4194304 128 0 0 0 17 4 30 9 20 0 1";
+        assert_eq!(parse_self_stat(parent), Some(17 + 4 + 30 + 9));
         assert_eq!(parse_loadavg("12.47 11.89 9.73 9/165 12350\n"), Some((12.47, 9)));
         assert!(parse_loadavg("x").is_none());
     }

@@ -1242,6 +1242,22 @@ pub(crate) fn read_exact_by(
     Ok(())
 }
 
+thread_local! {
+    /// This thread's spin record: a score (up on a completion found while spinning, down
+    /// twice as fast on a spin that ran out), and its waits, counted.
+    static SPIN_SCORE: std::cell::Cell<(i8, u8)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Reports how a spin with a [`spin_slot`] ended: `true` when the completion came while
+/// spinning, `false` when the spin ran out and the thread parked.
+pub fn spin_outcome(found: bool) {
+    SPIN_SCORE.with(|s| {
+        let (score, waits) = s.get();
+        let score = if found { score.saturating_add(1).min(4) } else { score.saturating_sub(2).max(-8) };
+        s.set((score, waits));
+    });
+}
+
 /// A permission to spin in a wait, held while spinning (see [`spin_slot`]).
 #[derive(Debug)]
 pub struct SpinSlot(());
@@ -1275,6 +1291,17 @@ pub fn spin_limit() -> usize {
 /// before (the worker's own polling loop takes no slot unless it is idle).
 pub fn spin_slot() -> Option<SpinSlot> {
     use std::sync::atomic::Ordering;
+    // A thread whose recent spins ran out before their completion came (many clients
+    // queue at one server worker) parks at once instead: its spin only takes the core
+    // the worker needs. It tries a spin again every 16th wait, as the load may change.
+    let worth = SPIN_SCORE.with(|s| {
+        let (score, waits) = s.get();
+        s.set((score, waits.wrapping_add(1)));
+        score >= 0 || waits % 16 == 0
+    });
+    if !worth {
+        return None;
+    }
     if SPINNERS.fetch_add(1, Ordering::AcqRel) < spin_limit() {
         Some(SpinSlot(()))
     } else {

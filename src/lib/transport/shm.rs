@@ -882,6 +882,9 @@ impl CompletionQueue for ShmCq {
         'spin: loop {
             for _ in 0..64 {
                 if inner.poll(&mut out, 1) == 1 {
+                    if slot.is_some() {
+                        super::spin_outcome(true);
+                    }
                     return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                 }
                 std::hint::spin_loop();
@@ -889,6 +892,9 @@ impl CompletionQueue for ShmCq {
             if Instant::now() >= spin_end {
                 break 'spin;
             }
+        }
+        if slot.is_some() {
+            super::spin_outcome(false);
         }
         drop(slot);
         let seq = word32(&inner.doorbell, 0);

@@ -736,7 +736,9 @@ impl CompletionQueue for TcpCq {
                 std::hint::spin_loop();
                 t
             } else {
-                slot = None;
+                if slot.take().is_some() {
+                    super::spin_outcome(false);
+                }
                 inner.parked.fetch_add(1, Ordering::SeqCst);
                 let _p = WaitGuard(&inner.parked);
                 if inner.pop_into(&mut out, 1) == 1 {
@@ -751,6 +753,9 @@ impl CompletionQueue for TcpCq {
                 spin_end = deadline(spin(&slot));
             }
             if inner.pop_into(&mut out, 1) == 1 {
+                if slot.is_some() {
+                    super::spin_outcome(true);
+                }
                 return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
             }
         }
