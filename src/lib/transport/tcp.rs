@@ -244,6 +244,9 @@ impl TcpTransport {
 
     /// A new transport with `cfg`.
     pub fn with_config(cfg: TransportConfig) -> Result<TcpTransport> {
+        // Fix the spin limit now, on the creating thread: a benchmark may pin the threads
+        // that wait later, and a pinned thread sees a single CPU.
+        let _ = super::spin_limit();
         if cfg.rq_depth == 0 || cfg.sq_depth == 0 {
             return Err(Error::invalid("queue depths must be at least 1"));
         }
@@ -558,6 +561,9 @@ struct CqInner {
     waiting: AtomicU32,
     /// Threads parked in `epoll_wait` (pushes must write the eventfd).
     parked: AtomicU32,
+    /// Calls of `poll` and `wait`, counted: a NIC thread that sees it move knows an
+    /// application thread drives the connections and stands back (see `nic_thread`).
+    activity: AtomicU64,
     evfd: OwnedFd,
     epfd: OwnedFd,
     conns: Mutex<HashMap<u64, Weak<Conn>>>,
@@ -587,6 +593,7 @@ impl TcpCq {
                 len: AtomicUsize::new(0),
                 waiting: AtomicU32::new(0),
                 parked: AtomicU32::new(0),
+                activity: AtomicU64::new(0),
                 evfd,
                 epfd,
                 conns: Mutex::new(HashMap::new()),
@@ -693,6 +700,7 @@ impl Drop for WaitGuard<'_> {
 
 impl CompletionQueue for TcpCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        self.inner.activity.fetch_add(1, Ordering::Relaxed);
         let n = self.inner.pop_into(out, max);
         if n > 0 {
             return n;
@@ -711,6 +719,7 @@ impl CompletionQueue for TcpCq {
 
     fn wait(&self, timeout: Duration) -> Result<Completion> {
         let inner = &self.inner;
+        inner.activity.fetch_add(1, Ordering::Relaxed);
         let mut out = Vec::with_capacity(1);
         if inner.pop_into(&mut out, 1) == 1 {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
@@ -1478,6 +1487,9 @@ fn nic_thread(c: Arc<Conn>) {
     // connections of a parked server cost (almost) nothing.
     let mut recheck = NIC_RECHECK;
     let mut seen = c.frames.load(Ordering::Relaxed);
+    let activity =
+        || c.send_cq.activity.load(Ordering::Relaxed).wrapping_add(c.recv_cq.activity.load(Ordering::Relaxed));
+    let mut seen_activity = activity();
     loop {
         if c.nic_stop.load(Ordering::Acquire) || c.is_error() {
             return;
@@ -1485,7 +1497,16 @@ fn nic_thread(c: Arc<Conn>) {
         let frames = c.frames.load(Ordering::Relaxed);
         recheck = if frames == seen { (recheck * 2).min(NIC_RECHECK_IDLE) } else { NIC_RECHECK };
         seen = frames;
-        let attended = c.attended();
+        // A thread that polled or waited on the connection's queues since the last look
+        // drives it: it reads the socket, and its requests and progress carry the acks
+        // (every frame sent carries the cumulative ack; progress sends overdue ones). A
+        // NIC thread that woke at every ack deadline in request/response traffic would
+        // wake once per request, for nothing: 16 client threads over tcp spent a third
+        // of the machine in such wakeups.
+        let now_activity = activity();
+        let driven = now_activity != seen_activity;
+        seen_activity = now_activity;
+        let attended = c.attended() || driven;
         let stalled = lock(&c.rx).stall_until;
         let owed = *lock(&c.owed_since);
         let backlog = c.backlog.load(Ordering::Acquire);
@@ -1493,7 +1514,7 @@ fn nic_thread(c: Arc<Conn>) {
         if let Some(t) = stalled {
             timeout = timeout.min(t.saturating_duration_since(Instant::now()).max(Duration::from_micros(50)));
         }
-        if let Some(t) = owed {
+        if let (Some(t), false) = (owed, attended) {
             timeout = timeout.min(ACK_DELAY.saturating_sub(t.elapsed()).max(Duration::from_micros(20)));
         }
         let mut flags = PollFlags::empty();
