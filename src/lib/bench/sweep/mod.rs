@@ -834,6 +834,7 @@ pub struct RenderOutcome {
 /// in the CSV files.
 pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
     let mut r = RenderOutcome::default();
+    let mut spreads = Vec::new();
     let mut md = String::from("# Sweep summary\n\n");
     md.push_str(&format!(
         "Measured results against the paper's (BOOM-KV, HTL 2023). Raw results: the CSV files beside this one; \
@@ -846,6 +847,9 @@ pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
             continue;
         }
         let t = Table::read_preset(p, &path)?.aggregate()?;
+        if let Some(w) = summary::spread_warning(&t)? {
+            spreads.push(format!("- {p}: {w}"));
+        }
         r.presets.push(p);
         let s = summary::summarize(p, &t, dir)?;
         let _ = writeln!(out, "\n{}", s.text);
@@ -858,6 +862,7 @@ pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
     }
     let sp = dir.join("SUMMARY.md");
     std::fs::write(&sp, md).map_err(io_err(&sp))?;
+    setup::record_spread(dir, &spreads)?;
     let _ = writeln!(out, "\nwrote {} figures (PNG + SVG) and SUMMARY.md in {}", r.figures.len() / 2, dir.display());
     Ok(r)
 }

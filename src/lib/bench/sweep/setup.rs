@@ -145,6 +145,35 @@ pub fn append_load(o: &SweepOptions, load: &crate::bench::busy::MachineLoad) -> 
         .map_err(|e| super::SweepError::Io { path: path.clone(), source: e })
 }
 
+/// The heading of SETUP.md's section on the spread between repeats.
+const SPREAD: &str = "## Spread between repeats";
+
+/// Rewrites SETUP.md's section on the spread between repeats (each render replaces it):
+/// the presets whose repeats disagree, or that they agree. Nothing without a SETUP.md.
+pub fn record_spread(dir: &Path, noisy: &[String]) -> Result<()> {
+    let path = dir.join("SETUP.md");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
+    let mut kept = match text.find(SPREAD) {
+        Some(at) => {
+            // The section runs to the next heading of its level, or to the end.
+            let rest = &text[at + SPREAD.len()..];
+            let end = rest.find("\n## ").map_or(text.len(), |e| at + SPREAD.len() + e + 1);
+            format!("{}{}", &text[..at], &text[end..])
+        }
+        None => text,
+    };
+    kept.truncate(kept.trim_end().len());
+    let _ = writeln!(kept, "\n\n{SPREAD}\n");
+    if noisy.is_empty() {
+        let _ = writeln!(kept, "Every point's repeats agree within 25% (or each point ran once).");
+    } else {
+        for n in noisy {
+            let _ = writeln!(kept, "{n}");
+        }
+    }
+    std::fs::write(&path, kept).map_err(io_err(&path))
+}
+
 /// Writes `SETUP.md` into the output directory.
 pub fn write_setup(o: &SweepOptions) -> Result<()> {
     let m = Machine::detect();
@@ -211,6 +240,22 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spread_section_is_replaced_not_repeated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("SETUP.md");
+        std::fs::write(&p, "# Sweep setup\n\n## Machine\n\n- host: x\n").unwrap();
+        record_spread(dir.path(), &["- latency: NOISY: a".into()]).unwrap();
+        record_spread(dir.path(), &["- latency: NOISY: b".into()]).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(s.matches(SPREAD).count(), 1, "{s}");
+        assert!(s.contains("NOISY: b") && !s.contains("NOISY: a"), "{s}");
+        assert!(s.starts_with("# Sweep setup\n\n## Machine\n\n- host: x\n\n## Spread"), "{s}");
+        record_spread(dir.path(), &[]).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.ends_with("agree within 25% (or each point ran once).\n") && s.matches(SPREAD).count() == 1, "{s}");
+    }
 
     #[test]
     fn dates_and_facts() {
