@@ -13,7 +13,7 @@ use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
-use boomkv::transport::{Endpoint, ShmTransport, TcpTransport, Transport};
+use boomkv::transport::{Endpoint, QpStats, ShmTransport, TcpTransport, Transport};
 use boomkv::wire::Protocol;
 
 fn open_pool(dir: &Path, size: u64, seg: u64) -> Arc<Pool> {
@@ -201,11 +201,19 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
     let (want_put, want_get) = match p {
         Protocol::Boom | Protocol::Rpc => (1, 1),
         Protocol::Rdmp => (2, 2),
+        // 2 round trips and a FLUSH: allocation RPC, then WRITE + FLUSH.
+        Protocol::RdmpCc => (3, 2),
     };
     for i in 0..20 {
-        let before = ops(&c);
+        let before = c.transport_stats();
         c.put(format!("k{i}").as_bytes(), &[7u8; 200]).unwrap();
-        assert_eq!(ops(&c) - before, want_put, "{p} PUT round trips");
+        let after = c.transport_stats();
+        assert_eq!(after.network_ops() - before.network_ops(), want_put, "{p} PUT round trips");
+        if p == Protocol::RdmpCc {
+            let d = |f: fn(&QpStats) -> u64| f(&after) - f(&before);
+            assert_eq!((d(|s| s.sends), d(|s| s.writes), d(|s| s.flushes)), (1, 1, 1), "{p}: SEND, WRITE, FLUSH");
+            assert_eq!(d(|s| s.writes_imm), 0, "{p}: nothing signals the server's CPU");
+        }
         let before = ops(&c);
         c.get(format!("k{i}").as_bytes()).unwrap().unwrap();
         assert_eq!(ops(&c) - before, want_get, "{p} GET round trips");
@@ -304,6 +312,11 @@ macro_rules! suite {
             #[$attr]
             fn rpc_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::Rpc)
+            }
+            #[test]
+            #[$attr]
+            fn rdmp_cc_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::RdmpCc)
             }
             #[test]
             #[$attr]

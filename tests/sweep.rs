@@ -27,6 +27,8 @@ fn tiny_latency(out: &Path, extra: &[&str]) -> Output {
             "--quick",
             "--sizes",
             "32,4k",
+            "--protocols",
+            "boom,rdmp,rpc",
             "--ops",
             "200",
             "--transport",
@@ -67,12 +69,14 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     let mut o = SweepOptions::new(vec![LATENCY], out.clone());
     o.quick = true;
     o.axes.sizes = Some(vec![32, 4096]);
+    o.axes.set("protocols", "boom,rdmp,rpc").unwrap();
     let points = grid(LATENCY, &o).unwrap();
-    assert_eq!(points.len(), 6);
-    assert_eq!(t.rows.len(), 3 * points.len());
+    let np = points.len();
+    assert_eq!(np, 6, "two sizes, three protocols");
+    assert_eq!(t.rows.len(), 3 * np);
     for (k, r) in t.rows.iter().enumerate() {
-        assert_eq!(r[0], points[k % 6].id(), "row {k}");
-        assert_eq!(t.str(k, "repeat").unwrap(), (k / 6).to_string(), "row {k}");
+        assert_eq!(r[0], points[k % np].id(), "row {k}");
+        assert_eq!(t.str(k, "repeat").unwrap(), (k / np).to_string(), "row {k}");
     }
     assert!(stdout.contains("3 interleaved repeats per point"), "{stdout}");
     assert!(out.join("latency-boom-32.r2.put.hlog").exists());

@@ -272,6 +272,31 @@ impl<T: Transport> Link<T> {
         self.qp.post_write_imm(wr, &self.entry_mr, 0, len as u32, addr, rkey, imm).map_err(|e| self.broken("a PUT", e))
     }
 
+    /// Stores `version` and `seal` into the entry in the entry buffer (the server gave
+    /// them before the entry was written: RDMP-CC).
+    pub(crate) fn seal_entry(&mut self, version: u64, seal: u64) -> Result<()> {
+        let mut w = [0u8; 16];
+        w[..8].copy_from_slice(&version.to_le_bytes());
+        w[8..].copy_from_slice(&seal.to_le_bytes());
+        debug_assert_eq!(fmt::ENTRY_SEAL_OFF, fmt::ENTRY_VERSION_OFF + 8);
+        self.entry_mr.write(fmt::ENTRY_VERSION_OFF, &w)
+    }
+
+    /// WRITEs (unsignaled, no immediate: nothing runs at the target) the first `len`
+    /// bytes of the entry buffer to `addr` under `rkey`.
+    pub(crate) fn write_entry_quiet(&mut self, len: usize, addr: u64, rkey: u32) -> Result<()> {
+        let wr = self.wr();
+        self.qp.post_write(wr, &self.entry_mr, 0, len as u32, addr, rkey, false).map_err(|e| self.broken("a PUT", e))
+    }
+
+    /// FLUSHes `[addr, addr + len)` under `rkey` (every WRITE posted before it on this
+    /// queue pair reaches the target's persistence domain) and waits for it.
+    pub(crate) fn flush_remote(&mut self, addr: u64, rkey: u32, len: u32, what: &'static str) -> Result<()> {
+        let wr = self.wr();
+        self.qp.post_flush(wr, addr, rkey, len).map_err(|e| self.broken(what, e))?;
+        self.wait_completion(wr, what)
+    }
+
     /// READs `len` bytes at the peer's `addr` under `rkey` into the response buffer,
     /// waits for it, and copies them into `buf`.
     pub(crate) fn read_remote(&mut self, len: u32, addr: u64, rkey: u32, what: &'static str) -> Result<()> {

@@ -1,4 +1,4 @@
-//! THE WIRE FORMAT: every byte the client and server exchange, for all three protocols.
+//! THE WIRE FORMAT: every byte the client and server exchange, for every protocol.
 //!
 //! Little-endian, fixed-width integers; variable fields carry their length first.
 //! Every decoder checks lengths against the buffer and the limits below before it
@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `BOOMWIRE` |
 //! | 8 | 2 | wire version ([`WIRE_VERSION`]) |
-//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc |
+//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc, 3 rdmp-cc |
 //! | 11 | 1 | reserved |
 //! | 12 | 4 | client receive-buffer size (largest message it can receive) |
 //! | 16 | 20 | the client's response region ([`RegionDesc`]) |
@@ -68,11 +68,15 @@ pub enum Protocol {
     Rdmp,
     /// RDMA-KV: NVM-oblivious RPC, data copied through server DRAM.
     Rpc,
+    /// RDMP-KV's client-centric mode (RDMP-CC): an allocation RPC, then the client
+    /// WRITEs the entry and makes it durable itself with a one-sided FLUSH.
+    #[serde(rename = "rdmp-cc")]
+    RdmpCc,
 }
 
 impl Protocol {
     /// All protocols, BOOM first.
-    pub const ALL: [Protocol; 3] = [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc];
+    pub const ALL: [Protocol; 4] = [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc, Protocol::RdmpCc];
 
     /// The on-wire code.
     pub fn code(self) -> u8 {
@@ -80,6 +84,7 @@ impl Protocol {
             Protocol::Boom => 0,
             Protocol::Rdmp => 1,
             Protocol::Rpc => 2,
+            Protocol::RdmpCc => 3,
         }
     }
 
@@ -89,6 +94,7 @@ impl Protocol {
             0 => Ok(Protocol::Boom),
             1 => Ok(Protocol::Rdmp),
             2 => Ok(Protocol::Rpc),
+            3 => Ok(Protocol::RdmpCc),
             o => Err(Error::corrupt("handshake", format!("unknown protocol {o}"))),
         }
     }
@@ -99,6 +105,7 @@ impl Protocol {
             Protocol::Boom => "boom",
             Protocol::Rdmp => "rdmp",
             Protocol::Rpc => "rpc",
+            Protocol::RdmpCc => "rdmp-cc",
         }
     }
 }
@@ -116,7 +123,8 @@ impl std::str::FromStr for Protocol {
             "boom" => Ok(Protocol::Boom),
             "rdmp" | "rdmp-kv" => Ok(Protocol::Rdmp),
             "rpc" | "rdma-kv" => Ok(Protocol::Rpc),
-            o => Err(format!("unknown protocol '{o}' (expected boom, rdmp or rpc)")),
+            "rdmp-cc" | "rdmpcc" => Ok(Protocol::RdmpCc),
+            o => Err(format!("unknown protocol '{o}' (expected boom, rdmp, rpc or rdmp-cc)")),
         }
     }
 }
@@ -464,6 +472,32 @@ pub enum Msg {
         /// The encoded entry.
         entry: Vec<u8>,
     },
+    /// Client (RDMP-CC phase 1): place and seal an entry of `key` whose value has
+    /// `value_len` bytes and CRC-32C `value_crc` (the server never sees the value).
+    CcAlloc {
+        /// Key.
+        key: Vec<u8>,
+        /// Bytes of the value (0 for a DELETE).
+        value_len: u32,
+        /// CRC-32C of the value alone.
+        value_crc: u32,
+        /// A DELETE (tombstone entry).
+        tomb: bool,
+    },
+    /// Server (RDMP-CC): WRITE the entry, with this version and seal, at segment offset
+    /// `offset` (address `addr` under `rkey`), then FLUSH it.
+    CcPlaced {
+        /// Where to write.
+        addr: u64,
+        /// Region key.
+        rkey: u32,
+        /// The slot's segment offset (the entry's `next_offset` is this plus its slot size).
+        offset: u64,
+        /// The version the server assigned.
+        version: u64,
+        /// The server's seal over the slot, version, header and key.
+        seal: u64,
+    },
     /// Server: no live entry for the key.
     NotFound,
     /// Server: the request failed.
@@ -492,6 +526,8 @@ mod op {
     pub const RPC_VALUE: u8 = 14;
     pub const NOT_FOUND: u8 = 15;
     pub const ERROR: u8 = 16;
+    pub const CC_ALLOC: u8 = 17;
+    pub const CC_PLACED: u8 = 18;
 }
 
 const MAX_KEY: usize = crate::log::format::MAX_KEY_LEN as usize;
@@ -518,6 +554,8 @@ impl Msg {
             Msg::RpcValue { .. } => op::RPC_VALUE,
             Msg::NotFound => op::NOT_FOUND,
             Msg::Error { .. } => op::ERROR,
+            Msg::CcAlloc { .. } => op::CC_ALLOC,
+            Msg::CcPlaced { .. } => op::CC_PLACED,
         };
         w.u8(opc).u8(0).u16(0).u32(req);
         match self {
@@ -555,6 +593,12 @@ impl Msg {
             Msg::Error { code, message } => {
                 w.u16(error_code_to_u16(*code)).bytes16(utf8_prefix(message, 1024).as_bytes());
             }
+            Msg::CcAlloc { key, value_len, value_crc, tomb } => {
+                w.bytes16(key).u32(*value_len).u32(*value_crc).u8(u8::from(*tomb));
+            }
+            Msg::CcPlaced { addr, rkey, offset, version, seal } => {
+                w.u64(*addr).u32(*rkey).u64(*offset).u64(*version).u64(*seal);
+            }
         }
         *out = w.0;
     }
@@ -591,6 +635,19 @@ impl Msg {
             op::RPC_GET => Msg::RpcGet { key: r.bytes16(MAX_KEY)?.to_vec() },
             op::RPC_VALUE => Msg::RpcValue { entry: r.bytes32(MAX_MESSAGE)?.to_vec() },
             op::NOT_FOUND => Msg::NotFound,
+            op::CC_ALLOC => {
+                let key = r.bytes16(MAX_KEY)?.to_vec();
+                let (value_len, value_crc) = (r.u32()?, r.u32()?);
+                let tomb = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    o => return Err(Error::corrupt("message", format!("tombstone flag {o} is not 0 or 1"))),
+                };
+                Msg::CcAlloc { key, value_len, value_crc, tomb }
+            }
+            op::CC_PLACED => {
+                Msg::CcPlaced { addr: r.u64()?, rkey: r.u32()?, offset: r.u64()?, version: r.u64()?, seal: r.u64()? }
+            }
             op::ERROR => {
                 let code = error_code_from_u16(r.u16()?)?;
                 let message = std::str::from_utf8(r.bytes16(1024)?)
@@ -710,6 +767,9 @@ mod tests {
             Msg::RpcValue { entry: vec![9; 1000] },
             Msg::NotFound,
             Msg::Error { code: ErrorCode::PoolFull, message: "full".into() },
+            Msg::CcAlloc { key: b"k".to_vec(), value_len: 10, value_crc: 0xabcd, tomb: false },
+            Msg::CcAlloc { key: b"gone".to_vec(), value_len: 0, value_crc: 0, tomb: true },
+            Msg::CcPlaced { addr: 1, rkey: 2, offset: 128, version: 4, seal: 5 },
         ]
     }
 
@@ -731,6 +791,9 @@ mod tests {
         assert!(Msg::decode(&[6, 1, 0, 0, 0, 0, 0, 0]).is_err());
         assert!(Msg::decode(&[16, 0, 0, 0, 10, 0, 0, 0, 0, 16, 0, 0]).is_err(), "unknown error code");
         assert!(Msg::decode(&[16, 0, 0, 0, 8, 0, 0, 0, 3, 0, 1, 0, 0xff]).is_err(), "error text not UTF-8");
+        let mut cc = Msg::CcAlloc { key: b"k".to_vec(), value_len: 1, value_crc: 2, tomb: true }.encode(1);
+        *cc.last_mut().unwrap() = 2;
+        assert!(Msg::decode(&cc).is_err(), "a tombstone flag other than 0 or 1");
         let long = Msg::Error { code: ErrorCode::Internal, message: "é".repeat(600) };
         assert!(Msg::decode(&long.encode(1)).is_ok(), "a long message is cut on a character boundary");
     }

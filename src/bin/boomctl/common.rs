@@ -24,9 +24,11 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 use clap::builder::TypedValueParser as _;
 
-/// `--protocol`: the three protocols, named for shell completion.
+/// `--protocol`: every protocol by name (from `Protocol::ALL`), for `--help` and shell
+/// completion.
 pub fn protocol_parser() -> impl clap::builder::TypedValueParser<Value = boomkv::wire::Protocol> {
-    clap::builder::PossibleValuesParser::new(["boom", "rdmp", "rpc"]).try_map(|s| s.parse::<boomkv::wire::Protocol>())
+    clap::builder::PossibleValuesParser::new(boomkv::wire::Protocol::ALL.map(boomkv::wire::Protocol::name))
+        .try_map(|s| s.parse::<boomkv::wire::Protocol>())
 }
 
 /// `--flush`: the write-back instructions, named for shell completion.

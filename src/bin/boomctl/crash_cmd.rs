@@ -49,7 +49,7 @@ pub struct CrashArgs {
     #[arg(long)]
     no_cleaner: bool,
     /// Plant a known bug (builds with --features planted-bugs only):
-    /// skip-writeback, count-first or late-lease.
+    /// skip-writeback, count-first, late-lease or cc-skip-flush (rdmp-cc).
     #[arg(long, value_name = "BUG")]
     plant: Option<String>,
     /// Keep the crash image (and write history) of every failing iteration in DIR,

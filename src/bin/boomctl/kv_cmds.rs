@@ -66,8 +66,8 @@ pub struct ServeArgs {
     /// Segments one client may hold at once (0: no limit).
     #[arg(long, value_name = "N", default_value_t = 0)]
     segment_quota: u64,
-    /// Accept only this protocol (repeatable) [default: all three].
-    #[arg(long, value_name = "boom|rdmp|rpc")]
+    /// Accept only this protocol (repeatable) [default: all].
+    #[arg(long, value_name = "PROTOCOL", value_parser = crate::common::protocol_parser())]
     protocol: Vec<Protocol>,
     /// Do not run the cleaner (garbage then only grows).
     #[arg(long)]
@@ -238,8 +238,9 @@ pub struct ClientArgs {
     /// Transport, if the address does not say (shm, tcp or verbs).
     #[arg(long, value_name = "shm|tcp|verbs")]
     pub transport: Option<Backend>,
-    /// Protocol: boom (one round trip), rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
-    #[arg(long, value_name = "boom|rdmp|rpc", default_value = "boom", value_parser = crate::common::protocol_parser())]
+    /// Protocol: boom (one round trip, the default) or one of the baselines of the papers
+    /// (README, "Protocols").
+    #[arg(long, value_name = "PROTOCOL", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// Seconds to wait for the server before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10)]

@@ -57,7 +57,7 @@ pub struct SweepArgs {
     /// Value (or message) sizes, e.g. 32,1k,16k (threads: the first one).
     #[arg(long, value_name = "LIST")]
     sizes: Option<String>,
-    /// Protocols: boom, rdmp, rpc.
+    /// Protocols, comma-separated (the names `--protocol` takes), or all [default: all].
     #[arg(long, value_name = "LIST")]
     protocols: Option<String>,
     /// Client thread counts (threads preset).

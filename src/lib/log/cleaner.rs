@@ -115,7 +115,7 @@ impl Cleaner {
         };
         // Collect first: the walk borrows the mapping, the copies write to it.
         let mut live: Vec<(Loc, Vec<u8>)> = Vec::new();
-        let limit = super::recovery::WalkLimit::Count(pool.segment_slots(id));
+        let limit = super::recovery::WalkLimit::CountThenSealed(pool.segment_slots(id));
         super::recovery::walk_segment(pool.media().map(), &ph, &trust, &found, limit, |e, slot| {
             if let Ok(h) = &e.result {
                 let key = entry_key(slot, h);

@@ -621,6 +621,9 @@ pub mod planted {
         CountFirst,
         /// Use a leased block of versions before its high-water mark is written back.
         LateLease,
+        /// RDMP-CC: the client acknowledges its PUT after the WRITE, without the FLUSH
+        /// that makes it durable.
+        CcSkipFlush,
     }
 
     impl std::str::FromStr for Plant {
@@ -631,7 +634,8 @@ pub mod planted {
                 "skip-writeback" => Ok(Plant::SkipWriteback),
                 "count-first" => Ok(Plant::CountFirst),
                 "late-lease" => Ok(Plant::LateLease),
-                o => Err(format!("unknown plant '{o}' (skip-writeback, count-first, late-lease)")),
+                "cc-skip-flush" => Ok(Plant::CcSkipFlush),
+                o => Err(format!("unknown plant '{o}' (skip-writeback, count-first, late-lease, cc-skip-flush)")),
             }
         }
     }
@@ -656,6 +660,7 @@ pub mod planted {
             1 => Plant::SkipWriteback,
             2 => Plant::CountFirst,
             3 => Plant::LateLease,
+            4 => Plant::CcSkipFlush,
             _ => Plant::None,
         }
     }
@@ -676,6 +681,10 @@ pub mod planted {
     /// Use a leased block of versions before its high-water mark is written back.
     pub fn late_lease() -> bool {
         current() == Plant::LateLease
+    }
+    /// RDMP-CC: acknowledge a PUT without its FLUSH.
+    pub fn cc_skip_flush() -> bool {
+        current() == Plant::CcSkipFlush
     }
 }
 

@@ -1,9 +1,23 @@
 //! Recovery: rebuilding the volatile state of a pool from its media.
 //!
 //! Every segment whose header is valid and whose `state` is active or sealed is walked
-//! by `next_offset` for exactly `count` slots (a `count` whose check fails is repaired
+//! by `next_offset` for its `count` slots (a `count` whose check fails is repaired
 //! if one flipped bit explains it, else the slots are walked by their links and the
-//! segment reported). A slot's entry is accepted only if its magic, lengths, bounds and
+//! segment reported), then on past `count` for as long as each next slot holds an entry
+//! that verifies in full ([`WalkLimit::CountThenSealed`]); a writable pool then gets
+//! its `count` raised over them.
+//!
+//! Why past `count`: a client-durable entry. RDMP-CC's client WRITEs its entry and
+//! FLUSHes it itself, without the server's CPU, and the server counts it only later (at
+//! the client's next request, or when it leaves). The decision is that such an entry
+//! still carries the server's version and seal, both given in the allocation phase
+//! (the seal covers the slot, the version, the header with the checksum the client
+//! computes over the value, and the key), so recovery's rule does not change: it
+//! believes only sealed entries, and the seal binds the generation and offset, so no
+//! stale entry of an earlier use of the segment passes. What changes is only how far it
+//! reads. Past `count` no bit repair is tried, and the walk stops at the first slot that
+//! does not verify (a client writes its slots in order, each durable before the next
+//! is allocated). A slot's entry is accepted only if its magic, lengths, bounds and
 //! checksum are valid and its seal verifies with a version below the pool's high-water
 //! mark ([`check_entry`]): recovery believes only what the server committed, never the
 //! client-writable bytes around it. Per key the highest `version_num` wins and
@@ -93,7 +107,7 @@ impl SegmentFound {
     pub fn limit(&self) -> WalkLimit {
         match self.count_check {
             Some(CountCheck::Damaged) => WalkLimit::Links,
-            _ => WalkLimit::Count(self.count),
+            _ => WalkLimit::CountThenSealed(self.count),
         }
     }
 
@@ -164,6 +178,14 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
 pub enum WalkLimit {
     /// Exactly this many slots (a verified `count`).
     Count(u64),
+    /// This many slots, then on along the links while each slot holds an entry that
+    /// verifies in full (seal, version below the high-water mark, checksum; no repair):
+    /// entries made durable before the server counted them. RDMP-CC's client writes its
+    /// sealed entry and FLUSHes it itself, and the server counts it later; a BOOM entry
+    /// sealed and written back just before a crash (its `count` not yet stored) is
+    /// found the same way. Such an entry was sealed for this segment's generation and
+    /// slot by the server, so nothing is believed that the server did not seal.
+    CountThenSealed(u64),
     /// While slots carry the entry magic and a usable `next_offset` (a damaged `count`:
     /// every entry met is still checked by its seal).
     Links,
@@ -188,16 +210,19 @@ pub fn walk_segment(
         Ok(s) => s,
         Err(e) => return (SEGMENT_HEADER_SIZE, Some(e.to_string())),
     };
-    let count = match limit {
-        WalkLimit::Count(n) => n,
-        WalkLimit::Links => u64::MAX,
+    let (count, counted) = match limit {
+        WalkLimit::Count(n) => (n, n),
+        WalkLimit::CountThenSealed(n) => (u64::MAX, n),
+        WalkLimit::Links => (u64::MAX, u64::MAX),
     };
     let mut repairs = REPAIRS_PER_SEGMENT;
     let mut off = SEGMENT_HEADER_SIZE;
     let mut i = 0u64;
     while i < count {
+        // Past `count` (CountThenSealed): only entries that verify in full.
+        let probing = i >= counted;
         if off + ENTRY_HEADER_SIZE > size {
-            if limit == WalkLimit::Links {
+            if limit == WalkLimit::Links || probing {
                 break;
             }
             return (off, Some(format!("count is {count} but slot {i} would start at {off}, past the segment")));
@@ -209,6 +234,12 @@ pub fn walk_segment(
         }
         let next = next.unwrap_or_else(|_| stored_next_offset(slot).unwrap_or(0));
         let place = SlotPlace { segment: id, generation, offset: off };
+        if probing {
+            match check_entry(slot, place, size, trust, &mut 0) {
+                Ok(c) if next_offset_ok(off, c.header.next_offset, size) => {}
+                _ => break,
+            }
+        }
         let checked = check_entry(slot, place, size, trust, &mut repairs);
         let damaged = match checked {
             Err(EntryFault::BadChecksum) => check_damaged_value(slot, place, size, trust),
@@ -630,6 +661,14 @@ fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryRep
             let n = pool.segment_slots(f.id);
             pool.persist_count(f.id, h.generation, n)?;
             report.repairs.push(format!("segment {}: count rewritten as {n} slots", f.id));
+        } else if let (Some(h), Some(CountCheck::Ok(_))) = (f.header, f.count_check) {
+            // Sealed entries found past `count` (made durable before they were counted):
+            // count them, so the cleaner and later recoveries walk them as counted slots.
+            let n = pool.segment_slots(f.id);
+            if n > f.count {
+                pool.persist_count(f.id, h.generation, n)?;
+                report.repairs.push(format!("segment {}: count raised from {} to {n} slots", f.id, f.count));
+            }
         }
     }
     Ok(())

@@ -7,10 +7,15 @@
 //! line not yet durable may or may not have reached the media: [`CrashSim::crash_image`]
 //! keeps a seeded random subset of them, and with tearing keeps only some of a line's
 //! 8-byte words (aligned 8-byte stores never tear, so words are the unit).
+//!
+//! A one-sided FLUSH (the IBTA's RDMA FLUSH) makes lines durable without the owner's
+//! CPU: the transports run it through [`crate::pmem::persist_remote`], which finds the
+//! simulator of the file the flushed mapping maps ([`register_file`]) and makes those
+//! lines durable at once ([`CrashSim::remote_persisted`]), as the target's NIC would.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::ThreadId;
 
 use rand::{RngExt, SeedableRng};
@@ -64,6 +69,37 @@ pub struct CrashSim {
     /// The image captured when the armed crash happened.
     captured: Mutex<Option<Vec<u8>>>,
     crashed: AtomicBool,
+    /// The live image (the media's mapping), for crash points raised by peers' FLUSHes.
+    live: OnceLock<Weak<Mapping>>,
+}
+
+/// Simulators by the (device, inode) of their memory file, for one-sided FLUSHes that
+/// arrive through another mapping of the same file.
+type Registry = Vec<((u64, u64), Weak<CrashSim>)>;
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Vec::new());
+/// Entries in [`REGISTRY`] (a FLUSH takes no lock while it is zero).
+static REGISTERED: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes `sim` the simulator of one-sided FLUSHes into `file` (whose live mapping is
+/// `live`): every mapping of the file reports its [`crate::pmem::persist_remote`] to it.
+pub fn register_file(file: &std::fs::File, sim: &Arc<CrashSim>, live: &Arc<Mapping>) {
+    let Some(o) = super::map::FileOrigin::of(file, 0) else { return };
+    let _ = sim.live.set(Arc::downgrade(live));
+    let mut r = REGISTRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    r.retain(|(_, w)| w.strong_count() > 0);
+    r.push(((o.dev, o.ino), Arc::downgrade(sim)));
+    REGISTERED.store(r.len(), Ordering::Release);
+}
+
+/// The simulator registered for the file `m` maps, if any.
+pub(crate) fn simulator_of(m: &Mapping) -> Option<Arc<CrashSim>> {
+    if REGISTERED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let o = m.origin()?;
+    let r = REGISTRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    r.iter().find(|(id, _)| *id == (o.dev, o.ino)).and_then(|(_, w)| w.upgrade())
 }
 
 impl CrashSim {
@@ -78,6 +114,38 @@ impl CrashSim {
             armed_opts: Mutex::new(CrashOptions::default()),
             captured: Mutex::new(None),
             crashed: AtomicBool::new(false),
+            live: OnceLock::new(),
+        }
+    }
+
+    /// A one-sided FLUSH of `[off, off + len)` of `src` (a mapping of this media's file
+    /// whose first byte is media offset `src_base`) reached the persistence domain: a
+    /// crash point first (a crash there leaves the FLUSH unacknowledged), then the lines
+    /// (the bytes of them `src` covers) become durable, as written back and fenced.
+    pub fn remote_persisted(&self, src: &Mapping, src_base: u64, off: u64, len: usize) {
+        if let Some(live) = self.live.get().and_then(Weak::upgrade) {
+            self.event(&live);
+        }
+        let l = CACHE_LINE as u64;
+        let (start, end) = (src_base + off, src_base + off + len as u64);
+        let mut line = start / l * l;
+        let mut d = self.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while line < end {
+            // The part of the line inside both the source mapping and the image.
+            let from = line.max(src_base);
+            let to = (line + l).min(src_base + src.len() as u64).min(d.image.len() as u64);
+            if from < to {
+                let mut buf = [0u8; CACHE_LINE];
+                let n = (to - from) as usize;
+                if src.read(from - src_base, &mut buf[..n]).is_ok() {
+                    let seq = self.snap_seq.fetch_add(1, Ordering::SeqCst);
+                    if d.seq.get(&(line as usize)).is_none_or(|&cur| cur < seq) {
+                        d.seq.insert(line as usize, seq);
+                        d.image[from as usize..to as usize].copy_from_slice(&buf[..n]);
+                    }
+                }
+            }
+            line += l;
         }
     }
 

@@ -33,6 +33,30 @@ pub struct Mapping {
     /// Who unmaps it: memmap2 for every mapping it can express, `munmap` for the
     /// `MAP_SYNC` one it cannot.
     backing: Backing,
+    /// The file and offset it maps, for mappings of files (see [`Mapping::origin`]).
+    origin: Option<FileOrigin>,
+}
+
+/// Which file a mapping maps, and from which offset: lets a write-back made through
+/// one process's mapping be attributed to the file (the crash simulator learns of a
+/// one-sided FLUSH that way, [`crate::pmem::persist_remote`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileOrigin {
+    /// Device of the file.
+    pub dev: u64,
+    /// Inode of the file.
+    pub ino: u64,
+    /// File offset of the mapping's first byte.
+    pub offset: u64,
+}
+
+impl FileOrigin {
+    /// The identity of `file` (device, inode), mapped from `offset`.
+    pub fn of(file: &File, offset: u64) -> Option<FileOrigin> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata().ok()?;
+        Some(FileOrigin { dev: m.dev(), ino: m.ino(), offset })
+    }
 }
 
 /// The owner of a mapping's pages.
@@ -46,7 +70,7 @@ enum Backing {
 impl Mapping {
     fn from_memmap(m: memmap2::MmapRaw, len: usize, mode: MapMode) -> Result<Mapping> {
         let ptr = NonNull::new(m.as_mut_ptr()).ok_or_else(|| Error::invalid("mmap returned NULL"))?;
-        Ok(Mapping { ptr, len, mode, backing: Backing::Memmap(m) })
+        Ok(Mapping { ptr, len, mode, backing: Backing::Memmap(m), origin: None })
     }
 }
 
@@ -88,7 +112,13 @@ impl Mapping {
                 )
             };
             if p != libc::MAP_FAILED {
-                return Ok(Mapping { ptr: nonnull(p)?, len, mode: MapMode::DaxSync, backing: Backing::Raw });
+                return Ok(Mapping {
+                    ptr: nonnull(p)?,
+                    len,
+                    mode: MapMode::DaxSync,
+                    backing: Backing::Raw,
+                    origin: FileOrigin::of(file, offset),
+                });
             }
             let e = std::io::Error::last_os_error();
             if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) {
@@ -102,7 +132,9 @@ impl Mapping {
             .len(len)
             .map_raw(file)
             .map_err(|e| Error::Io { context: "mmap".into(), source: e })?;
-        Mapping::from_memmap(m, len, MapMode::PageCache)
+        let mut m = Mapping::from_memmap(m, len, MapMode::PageCache)?;
+        m.origin = FileOrigin::of(file, offset);
+        Ok(m)
     }
 
     /// Creates a shared-memory file (memfd) of `len` bytes and maps it. The file can be
@@ -130,6 +162,11 @@ impl Mapping {
             .map_anon()
             .map_err(|e| Error::Io { context: "mmap(anonymous)".into(), source: e })?;
         Mapping::from_memmap(m.into(), len, MapMode::Volatile)
+    }
+
+    /// The file and offset this mapping maps (`None` for anonymous memory).
+    pub fn origin(&self) -> Option<FileOrigin> {
+        self.origin
     }
 
     /// Length in bytes.

@@ -137,7 +137,7 @@ pub struct Media {
     durability: Durability,
     read_only: bool,
     stats: FlushStats,
-    sim: Option<CrashSim>,
+    sim: Option<Arc<CrashSim>>,
 }
 
 impl std::fmt::Debug for Media {
@@ -150,6 +150,21 @@ impl std::fmt::Debug for Media {
             .field("simulated", &self.sim.is_some())
             .finish()
     }
+}
+
+/// A one-sided FLUSH applied to `[off, off + len)` of mapping `m` (the target's memory,
+/// mapped by whoever carries the FLUSH out: the initiator in `shm`, the software NIC in
+/// `tcp`): the lines are written back with `kind` and fenced; on simulated media (a
+/// mapping of a simulator's file) the simulator records them as durable, as a NIC's
+/// FLUSH to the persistence domain would leave them.
+pub fn persist_remote(m: &Mapping, kind: FlushKind, off: u64, len: usize) -> Result<()> {
+    m.flush(kind, off, len)?;
+    flush::sfence();
+    if let Some(sim) = crashsim::simulator_of(m) {
+        let base = m.origin().map_or(0, |o| o.offset);
+        sim.remote_persisted(m, base, off, len);
+    }
+    Ok(())
 }
 
 /// Turns the user's `--pmem` argument into the pool file path: a directory gets
@@ -292,16 +307,19 @@ impl Media {
         let (file, map) = Mapping::memfd("boomkv-sim", image.len())?;
         map.write(0, image)?;
         let file = Arc::new(file);
+        let map = Arc::new(map);
+        let sim = Arc::new(CrashSim::new(image.to_vec()));
+        crashsim::register_file(&file, &sim, &map);
         Ok(Media {
             path: PathBuf::from("<simulated>"),
             shared_file: Some(file.clone()),
             _file: Some(file),
-            map: Arc::new(map),
+            map,
             flush,
             durability: Durability::Flush,
             read_only: false,
             stats: FlushStats::default(),
-            sim: Some(CrashSim::new(image.to_vec())),
+            sim: Some(sim),
         })
     }
 
@@ -402,7 +420,7 @@ impl Media {
 
     /// The crash simulator, on simulated media.
     pub fn crash_sim(&self) -> Option<&CrashSim> {
-        self.sim.as_ref()
+        self.sim.as_deref()
     }
 
     /// Writes back the lines covering `[off, off + len)`; no fence.

@@ -2,7 +2,9 @@
 //!
 //! - [`boom`]: BOOM, one round trip per PUT and GET (the default);
 //! - [`rdmp`]: the RDMP-KV baseline, two phases;
-//! - [`rpc`]: the RDMA-KV baseline, RPC through server DRAM.
+//! - [`rpc`]: the RDMA-KV baseline, RPC through server DRAM;
+//! - [`rdmp_cc`]: RDMP-KV's client-centric mode, the client makes its WRITE durable
+//!   itself with a one-sided FLUSH.
 //!
 //! A protocol's client half implements `ClientSide` over a `Link` (the client's
 //! connection: send a message, wait for a reply or a completion, post a one-sided
@@ -20,6 +22,7 @@
 
 pub mod boom;
 pub mod rdmp;
+pub mod rdmp_cc;
 pub mod rpc;
 
 use std::time::Duration;
@@ -85,6 +88,10 @@ pub(crate) trait ServerSide<T: Transport>: Send {
         cx.refuse(0, crate::wire::ErrorCode::BadRequest, "WRITE_WITH_IMM not valid here".into())
     }
 
+    /// The client is leaving, its segment still active and registered: settle what
+    /// this half left unfinished in it (RDMP-CC counts its client's last PUT).
+    fn before_close(&mut self, _cx: &mut Ctx<'_, T>) {}
+
     /// The client is leaving: release what this half holds for it.
     fn on_close(&mut self) {}
 }
@@ -106,7 +113,7 @@ const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, serve
 /// The receive buffers protocol `p` needs.
 pub fn receive_buffers(p: Protocol) -> ReceiveBuffers {
     match p {
-        Protocol::Boom | Protocol::Rdmp => CONTROL_BUFFERS,
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc => CONTROL_BUFFERS,
         Protocol::Rpc => rpc::RECEIVE_BUFFERS,
     }
 }
@@ -128,6 +135,7 @@ pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> B
         Protocol::Boom => Box::new(boom::Client::new(tuning)),
         Protocol::Rdmp => Box::new(rdmp::Client),
         Protocol::Rpc => Box::new(rpc::Client),
+        Protocol::RdmpCc => Box::new(rdmp_cc::Client),
     }
 }
 
@@ -137,6 +145,7 @@ pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn Se
         Protocol::Boom => Box::new(boom::Server),
         Protocol::Rdmp => Box::new(rdmp::Server::default()),
         Protocol::Rpc => Box::new(rpc::Server::new(t)?),
+        Protocol::RdmpCc => Box::new(rdmp_cc::Server::default()),
     })
 }
 

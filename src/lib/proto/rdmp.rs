@@ -94,7 +94,7 @@ fn alloc<T: Transport>(cx: &mut Ctx<'_, T>, len: u32, req: u32) -> Result<()> {
 
 impl<T: Transport> Server<T> {
     /// Phase 1 of a GET: where the entry of `key` is (the client then READs it).
-    fn locate(&mut self, cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
+    pub(super) fn locate(&mut self, cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
         let (found, timer) = cx.lookup(key);
         let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
         let seg = loc.segment as u64;

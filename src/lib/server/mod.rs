@@ -359,6 +359,9 @@ impl<T: Transport> Worker<T> {
             for (_, (key, v)) in c.gets.drain() {
                 self.sh.inflight.end(&key, v);
             }
+            // The protocol settles what it holds in the client's segment while the
+            // segment is still its active one.
+            side.before_close(&mut Ctx { sh: &self.sh, conn: &mut c, w: &mut self.st });
             if let Some(mr) = c.seg_mr.take() {
                 mr.deregister();
             }

@@ -19,6 +19,7 @@
 pub mod context;
 pub mod coop;
 pub mod inflight;
+pub(crate) mod pending;
 pub mod phases;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -206,6 +207,8 @@ pub struct ServerCore {
     pub(crate) violation_sources: Mutex<Vec<Box<dyn Fn() -> u64 + Send + Sync>>>,
     /// The server's own log of DELETEs that found no room in their client's segment.
     pub(crate) tombstones: Mutex<ServerLog>,
+    /// PUTs made durable by their clients and not yet counted (RDMP-CC).
+    pub(crate) pending_puts: pending::PendingPuts,
 }
 
 impl ServerCore {
@@ -227,6 +230,7 @@ impl ServerCore {
             housekeeping: Mutex::new(None),
             violation_sources: Mutex::new(Vec::new()),
             tombstones: Mutex::new(tombstones),
+            pending_puts: pending::PendingPuts::default(),
         });
         if core.cfg.cleaner || core.cfg.stats_interval.is_some() {
             let c = core.clone();

@@ -1279,9 +1279,7 @@ impl Conn {
     /// and fences. False is a remote access error.
     fn one_sided_flush(&self, s: &mut SendSide, rkey: u32, raddr: u64, len: u32, kind: crate::pmem::FlushKind) -> bool {
         self.on_peer_region(s, rkey, raddr, len as u64, Access::REMOTE_WRITE, |m, off| {
-            let ok = m.flush(kind, off, len as usize).is_ok();
-            crate::pmem::flush::sfence();
-            ok
+            crate::pmem::persist_remote(m, kind, off, len as usize).is_ok()
         })
         .unwrap_or(false)
     }

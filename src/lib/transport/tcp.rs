@@ -1430,8 +1430,7 @@ impl Conn {
                 self.peer, h.raddr, h.rkey
             ));
         };
-        let r = info.mapping.flush(crate::pmem::FlushKind::detect(), off, len as usize);
-        crate::pmem::flush::sfence();
+        let r = crate::pmem::persist_remote(&info.mapping, crate::pmem::FlushKind::detect(), off, len as usize);
         guard_exit(&self.pd.table, info.slot);
         r.map_err(|e| format!("FLUSH from {}: {e}", self.peer))?;
         self.executed();

@@ -55,7 +55,7 @@ pub struct Components {
 /// entry -> value on the client (3).
 pub fn copies(p: Protocol) -> (f64, f64) {
     match p {
-        Protocol::Boom | Protocol::Rdmp => (2.0, 2.0),
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc => (2.0, 2.0),
         Protocol::Rpc => (3.0, 3.0),
     }
 }

@@ -184,8 +184,12 @@ impl Axes {
         match key.as_str() {
             "sizes" => self.sizes = Some(parse_list("sizes", value, parse_size)?),
             "protocols" => {
-                self.protocols =
-                    Some(parse_list("protocols", value, |x| x.parse::<Protocol>().map_err(SweepError::Invalid))?);
+                // `all`: every protocol, as when the axis is not given.
+                self.protocols = if value.trim().eq_ignore_ascii_case("all") {
+                    Some(Protocol::ALL.to_vec())
+                } else {
+                    Some(parse_list("protocols", value, |x| x.parse::<Protocol>().map_err(SweepError::Invalid))?)
+                };
             }
             "threads" => {
                 self.threads = Some(parse_list("threads", value, |x| match x.parse::<usize>() {

@@ -221,10 +221,16 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
     let (cp, cg) = copies(protocol);
     let (put_t, put_m, get_t, get_m) = match protocol {
         Protocol::Boom | Protocol::Rpc => (c.wir, 0.0, c.wir, 0.0),
-        Protocol::Rdmp => (c.wir, c.meta, c.read, c.meta),
+        Protocol::Rdmp | Protocol::RdmpCc => (c.wir, c.meta, c.read, c.meta),
     };
-    // Every protocol's PUT commits through the same path: two persists.
-    let put_parts = [put_t, put_m, cp * c.memcpy, c.writeback + c.count, c.index_put];
+    // Every server-committed PUT commits through the same path: two persists and an
+    // index upsert. RDMP-CC's PUT persists the entry by the client's FLUSH (one persist
+    // of the entry) and leaves counting and indexing to the server's later work.
+    let (put_wb, put_index) = match protocol {
+        Protocol::RdmpCc => (c.writeback, 0.0),
+        _ => (c.writeback + c.count, c.index_put),
+    };
+    let put_parts = [put_t, put_m, cp * c.memcpy, put_wb, put_index];
     let get_parts = [get_t, get_m, cg * c.memcpy, 0.0, c.index_get];
     for (op, parts, total) in [("put", put_parts, ps.p50), ("get", get_parts, gs.p50)] {
         let names = part_columns(op)?;
@@ -236,6 +242,33 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
     row.insert("entry_writeback_us", f3(c.writeback));
     row.insert("count_persist_us", f3(c.count));
     row.insert("flush", FlushKind::detect().to_string());
+    Ok(())
+}
+
+/// Every protocol of the run side by side (the paper tables above hold BOOM-KV and
+/// its two baselines): median latency per op and size, in `Protocol::ALL` order.
+fn every_protocol(t: &Table, b: &mut Builder, sizes: &[u64]) -> Result<()> {
+    let present: Vec<Protocol> =
+        Protocol::ALL.into_iter().filter(|p| (0..t.rows.len()).any(|i| t.str(i, "protocol").ok() == Some(p.name()))).collect();
+    if present.len() <= 3 && present.iter().all(|p| matches!(p, Protocol::Boom | Protocol::Rdmp | Protocol::Rpc)) {
+        return Ok(());
+    }
+    let mut head = vec!["op".to_string(), "size".to_string()];
+    head.extend(present.iter().map(|p| format!("{p} p50 us")));
+    let refs: Vec<&str> = head.iter().map(String::as_str).collect();
+    let mut tab = TextTable::new(&refs);
+    for (op, col) in [(Op::Put, "put_p50_us"), (Op::Get, "get_p50_us")] {
+        for &size in sizes {
+            let mut cells = vec![op.name().to_string(), size_label(size)];
+            for p in &present {
+                let v = row_at(t, p.name(), size)?.map(|r| t.req(r, col)).transpose()?;
+                cells.push(v.map(us).unwrap_or_else(|| "-".into()));
+            }
+            tab.push(cells);
+        }
+    }
+    b.line("Every protocol (median latency, us):");
+    b.table(&tab);
     Ok(())
 }
 
@@ -428,6 +461,7 @@ fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
         }
         b.table(&tab);
     }
+    every_protocol(t, b, &sizes)?;
     if let Some(i) = (0..t.rows.len()).next() {
         b.para(&format!(
             "Median latency (p50) over up to {} operations per phase and repeat (see put_ops, get_ops), 1 client, \
