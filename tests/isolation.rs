@@ -20,7 +20,7 @@ use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{
     Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport, TcpTransport, Transport, WcOpcode,
 };
-use boomkv::wire::Msg;
+use boomkv::wire::{slot, Msg, Protocol};
 use common::{entry, Raw};
 
 fn quiet() -> ServerConfig {
@@ -278,4 +278,86 @@ fn shm_a_response_buffer_the_client_could_shrink_is_refused() {
     assert_eq!(honest.get(b"k").unwrap().unwrap(), b"value");
     let mut fresh = Client::connect(&t, &s.endpoints()[0], opts()).unwrap();
     assert_eq!(fresh.get(b"k").unwrap().unwrap(), b"value");
+}
+
+/// The request region of a HERD or RFP client, from its setup call.
+fn rings<T: Transport>(raw: &mut Raw<T>) -> (u64, u32, u32, u64, u32) {
+    match raw.call(&Msg::RingsReq) {
+        Some(Msg::Rings { req_addr, req_rkey, req_len, res_addr, res_rkey, .. }) => {
+            (req_addr, req_rkey, req_len, res_addr, res_rkey)
+        }
+        m => panic!("expected the regions, got {m:?}"),
+    }
+}
+
+/// HERD and RFP: requests WRITTEN into memory the server polls. A client that leaves a
+/// slot with the awaited sequence number, the largest length and a bad CRC is never
+/// served from it and costs an honest client on the same worker nothing but time; its
+/// WRITEs into another client's request region (or its own result region) are refused
+/// and cost it its connection.
+fn polled_slots<T: Transport>(t: &T, s: &Server<T>, p: Protocol) {
+    let ep = &s.endpoints()[0];
+    let mut victim = Client::connect(t, ep, ClientOptions { protocol: p, ..opts() }).unwrap();
+    victim.put(b"victim", b"acknowledged").unwrap();
+    let mut other = Raw::speaking(t, ep, p);
+    let (v_addr, v_rkey, _, _, _) = rings(&mut other);
+
+    let mut attacker = Raw::speaking(t, ep, p);
+    let (addr, rkey, len, res_addr, res_rkey) = rings(&mut attacker);
+    // A slot that claims to be request 1 with the longest payload, whose CRC is wrong.
+    let mut forged = vec![0xa5u8; 64 << 10];
+    forged[0..4].copy_from_slice(&1u32.to_le_bytes());
+    forged[4..8].copy_from_slice(&(len - slot::HEADER as u32).to_le_bytes());
+    attacker.buf.write(0, &forged).unwrap();
+    assert!(attacker.write(addr, rkey, forged.len() as u32), "its own region takes the WRITE");
+    // The honest client keeps its data and service (one worker serves both).
+    let t0 = Instant::now();
+    for i in 0..300 {
+        let k = format!("k{i}");
+        victim.put(k.as_bytes(), b"v").unwrap();
+        assert_eq!(victim.get(k.as_bytes()).unwrap().unwrap(), b"v");
+    }
+    assert_eq!(victim.get(b"victim").unwrap().unwrap(), b"acknowledged");
+    let honest = t0.elapsed();
+    assert!(honest < Duration::from_secs(20), "300 PUT+GET beside the forged slot took {honest:?}");
+    // Nothing came of the forged slot, and the attacker still gets an honest request
+    // served once it writes one whole.
+    let payload = Msg::RpcGet { key: b"nothing here".to_vec() }.encode(9);
+    let mut whole = slot::encode(1, 0, &payload).to_vec();
+    whole.extend_from_slice(&payload);
+    attacker.buf.write(0, &whole).unwrap();
+    assert!(attacker.write(addr, rkey, whole.len() as u32));
+    if p == Protocol::Herd {
+        assert!(matches!(attacker.next_msg(), Some(Msg::NotFound)), "a whole slot is served");
+    }
+    // Another client's request region, and the attacker's own result region (RFP), are
+    // not writable by the attacker: the WRITE fails and the connection is lost.
+    let mut a2 = Raw::speaking(t, ep, p);
+    let _ = rings(&mut a2);
+    assert!(!a2.write(v_addr, v_rkey, 64), "another client's request region");
+    if p == Protocol::Rfp {
+        let mut a3 = Raw::speaking(t, ep, p);
+        let (_, _, _, r_addr, r_rkey) = rings(&mut a3);
+        assert!(!a3.write(r_addr, r_rkey, 64), "a result region is read-only");
+        assert!(res_addr != 0 && res_rkey != r_rkey);
+    }
+    assert_eq!(victim.get(b"victim").unwrap().unwrap(), b"acknowledged");
+}
+
+#[test]
+fn shm_polled_request_slots_are_believed_only_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), ServerConfig { workers: 1, ..quiet() });
+    for p in [Protocol::Herd, Protocol::Rfp] {
+        polled_slots(&ShmTransport::new().unwrap(), &s, p);
+    }
+}
+
+#[test]
+fn tcp_polled_request_slots_are_believed_only_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), ServerConfig { workers: 1, ..quiet() });
+    for p in [Protocol::Herd, Protocol::Rfp] {
+        polled_slots(&TcpTransport::new().unwrap(), &s, p);
+    }
 }

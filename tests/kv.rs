@@ -158,7 +158,7 @@ fn many_clients_and_same_key<T: Backend>(p: Protocol, workers: usize, coop: bool
                     for i in 0..150usize {
                         let own = format!("t{t}-k{}", i % 40);
                         let v = value(t * 1000 + i, 50 + (i * 97) % 9000);
-                        c.put(own.as_bytes(), &v).unwrap();
+                        c.put(own.as_bytes(), &v).unwrap_or_else(|e| panic!("{p}: {own}: {e}"));
                         mine.insert(own, (0, v));
                         let shared = format!("shared-{}", i % 5);
                         let v = value(t * 7 + i, 64);
@@ -195,28 +195,64 @@ fn many_clients_and_same_key<T: Backend>(p: Protocol, workers: usize, coop: bool
 
 fn round_trip_counts<T: Backend>(p: Protocol) {
     let f = Fixture::<T>::new(32 << 20, 4 << 20, cfg(1, false));
-    let mut c = f.client(p);
+    // RFP with a fixed fetch size, so that which results take a second READ is known
+    // (auto profiles the transport: on rxe it picks less than these results).
+    let fetch_size = boomkv::proto::rfp::FetchSize::Bytes(1024);
+    let mut c = Client::connect(&T::make(), &f.ep, ClientOptions { fetch_size, ..opts(p) }).unwrap();
     c.put(b"warm", b"up").unwrap(); // the segment grant happens here for boom
-    let ops = |c: &Client<T>| c.transport_stats().network_ops();
     let (want_put, want_get) = match p {
         Protocol::Boom | Protocol::Rpc => (1, 1),
         Protocol::Rdmp => (2, 2),
         // 2 round trips and a FLUSH: allocation RPC, then WRITE + FLUSH.
         Protocol::RdmpCc => (3, 2),
+        // One WRITE into the polled request region; the reply is the server's SEND.
+        Protocol::Herd => (1, 1),
+        // One WRITE and one READ of a ready result (fetches of a result not yet ready
+        // are counted apart and checked below).
+        Protocol::Rfp => (2, 2),
     };
+    let d = |a: &QpStats, b: &QpStats, f: fn(&QpStats) -> u64| f(b) - f(a);
     for i in 0..20 {
-        let before = c.transport_stats();
+        let (before, r0) = (c.transport_stats(), c.counters().fetch_retries);
         c.put(format!("k{i}").as_bytes(), &[7u8; 200]).unwrap();
-        let after = c.transport_stats();
-        assert_eq!(after.network_ops() - before.network_ops(), want_put, "{p} PUT round trips");
-        if p == Protocol::RdmpCc {
-            let d = |f: fn(&QpStats) -> u64| f(&after) - f(&before);
-            assert_eq!((d(|s| s.sends), d(|s| s.writes), d(|s| s.flushes)), (1, 1, 1), "{p}: SEND, WRITE, FLUSH");
-            assert_eq!(d(|s| s.writes_imm), 0, "{p}: nothing signals the server's CPU");
+        let (after, r1) = (c.transport_stats(), c.counters().fetch_retries);
+        assert_eq!(after.network_ops() - before.network_ops() - (r1 - r0), want_put, "{p} PUT round trips");
+        match p {
+            Protocol::RdmpCc => {
+                let n = (
+                    d(&before, &after, |s| s.sends),
+                    d(&before, &after, |s| s.writes),
+                    d(&before, &after, |s| s.flushes),
+                );
+                assert_eq!(n, (1, 1, 1), "{p}: SEND, WRITE, FLUSH");
+                assert_eq!(d(&before, &after, |s| s.writes_imm), 0, "{p}: nothing signals the server's CPU");
+            }
+            Protocol::Herd | Protocol::Rfp => {
+                assert_eq!(d(&before, &after, |s| s.writes), 1, "{p}: the request is one WRITE");
+                assert_eq!(d(&before, &after, |s| s.sends) + d(&before, &after, |s| s.writes_imm), 0, "{p}: no SEND");
+            }
+            _ => {}
         }
-        let before = ops(&c);
+        if p != Protocol::Rfp {
+            assert_eq!(r1, r0, "{p} fetches nothing");
+        }
+        let (before, r0) = (c.transport_stats(), c.counters().fetch_retries);
         c.get(format!("k{i}").as_bytes()).unwrap().unwrap();
-        assert_eq!(ops(&c) - before, want_get, "{p} GET round trips");
+        let (after, r1) = (c.transport_stats(), c.counters().fetch_retries);
+        assert_eq!(after.network_ops() - before.network_ops() - (r1 - r0), want_get, "{p} GET round trips");
+        if p == Protocol::Rfp {
+            assert_eq!(d(&before, &after, |s| s.reads) - (r1 - r0), 1, "{p}: one READ of the ready result");
+        }
+    }
+    if p == Protocol::Rfp {
+        // A result over the fetch size takes a second READ.
+        let big = vec![9u8; 64 << 10];
+        c.put(b"big", &big).unwrap();
+        let (before, r0) = (c.transport_stats(), c.counters().fetch_retries);
+        assert_eq!(c.get(b"big").unwrap().unwrap(), big);
+        let (after, r1) = (c.transport_stats(), c.counters().fetch_retries);
+        let reads = d(&before, &after, |s| s.reads);
+        assert!(reads >= 2 + (r1 - r0) && reads <= 2 + 2 * (r1 - r0), "{p}: {reads} READs, {} retries", r1 - r0);
     }
 }
 
@@ -317,6 +353,16 @@ macro_rules! suite {
             #[$attr]
             fn rdmp_cc_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::RdmpCc)
+            }
+            #[test]
+            #[$attr]
+            fn herd_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::Herd)
+            }
+            #[test]
+            #[$attr]
+            fn rfp_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::Rfp)
             }
             #[test]
             #[$attr]

@@ -16,6 +16,8 @@ fn every_planted_bug_is_caught_within_1000_crashes() {
         (Plant::CountFirst, Protocol::Boom),
         (Plant::LateLease, Protocol::Boom),
         (Plant::CcSkipFlush, Protocol::RdmpCc),
+        (Plant::HerdEarlyReply, Protocol::Herd),
+        (Plant::RfpEarlyResult, Protocol::Rfp),
     ];
     for (plant, protocol) in plants {
         planted::set(plant);

@@ -37,6 +37,8 @@ pub struct ClientCounters {
     pub in_place: u64,
     /// GETs retried because the entry was torn.
     pub torn_retries: u64,
+    /// RFP: READs of a reply that was not there yet (or torn), fetched again.
+    pub fetch_retries: u64,
 }
 
 /// One thing that arrived for the client.
@@ -295,6 +297,98 @@ impl<T: Transport> Link<T> {
         let wr = self.wr();
         self.qp.post_flush(wr, addr, rkey, len).map_err(|e| self.broken(what, e))?;
         self.wait_completion(wr, what)
+    }
+
+    /// WRITEs `m` as polled slot `seq` ([`crate::wire::slot`]) into the peer's request
+    /// region at `addr` (`cap` bytes) under `rkey`, unsignaled (HERD, RFP): the reply
+    /// tells that it landed, and the buffer is not reused before the reply.
+    pub(crate) fn write_slot(&mut self, seq: u32, m: &Msg, addr: u64, rkey: u32, cap: u32) -> Result<()> {
+        use crate::wire::slot;
+        let req = self.req();
+        let mut b = std::mem::take(&mut self.buf);
+        m.encode_into(req, &mut b);
+        let total = slot::HEADER + b.len();
+        if total > cap as usize {
+            self.buf = b;
+            return Err(Error::TooLarge { what: "request", len: total as u64, limit: cap as u64 });
+        }
+        let h = slot::encode(seq, 0, &b);
+        if (self.entry_mr.len() as usize) < total {
+            self.entry_mr = self.t.alloc_mr(total.next_power_of_two(), Access::NONE)?;
+        }
+        let r = self.entry_mr.write(0, &h).and_then(|()| self.entry_mr.write(slot::HEADER as u64, &b));
+        self.buf = b;
+        r?;
+        let wr = self.wr();
+        self.qp
+            .post_write(wr, &self.entry_mr, 0, total as u32, addr, rkey, false)
+            .map_err(|e| self.broken("a request", e))
+    }
+
+    /// Fetches the reply to slot `seq` from the peer's result region (`res_len` bytes at
+    /// `addr` under `rkey`) with READs (RFP): one READ of `fetch` bytes, a second for the
+    /// rest when the reply is longer, again until the slot carries `seq` and verifies.
+    /// The slot is left in `buf`; returns where its payload starts and its length.
+    pub(crate) fn fetch_slot(
+        &mut self,
+        seq: u32,
+        addr: u64,
+        rkey: u32,
+        res_len: u32,
+        fetch: u32,
+    ) -> Result<(usize, usize)> {
+        use crate::wire::slot;
+        let fetch = fetch.clamp(slot::HEADER as u32, res_len);
+        self.grow_response(u64::from(res_len))?;
+        let start = std::time::Instant::now();
+        let mut tries = 0u32;
+        loop {
+            let wr = self.wr();
+            self.qp.post_read(wr, &self.resp_mr, 0, fetch, addr, rkey).map_err(|e| self.broken("a fetch", e))?;
+            self.wait_completion(wr, "fetching a reply")?;
+            let mut h = [0u8; slot::HEADER];
+            self.resp_mr.read(0, &mut h)?;
+            if let Some(hd) = slot::peek(&h).filter(|hd| hd.seq == seq) {
+                let total = slot::HEADER as u64 + u64::from(hd.len);
+                if total > u64::from(res_len) {
+                    return Err(Error::Protocol(format!("a reply of {} bytes over the result region", hd.len)));
+                }
+                if total > u64::from(fetch) {
+                    let wr = self.wr();
+                    let rest = (total - u64::from(fetch)) as u32;
+                    let (off, at) = (u64::from(fetch), addr + u64::from(fetch));
+                    self.qp.post_read(wr, &self.resp_mr, off, rest, at, rkey).map_err(|e| self.broken("a fetch", e))?;
+                    self.wait_completion(wr, "fetching a reply")?;
+                }
+                self.take_response(total as usize)?;
+                if let Some((hd, _)) = slot::check(&self.buf, seq) {
+                    return Ok((slot::HEADER, hd.len as usize));
+                }
+            }
+            // Not there yet (or torn under the READ): fetch again, as RFP's client does.
+            self.counters.fetch_retries += 1;
+            tries = tries.wrapping_add(1);
+            if tries % 64 == 0 && start.elapsed() > self.timeout {
+                return Err(Error::Timeout(self.timeout, "fetching a reply"));
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The median time of `n` READs of `len` bytes at the peer's `addr` (RFP's profiling
+    /// of the fetch size).
+    pub(crate) fn time_reads(&mut self, len: u32, addr: u64, rkey: u32, n: usize) -> Result<Duration> {
+        self.grow_response(u64::from(len))?;
+        let mut t = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s = std::time::Instant::now();
+            let wr = self.wr();
+            self.qp.post_read(wr, &self.resp_mr, 0, len, addr, rkey).map_err(|e| self.broken("a fetch", e))?;
+            self.wait_completion(wr, "profiling READs")?;
+            t.push(s.elapsed());
+        }
+        t.sort();
+        Ok(t.get(n / 2).copied().unwrap_or_default())
     }
 
     /// READs `len` bytes at the peer's `addr` under `rkey` into the response buffer,

@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `BOOMWIRE` |
 //! | 8 | 2 | wire version ([`WIRE_VERSION`]) |
-//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc, 3 rdmp-cc |
+//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc, 3 rdmp-cc, 4 herd, 5 rfp |
 //! | 11 | 1 | reserved |
 //! | 12 | 4 | client receive-buffer size (largest message it can receive) |
 //! | 16 | 20 | the client's response region ([`RegionDesc`]) |
@@ -38,6 +38,14 @@
 //!
 //! Every message starts with an 8-byte header: opcode (1), flags (1), reserved (2),
 //! request id (4). The body follows; see [`Msg`] for each opcode's fields in order.
+//!
+//! ## Polled slots (herd, rfp)
+//!
+//! HERD and RFP requests are WRITTEN into a request region the server polls, and RFP's
+//! results are left in a result region the client READs ([`slot`]): a 16-byte header
+//! (sequence number, payload length, a protocol word, CRC-32C), then the payload, a
+//! message as above. The reader believes a slot only when the sequence number is the
+//! one it waits for and the CRC verifies, so a torn or forged slot is never served.
 //!
 //! ## Immediates
 //!
@@ -72,11 +80,17 @@ pub enum Protocol {
     /// WRITEs the entry and makes it durable itself with a one-sided FLUSH.
     #[serde(rename = "rdmp-cc")]
     RdmpCc,
+    /// HERD-style RPC: requests WRITTEN into a region the server polls, replies SENT.
+    Herd,
+    /// Remote fetching (RFP, Jakiro): requests WRITTEN into a region the server polls,
+    /// results left in server memory and READ by the client.
+    Rfp,
 }
 
 impl Protocol {
     /// All protocols, BOOM first.
-    pub const ALL: [Protocol; 4] = [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc, Protocol::RdmpCc];
+    pub const ALL: [Protocol; 6] =
+        [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc, Protocol::RdmpCc, Protocol::Herd, Protocol::Rfp];
 
     /// The on-wire code.
     pub fn code(self) -> u8 {
@@ -85,6 +99,8 @@ impl Protocol {
             Protocol::Rdmp => 1,
             Protocol::Rpc => 2,
             Protocol::RdmpCc => 3,
+            Protocol::Herd => 4,
+            Protocol::Rfp => 5,
         }
     }
 
@@ -95,6 +111,8 @@ impl Protocol {
             1 => Ok(Protocol::Rdmp),
             2 => Ok(Protocol::Rpc),
             3 => Ok(Protocol::RdmpCc),
+            4 => Ok(Protocol::Herd),
+            5 => Ok(Protocol::Rfp),
             o => Err(Error::corrupt("handshake", format!("unknown protocol {o}"))),
         }
     }
@@ -106,6 +124,8 @@ impl Protocol {
             Protocol::Rdmp => "rdmp",
             Protocol::Rpc => "rpc",
             Protocol::RdmpCc => "rdmp-cc",
+            Protocol::Herd => "herd",
+            Protocol::Rfp => "rfp",
         }
     }
 }
@@ -124,7 +144,12 @@ impl std::str::FromStr for Protocol {
             "rdmp" | "rdmp-kv" => Ok(Protocol::Rdmp),
             "rpc" | "rdma-kv" => Ok(Protocol::Rpc),
             "rdmp-cc" | "rdmpcc" => Ok(Protocol::RdmpCc),
-            o => Err(format!("unknown protocol '{o}' (expected boom, rdmp, rpc or rdmp-cc)")),
+            "herd" => Ok(Protocol::Herd),
+            "rfp" | "jakiro" => Ok(Protocol::Rfp),
+            o => {
+                let names: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+                Err(format!("unknown protocol '{o}' (expected one of {})", names.join(", ")))
+            }
         }
     }
 }
@@ -498,6 +523,24 @@ pub enum Msg {
         /// The server's seal over the slot, version, header and key.
         seal: u64,
     },
+    /// Client (HERD, RFP): where do I WRITE requests (and READ results)?
+    RingsReq,
+    /// Server (HERD, RFP): the client's request region (it WRITEs [`slot`]s there) and,
+    /// for RFP, its result region (it READs them there); `res_len` 0 for HERD.
+    Rings {
+        /// Request region address.
+        req_addr: u64,
+        /// Request region key.
+        req_rkey: u32,
+        /// Request region bytes (header and largest request).
+        req_len: u32,
+        /// Result region address.
+        res_addr: u64,
+        /// Result region key.
+        res_rkey: u32,
+        /// Result region bytes.
+        res_len: u32,
+    },
     /// Server: no live entry for the key.
     NotFound,
     /// Server: the request failed.
@@ -528,6 +571,8 @@ mod op {
     pub const ERROR: u8 = 16;
     pub const CC_ALLOC: u8 = 17;
     pub const CC_PLACED: u8 = 18;
+    pub const RINGS_REQ: u8 = 19;
+    pub const RINGS: u8 = 20;
 }
 
 const MAX_KEY: usize = crate::log::format::MAX_KEY_LEN as usize;
@@ -556,10 +601,12 @@ impl Msg {
             Msg::Error { .. } => op::ERROR,
             Msg::CcAlloc { .. } => op::CC_ALLOC,
             Msg::CcPlaced { .. } => op::CC_PLACED,
+            Msg::RingsReq => op::RINGS_REQ,
+            Msg::Rings { .. } => op::RINGS,
         };
         w.u8(opc).u8(0).u16(0).u32(req);
         match self {
-            Msg::GrantSegment | Msg::StatsReq | Msg::NotFound => {}
+            Msg::GrantSegment | Msg::StatsReq | Msg::NotFound | Msg::RingsReq => {}
             Msg::SegmentGranted { segment, region } => {
                 w.u64(*segment).region(region);
             }
@@ -598,6 +645,9 @@ impl Msg {
             }
             Msg::CcPlaced { addr, rkey, offset, version, seal } => {
                 w.u64(*addr).u32(*rkey).u64(*offset).u64(*version).u64(*seal);
+            }
+            Msg::Rings { req_addr, req_rkey, req_len, res_addr, res_rkey, res_len } => {
+                w.u64(*req_addr).u32(*req_rkey).u32(*req_len).u64(*res_addr).u32(*res_rkey).u32(*res_len);
             }
         }
         *out = w.0;
@@ -648,6 +698,15 @@ impl Msg {
             op::CC_PLACED => {
                 Msg::CcPlaced { addr: r.u64()?, rkey: r.u32()?, offset: r.u64()?, version: r.u64()?, seal: r.u64()? }
             }
+            op::RINGS_REQ => Msg::RingsReq,
+            op::RINGS => Msg::Rings {
+                req_addr: r.u64()?,
+                req_rkey: r.u32()?,
+                req_len: r.u32()?,
+                res_addr: r.u64()?,
+                res_rkey: r.u32()?,
+                res_len: r.u32()?,
+            },
             op::ERROR => {
                 let code = error_code_from_u16(r.u16()?)?;
                 let message = std::str::from_utf8(r.bytes16(1024)?)
@@ -672,6 +731,99 @@ pub fn is_rpc_put(b: &[u8]) -> bool {
 /// be used in place).
 pub fn is_rpc_value(b: &[u8]) -> bool {
     b.first() == Some(&op::RPC_VALUE)
+}
+
+/// A polled slot (HERD and RFP requests, RFP results): what the writer puts in one
+/// WRITE and the reader believes only when it is whole.
+///
+/// | offset | size | field |
+/// |---|---|---|
+/// | 0 | 4 | sequence number (the request's, from 1; 0 is never used) |
+/// | 4 | 4 | payload length `n` |
+/// | 8 | 4 | protocol word (RFP results: the server's processing time in ns) |
+/// | 12 | 4 | CRC-32C of bytes 0..12 and of the covered payload |
+/// | 16 | n | payload (a message) |
+///
+/// The covered payload is all of it, except in a result that carries an entry
+/// (`RpcValue`): there the CRC covers the message header and the entry's header (with
+/// the entry's own checksum and version), and the entry's checksum covers the key and the
+/// value, so a reader checks both and pays for the large part once. A slot is written
+/// by one WRITE (or local stores) in any byte order: a reader that sees the new
+/// sequence number with old bytes anywhere fails one of the two checks and looks again.
+pub mod slot {
+    use super::{is_rpc_value, MSG_HEADER};
+    use crate::log::format::ENTRY_HEADER_SIZE;
+
+    /// Bytes of a slot header.
+    pub const HEADER: usize = 16;
+
+    /// What a slot header says.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Header {
+        /// Sequence number.
+        pub seq: u32,
+        /// Payload bytes.
+        pub len: u32,
+        /// Protocol word.
+        pub word: u32,
+    }
+
+    /// Bytes of `payload` the CRC covers (see the module doc).
+    fn covered(payload: &[u8]) -> &[u8] {
+        if is_rpc_value(payload) {
+            &payload[..payload.len().min(MSG_HEADER + 4 + ENTRY_HEADER_SIZE as usize)]
+        } else {
+            payload
+        }
+    }
+
+    fn crc(h: &[u8], payload: &[u8]) -> u32 {
+        crc32c::crc32c_append(crc32c::crc32c(&h[..12]), covered(payload))
+    }
+
+    /// The header of a slot carrying `payload` (which follows it).
+    pub fn encode(seq: u32, word: u32, payload: &[u8]) -> [u8; HEADER] {
+        let mut h = [0u8; HEADER];
+        h[0..4].copy_from_slice(&seq.to_le_bytes());
+        h[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&word.to_le_bytes());
+        let c = crc(&h, payload);
+        h[12..16].copy_from_slice(&c.to_le_bytes());
+        h
+    }
+
+    /// The header of a slot whose payload has `len` bytes and begins with `covered`
+    /// (its covered part, see the module doc), for a writer that places the payload
+    /// itself: equal to [`encode`] of the whole payload.
+    pub fn encode_covering(seq: u32, word: u32, len: u32, covered_part: &[u8]) -> [u8; HEADER] {
+        let mut h = [0u8; HEADER];
+        h[0..4].copy_from_slice(&seq.to_le_bytes());
+        h[4..8].copy_from_slice(&len.to_le_bytes());
+        h[8..12].copy_from_slice(&word.to_le_bytes());
+        let c = crc32c::crc32c_append(crc32c::crc32c(&h[..12]), covered(covered_part));
+        h[12..16].copy_from_slice(&c.to_le_bytes());
+        h
+    }
+
+    /// The header at the start of `b`, unchecked (`None` if `b` is shorter than one):
+    /// enough to tell the sequence number and how much to read.
+    pub fn peek(b: &[u8]) -> Option<Header> {
+        let w = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+        (b.len() >= HEADER).then(|| Header { seq: w(0), len: w(4), word: w(8) })
+    }
+
+    /// The payload of the slot in `b` if it is whole: sequence number `seq`, a length
+    /// that fits `b`, and a CRC that verifies. `None` otherwise (not yet written, torn,
+    /// or forged).
+    pub fn check(b: &[u8], seq: u32) -> Option<(Header, &[u8])> {
+        let h = peek(b)?;
+        if h.seq != seq || h.len as usize > b.len() - HEADER {
+            return None;
+        }
+        let payload = &b[HEADER..HEADER + h.len as usize];
+        let want = u32::from_le_bytes(b[12..16].try_into().ok()?);
+        (crc(b, payload) == want).then_some((h, payload))
+    }
 }
 
 /// The immediate of a BOOM PUT's `WRITE_WITH_IMM`.
@@ -770,7 +922,37 @@ mod tests {
             Msg::CcAlloc { key: b"k".to_vec(), value_len: 10, value_crc: 0xabcd, tomb: false },
             Msg::CcAlloc { key: b"gone".to_vec(), value_len: 0, value_crc: 0, tomb: true },
             Msg::CcPlaced { addr: 1, rkey: 2, offset: 128, version: 4, seal: 5 },
+            Msg::RingsReq,
+            Msg::Rings { req_addr: 1, req_rkey: 2, req_len: 3, res_addr: 4, res_rkey: 5, res_len: 6 },
         ]
+    }
+
+    #[test]
+    fn slots_are_believed_only_whole() {
+        let p = Msg::RpcGet { key: b"key".to_vec() }.encode(3);
+        let mut b = slot::encode(7, 0, &p).to_vec();
+        b.extend_from_slice(&p);
+        b.resize(b.len() + 40, 0xee);
+        let (h, got) = slot::check(&b, 7).unwrap();
+        assert_eq!((h.seq, h.len as usize, got), (7, p.len(), &p[..]));
+        assert!(slot::check(&b, 8).is_none(), "another sequence number");
+        for i in 0..slot::HEADER + p.len() {
+            let mut t = b.clone();
+            t[i] ^= 0x10;
+            assert!(slot::check(&t, 7).is_none(), "byte {i} changed");
+        }
+        let mut long = b.clone();
+        long[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(slot::check(&long, 7).is_none(), "a length past the buffer");
+        assert!(slot::check(&b[..10], 7).is_none(), "shorter than a header");
+        // An entry-carrying result: the value is left to the entry's own checksum.
+        let v = Msg::RpcValue { entry: vec![5; 500] }.encode(1);
+        let mut b = slot::encode(2, 99, &v).to_vec();
+        b.extend_from_slice(&v);
+        b[slot::HEADER + 400] ^= 1;
+        assert!(slot::check(&b, 2).is_some());
+        b[slot::HEADER + 20] ^= 1;
+        assert!(slot::check(&b, 2).is_none(), "the entry header is covered");
     }
 
     #[test]

@@ -49,7 +49,8 @@ pub struct CrashArgs {
     #[arg(long)]
     no_cleaner: bool,
     /// Plant a known bug (builds with --features planted-bugs only):
-    /// skip-writeback, count-first, late-lease or cc-skip-flush (rdmp-cc).
+    /// skip-writeback, count-first, late-lease, cc-skip-flush (rdmp-cc), herd-early-reply
+    /// (herd) or rfp-early-result (rfp).
     #[arg(long, value_name = "BUG")]
     plant: Option<String>,
     /// Keep the crash image (and write history) of every failing iteration in DIR,

@@ -245,6 +245,9 @@ pub struct ClientArgs {
     /// Seconds to wait for the server before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub timeout: u64,
+    /// RFP: bytes of the first READ of a result, or auto (profiled at connect).
+    #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
+    pub fetch_size: boomkv::proto::rfp::FetchSize,
 }
 
 impl ClientArgs {
@@ -257,6 +260,7 @@ impl ClientArgs {
             protocol: self.protocol,
             update_mode: UpdateMode::Hybrid,
             timeout: Duration::from_secs(self.timeout.max(1)),
+            fetch_size: self.fetch_size,
             ..Default::default()
         }
     }

@@ -1,6 +1,8 @@
 //! `ycsb` and `load`: YCSB workloads against a server, or against an embedded one.
 
 use std::io::Write;
+
+use boomkv::proto::rfp::FetchSize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -146,12 +148,17 @@ pub struct TargetArgs {
     /// Transport: with --server, if the address does not say; embedded: which one to use.
     #[arg(long, value_name = "shm|tcp|verbs")]
     pub transport: Option<Backend>,
-    /// Protocol: boom, rdmp (two-phase baseline) or rpc (RDMA-KV baseline).
-    #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
+    /// Protocol: boom (the default) or one of the baselines of the papers (README,
+    /// "Protocols").
+    #[arg(long, value_name = "PROTOCOL", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// BOOM updates: hybrid (append + in place) or append (append only).
     #[arg(long, value_name = "hybrid|append", default_value = "hybrid")]
     pub update_mode: UpdateMode,
+    /// RFP: bytes of the first READ of a result, or auto (profiled at connect: the knee
+    /// of READ latency over 64 B..4 KiB).
+    #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
+    pub fetch_size: FetchSize,
     /// Embedded: directory in which the temporary pool directory is made
     /// [default: /dev/shm, else the temp dir].
     #[arg(long, value_name = "DIR")]
@@ -263,6 +270,11 @@ pub struct LoadArgs {
 
 fn client_options(p: Protocol, mode: UpdateMode) -> ClientOptions {
     ClientOptions { protocol: p, update_mode: mode, ..Default::default() }
+}
+
+/// The client options of a `ycsb` run.
+fn target_options(ta: &TargetArgs) -> ClientOptions {
+    ClientOptions { fetch_size: ta.fetch_size, ..client_options(ta.protocol, ta.update_mode) }
 }
 
 pub fn load(a: LoadArgs) -> anyhow::Result<()> {
@@ -425,7 +437,7 @@ fn run_phases(
 ) -> anyhow::Result<runner::PhasesResult> {
     let cfg = w.config();
     let threads = run_opts.threads;
-    let copts = client_options(a.target_args.protocol, a.target_args.update_mode);
+    let copts = target_options(&a.target_args);
     let ta = &a.target_args;
     let r = match (&ta.db, &ta.server) {
         (Some(url), _) => {
@@ -575,6 +587,13 @@ fn run_config(
         ("seed", seed.to_string()),
         ("target", o.target.map(|t| t.to_string()).unwrap_or_else(|| "none".into())),
         ("update_mode", format!("{:?}", ta.update_mode).to_lowercase()),
+        (
+            "fetch_size",
+            match ta.fetch_size {
+                FetchSize::Auto => "auto".to_string(),
+                FetchSize::Bytes(n) => n.to_string(),
+            },
+        ),
         ("durability", durability),
         ("flush", flush),
         ("host", host),

@@ -64,6 +64,8 @@ pub struct ClientOptions {
     /// BOOM: how long a segment grant keeps asking a full pool (the cleaner may free a
     /// segment) before the PUT fails with "pool full".
     pub pool_full_wait: Duration,
+    /// RFP: how many bytes the first READ of a result fetches.
+    pub fetch_size: crate::proto::rfp::FetchSize,
 }
 
 impl Default for ClientOptions {
@@ -76,6 +78,7 @@ impl Default for ClientOptions {
             torn_retries: 8,
             on_write: None,
             pool_full_wait: Duration::from_secs(2),
+            fetch_size: crate::proto::rfp::FetchSize::Auto,
         }
     }
 }
@@ -116,6 +119,7 @@ impl<T: Transport> Client<T> {
             update_mode: opts.update_mode,
             on_write: opts.on_write.clone(),
             pool_full_wait: opts.pool_full_wait,
+            fetch_size: opts.fetch_size,
         };
         let side = crate::proto::client_side(opts.protocol, &tuning);
         Ok(Client { link, side, protocol: opts.protocol, torn_retries: opts.torn_retries })

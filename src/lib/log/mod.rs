@@ -624,6 +624,12 @@ pub mod planted {
         /// RDMP-CC: the client acknowledges its PUT after the WRITE, without the FLUSH
         /// that makes it durable.
         CcSkipFlush,
+        /// HERD: the server SENDs a PUT's reply once the entry has its version, before
+        /// the entry is written back.
+        HerdEarlyReply,
+        /// RFP: the server leaves a PUT's result for the client to fetch once the entry
+        /// has its version, before the entry is written back.
+        RfpEarlyResult,
     }
 
     impl std::str::FromStr for Plant {
@@ -635,7 +641,12 @@ pub mod planted {
                 "count-first" => Ok(Plant::CountFirst),
                 "late-lease" => Ok(Plant::LateLease),
                 "cc-skip-flush" => Ok(Plant::CcSkipFlush),
-                o => Err(format!("unknown plant '{o}' (skip-writeback, count-first, late-lease, cc-skip-flush)")),
+                "herd-early-reply" => Ok(Plant::HerdEarlyReply),
+                "rfp-early-result" => Ok(Plant::RfpEarlyResult),
+                o => Err(format!(
+                    "unknown plant '{o}' (skip-writeback, count-first, late-lease, cc-skip-flush, herd-early-reply, \
+                     rfp-early-result)"
+                )),
             }
         }
     }
@@ -661,6 +672,8 @@ pub mod planted {
             2 => Plant::CountFirst,
             3 => Plant::LateLease,
             4 => Plant::CcSkipFlush,
+            5 => Plant::HerdEarlyReply,
+            6 => Plant::RfpEarlyResult,
             _ => Plant::None,
         }
     }
@@ -685,6 +698,14 @@ pub mod planted {
     /// RDMP-CC: acknowledge a PUT without its FLUSH.
     pub fn cc_skip_flush() -> bool {
         current() == Plant::CcSkipFlush
+    }
+    /// HERD: reply to a PUT before its entry is written back.
+    pub fn herd_early_reply() -> bool {
+        current() == Plant::HerdEarlyReply
+    }
+    /// RFP: leave a PUT's result before its entry is written back.
+    pub fn rfp_early_result() -> bool {
+        current() == Plant::RfpEarlyResult
     }
 }
 

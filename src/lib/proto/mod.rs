@@ -4,7 +4,9 @@
 //! - [`rdmp`]: the RDMP-KV baseline, two phases;
 //! - [`rpc`]: the RDMA-KV baseline, RPC through server DRAM;
 //! - [`rdmp_cc`]: RDMP-KV's client-centric mode, the client makes its WRITE durable
-//!   itself with a one-sided FLUSH.
+//!   itself with a one-sided FLUSH;
+//! - [`herd`]: HERD-style RPC, requests WRITTEN into memory the server polls, replies SENT;
+//! - [`rfp`]: remote fetching (Jakiro), requests WRITTEN, results READ by the client.
 //!
 //! A protocol's client half implements `ClientSide` over a `Link` (the client's
 //! connection: send a message, wait for a reply or a completion, post a one-sided
@@ -21,8 +23,11 @@
 //! May import: `error`, `link`, `service`, `log`, `index`, `transport`, `wire`.
 
 pub mod boom;
+pub mod herd;
+pub(crate) mod polled;
 pub mod rdmp;
 pub mod rdmp_cc;
+pub mod rfp;
 pub mod rpc;
 
 use std::time::Duration;
@@ -88,6 +93,19 @@ pub(crate) trait ServerSide<T: Transport>: Send {
         cx.refuse(0, crate::wire::ErrorCode::BadRequest, "WRITE_WITH_IMM not valid here".into())
     }
 
+    /// Serves the next request this half finds by polling memory (HERD, RFP: requests
+    /// WRITTEN into a region of the server, which no completion announces); called on
+    /// every round of the worker's loop once [`ServerSide::polls`] said so. Returns
+    /// whether it served one.
+    fn poll(&mut self, _cx: &mut Ctx<'_, T>) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Whether this half polls memory (asked after every request it receives).
+    fn polls(&self) -> bool {
+        false
+    }
+
     /// The client is leaving, its segment still active and registered: settle what
     /// this half left unfinished in it (RDMP-CC counts its client's last PUT).
     fn before_close(&mut self, _cx: &mut Ctx<'_, T>) {}
@@ -113,8 +131,11 @@ const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, serve
 /// The receive buffers protocol `p` needs.
 pub fn receive_buffers(p: Protocol) -> ReceiveBuffers {
     match p {
-        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc => CONTROL_BUFFERS,
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::Rfp => CONTROL_BUFFERS,
         Protocol::Rpc => rpc::RECEIVE_BUFFERS,
+        // Replies (with values) are SENT; requests come by WRITE, the receives only
+        // carry the setup and stats requests.
+        Protocol::Herd => ReceiveBuffers { client: rpc::RECEIVE_BUFFERS.client, ..CONTROL_BUFFERS },
     }
 }
 
@@ -127,6 +148,8 @@ pub(crate) struct ClientTuning {
     pub(crate) on_write: Option<boom::WriteHook>,
     /// How long a segment grant keeps asking a full pool.
     pub(crate) pool_full_wait: Duration,
+    /// RFP: the fetch size.
+    pub(crate) fetch_size: rfp::FetchSize,
 }
 
 /// The client half of protocol `p`.
@@ -136,6 +159,8 @@ pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> B
         Protocol::Rdmp => Box::new(rdmp::Client),
         Protocol::Rpc => Box::new(rpc::Client),
         Protocol::RdmpCc => Box::new(rdmp_cc::Client),
+        Protocol::Herd => Box::<herd::Client>::default(),
+        Protocol::Rfp => Box::new(rfp::Client::new(tuning.fetch_size)),
     }
 }
 
@@ -146,6 +171,8 @@ pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn Se
         Protocol::Rdmp => Box::new(rdmp::Server::default()),
         Protocol::Rpc => Box::new(rpc::Server::new(t)?),
         Protocol::RdmpCc => Box::new(rdmp_cc::Server::default()),
+        Protocol::Herd => Box::new(herd::Server::new(t)?),
+        Protocol::Rfp => Box::new(rfp::Server::default()),
     })
 }
 

@@ -41,7 +41,7 @@
 //!   indexes it when the client sends its next request (the previous PUT's FLUSH has
 //!   completed by then), or when the client leaves. A GET of a key with such a pending
 //!   PUT checks its slot first (the server-wide table of pending PUTs,
-//!   [`crate::service::pending`]): a complete entry is written back by the server (so
+//!   `service::pending`): a complete entry is written back by the server (so
 //!   nothing is read that a crash could take back) and indexed at once; one still being
 //!   written is left, and the GET returns the older value (the PUT has not returned,
 //!   so either order is linearizable). This costs the server's CPU a checksum pass per

@@ -29,7 +29,7 @@ pub(crate) const RECEIVE_BUFFERS: ReceiveBuffers =
     ReceiveBuffers { client: MAX_MESSAGE as u32, server: MAX_MESSAGE as u32, server_depth: 4 };
 
 /// Where the entry of an RpcPut message starts (header, then a u32 length).
-const RPC_PUT_OFF: usize = crate::wire::MSG_HEADER + 4;
+pub(super) const RPC_PUT_OFF: usize = crate::wire::MSG_HEADER + 4;
 
 // ---- server side ----
 
@@ -86,12 +86,21 @@ impl<T: Transport> ServerSide<T> for Server<T> {
 
 /// PUT: the entry arrived in DRAM; place it, copy it to PM (the staging copy BOOM
 /// avoids), seal it with its placement and commit.
-fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()> {
+pub(super) fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()> {
     let size = cx.pool().segment_size();
     let slot = fmt::slot_for(entry.len() as u64);
     let h = match EntryHeader::decode(entry) {
         Ok(h) if h.key_len >= 1 && h.key_len <= fmt::MAX_KEY_LEN && h.entry_len() == entry.len() as u64 => h,
-        _ => return cx.refuse(0, ErrorCode::InvalidEntry, "malformed RPC entry".into()),
+        Ok(h) => {
+            let m = format!(
+                "malformed RPC entry: key of {} bytes, {} bytes in all, {} sent",
+                h.key_len,
+                h.entry_len(),
+                entry.len()
+            );
+            return cx.refuse(0, ErrorCode::InvalidEntry, m);
+        }
+        Err(e) => return cx.refuse(0, ErrorCode::InvalidEntry, format!("malformed RPC entry: {e}")),
     };
     if slot > size - fmt::SEGMENT_HEADER_SIZE || h.value_len > cx.max_value() {
         return cx.refuse(0, ErrorCode::TooLarge, format!("entry of {} bytes", entry.len()));

@@ -3,7 +3,7 @@
 //! uses (replies, refusals, the commit path, segment grants, the tombstone log, GETs in
 //! flight, step timing). What a request means is the protocol's ([`crate::proto`]).
 //!
-//! May import: `error`, `log`, `transport`, `units`, `wire`, and its parent `service`.
+//! May import: `error`, `pmem`, `log`, `transport`, `units`, `wire`, and its parent `service`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -45,6 +45,77 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) last_active: Instant,
     /// Why the connection is to be dropped (set once; the worker drops it).
     pub(crate) dead: Option<String>,
+    /// Where replies go when the client fetches them (RFP) instead of receiving them.
+    pub(crate) fetched: Option<FetchedReplies<T>>,
+}
+
+/// Whether the planted early-reply bug is in force for `p` (feature `planted-bugs`).
+#[cfg(feature = "planted-bugs")]
+fn early_reply_planted(p: Protocol) -> bool {
+    use crate::log::planted;
+    match p {
+        Protocol::Herd => planted::herd_early_reply(),
+        Protocol::Rfp => planted::rfp_early_result(),
+        _ => false,
+    }
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+#[inline(always)]
+fn early_reply_planted(_: Protocol) -> bool {
+    false
+}
+
+/// Replies a client fetches with a READ (RFP): each is left as one [`crate::wire::slot`]
+/// in a result region in server memory, readable by this client alone, stamped with the
+/// request's sequence number and the server's processing time.
+pub(crate) struct FetchedReplies<T: Transport> {
+    /// The result region (bound to the client's queue pair, remote read only).
+    pub(crate) mr: T::Mr,
+    /// The sequence number of the request being answered.
+    pub(crate) seq: u32,
+    /// When the request was picked up.
+    pub(crate) since: Instant,
+}
+
+impl<T: Transport> FetchedReplies<T> {
+    /// The processing time so far, in ns (saturating), for the slot's protocol word.
+    fn processing_ns(&self) -> u32 {
+        u32::try_from(self.since.elapsed().as_nanos()).unwrap_or(u32::MAX)
+    }
+
+    /// Leaves `payload` (an encoded message) as the reply: the payload first, then the
+    /// header, so a client READing early most often sees the old sequence number.
+    pub(crate) fn put(&mut self, payload: &[u8]) -> Result<()> {
+        let room = self.mr.len().saturating_sub(crate::wire::slot::HEADER as u64);
+        if payload.len() as u64 > room {
+            return Err(Error::Protocol(format!("a reply of {} bytes over the result region", payload.len())));
+        }
+        self.mr.write(crate::wire::slot::HEADER as u64, payload)?;
+        let h = crate::wire::slot::encode(self.seq, self.processing_ns(), payload);
+        self.mr.write(0, &h)
+    }
+
+    /// Leaves an entry-carrying reply: `head` (the message header and length), then
+    /// `len` bytes copied from `src` at `off` (the entry in PM: one copy, as the RPC
+    /// baseline's PM -> DRAM copy), then the slot header.
+    pub(crate) fn put_entry(&mut self, head: &[u8], src: &crate::pmem::Mapping, off: u64, len: usize) -> Result<()> {
+        let hs = crate::wire::slot::HEADER as u64;
+        let total = head.len() as u64 + len as u64;
+        if total > self.mr.len().saturating_sub(hs) {
+            return Err(Error::Protocol(format!("a reply of {total} bytes over the result region")));
+        }
+        self.mr.write(hs, head)?;
+        let (map, base) = self.mr.mapping();
+        src.copy_to(off, map, base + hs + head.len() as u64, len)?;
+        // The CRC covers the message and entry headers (wire::slot): read them back
+        // from the region, where the client will.
+        let covered = (head.len() + fmt::ENTRY_HEADER_SIZE as usize).min(total as usize);
+        let mut b = vec![0u8; covered];
+        self.mr.read(hs, &mut b)?;
+        let h = crate::wire::slot::encode_covering(self.seq, self.processing_ns(), total as u32, &b);
+        self.mr.write(0, &h)
+    }
 }
 
 impl<T: Transport> Conn<T> {
@@ -69,6 +140,7 @@ impl<T: Transport> Conn<T> {
             next_wr: 0,
             last_active: Instant::now(),
             dead: None,
+            fetched: None,
         })
     }
 
@@ -168,6 +240,11 @@ impl<T: Transport> Ctx<'_, T> {
     pub(crate) fn reply(&mut self, msg: &Msg, req: u32) -> Result<()> {
         let mut b = std::mem::take(&mut self.w.buf);
         msg.encode_into(req, &mut b);
+        if let Some(f) = self.conn.fetched.as_mut() {
+            let r = f.put(&b);
+            self.w.buf = b;
+            return r;
+        }
         let wr = self.conn.wr();
         let r = self.conn.qp.post_send_bytes(wr, &b);
         self.w.buf = b;
@@ -213,6 +290,20 @@ impl<T: Transport> Ctx<'_, T> {
         self.sh.bound_seg_mr(&self.conn.qp, seg, access)
     }
 
+    /// A new zeroed region of `len` bytes in server DRAM that only this client can reach,
+    /// with `access` (a memory file, so the `shm` backend can hand it to the peer).
+    pub(crate) fn private_region(&self, len: usize, access: Access) -> Result<T::Mr> {
+        let (file, map) = crate::pmem::Mapping::memfd("boomkv-client-ring", len)?;
+        self.sh.t.register_bound(
+            &self.conn.qp,
+            std::sync::Arc::new(map),
+            Some(std::sync::Arc::new(file)),
+            0,
+            len as u64,
+            access,
+        )
+    }
+
     /// Seals the client's segment (if any) and grants it a new one, writable by it alone.
     pub(crate) fn grant(&mut self) -> std::result::Result<(), (ErrorCode, String)> {
         let q = self.sh.cfg.segment_quota;
@@ -242,13 +333,30 @@ impl<T: Transport> Ctx<'_, T> {
     /// version (`pre`: its header, when the server already validated it).
     pub(crate) fn commit_and_reply(&mut self, offset: u64, mode: WriteMode, pre: Option<EntryHeader>) -> Result<()> {
         let sampled = self.sampled();
-        let Some(seg) = self.conn.seg.as_mut() else {
+        let early = early_reply_planted(self.conn.protocol);
+        let mut replied = false;
+        let Conn { seg, qp, fetched, .. } = &mut *self.conn;
+        let Some(seg) = seg.as_mut() else {
             return self.refuse(0, ErrorCode::BadRequest, "PUT before any segment was granted".into());
         };
         let t0 = sampled.then(Instant::now);
         let mut times = CommitTimes::default();
         let (pool, coop, id) = (&self.sh.pool, &self.sh.coop, self.w.id);
-        let mut wb = |o: u64, l: usize| coop.writeback(id, pool.media(), o, l);
+        let mut wb = |o: u64, l: usize| {
+            if early && !replied {
+                // The planted bug (HERD, RFP): acknowledge once the entry has its
+                // version, before its first write-back.
+                replied = true;
+                let mut v = [0u8; 8];
+                pool.media().map().read(o + fmt::ENTRY_VERSION_OFF, &mut v)?;
+                let m = Msg::PutOk { version: u64::from_le_bytes(v), min_get_version: u64::MAX }.encode(0);
+                match fetched.as_mut() {
+                    Some(f) => f.put(&m)?,
+                    None => qp.post_send_bytes(WR_SEND, &m)?,
+                }
+            }
+            coop.writeback(id, pool.media(), o, l)
+        };
         let tm = t0.map(|_| &mut times);
         let r = match pre {
             Some(h) => pool.commit_validated(seg, offset, mode, h, &mut wb, tm),
@@ -260,7 +368,11 @@ impl<T: Transport> Ctx<'_, T> {
                 ctr.fetch_add(1, Ordering::Relaxed);
                 let t1 = t0.map(|_| Instant::now());
                 let min = self.sh.inflight.min_version(&c.key);
-                let r = self.reply(&Msg::PutOk { version: c.version, min_get_version: min }, 0);
+                let r = if replied {
+                    Ok(())
+                } else {
+                    self.reply(&Msg::PutOk { version: c.version, min_get_version: min }, 0)
+                };
                 if let (Some(t0), Some(t1)) = (t0, t1) {
                     let now = Instant::now();
                     self.sh.phases.record(&[

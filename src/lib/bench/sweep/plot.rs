@@ -163,6 +163,9 @@ pub fn protocol_color(p: &str) -> RGBColor {
         "boom" => BLUE,
         "rdmp" => RED,
         "rpc" => GREEN,
+        "rdmp-cc" => ORANGE,
+        "herd" => PURPLE,
+        "rfp" => BROWN,
         _ => GREY,
     }
 }
@@ -173,6 +176,9 @@ pub fn protocol_name(p: &str) -> String {
         "boom" => "BOOM-KV".into(),
         "rdmp" => "RDMP-KV (two-phase)".into(),
         "rpc" => "RDMA-KV (RPC)".into(),
+        "rdmp-cc" => "RDMP-CC (client FLUSH)".into(),
+        "herd" => "HERD (polled WRITE)".into(),
+        "rfp" => "RFP (remote fetching)".into(),
         o => o.into(),
     }
 }

@@ -220,7 +220,9 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
     let c = cx.components(size)?;
     let (cp, cg) = copies(protocol);
     let (put_t, put_m, get_t, get_m) = match protocol {
-        Protocol::Boom | Protocol::Rpc => (c.wir, 0.0, c.wir, 0.0),
+        Protocol::Boom | Protocol::Rpc | Protocol::Herd => (c.wir, 0.0, c.wir, 0.0),
+        // A WRITE and a READ of the result: a small one for a PUT, the entry for a GET.
+        Protocol::Rfp => (c.wir, 0.0, c.read, 0.0),
         Protocol::Rdmp | Protocol::RdmpCc => (c.wir, c.meta, c.read, c.meta),
     };
     // Every server-committed PUT commits through the same path: two persists and an
@@ -248,8 +250,10 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
 /// Every protocol of the run side by side (the paper tables above hold BOOM-KV and
 /// its two baselines): median latency per op and size, in `Protocol::ALL` order.
 fn every_protocol(t: &Table, b: &mut Builder, sizes: &[u64]) -> Result<()> {
-    let present: Vec<Protocol> =
-        Protocol::ALL.into_iter().filter(|p| (0..t.rows.len()).any(|i| t.str(i, "protocol").ok() == Some(p.name()))).collect();
+    let present: Vec<Protocol> = Protocol::ALL
+        .into_iter()
+        .filter(|p| (0..t.rows.len()).any(|i| t.str(i, "protocol").ok() == Some(p.name())))
+        .collect();
     if present.len() <= 3 && present.iter().all(|p| matches!(p, Protocol::Boom | Protocol::Rdmp | Protocol::Rpc)) {
         return Ok(());
     }
