@@ -31,7 +31,7 @@ pub enum OnOff {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0 --create\n  \
 boomctl serve --pmem /tmp/pool --pool-size 4G --listen tcp://0.0.0.0:7470 --workers 4\n\n\
-Clients choose the protocol (boom, rdmp or rpc) when they connect; --protocol limits it.\n\
+Clients choose the protocol (boom, rdmp, rpc, rdmp-cc, herd or rfp) when they connect; --protocol limits it.\n\
 SIGINT or SIGTERM stops the server cleanly: requests in hand finish, then it exits 0.")]
 pub struct ServeArgs {
     #[command(flatten)]

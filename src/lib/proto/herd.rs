@@ -37,11 +37,10 @@
 
 use super::polled::{next_seq, RequestRing, Rings};
 use super::{rpc, ClientSide, ServerSide};
-use crate::error::{Error, Result};
-use crate::link::{Arrival, Link, PutInfo, RPC_VALUE_OFF};
-use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
+use crate::error::Result;
+use crate::link::{Link, PutInfo};
 use crate::service::Ctx;
-use crate::transport::{MemoryRegion, Transport};
+use crate::transport::Transport;
 use crate::wire::Msg;
 
 // ---- server side ----
@@ -62,20 +61,11 @@ impl<T: Transport> ServerSide<T> for Server<T> {
     fn on_msg(&mut self, cx: &mut Ctx<'_, T>, m: Msg, req: u32) -> Result<()> {
         match m {
             Msg::RingsReq => {
-                if self.ring.is_none() {
-                    self.ring = Some(RequestRing::new(cx)?);
-                }
-                let r =
-                    self.ring.as_ref().map(|r| r.region().remote()).ok_or_else(|| Error::Protocol("no ring".into()))?;
-                let len = r.len as u32;
-                let m = Msg::Rings {
-                    req_addr: r.addr,
-                    req_rkey: r.rkey,
-                    req_len: len,
-                    res_addr: 0,
-                    res_rkey: 0,
-                    res_len: 0,
+                let ring = match &mut self.ring {
+                    Some(r) => r,
+                    none => none.insert(RequestRing::new(cx)?),
                 };
+                let m = Rings::describe(ring.region(), None);
                 cx.reply(&m, req)
             }
             m => self.rpc.on_msg(cx, m, req),
@@ -117,26 +107,13 @@ impl Client {
 
 impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let mut e = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + value.len()];
-        fmt::encode_entry(&mut e, key, value, tomb, 0)?;
-        self.request(l, &Msg::RpcPut { entry: e })?;
-        match l.wait_msg("PUT")? {
-            Msg::PutOk { version, .. } => {
-                l.counters.appends += 1;
-                Ok(PutInfo { version, in_place: false })
-            }
-            m => Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
-        }
+        self.request(l, &rpc::put_request(key, value, tomb)?)?;
+        let m = l.wait_msg("PUT")?;
+        rpc::put_reply(l, m)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         self.request(l, &Msg::RpcGet { key: key.to_vec() })?;
-        match l.wait_arrival("GET")? {
-            Arrival::RpcValue(n) => Ok(Some((RPC_VALUE_OFF, n))),
-            Arrival::Msg(Msg::NotFound) => Ok(None),
-            Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
-            Arrival::Msg(m) => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
-            Arrival::Data(_) => Err(Error::Protocol("unexpected data write".into())),
-        }
+        rpc::value_reply(l)
     }
 }

@@ -100,6 +100,21 @@ pub(crate) struct Rings {
 }
 
 impl Rings {
+    /// The server's answer to [`Msg::RingsReq`]: the request region `req` and, for RFP,
+    /// the result region `res`.
+    pub(crate) fn describe<M: MemoryRegion>(req: &M, res: Option<&M>) -> Msg {
+        let q = req.remote();
+        let r = res.map(M::remote).unwrap_or(crate::transport::RemoteRegion { addr: 0, len: 0, rkey: 0 });
+        Msg::Rings {
+            req_addr: q.addr,
+            req_rkey: q.rkey,
+            req_len: u32::try_from(q.len).unwrap_or(u32::MAX),
+            res_addr: r.addr,
+            res_rkey: r.rkey,
+            res_len: u32::try_from(r.len).unwrap_or(u32::MAX),
+        }
+    }
+
     /// Asks the server for this client's regions (one SEND round trip, once per
     /// connection).
     pub(crate) fn fetch<T: Transport>(l: &mut Link<T>, what: &'static str) -> Result<Rings> {

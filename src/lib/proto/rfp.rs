@@ -48,11 +48,10 @@ use super::polled::{next_seq, RequestRing, Rings};
 use super::{rpc, ClientSide, ServerSide};
 use crate::error::{Error, Result};
 use crate::link::{Link, PutInfo, RPC_VALUE_OFF};
-use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::service::context::FetchedReplies;
 use crate::service::phases::GetTimer;
 use crate::service::Ctx;
-use crate::transport::{Access, MemoryRegion, Transport};
+use crate::transport::{Access, Transport};
 use crate::wire::{is_rpc_put, is_rpc_value, Msg, MAX_MESSAGE};
 
 /// The fetch size: measured when the client connects, or given.
@@ -138,15 +137,7 @@ impl<T: Transport> ServerSide<T> for Server<T> {
                 let (Some(q), Some(r)) = (&self.ring, &self.results) else {
                     return Err(Error::Protocol("no regions".into()));
                 };
-                let (q, r) = (q.region().remote(), r.mr.remote());
-                let m = Msg::Rings {
-                    req_addr: q.addr,
-                    req_rkey: q.rkey,
-                    req_len: q.len as u32,
-                    res_addr: r.addr,
-                    res_rkey: r.rkey,
-                    res_len: r.len as u32,
-                };
+                let m = Rings::describe(q.region(), Some(&r.mr));
                 cx.reply(&m, req)
             }
             m => cx.common(m, req),
@@ -228,17 +219,9 @@ impl Client {
 
 impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let mut e = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + value.len()];
-        fmt::encode_entry(&mut e, key, value, tomb, 0)?;
-        let (at, n) = self.request(l, &Msg::RpcPut { entry: e })?;
-        match Msg::decode(&l.buf[at..at + n])?.0 {
-            Msg::PutOk { version, .. } => {
-                l.counters.appends += 1;
-                Ok(PutInfo { version, in_place: false })
-            }
-            Msg::Error { code, message } => Err(Error::Server { code, message }),
-            m => Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
-        }
+        let (at, n) = self.request(l, &rpc::put_request(key, value, tomb)?)?;
+        let m = Msg::decode(&l.buf[at..at + n])?.0;
+        rpc::put_reply(l, m)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {

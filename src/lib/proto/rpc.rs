@@ -132,28 +132,44 @@ pub(super) fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()>
 /// RDMA-KV's client half (it keeps no state between requests).
 pub(crate) struct Client;
 
+/// The request of an RPC PUT (also HERD's and RFP's): the whole entry, version 0.
+pub(super) fn put_request(key: &[u8], value: &[u8], tomb: bool) -> Result<Msg> {
+    let mut e = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + value.len()];
+    fmt::encode_entry(&mut e, key, value, tomb, 0)?;
+    Ok(Msg::RpcPut { entry: e })
+}
+
+/// What the reply `m` to an RPC PUT says (a server error arrives as its typed error).
+pub(super) fn put_reply<T: Transport>(l: &mut Link<T>, m: Msg) -> Result<PutInfo> {
+    match m {
+        Msg::PutOk { version, .. } => {
+            l.counters.appends += 1;
+            Ok(PutInfo { version, in_place: false })
+        }
+        Msg::Error { code, message } => Err(Error::Server { code, message }),
+        m => Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
+    }
+}
+
+/// Waits for the SENT reply to an RPC GET (also HERD's): the entry's place in `l.buf`.
+pub(super) fn value_reply<T: Transport>(l: &mut Link<T>) -> Result<Option<(usize, usize)>> {
+    match l.wait_arrival("GET")? {
+        Arrival::RpcValue(n) => Ok(Some((RPC_VALUE_OFF, n))),
+        Arrival::Msg(Msg::NotFound) => Ok(None),
+        Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
+        Arrival::Msg(m) => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
+        Arrival::Data(_) => Err(Error::Protocol("unexpected data write".into())),
+    }
+}
+
 impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
-        let mut e = vec![0u8; len];
-        fmt::encode_entry(&mut e, key, value, tomb, 0)?;
-        match l.call(&Msg::RpcPut { entry: e }, "PUT")? {
-            Msg::PutOk { version, .. } => {
-                l.counters.appends += 1;
-                Ok(PutInfo { version, in_place: false })
-            }
-            m => Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
-        }
+        let m = l.call(&put_request(key, value, tomb)?, "PUT")?;
+        put_reply(l, m)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         l.send(&Msg::RpcGet { key: key.to_vec() })?;
-        match l.wait_arrival("GET")? {
-            Arrival::RpcValue(n) => Ok(Some((RPC_VALUE_OFF, n))),
-            Arrival::Msg(Msg::NotFound) => Ok(None),
-            Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
-            Arrival::Msg(m) => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
-            Arrival::Data(_) => Err(Error::Protocol("unexpected data write".into())),
-        }
+        value_reply(l)
     }
 }
