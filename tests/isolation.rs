@@ -4,7 +4,10 @@
 //! - another client's rkey used on my own connection (the victim's segment);
 //! - blind rkey guessing with zero-length WRITEs (a free probe before);
 //! - slow and silent sockets beside an honest client (handshakes off the accept path);
-//! - a client that sends GETs and never reads the replies (bounded per connection).
+//! - a client that sends GETs and never reads the replies (bounded per connection);
+//! - HERD/RFP: a forged request slot beside an honest client, WRITEs into another
+//!   client's request region or into a result region;
+//! - RDMP-CC: another value written under the seal the server gave.
 //!
 //! The offender loses its connection; the victim keeps its data and its service.
 
@@ -360,4 +363,56 @@ fn tcp_polled_request_slots_are_believed_only_whole() {
     for p in [Protocol::Herd, Protocol::Rfp] {
         polled_slots(&TcpTransport::new().unwrap(), &s, p);
     }
+}
+
+/// RDMP-CC: the client WRITEs its entry into the slot the server sealed for it and
+/// FLUSHes it itself. An attacker that writes another value under the seal it was given
+/// (or garbage, or nothing) is never counted or indexed: readers keep the last
+/// acknowledged value, and the server keeps serving.
+fn cc_forged_slot<T: Transport>(t: &T, s: &Server<T>) {
+    use boomkv::log::format::{slot_size, value_crc, ENTRY_SEAL_OFF, ENTRY_VERSION_OFF};
+    let ep = &s.endpoints()[0];
+    let mut honest = Client::connect(t, ep, ClientOptions { protocol: Protocol::RdmpCc, ..opts() }).unwrap();
+    honest.put(b"shared", b"acknowledged").unwrap();
+    let mut attacker = Raw::speaking(t, ep, Protocol::RdmpCc);
+    let claimed = b"what the allocation announced";
+    let alloc = Msg::CcAlloc {
+        key: b"shared".to_vec(),
+        value_len: claimed.len() as u32,
+        value_crc: value_crc(claimed),
+        tomb: false,
+    };
+    let (addr, rkey, offset, version, seal) = match attacker.call(&alloc) {
+        Some(Msg::CcPlaced { addr, rkey, offset, version, seal }) => (addr, rkey, offset, version, seal),
+        m => panic!("expected a placement, got {m:?}"),
+    };
+    // Another value of the same length under the server's version and seal.
+    let forged_value = b"what the attacker wrote instead";
+    let mut e = entry(b"shared", &forged_value[..claimed.len()], offset + slot_size(6, claimed.len()));
+    e[ENTRY_VERSION_OFF as usize..][..8].copy_from_slice(&version.to_le_bytes());
+    e[ENTRY_SEAL_OFF as usize..][..8].copy_from_slice(&seal.to_le_bytes());
+    attacker.buf.write(0, &e).unwrap();
+    assert!(attacker.write(addr, rkey, e.len() as u32), "its own slot takes the WRITE");
+    // A GET of the key checks the pending slot: it does not verify, so it is not indexed.
+    assert_eq!(honest.get(b"shared").unwrap().unwrap(), b"acknowledged");
+    // The attacker's next request settles its last PUT: not counted either.
+    let again = Msg::CcAlloc { key: b"other".to_vec(), value_len: 1, value_crc: value_crc(b"x"), tomb: false };
+    assert!(matches!(attacker.call(&again), Some(Msg::CcPlaced { .. })));
+    assert_eq!(honest.get(b"shared").unwrap().unwrap(), b"acknowledged");
+    honest.put(b"shared", b"second").unwrap();
+    assert_eq!(honest.get(b"shared").unwrap().unwrap(), b"second");
+}
+
+#[test]
+fn shm_rdmp_cc_a_value_forged_under_the_seal_is_never_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    cc_forged_slot(&ShmTransport::new().unwrap(), &s);
+}
+
+#[test]
+fn tcp_rdmp_cc_a_value_forged_under_the_seal_is_never_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), quiet());
+    cc_forged_slot(&TcpTransport::new().unwrap(), &s);
 }

@@ -74,7 +74,7 @@ impl<T: Transport> ServerSide<T> for Server<T> {
 
     fn poll(&mut self, cx: &mut Ctx<'_, T>) -> Result<bool> {
         let Server { rpc, ring } = self;
-        let Some(raw) = ring.as_mut().map(RequestRing::poll).transpose()?.flatten() else { return Ok(false) };
+        let Some((_, raw)) = ring.as_mut().map(RequestRing::poll).transpose()?.flatten() else { return Ok(false) };
         rpc.on_receive(cx, raw)?;
         Ok(true)
     }

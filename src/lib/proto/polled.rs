@@ -57,13 +57,9 @@ impl<T: Transport> RequestRing<T> {
         &self.mr
     }
 
-    /// The sequence number of the request [`RequestRing::poll`] returned last.
-    pub(crate) fn last_seq(&self) -> u32 {
-        self.next.wrapping_sub(1).max(1)
-    }
-
-    /// The next request (a message, in a private copy) if its slot is whole.
-    pub(crate) fn poll(&mut self) -> Result<Option<&[u8]>> {
+    /// The next request if its slot is whole: its sequence number and the message (a
+    /// private copy).
+    pub(crate) fn poll(&mut self) -> Result<Option<(u32, &[u8])>> {
         if self.skip > 0 {
             self.skip -= 1;
             return Ok(None);
@@ -82,9 +78,10 @@ impl<T: Transport> RequestRing<T> {
             self.skip = self.backoff;
             return Ok(None);
         };
+        let seq = self.next;
         self.next = next_seq(self.next);
         self.backoff = 0;
-        Ok(Some(&self.buf[slot::HEADER..slot::HEADER + len]))
+        Ok(Some((seq, &self.buf[slot::HEADER..slot::HEADER + len])))
     }
 }
 

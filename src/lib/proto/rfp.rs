@@ -95,33 +95,31 @@ impl<T: Transport> Default for Server<T> {
     }
 }
 
-impl<T: Transport> Server<T> {
-    /// GET: the entry copied PM -> the result region.
-    fn get(&mut self, cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
-        let (found, timer) = cx.lookup(key);
-        let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
-        let mut h = Msg::RpcValue { entry: Vec::new() }.encode(req);
-        let n = h.len();
-        h[n - 4..].copy_from_slice(&loc.len.to_le_bytes());
-        let src = cx.pool().pool_offset(loc.segment as u64, loc.offset as u64);
-        let f = cx.conn.fetched.as_mut().ok_or_else(|| Error::Protocol("a GET outside a fetched request".into()))?;
-        f.put_entry(&h, cx.sh.pool.media().map(), src, loc.len as usize)?;
-        cx.counters().gets.fetch_add(1, Ordering::Relaxed);
-        cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-        GetTimer::posted(timer, cx.phases());
-        Ok(())
-    }
+/// GET: the entry copied PM -> the result region.
+fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
+    let (found, timer) = cx.lookup(key);
+    let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
+    let mut h = Msg::RpcValue { entry: Vec::new() }.encode(req);
+    let n = h.len();
+    h[n - 4..].copy_from_slice(&loc.len.to_le_bytes());
+    let src = cx.pool().pool_offset(loc.segment as u64, loc.offset as u64);
+    let f = cx.conn.fetched.as_mut().ok_or_else(|| Error::Protocol("a GET outside a fetched request".into()))?;
+    f.put_entry(&h, cx.sh.pool.media().map(), src, loc.len as usize)?;
+    cx.counters().gets.fetch_add(1, Ordering::Relaxed);
+    cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
+    GetTimer::posted(timer, cx.phases());
+    Ok(())
+}
 
-    /// One polled request, its replies left in the result region.
-    fn serve(&mut self, cx: &mut Ctx<'_, T>, raw: &[u8]) -> Result<()> {
-        if is_rpc_put(raw) {
-            return rpc::put(cx, &raw[rpc::RPC_PUT_OFF.min(raw.len())..]);
-        }
-        let (m, req) = Msg::decode(raw)?;
-        match m {
-            Msg::RpcGet { key } => self.get(cx, &key, req),
-            m => cx.common(m, req),
-        }
+/// One polled request, its replies left in the result region.
+fn serve<T: Transport>(cx: &mut Ctx<'_, T>, raw: &[u8]) -> Result<()> {
+    if is_rpc_put(raw) {
+        return rpc::put(cx, &raw[rpc::RPC_PUT_OFF.min(raw.len())..]);
+    }
+    let (m, req) = Msg::decode(raw)?;
+    match m {
+        Msg::RpcGet { key } => get(cx, &key, req),
+        m => cx.common(m, req),
     }
 }
 
@@ -145,16 +143,15 @@ impl<T: Transport> ServerSide<T> for Server<T> {
     }
 
     fn poll(&mut self, cx: &mut Ctx<'_, T>) -> Result<bool> {
-        let Some(ring) = self.ring.as_mut() else { return Ok(false) };
-        let Some(raw) = ring.poll()? else { return Ok(false) };
-        let raw = raw.to_vec();
-        let seq = ring.last_seq();
-        let Some(mut f) = self.results.take() else { return Err(Error::Protocol("no result region".into())) };
+        let Server { ring, results } = self;
+        let Some(ring) = ring.as_mut() else { return Ok(false) };
+        let Some((seq, raw)) = ring.poll()? else { return Ok(false) };
+        let Some(mut f) = results.take() else { return Err(Error::Protocol("no result region".into())) };
         (f.seq, f.since) = (seq, Instant::now());
         // Replies of this request go to the result region (Ctx::reply), not a SEND.
         cx.conn.fetched = Some(f);
-        let r = self.serve(cx, &raw);
-        self.results = cx.conn.fetched.take();
+        let r = serve(cx, raw);
+        *results = cx.conn.fetched.take();
         r.map(|()| true)
     }
 
