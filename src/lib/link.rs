@@ -261,11 +261,17 @@ impl<T: Transport> Link<T> {
         let len = ENTRY_HEADER_SIZE as usize + key.len() + value.len();
         self.buf.resize(len, 0);
         fmt::encode_entry(&mut self.buf, key, value, tomb, next)?;
+        self.entry_room(len)?;
+        self.entry_mr.write(0, &self.buf)?;
+        Ok(len)
+    }
+
+    /// Makes the entry buffer at least `len` bytes (a power of two).
+    fn entry_room(&mut self, len: usize) -> Result<()> {
         if (self.entry_mr.len() as usize) < len {
             self.entry_mr = self.t.alloc_mr(len.next_power_of_two(), Access::NONE)?;
         }
-        self.entry_mr.write(0, &self.buf)?;
-        Ok(len)
+        Ok(())
     }
 
     /// WRITE_WITH_IMMs the first `len` bytes of the entry buffer to `addr` under `rkey`.
@@ -313,8 +319,10 @@ impl<T: Transport> Link<T> {
             return Err(Error::TooLarge { what: "request", len: total as u64, limit: cap as u64 });
         }
         let h = slot::encode(seq, 0, &b);
-        if (self.entry_mr.len() as usize) < total {
-            self.entry_mr = self.t.alloc_mr(total.next_power_of_two(), Access::NONE)?;
+        let r = self.entry_room(total);
+        if let Err(e) = r {
+            self.buf = b;
+            return Err(e);
         }
         let r = self.entry_mr.write(0, &h).and_then(|()| self.entry_mr.write(slot::HEADER as u64, &b));
         self.buf = b;

@@ -783,13 +783,7 @@ pub mod slot {
 
     /// The header of a slot carrying `payload` (which follows it).
     pub fn encode(seq: u32, word: u32, payload: &[u8]) -> [u8; HEADER] {
-        let mut h = [0u8; HEADER];
-        h[0..4].copy_from_slice(&seq.to_le_bytes());
-        h[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        h[8..12].copy_from_slice(&word.to_le_bytes());
-        let c = crc(&h, payload);
-        h[12..16].copy_from_slice(&c.to_le_bytes());
-        h
+        encode_covering(seq, word, payload.len() as u32, payload)
     }
 
     /// The header of a slot whose payload has `len` bytes and begins with `covered`
@@ -800,7 +794,7 @@ pub mod slot {
         h[0..4].copy_from_slice(&seq.to_le_bytes());
         h[4..8].copy_from_slice(&len.to_le_bytes());
         h[8..12].copy_from_slice(&word.to_le_bytes());
-        let c = crc32c::crc32c_append(crc32c::crc32c(&h[..12]), covered(covered_part));
+        let c = crc(&h, covered_part);
         h[12..16].copy_from_slice(&c.to_le_bytes());
         h
     }

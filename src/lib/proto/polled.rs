@@ -22,8 +22,9 @@ use crate::service::Ctx;
 use crate::transport::{Access, MemoryRegion, Transport};
 use crate::wire::{slot, Msg, MAX_MESSAGE};
 
-/// Bytes of a request region: a slot header and the largest request.
-pub(crate) const REQUEST_REGION: usize = slot::HEADER + MAX_MESSAGE;
+/// Bytes of a request region (or an RFP result region): a slot header and the largest
+/// message.
+pub(crate) const REGION: usize = slot::HEADER + MAX_MESSAGE;
 
 /// The sequence number after `s` (0 is never used).
 pub(crate) fn next_seq(s: u32) -> u32 {
@@ -48,7 +49,7 @@ pub(crate) struct RequestRing<T: Transport> {
 impl<T: Transport> RequestRing<T> {
     /// A request region only `cx`'s client can WRITE.
     pub(crate) fn new(cx: &Ctx<'_, T>) -> Result<RequestRing<T>> {
-        let mr = cx.private_region(REQUEST_REGION, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        let mr = cx.private_region(REGION, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
         Ok(RequestRing { mr, next: 1, skip: 0, backoff: 0, buf: Vec::new() })
     }
 
@@ -68,7 +69,7 @@ impl<T: Transport> RequestRing<T> {
         let mut h = [0u8; slot::HEADER];
         map.read(base, &mut h)?;
         let Some(hd) = slot::peek(&h).filter(|hd| hd.seq == self.next) else { return Ok(None) };
-        let total = slot::HEADER + (hd.len as usize).min(REQUEST_REGION - slot::HEADER);
+        let total = slot::HEADER + (hd.len as usize).min(REGION - slot::HEADER);
         self.buf.resize(total, 0);
         map.read(base, &mut self.buf)?;
         // The length that counts is the one in the checked copy: the first look at the
@@ -117,8 +118,14 @@ impl Rings {
     pub(crate) fn fetch<T: Transport>(l: &mut Link<T>, what: &'static str) -> Result<Rings> {
         match l.call(&Msg::RingsReq, what)? {
             Msg::Rings { req_addr, req_rkey, req_len, res_addr, res_rkey, res_len } => {
-                if (req_len as usize) < slot::HEADER {
-                    return Err(Error::Protocol(format!("a request region of {req_len} bytes")));
+                // The server's lengths size this client's buffers: no more than a slot
+                // of the largest message, and room for a header in a request region.
+                let most = REGION as u32;
+                if (req_len as usize) < slot::HEADER || req_len > most || res_len > most {
+                    let m = format!(
+                        "regions of {req_len} and {res_len} bytes (at most {most}; a request region holds a header)"
+                    );
+                    return Err(Error::Protocol(m));
                 }
                 Ok(Rings { req_addr, req_rkey, req_len, res_addr, res_rkey, res_len })
             }

@@ -190,7 +190,7 @@ impl<T: Transport> Server<T> {
             Err(e) => return cx.refuse(req, ErrorCode::Internal, e.to_string()),
         };
         let seal = cx.pool().sealer().entry_seal(SlotPlace { segment: id, generation, offset }, version, &h, key);
-        let p = PendingPut { client: cx.conn.id, segment: id, generation, offset, next_offset, version };
+        let p = PendingPut { segment: id, generation, offset, next_offset, version };
         cx.sh.pending_puts.add(key, p);
         self.last = Some((key.to_vec(), p));
         cx.reply(&Msg::CcPlaced { addr: r.at(offset), rkey: r.rkey, offset, version, seal }, req)

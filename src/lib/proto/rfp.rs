@@ -52,7 +52,7 @@ use crate::service::context::FetchedReplies;
 use crate::service::phases::GetTimer;
 use crate::service::Ctx;
 use crate::transport::{Access, Transport};
-use crate::wire::{is_rpc_put, is_rpc_value, Msg, MAX_MESSAGE};
+use crate::wire::{is_rpc_put, is_rpc_value, Msg};
 
 /// The fetch size: measured when the client connects, or given.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,9 +77,6 @@ impl std::str::FromStr for FetchSize {
         }
     }
 }
-
-/// Bytes of a result region: a slot header and the largest reply.
-const RESULT_REGION: usize = crate::wire::slot::HEADER + MAX_MESSAGE;
 
 // ---- server side ----
 
@@ -129,7 +126,7 @@ impl<T: Transport> ServerSide<T> for Server<T> {
             Msg::RingsReq => {
                 if self.ring.is_none() {
                     self.ring = Some(RequestRing::new(cx)?);
-                    let mr = cx.private_region(RESULT_REGION, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+                    let mr = cx.private_region(super::polled::REGION, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
                     self.results = Some(FetchedReplies { mr, seq: 0, since: Instant::now() });
                 }
                 let (Some(q), Some(r)) = (&self.ring, &self.results) else {

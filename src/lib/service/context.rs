@@ -111,9 +111,10 @@ impl<T: Transport> FetchedReplies<T> {
         // The CRC covers the message and entry headers (wire::slot): read them back
         // from the region, where the client will.
         let covered = (head.len() + fmt::ENTRY_HEADER_SIZE as usize).min(total as usize);
-        let mut b = vec![0u8; covered];
-        self.mr.read(hs, &mut b)?;
-        let h = crate::wire::slot::encode_covering(self.seq, self.processing_ns(), total as u32, &b);
+        let mut b = [0u8; 128];
+        let b = b.get_mut(..covered).ok_or_else(|| Error::Protocol(format!("a reply head of {} bytes", head.len())))?;
+        self.mr.read(hs, b)?;
+        let h = crate::wire::slot::encode_covering(self.seq, self.processing_ns(), total as u32, b);
         self.mr.write(0, &h)
     }
 }

@@ -16,8 +16,6 @@ use std::sync::Mutex;
 /// One placed, sealed, not yet counted entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PendingPut {
-    /// Client the slot belongs to.
-    pub(crate) client: u64,
     /// Segment, its generation, slot offset, the slot's end.
     pub(crate) segment: u64,
     pub(crate) generation: u64,
@@ -90,7 +88,7 @@ mod tests {
     use super::*;
 
     fn p(offset: u64, version: u64) -> PendingPut {
-        PendingPut { client: 1, segment: 2, generation: 1, offset, next_offset: offset + 64, version }
+        PendingPut { segment: 2, generation: 1, offset, next_offset: offset + 64, version }
     }
 
     #[test]

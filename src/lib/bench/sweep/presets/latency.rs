@@ -250,11 +250,9 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
 /// Every protocol of the run side by side (the paper tables above hold BOOM-KV and
 /// its two baselines): median latency per op and size, in `Protocol::ALL` order.
 fn every_protocol(t: &Table, b: &mut Builder, sizes: &[u64]) -> Result<()> {
-    let present: Vec<Protocol> = Protocol::ALL
-        .into_iter()
-        .filter(|p| (0..t.rows.len()).any(|i| t.str(i, "protocol").ok() == Some(p.name())))
-        .collect();
-    if present.len() <= 3 && present.iter().all(|p| matches!(p, Protocol::Boom | Protocol::Rdmp | Protocol::Rpc)) {
+    let names = t.distinct("protocol")?;
+    let present: Vec<Protocol> = Protocol::ALL.into_iter().filter(|p| names.iter().any(|n| n == p.name())).collect();
+    if present.iter().all(|p| matches!(p, Protocol::Boom | Protocol::Rdmp | Protocol::Rpc)) {
         return Ok(());
     }
     let mut head = vec!["op".to_string(), "size".to_string()];
