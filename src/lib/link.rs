@@ -305,6 +305,42 @@ impl<T: Transport> Link<T> {
         self.wait_completion(wr, what)
     }
 
+    /// Compare-and-swap of the 8-byte word at the peer's `addr` under `rkey`: it becomes
+    /// `swap` if it equals `compare`. Waits; returns the word's previous value.
+    pub(crate) fn compare_swap(
+        &mut self,
+        addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+        what: &'static str,
+    ) -> Result<u64> {
+        self.grow_response(8)?;
+        let wr = self.wr();
+        self.qp.post_compare_swap(wr, &self.resp_mr, 0, addr, rkey, compare, swap).map_err(|e| self.broken(what, e))?;
+        self.wait_completion(wr, what)?;
+        let mut w = [0u8; 8];
+        self.resp_mr.read(0, &mut w)?;
+        Ok(u64::from_le_bytes(w))
+    }
+
+    /// WRITEs the 8-byte `word` to the peer's `addr` under `rkey` from the entry buffer
+    /// (whose entry must have landed: a FLUSH or a completion after its WRITE) and
+    /// waits for the completion.
+    pub(crate) fn write_word(&mut self, word: u64, addr: u64, rkey: u32, what: &'static str) -> Result<()> {
+        self.entry_mr.write(0, &word.to_le_bytes())?;
+        let wr = self.wr();
+        self.qp.post_write(wr, &self.entry_mr, 0, 8, addr, rkey, true).map_err(|e| self.broken(what, e))?;
+        self.wait_completion(wr, what)
+    }
+
+    /// Stores `version` and the cell check into the entry in the entry buffer (`len`
+    /// bytes, encoded for cell `cell`: pDPM-Direct).
+    pub(crate) fn seal_cell_entry(&mut self, cell: u64, version: u64) -> Result<()> {
+        crate::log::cells::seal_slot(&mut self.buf, cell, version)?;
+        self.entry_mr.write(0, &self.buf[..fmt::ENTRY_SEAL_OFF as usize + 8])
+    }
+
     /// WRITEs `m` as polled slot `seq` ([`crate::wire::slot`]) into the peer's request
     /// region at `addr` (`cap` bytes) under `rkey`, unsignaled (HERD, RFP): the reply
     /// tells that it landed, and the buffer is not reused before the reply.

@@ -85,12 +85,24 @@ pub enum Protocol {
     /// Remote fetching (RFP, Jakiro): requests WRITTEN into a region the server polls,
     /// results left in server memory and READ by the client.
     Rfp,
+    /// pDPM-Direct: passive memory, the client locks a key's cell with a
+    /// compare-and-swap and writes both of its slots itself; the server's CPU is never
+    /// on the data path.
+    #[serde(rename = "pdpm-direct")]
+    PdpmDirect,
 }
 
 impl Protocol {
     /// All protocols, BOOM first.
-    pub const ALL: [Protocol; 6] =
-        [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc, Protocol::RdmpCc, Protocol::Herd, Protocol::Rfp];
+    pub const ALL: [Protocol; 7] = [
+        Protocol::Boom,
+        Protocol::Rdmp,
+        Protocol::Rpc,
+        Protocol::RdmpCc,
+        Protocol::Herd,
+        Protocol::Rfp,
+        Protocol::PdpmDirect,
+    ];
 
     /// The on-wire code.
     pub fn code(self) -> u8 {
@@ -101,6 +113,7 @@ impl Protocol {
             Protocol::RdmpCc => 3,
             Protocol::Herd => 4,
             Protocol::Rfp => 5,
+            Protocol::PdpmDirect => 6,
         }
     }
 
@@ -113,6 +126,7 @@ impl Protocol {
             3 => Ok(Protocol::RdmpCc),
             4 => Ok(Protocol::Herd),
             5 => Ok(Protocol::Rfp),
+            6 => Ok(Protocol::PdpmDirect),
             o => Err(Error::corrupt("handshake", format!("unknown protocol {o}"))),
         }
     }
@@ -126,6 +140,7 @@ impl Protocol {
             Protocol::RdmpCc => "rdmp-cc",
             Protocol::Herd => "herd",
             Protocol::Rfp => "rfp",
+            Protocol::PdpmDirect => "pdpm-direct",
         }
     }
 }
@@ -146,6 +161,7 @@ impl std::str::FromStr for Protocol {
             "rdmp-cc" | "rdmpcc" => Ok(Protocol::RdmpCc),
             "herd" => Ok(Protocol::Herd),
             "rfp" | "jakiro" => Ok(Protocol::Rfp),
+            "pdpm-direct" | "pdpm" => Ok(Protocol::PdpmDirect),
             o => {
                 let names: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
                 Err(format!("unknown protocol '{o}' (expected one of {})", names.join(", ")))
@@ -541,6 +557,28 @@ pub enum Msg {
         /// Result region bytes.
         res_len: u32,
     },
+    /// Client (pDPM-Direct): where is the cell table? Create it with `cells` cells for
+    /// values of up to `value_max` bytes if the pool has none.
+    CellsReq {
+        /// Cells wanted.
+        cells: u64,
+        /// Largest value wanted.
+        value_max: u32,
+    },
+    /// Server (pDPM-Direct): the cell table (read, written and locked by the client)
+    /// and the client's holder tag for its lock words.
+    Cells {
+        /// Address of the table's first byte.
+        addr: u64,
+        /// Region key.
+        rkey: u32,
+        /// Cells in the table.
+        cells: u64,
+        /// Bytes of each slot.
+        slot_size: u64,
+        /// The client's holder tag.
+        tag: u16,
+    },
     /// Server: no live entry for the key.
     NotFound,
     /// Server: the request failed.
@@ -573,6 +611,8 @@ mod op {
     pub const CC_PLACED: u8 = 18;
     pub const RINGS_REQ: u8 = 19;
     pub const RINGS: u8 = 20;
+    pub const CELLS_REQ: u8 = 21;
+    pub const CELLS: u8 = 22;
 }
 
 const MAX_KEY: usize = crate::log::format::MAX_KEY_LEN as usize;
@@ -603,6 +643,8 @@ impl Msg {
             Msg::CcPlaced { .. } => op::CC_PLACED,
             Msg::RingsReq => op::RINGS_REQ,
             Msg::Rings { .. } => op::RINGS,
+            Msg::CellsReq { .. } => op::CELLS_REQ,
+            Msg::Cells { .. } => op::CELLS,
         };
         w.u8(opc).u8(0).u16(0).u32(req);
         match self {
@@ -648,6 +690,12 @@ impl Msg {
             }
             Msg::Rings { req_addr, req_rkey, req_len, res_addr, res_rkey, res_len } => {
                 w.u64(*req_addr).u32(*req_rkey).u32(*req_len).u64(*res_addr).u32(*res_rkey).u32(*res_len);
+            }
+            Msg::CellsReq { cells, value_max } => {
+                w.u64(*cells).u32(*value_max);
+            }
+            Msg::Cells { addr, rkey, cells, slot_size, tag } => {
+                w.u64(*addr).u32(*rkey).u64(*cells).u64(*slot_size).u16(*tag);
             }
         }
         *out = w.0;
@@ -707,6 +755,10 @@ impl Msg {
                 res_rkey: r.u32()?,
                 res_len: r.u32()?,
             },
+            op::CELLS_REQ => Msg::CellsReq { cells: r.u64()?, value_max: r.u32()? },
+            op::CELLS => {
+                Msg::Cells { addr: r.u64()?, rkey: r.u32()?, cells: r.u64()?, slot_size: r.u64()?, tag: r.u16()? }
+            }
             op::ERROR => {
                 let code = error_code_from_u16(r.u16()?)?;
                 let message = std::str::from_utf8(r.bytes16(1024)?)
@@ -918,6 +970,8 @@ mod tests {
             Msg::CcPlaced { addr: 1, rkey: 2, offset: 128, version: 4, seal: 5 },
             Msg::RingsReq,
             Msg::Rings { req_addr: 1, req_rkey: 2, req_len: 3, res_addr: 4, res_rkey: 5, res_len: 6 },
+            Msg::CellsReq { cells: 1 << 20, value_max: 4096 },
+            Msg::Cells { addr: 1, rkey: 2, cells: 3, slot_size: 4, tag: 5 },
         ]
     }
 

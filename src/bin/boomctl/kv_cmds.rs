@@ -248,6 +248,12 @@ pub struct ClientArgs {
     /// RFP: bytes of the first READ of a result, or auto (profiled at connect).
     #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
     pub fetch_size: boomkv::proto::rfp::FetchSize,
+    /// pDPM-Direct: cells of the table, if the server's pool has none yet.
+    #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS)]
+    pub cells: u64,
+    /// pDPM-Direct: the largest value a cell holds, if the server's pool has no table yet.
+    #[arg(long, value_name = "BYTES", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELL_VALUE)]
+    pub cell_value: u32,
 }
 
 impl ClientArgs {
@@ -261,6 +267,8 @@ impl ClientArgs {
             update_mode: UpdateMode::Hybrid,
             timeout: Duration::from_secs(self.timeout.max(1)),
             fetch_size: self.fetch_size,
+            cells: self.cells,
+            cell_value: self.cell_value,
             ..Default::default()
         }
     }

@@ -159,6 +159,14 @@ pub struct TargetArgs {
     /// of READ latency over 64 B..4 KiB).
     #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
     pub fetch_size: FetchSize,
+    /// pDPM-Direct: cells of the table, if the pool has none yet [default: twice the
+    /// keys the workload can write, at least 64].
+    #[arg(long, value_name = "N")]
+    pub cells: Option<u64>,
+    /// pDPM-Direct: the largest value a cell holds, if the pool has no table yet
+    /// [default: the workload's largest value].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub cell_value: Option<u64>,
     /// Embedded: directory in which the temporary pool directory is made
     /// [default: /dev/shm, else the temp dir].
     #[arg(long, value_name = "DIR")]
@@ -288,7 +296,8 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
         label: "load".into(),
         ..Default::default()
     };
-    let copts = client_options(a.protocol, UpdateMode::Hybrid);
+    let cfg = w.config();
+    let copts = client_options(a.protocol, UpdateMode::Hybrid).size_cells(workload_keys(cfg, 0), cfg.value_size.max());
     let r = boomkv::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
     print_report(&r, &spec.percentiles()?)?;
     if r.errors > 0 {
@@ -437,8 +446,15 @@ fn run_phases(
 ) -> anyhow::Result<runner::PhasesResult> {
     let cfg = w.config();
     let threads = run_opts.threads;
-    let copts = target_options(&a.target_args);
     let ta = &a.target_args;
+    let keys = workload_keys(cfg, run_opts.ops);
+    let mut copts = target_options(ta).size_cells(keys, cfg.value_size.max());
+    if let Some(c) = ta.cells {
+        copts.cells = c;
+    }
+    if let Some(v) = ta.cell_value {
+        copts.cell_value = u32::try_from(v).map_err(|_| anyhow::anyhow!("--cell-value {v} is over 4 GiB"))?;
+    }
     let r = match (&ta.db, &ta.server) {
         (Some(url), _) => {
             if !url.starts_with("redis://") {
@@ -606,12 +622,8 @@ fn run_config(
 /// reclaims what updates supersede), by [`boomkv::bench::embedded::pool_size_for`]. A run
 /// bounded only by time that inserts is sized for the record count to double. Fails
 /// with a hint when the pool directory's file system cannot hold it.
-fn embedded_pool_size(
-    cfg: &boomkv::workload::CoreConfig,
-    ops: u64,
-    threads: usize,
-    ta: &TargetArgs,
-) -> anyhow::Result<u64> {
+/// Keys a run of `ops` operations of `cfg` can write: the records and the inserts.
+fn workload_keys(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
     let inserts = if ops == u64::MAX {
         if cfg.insert_proportion > 0.0 {
             cfg.record_count
@@ -621,10 +633,22 @@ fn embedded_pool_size(
     } else {
         (ops as f64 * cfg.insert_proportion) as u64
     };
-    let keys = cfg.record_count.saturating_add(inserts).saturating_add(1);
+    cfg.record_count.saturating_add(inserts).saturating_add(1)
+}
+
+fn embedded_pool_size(
+    cfg: &boomkv::workload::CoreConfig,
+    ops: u64,
+    threads: usize,
+    ta: &TargetArgs,
+) -> anyhow::Result<u64> {
+    let keys = workload_keys(cfg, ops);
     let (value, clients) = (cfg.value_size.max(), threads as u64);
-    let size = boomkv::bench::embedded::pool_size_for(keys, value, clients, ta.segment_size);
-    let need = boomkv::bench::embedded::pool_need(keys, value, clients, ta.segment_size);
+    let size = boomkv::bench::embedded::pool_size_for_protocol(ta.protocol, keys, value, clients, ta.segment_size);
+    let mut need = boomkv::bench::embedded::pool_need(keys, value, clients, ta.segment_size);
+    if ta.protocol == Protocol::PdpmDirect {
+        need += boomkv::bench::embedded::cell_table_need(keys, value, ta.segment_size);
+    }
     let dir = ta.pmem.clone().unwrap_or_else(boomkv::bench::embedded::default_parent);
     if let Ok(fs) = rustix::fs::statvfs(&dir) {
         let free = fs.f_bavail.saturating_mul(fs.f_frsize);

@@ -14,6 +14,7 @@ use crate::log::{Pool, PoolOptions};
 use crate::pmem::{FlushKind, MediaOptions};
 use crate::server::{Server, ServerConfig};
 use crate::transport::{Backend, Endpoint, Transport};
+use crate::wire::Protocol;
 
 /// Where and how to make the temporary pool.
 #[derive(Clone, Debug)]
@@ -64,6 +65,25 @@ pub fn pool_need(entries: u64, value_size: u64, clients: u64, segment_size: u64)
         .saturating_mul(2)
         .saturating_add(clients.saturating_add(4).saturating_mul(segment_size))
         .max(256 << 20)
+}
+
+/// Bytes of pool the cell table sized by [`crate::client::ClientOptions::size_cells`]
+/// for `keys` keys of values up to `value_size` bytes takes, in whole segments.
+pub fn cell_table_need(keys: u64, value_size: u64, segment_size: u64) -> u64 {
+    let (cells, value) = crate::client::ClientOptions::cells_for(keys, value_size);
+    let slot_size = crate::log::cells::CellTable::slot_size_for(value);
+    let t = crate::log::cells::CellTable { first_segment: 0, segments: 0, cells, slot_size };
+    t.bytes().div_ceil(segment_size.max(1)).saturating_add(1).saturating_mul(segment_size)
+}
+
+/// [`pool_size_for`] for protocol `p`: pDPM-Direct's cell table comes on top.
+pub fn pool_size_for_protocol(p: Protocol, entries: u64, value_size: u64, clients: u64, segment_size: u64) -> u64 {
+    let need = pool_need(entries, value_size, clients, segment_size);
+    let need = match p {
+        Protocol::PdpmDirect => need.saturating_add(cell_table_need(entries, value_size, segment_size)),
+        _ => need,
+    };
+    need.checked_next_power_of_two().unwrap_or(need)
 }
 
 /// A server on a temporary pool.

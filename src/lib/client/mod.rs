@@ -66,6 +66,10 @@ pub struct ClientOptions {
     pub pool_full_wait: Duration,
     /// RFP: how many bytes the first READ of a result fetches.
     pub fetch_size: crate::proto::rfp::FetchSize,
+    /// pDPM-Direct: cells to ask for if the pool has no cell table yet.
+    pub cells: u64,
+    /// pDPM-Direct: the largest value those cells hold.
+    pub cell_value: u32,
 }
 
 impl Default for ClientOptions {
@@ -79,7 +83,24 @@ impl Default for ClientOptions {
             on_write: None,
             pool_full_wait: Duration::from_secs(2),
             fetch_size: crate::proto::rfp::FetchSize::Auto,
+            cells: crate::proto::pdpm_direct::DEFAULT_CELLS,
+            cell_value: crate::proto::pdpm_direct::DEFAULT_CELL_VALUE,
         }
+    }
+}
+
+impl ClientOptions {
+    /// The pDPM-Direct cell table for `keys` keys with values of up to `value_size`
+    /// bytes: twice as many cells as keys (probes stay short), at least 64.
+    pub fn cells_for(keys: u64, value_size: u64) -> (u64, u32) {
+        (keys.saturating_mul(2).max(64), u32::try_from(value_size).unwrap_or(u32::MAX))
+    }
+
+    /// Asks for the cell table of [`ClientOptions::cells_for`] (pDPM-Direct; the other
+    /// protocols ignore it).
+    pub fn size_cells(mut self, keys: u64, value_size: u64) -> Self {
+        (self.cells, self.cell_value) = Self::cells_for(keys, value_size);
+        self
     }
 }
 
@@ -120,6 +141,7 @@ impl<T: Transport> Client<T> {
             on_write: opts.on_write.clone(),
             pool_full_wait: opts.pool_full_wait,
             fetch_size: opts.fetch_size,
+            cells: (opts.cells, opts.cell_value),
         };
         let side = crate::proto::client_side(opts.protocol, &tuning);
         Ok(Client { link, side, protocol: opts.protocol, torn_retries: opts.torn_retries })

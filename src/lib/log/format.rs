@@ -177,6 +177,9 @@ pub const NO_SEGMENT: u64 = u64::MAX;
 pub const CLEANER_OWNER: u64 = u64::MAX - 1;
 /// Owner id of the server's tombstone log (DELETEs with no room in their client's segment).
 pub const TOMBSTONE_OWNER: u64 = u64::MAX - 2;
+/// Owner recorded (in the allocator only: the table's segments have no headers) for
+/// the segments of the cell table ([`super::cells`]).
+pub const CELLS_OWNER: u64 = u64::MAX - 3;
 /// Smallest segment size accepted.
 pub const MIN_SEGMENT_SIZE: u64 = 64 << 10;
 /// Default segment size (the paper's 64 MiB).

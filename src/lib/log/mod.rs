@@ -13,18 +13,20 @@
 //! named offsets, never by literal offset. The log imports `pmem` (the media), `index`
 //! and `error`, nothing above them.
 
+pub mod cells;
 pub mod cleaner;
 pub mod format;
 pub mod inspect;
 pub mod recovery;
 pub mod space;
+pub mod table;
 #[cfg(test)]
 mod tests;
 pub mod writer;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::index::{Index, IndexKind, KeySource, Loc, Upsert};
@@ -100,6 +102,10 @@ pub struct Pool {
     seg_used: Vec<AtomicU64>,
     seg_live: Vec<AtomicU64>,
     space: SpaceCounters,
+    /// The cell table (pDPM-Direct), once created or recovered.
+    cells: OnceLock<cells::CellTable>,
+    /// Serialises the table's creation.
+    cells_create: Mutex<()>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -188,6 +194,8 @@ impl Pool {
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             space: SpaceCounters::default(),
+            cells: OnceLock::new(),
+            cells_create: Mutex::new(()),
             media,
             header,
         };
@@ -630,6 +638,9 @@ pub mod planted {
         /// RFP: the server leaves a PUT's result for the client to fetch once the entry
         /// has its version, before the entry is written back.
         RfpEarlyResult,
+        /// pDPM-Direct: the client writes the committed slot before the uncommitted
+        /// copy is durable (both, then one FLUSH).
+        PdpmEarlyCommit,
     }
 
     impl std::str::FromStr for Plant {
@@ -643,9 +654,10 @@ pub mod planted {
                 "cc-skip-flush" => Ok(Plant::CcSkipFlush),
                 "herd-early-reply" => Ok(Plant::HerdEarlyReply),
                 "rfp-early-result" => Ok(Plant::RfpEarlyResult),
+                "pdpm-early-commit" => Ok(Plant::PdpmEarlyCommit),
                 o => Err(format!(
                     "unknown plant '{o}' (skip-writeback, count-first, late-lease, cc-skip-flush, herd-early-reply, \
-                     rfp-early-result)"
+                     rfp-early-result, pdpm-early-commit)"
                 )),
             }
         }
@@ -674,6 +686,7 @@ pub mod planted {
             4 => Plant::CcSkipFlush,
             5 => Plant::HerdEarlyReply,
             6 => Plant::RfpEarlyResult,
+            7 => Plant::PdpmEarlyCommit,
             _ => Plant::None,
         }
     }
@@ -706,6 +719,10 @@ pub mod planted {
     /// RFP: leave a PUT's result before its entry is written back.
     pub fn rfp_early_result() -> bool {
         current() == Plant::RfpEarlyResult
+    }
+    /// pDPM-Direct: write the committed slot before the uncommitted copy is durable.
+    pub fn pdpm_early_commit() -> bool {
+        current() == Plant::PdpmEarlyCommit
     }
 }
 

@@ -312,6 +312,8 @@ pub struct RecoveryReport {
     pub problems: Vec<String>,
     /// Repairs made (read-write opens only).
     pub repairs: Vec<String>,
+    /// The cell table (pDPM-Direct) and what recovery did to it.
+    pub cells: super::table::CellsReport,
     /// Threads used.
     pub threads: usize,
     /// Wall time of the scan, milliseconds.
@@ -343,7 +345,11 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let (hwm, early_problems) = read_high_water(pool.media.map())?;
     let n = pool.header.segment_count;
     let threads = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).min(n as usize).max(1);
-    let scan = Scan::new(pool, Trust { sealer: pool.sealer, hwm }, early_problems);
+    let (cells, cells_problem) = super::table::read_descriptor(pool);
+    let mut early_problems = early_problems;
+    early_problems.extend(cells_problem);
+    let mut scan = Scan::new(pool, Trust { sealer: pool.sealer, hwm }, early_problems);
+    scan.cells = cells;
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| scan.worker());
@@ -360,6 +366,10 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     };
     let mut owners = rebuild_allocator(pool, &scanned.found, &mut report);
     let writable = !pool.media.is_read_only();
+    if let Some(t) = cells {
+        report.cells = super::table::recover_cells(pool, t, writable)?;
+        report.segments_in_use += t.segments;
+    }
     check_owner_logs(pool, &mut owners.logs, writable, &mut report)?;
     if writable {
         repair_segments(pool, &scanned.found, &mut report)?;
@@ -423,6 +433,8 @@ struct Scan<'a> {
     valid: AtomicU64,
     repaired: AtomicU64,
     counts_damaged: AtomicU64,
+    /// The cell table, whose segments are not scanned.
+    cells: Option<super::cells::CellTable>,
 }
 
 /// What one scanning thread counts before it merges into the [`Scan`].
@@ -457,6 +469,7 @@ impl<'a> Scan<'a> {
             valid: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
             counts_damaged: AtomicU64::new(0),
+            cells: None,
         }
     }
 
@@ -486,8 +499,12 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Reads segment `id`'s header and, if it is in use, indexes its entries.
+    /// Reads segment `id`'s header and, if it is in use, indexes its entries. The cell
+    /// table's segments are cells from their first byte: not read here.
     fn segment(&self, id: u64, tally: &mut Tally) {
+        if self.cells.is_some_and(|t| t.holds_segment(id)) {
+            return;
+        }
         let f = read_segment(self.pool.media.map(), &self.pool.header, id);
         if let Some(p) = &f.problem {
             self.problem(format!("segment {id}: {p}"));
@@ -587,7 +604,7 @@ fn rebuild_allocator(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryR
             a.segs[f.id as usize] =
                 SegMeta { state, owner: h.owner, prev: h.prev, next: f.next, log_seq: h.log_seq, generation: gen };
             owners.logs.entry(h.owner).or_default().push((h.log_seq, f.id));
-            if h.owner < TOMBSTONE_OWNER {
+            if h.owner < CELLS_OWNER {
                 owners.max_owner = owners.max_owner.max(h.owner);
             }
             report.segments_in_use += 1;

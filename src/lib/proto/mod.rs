@@ -6,7 +6,9 @@
 //! - [`rdmp_cc`]: RDMP-KV's client-centric mode, the client makes its WRITE durable
 //!   itself with a one-sided FLUSH;
 //! - [`herd`]: HERD-style RPC, requests WRITTEN into memory the server polls, replies SENT;
-//! - [`rfp`]: remote fetching (Jakiro), requests WRITTEN, results READ by the client.
+//! - [`rfp`]: remote fetching (Jakiro), requests WRITTEN, results READ by the client;
+//! - [`pdpm_direct`]: pDPM-Direct, passive memory: clients lock, write and read a key's
+//!   cell with one-sided operations, the server's CPU only hands out the table.
 //!
 //! A protocol's client half implements `ClientSide` over a `Link` (the client's
 //! connection: send a message, wait for a reply or a completion, post a one-sided
@@ -24,6 +26,7 @@
 
 pub mod boom;
 pub mod herd;
+pub mod pdpm_direct;
 pub(crate) mod polled;
 pub mod rdmp;
 pub mod rdmp_cc;
@@ -131,7 +134,7 @@ const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, serve
 /// The receive buffers protocol `p` needs.
 pub fn receive_buffers(p: Protocol) -> ReceiveBuffers {
     match p {
-        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::Rfp => CONTROL_BUFFERS,
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::Rfp | Protocol::PdpmDirect => CONTROL_BUFFERS,
         Protocol::Rpc => rpc::RECEIVE_BUFFERS,
         // Replies (with values) are SENT; requests come by WRITE, the receives only
         // carry the setup and stats requests.
@@ -150,6 +153,8 @@ pub(crate) struct ClientTuning {
     pub(crate) pool_full_wait: Duration,
     /// RFP: the fetch size.
     pub(crate) fetch_size: rfp::FetchSize,
+    /// pDPM-Direct: the cells and value size to ask for if the pool has no table.
+    pub(crate) cells: (u64, u32),
 }
 
 /// The client half of protocol `p`.
@@ -161,6 +166,7 @@ pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> B
         Protocol::RdmpCc => Box::new(rdmp_cc::Client),
         Protocol::Herd => Box::<herd::Client>::default(),
         Protocol::Rfp => Box::new(rfp::Client::new(tuning.fetch_size)),
+        Protocol::PdpmDirect => Box::new(pdpm_direct::Client::new(tuning.cells.0, tuning.cells.1)),
     }
 }
 
@@ -173,6 +179,7 @@ pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn Se
         Protocol::RdmpCc => Box::new(rdmp_cc::Server::default()),
         Protocol::Herd => Box::new(herd::Server::new(t)?),
         Protocol::Rfp => Box::new(rfp::Server::default()),
+        Protocol::PdpmDirect => Box::new(pdpm_direct::Server::default()),
     })
 }
 

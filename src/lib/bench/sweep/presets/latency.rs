@@ -159,9 +159,9 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
     };
     let warm = (n / 10).clamp(100, 2000);
     let seed = cx.o.seed;
-    let copts = ClientOptions { protocol, ..Default::default() };
+    let copts = ClientOptions { protocol, ..Default::default() }.size_cells(n + warm, size);
     let eo = cx.embedded(
-        crate::bench::embedded::pool_size_for(n + warm, size, 1, 64 << 20),
+        crate::bench::embedded::pool_size_for_protocol(protocol, n + warm, size, 1, 64 << 20),
         64 << 20,
         None,
         cx.server_cfg(),
@@ -224,16 +224,22 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
         // A WRITE and a READ of the result: a small one for a PUT, the entry for a GET.
         Protocol::Rfp => (c.wir, 0.0, c.read, 0.0),
         Protocol::Rdmp | Protocol::RdmpCc => (c.wir, c.meta, c.read, c.meta),
+        // Two entry WRITEs (each with its FLUSH) between a lock CAS and its release
+        // (two small round trips, counted as metadata); a GET is one READ.
+        Protocol::PdpmDirect => (2.0 * c.wir, 2.0 * c.meta, c.read, 0.0),
     };
     // Every server-committed PUT commits through the same path: two persists and an
     // index upsert. RDMP-CC's PUT persists the entry by the client's FLUSH (one persist
     // of the entry) and leaves counting and indexing to the server's later work.
     let (put_wb, put_index) = match protocol {
         Protocol::RdmpCc => (c.writeback, 0.0),
+        // Both slots are made durable; no server index.
+        Protocol::PdpmDirect => (2.0 * c.writeback, 0.0),
         _ => (c.writeback + c.count, c.index_put),
     };
     let put_parts = [put_t, put_m, cp * c.memcpy, put_wb, put_index];
-    let get_parts = [get_t, get_m, cg * c.memcpy, 0.0, c.index_get];
+    let get_index = if protocol == Protocol::PdpmDirect { 0.0 } else { c.index_get };
+    let get_parts = [get_t, get_m, cg * c.memcpy, 0.0, get_index];
     for (op, parts, total) in [("put", put_parts, ps.p50), ("get", get_parts, gs.p50)] {
         let names = part_columns(op)?;
         for (n, v) in names.iter().zip(parts) {

@@ -17,7 +17,7 @@ use super::super::context::{f3, file_name, pick, Stat};
 use super::super::plot::{points_across, range_note, repeats, rows_with, series, LineFigure, XAxis, YAxis, PALETTE};
 use super::super::summary::{interval_note, us, Paired, TextTable, Verdict};
 use super::prelude::*;
-use crate::bench::embedded::{pool_size_for, Embedded};
+use crate::bench::embedded::{pool_size_for_protocol, Embedded};
 use crate::bench::redis::{Persistence, RedisDb, RedisServer};
 use crate::bench::runner::{self, Phases, PhasesResult};
 use crate::client::ClientOptions;
@@ -162,10 +162,10 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     let r: PhasesResult = match at.peer {
         Peer::BoomTcp | Peer::BoomShm => {
             let backend = if at.peer == Peer::BoomTcp { Backend::Tcp } else { Backend::Shm };
-            let copts = ClientOptions { protocol, ..Default::default() };
             let entries = records + n;
-            let eo =
-                cx.embedded(pool_size_for(entries, size, at.threads as u64, 64 << 20), 64 << 20, None, cx.server_cfg());
+            let copts = ClientOptions { protocol, ..Default::default() }.size_cells(entries, size);
+            let pool = pool_size_for_protocol(protocol, entries, size, at.threads as u64, 64 << 20);
+            let eo = cx.embedded(pool, 64 << 20, None, cx.server_cfg());
             crate::with_transport!(backend, t => boom(t, backend, &eo, &copts, &w, &ro, phases))?
         }
         Peer::Redis | Peer::RedisAof => {

@@ -1,0 +1,412 @@
+//! pDPM-Direct (Tsai et al., "Disaggregating Persistent Memory and Controlling Them
+//! Remotely", ATC'20; the survey in `shared/papers/survey-nvm-rdma-rdmp-kv.txt`
+//! section 3.2, figures 12 and 13): passive persistent memory. The memory node's CPU
+//! takes no part in reads or writes; clients manage the data with one-sided RDMA.
+//!
+//! # The paper's design
+//!
+//! Every key has, preallocated in PM, a lock and two slots, committed and uncommitted,
+//! each holding the data with a CRC. A write takes the remote lock (compare-and-swap),
+//! writes the data and CRC into the uncommitted slot, then into the committed slot,
+//! then releases the lock: 4 round trips. A read READs the committed slot and checks
+//! the CRC, and reads again when it fails (a write in progress).
+//!
+//! # What is reproduced
+//!
+//! - **PUT (and DELETE, a tombstone entry)**: 4 round trips: a compare-and-swap of the
+//!   cell's lock word from free at version v to held by this client at v; a WRITE of
+//!   the entry (version v+1) into the uncommitted slot and a FLUSH of it; the same
+//!   WRITE into the committed slot and its FLUSH; a WRITE of the lock word, free at
+//!   v+1. The FLUSH completions are the durability (the transport's one-sided FLUSH,
+//!   as RDMP-CC's: [`crate::transport::QueuePair::post_flush`]); the PUT returns after
+//!   the release. Counted in `tests/kv.rs`: 1 CAS, 3 WRITEs, 2 FLUSHes.
+//! - **GET**: 1 READ of the cell's lock line and committed slot (its first bytes: the
+//!   key's last known length, or 512 bytes; a second READ for the rest of a longer
+//!   entry), checked; read again while it fails its check and the lock is held.
+//! - The slots hold this crate's entry format and CRC-32C
+//!   ([`crate::log::format`]); the table lies in the pool's segments and recovery
+//!   applies pDPM's rule: the committed slot if it verifies, else the uncommitted one
+//!   ([`crate::log::cells`], [`crate::log::table`]).
+//!
+//! # What differs, and why
+//!
+//! - **Where a key lives.** The paper preallocates per key; here the table is a hash
+//!   table of cells created at the first pDPM-Direct client's request (`--cells`,
+//!   `--cell-value`; fixed for the pool's life), a key in the first cell of a linear
+//!   probe from its hash that is empty or holds it. A client caches each key's cell and
+//!   lock word: a key it has not touched costs one READ per probed cell before its first
+//!   write (and its first GET reads from the home cell on). A writer never probes past
+//!   a cell whose first write is in progress (it waits for the lock), so every cell a
+//!   key's probe passes is committed and durable, and stays so through a crash.
+//! - **Versions are per key** (48 bits of the lock word), not the server's counter: no
+//!   server is on the write path to assign one.
+//! - **No seal.** The server's seal on entries (keyed by a secret clients never see)
+//!   cannot be made without the server; a slot carries the writer's check instead (the
+//!   CRC-32C of cell, version and entry checksum). So the table trusts its clients, as
+//!   the paper's design does: **any pDPM-Direct client can overwrite, corrupt or lock
+//!   any key of the table**, and the server cannot tell (it never sees a write). What
+//!   the server still isolates: the table is a region of its own (no client of another
+//!   protocol can reach it, nor a pDPM-Direct client anything else in the pool), the
+//!   table's geometry lives in the pool header outside every region, recovery checks
+//!   every slot before it believes it and never panics on what clients wrote, and
+//!   readers get an error, never a wrong value, for a slot that does not verify.
+//! - **A lock whose holder died** stays held until the server restarts (recovery
+//!   releases every lock); a writer waiting for it gives up after the client's
+//!   timeout with an error naming the cell. The paper leaves this open too.
+//! - Keys at most [`crate::log::cells::CELL_KEY_MAX`] bytes; a cell's value size is
+//!   the table's. pDPM-Direct keys are their own namespace: the server's index and the
+//!   other protocols do not see them.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::{ClientSide, ServerSide};
+use crate::error::{Error, Result};
+use crate::link::{Link, PutInfo};
+use crate::log::cells::{self, CellTable, SlotFault, LOCK_LINE};
+use crate::log::format as fmt;
+use crate::service::Ctx;
+use crate::transport::{Access, MemoryRegion, Transport};
+use crate::wire::{ErrorCode, Msg};
+
+/// Cells a client asks for by default.
+pub const DEFAULT_CELLS: u64 = 4096;
+/// Largest value a client asks cells for by default.
+pub const DEFAULT_CELL_VALUE: u32 = 4096;
+/// Bytes a GET reads of a key whose length it does not know yet.
+const FIRST_READ: u64 = 512;
+
+// ---- server side ----
+
+/// pDPM-Direct's server half: it only hands out the table (creating it first).
+pub(crate) struct Server<T: Transport> {
+    mr: Option<T::Mr>,
+}
+
+impl<T: Transport> Default for Server<T> {
+    fn default() -> Self {
+        Server { mr: None }
+    }
+}
+
+impl<T: Transport> Server<T> {
+    fn describe(&mut self, cx: &mut Ctx<'_, T>, cells: u64, value_max: u32, req: u32) -> Result<()> {
+        let pool = cx.pool();
+        let t = match pool.cell_table() {
+            Some(t) => t,
+            None => {
+                if cells == 0 || cells > cells::MAX_CELLS {
+                    return cx.refuse(req, ErrorCode::BadRequest, format!("a table of {cells} cells"));
+                }
+                if value_max > cx.max_value() {
+                    let m = format!("cells for values of {value_max} bytes: the server's limit is {}", cx.max_value());
+                    return cx.refuse(req, ErrorCode::TooLarge, m);
+                }
+                match pool.create_cell_table(cells, value_max) {
+                    Ok(t) => {
+                        cx.sh.log(&format!(
+                            "created the pDPM-Direct cell table: {} cells of {} bytes in segments {}..{}",
+                            t.cells,
+                            t.cell_size(),
+                            t.first_segment,
+                            t.first_segment + t.segments
+                        ));
+                        t
+                    }
+                    Err(e) => return cx.refuse(req, ErrorCode::PoolFull, e.to_string()),
+                }
+            }
+        };
+        if self.mr.is_none() {
+            let pool = cx.pool();
+            let media = pool.media();
+            let mr = cx.sh.t.register_bound(
+                &cx.conn.qp,
+                media.map_arc().clone(),
+                media.file().cloned(),
+                pool.cell_table_base(&t),
+                t.bytes(),
+                Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC,
+            )?;
+            self.mr = Some(mr);
+        }
+        let Some(r) = self.mr.as_ref().map(MemoryRegion::remote) else { return Ok(()) };
+        let tag = cells::holder_tag(cx.conn.id);
+        cx.reply(&Msg::Cells { addr: r.at(0), rkey: r.rkey, cells: t.cells, slot_size: t.slot_size, tag }, req)
+    }
+}
+
+impl<T: Transport> ServerSide<T> for Server<T> {
+    fn on_msg(&mut self, cx: &mut Ctx<'_, T>, m: Msg, req: u32) -> Result<()> {
+        match m {
+            Msg::CellsReq { cells, value_max } => self.describe(cx, cells, value_max, req),
+            m => cx.common(m, req),
+        }
+    }
+
+    fn on_close(&mut self) {
+        if let Some(mr) = self.mr.take() {
+            mr.deregister();
+        }
+    }
+}
+
+// ---- client side ----
+
+/// The table as the server described it.
+#[derive(Clone, Copy, Debug)]
+struct Table {
+    addr: u64,
+    rkey: u32,
+    geo: CellTable,
+    tag: u16,
+}
+
+impl Table {
+    fn lock(&self, i: u64) -> u64 {
+        self.addr + self.geo.lock_offset(i)
+    }
+    fn committed(&self, i: u64) -> u64 {
+        self.addr + self.geo.committed_offset(i)
+    }
+    fn uncommitted(&self, i: u64) -> u64 {
+        self.addr + self.geo.uncommitted_offset(i)
+    }
+}
+
+/// What a client knows of a key: its cell, the lock word it last saw free, the
+/// length of its entry.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    cell: u64,
+    word: u64,
+    len: u64,
+}
+
+/// Keys a client remembers (then it forgets them all and probes again).
+const MAX_KNOWN: usize = 1 << 20;
+
+/// pDPM-Direct's client half.
+pub(crate) struct Client {
+    want: (u64, u32),
+    table: Option<Table>,
+    known: HashMap<Vec<u8>, Known>,
+}
+
+impl Client {
+    /// A client that asks for `cells` cells of values up to `value_max` bytes if the
+    /// pool has no table yet.
+    pub(crate) fn new(cells: u64, value_max: u32) -> Client {
+        Client { want: (cells, value_max), table: None, known: HashMap::new() }
+    }
+
+    fn table<T: Transport>(&mut self, l: &mut Link<T>) -> Result<Table> {
+        if let Some(t) = self.table {
+            return Ok(t);
+        }
+        let (cells, value_max) = self.want;
+        let t = match l.call(&Msg::CellsReq { cells, value_max }, "asking for the cell table")? {
+            Msg::Cells { addr, rkey, cells, slot_size, tag } => {
+                let geo = CellTable { first_segment: 0, segments: 0, cells, slot_size };
+                let ok = (1..=cells::MAX_CELLS).contains(&cells)
+                    && slot_size % 64 == 0
+                    && (CellTable::slot_size_for(0)..=1 << 30).contains(&slot_size)
+                    && cells.checked_mul(geo.cell_size()).and_then(|b| addr.checked_add(b)).is_some()
+                    && tag != 0;
+                if !ok {
+                    return Err(Error::Protocol(format!(
+                        "the server described a cell table of {cells} cells of {slot_size}-byte slots (tag {tag})"
+                    )));
+                }
+                Table { addr, rkey, geo, tag }
+            }
+            m => return Err(Error::Protocol(format!("expected the cell table, got {m:?}"))),
+        };
+        self.table = Some(t);
+        Ok(t)
+    }
+
+    fn remember(&mut self, key: &[u8], k: Known) {
+        if self.known.len() >= MAX_KNOWN && !self.known.contains_key(key) {
+            self.known.clear();
+        }
+        self.known.insert(key.to_vec(), k);
+    }
+
+    /// Reads cell `i`'s lock line and the first `len` bytes of its committed slot into
+    /// `l.buf`; returns the lock word.
+    fn read_cell<T: Transport>(&self, l: &mut Link<T>, t: &Table, i: u64, len: u64) -> Result<u64> {
+        let n = LOCK_LINE + len.clamp(fmt::ENTRY_HEADER_SIZE, t.geo.slot_size);
+        l.read_remote(n as u32, t.lock(i), t.rkey, "reading a cell")?;
+        Ok(u64::from_le_bytes(l.buf[..8].try_into().unwrap_or([0; 8])))
+    }
+
+    /// The cell a write of `key` goes to and the lock word seen free there (0: an
+    /// empty cell to claim).
+    fn cell_for_write<T: Transport>(&mut self, l: &mut Link<T>, t: &Table, key: &[u8]) -> Result<(u64, u64)> {
+        if let Some(k) = self.known.get(key) {
+            return Ok((k.cell, k.word));
+        }
+        let start = Instant::now();
+        let mut i = cells::home(key, t.geo.cells);
+        let mut probes = 0u64;
+        loop {
+            let word = self.read_cell(l, t, i, fmt::ENTRY_HEADER_SIZE + key.len() as u64)?;
+            if cells::lock_holder(word) != 0 {
+                // Being written (perhaps its first write): wait for the holder, never
+                // probe past a cell that may not be committed.
+                wait_lock(l, start, i, word)?;
+                continue;
+            }
+            if word == 0 {
+                return Ok((i, 0));
+            }
+            let slot = &l.buf[LOCK_LINE as usize..];
+            if fmt::EntryHeader::decode(slot).is_err() {
+                return Err(damaged(i));
+            }
+            if fmt::claimed_key(slot) == key {
+                return Ok((i, word));
+            }
+            probes += 1;
+            if probes >= t.geo.cells {
+                return Err(Error::Server {
+                    code: ErrorCode::PoolFull,
+                    message: format!("the cell table's {} cells are all taken", t.geo.cells),
+                });
+            }
+            i = (i + 1) % t.geo.cells;
+        }
+    }
+}
+
+fn damaged(i: u64) -> Error {
+    Error::corrupt("cell", format!("cell {i}'s committed slot does not verify and no writer holds its lock"))
+}
+
+/// Backs off while cell `i`'s lock is held (`word`), up to the link's timeout.
+fn wait_lock<T: Transport>(l: &Link<T>, start: Instant, i: u64, word: u64) -> Result<()> {
+    if start.elapsed() > l.timeout {
+        return Err(Error::Protocol(format!(
+            "cell {i} stayed locked (by client tag {}) for over {:?}: a client that died holding it? restarting the server releases every lock",
+            cells::lock_holder(word),
+            l.timeout
+        )));
+    }
+    std::thread::yield_now();
+    Ok(())
+}
+
+/// Whether this build plants the bug of writing the committed slot before the
+/// uncommitted copy is durable.
+fn early_commit() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        crate::log::planted::pdpm_early_commit()
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+impl<T: Transport> ClientSide<T> for Client {
+    fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
+        let t = self.table(l)?;
+        if key.len() > cells::CELL_KEY_MAX as usize {
+            return Err(Error::TooLarge { what: "key", len: key.len() as u64, limit: u64::from(cells::CELL_KEY_MAX) });
+        }
+        if value.len() as u64 > t.geo.value_max(key.len()) {
+            return Err(Error::TooLarge { what: "value", len: value.len() as u64, limit: t.geo.value_max(key.len()) });
+        }
+        let (cell, mut word) = self.cell_for_write(l, &t, key)?;
+        let start = Instant::now();
+        // Round trip 1: the lock.
+        loop {
+            let held = cells::lock_word(cells::lock_version(word), t.tag);
+            let old = l.compare_swap(t.lock(cell), t.rkey, word, held, "locking a cell")?;
+            if old == word {
+                break;
+            }
+            if cells::lock_holder(old) != 0 {
+                wait_lock(l, start, cell, old)?;
+            } else if word == 0 && old != 0 {
+                // Someone claimed the empty cell first: it may be another key's now.
+                self.known.remove(key);
+                return self.put(l, key, value, tomb);
+            }
+            word = cells::lock_word(cells::lock_version(old), 0);
+        }
+        let version = cells::lock_version(word) + 1;
+        if version > cells::MAX_CELL_VERSION {
+            return Err(Error::VersionsExhausted { limit: cells::MAX_CELL_VERSION + 1 });
+        }
+        let n = l.encode_entry(key, value, tomb, 0)?;
+        l.seal_cell_entry(cell, version)?;
+        let (c, u) = (t.committed(cell), t.uncommitted(cell));
+        if early_commit() {
+            // The planted bug: the committed slot first, one FLUSH for both at the end.
+            l.write_entry_quiet(n, c, t.rkey)?;
+            l.write_entry_quiet(n, u, t.rkey)?;
+            l.flush_remote(c, t.rkey, (t.geo.slot_size + n as u64) as u32, "a pDPM-Direct FLUSH")?;
+        } else {
+            // Round trips 2 and 3: the uncommitted copy durable, then the committed one.
+            l.write_entry_quiet(n, u, t.rkey)?;
+            l.flush_remote(u, t.rkey, n as u32, "a pDPM-Direct FLUSH")?;
+            l.write_entry_quiet(n, c, t.rkey)?;
+            l.flush_remote(c, t.rkey, n as u32, "a pDPM-Direct FLUSH")?;
+        }
+        // Round trip 4: the release, at the new version.
+        let free = cells::lock_word(version, 0);
+        l.write_word(free, t.lock(cell), t.rkey, "releasing a cell's lock")?;
+        self.remember(key, Known { cell, word: free, len: n as u64 });
+        l.counters.in_place += 1;
+        Ok(PutInfo { version, in_place: true })
+    }
+
+    fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
+        let t = self.table(l)?;
+        let known = self.known.get(key).copied();
+        let (mut i, mut len) = known.map_or((cells::home(key, t.geo.cells), FIRST_READ), |k| (k.cell, k.len));
+        let start = Instant::now();
+        let mut probes = 0u64;
+        loop {
+            let word = self.read_cell(l, &t, i, len)?;
+            let slot = &l.buf[LOCK_LINE as usize..];
+            match cells::check_slot(slot, i, t.geo.slot_size) {
+                Ok(h) => {
+                    let e = fmt::entry_key(slot, &h);
+                    if e == key {
+                        let n = h.entry_len();
+                        // The word a write will expect: free at the version read (a
+                        // wrong guess costs the write one more compare-and-swap).
+                        self.remember(key, Known { cell: i, word: cells::lock_word(h.version, 0), len: n });
+                        return Ok((!h.is_tombstone()).then_some((LOCK_LINE as usize, n as usize)));
+                    }
+                    probes += 1;
+                    if probes >= t.geo.cells {
+                        return Ok(None);
+                    }
+                    i = (i + 1) % t.geo.cells;
+                    len = FIRST_READ;
+                }
+                Err(SlotFault::Empty) => return Ok(None),
+                Err(SlotFault::Short(n)) => len = n,
+                Err(SlotFault::Bad(_)) if cells::lock_holder(word) == 0 && word != 0 => {
+                    // Free and not verifying: read once more (the release may have
+                    // raced the READ), then it is damage.
+                    let again = self.read_cell(l, &t, i, len)?;
+                    let slot = &l.buf[LOCK_LINE as usize..];
+                    if again == word && matches!(cells::check_slot(slot, i, t.geo.slot_size), Err(SlotFault::Bad(_))) {
+                        return Err(damaged(i));
+                    }
+                }
+                Err(SlotFault::Bad(_)) => {
+                    // A write in progress: read again, as the paper's reader does.
+                    l.counters.torn_retries += 1;
+                    wait_lock(l, start, i, word)?;
+                }
+            }
+        }
+    }
+}
