@@ -7,7 +7,8 @@
 //! - a client that sends GETs and never reads the replies (bounded per connection);
 //! - HERD/RFP: a forged request slot beside an honest client, WRITEs into another
 //!   client's request region or into a result region;
-//! - RDMP-CC: another value written under the seal the server gave.
+//! - RDMP-CC: another value written under the seal the server gave;
+//! - pDPM-Direct: a WRITE past the cell table, garbage in a cell, a lock never released.
 //!
 //! The offender loses its connection; the victim keeps its data and its service.
 
@@ -415,4 +416,86 @@ fn tcp_rdmp_cc_a_value_forged_under_the_seal_is_never_indexed() {
     let dir = tempfile::tempdir().unwrap();
     let s = tcp_server(dir.path(), quiet());
     cc_forged_slot(&TcpTransport::new().unwrap(), &s);
+}
+
+/// pDPM-Direct: passive memory, so the table trusts its clients (the module docs say
+/// so): a client can damage or lock any key in it. What the server still guarantees:
+/// the table is the only memory a pDPM-Direct client reaches (a WRITE past it costs the
+/// connection), nothing outside the table is touched (a BOOM client's data), a damaged
+/// cell reads as an error, never as a value, a lock held forever makes writers of that
+/// key fail after their timeout (naming the cell), and recovery releases every lock and
+/// reports the damage without stopping.
+fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
+    use boomkv::log::cells::{self, CellTable};
+    let ep = s.endpoints()[0].clone();
+    let mut boom = Client::connect(t, &ep, opts()).unwrap();
+    boom.put(b"boom-key", b"boom-value").unwrap();
+    let po = ClientOptions { protocol: Protocol::PdpmDirect, cells: 64, cell_value: 1000, ..opts() };
+    let mut honest = Client::connect(t, &ep, po.clone()).unwrap();
+    honest.put(b"shared", b"acknowledged").unwrap();
+    honest.put(b"locked", b"before").unwrap();
+
+    let mut attacker = Raw::speaking(t, &ep, Protocol::PdpmDirect);
+    let (addr, rkey, geo) = match attacker.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
+        Some(Msg::Cells { addr, rkey, cells, slot_size, .. }) => {
+            (addr, rkey, CellTable { first_segment: 0, segments: 0, cells, slot_size })
+        }
+        m => panic!("expected the cell table, got {m:?}"),
+    };
+    assert_eq!(geo.cells, 64, "the first client's geometry stands");
+    // Past the table: refused, and the connection is gone.
+    assert!(!attacker.write(addr + geo.bytes(), rkey, 64), "a WRITE past the table");
+
+    let mut a2 = Raw::speaking(t, &ep, Protocol::PdpmDirect);
+    // Its own region of the table (regions are bound to their connection).
+    let (addr, rkey) = match a2.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
+        Some(Msg::Cells { addr, rkey, .. }) => (addr, rkey),
+        m => panic!("expected the cell table, got {m:?}"),
+    };
+    // Garbage over the committed slot of "shared" (its home cell: the table was empty).
+    let shared = cells::home(b"shared", geo.cells);
+    a2.buf.write(0, &[0xa5u8; 200]).unwrap();
+    assert!(a2.write(addr + geo.committed_offset(shared), rkey, 200));
+    let e = honest.get(b"shared").unwrap_err();
+    assert!(matches!(e, boomkv::Error::Corrupt { .. }), "a damaged cell is an error, never a value: {e:?}");
+    // A lock taken and never released: writers of that key give up, naming the cell.
+    let locked = cells::home(b"locked", geo.cells);
+    assert_ne!(locked, shared);
+    a2.buf.write(0, &cells::lock_word(1, 0xbeef).to_le_bytes()).unwrap();
+    assert!(a2.write(addr + geo.lock_offset(locked), rkey, 8));
+    let mut hurried =
+        Client::connect(t, &ep, ClientOptions { timeout: Duration::from_millis(300), ..po.clone() }).unwrap();
+    let e = hurried.put(b"locked", b"after").unwrap_err();
+    assert!(e.to_string().contains(&format!("cell {locked} stayed locked")), "{e}");
+    // Readers are not blocked by a lock, and the rest of the table and pool serve on.
+    assert_eq!(honest.get(b"locked").unwrap().unwrap(), b"before");
+    honest.put(b"fresh", b"ok").unwrap();
+    assert_eq!(honest.get(b"fresh").unwrap().unwrap(), b"ok");
+    assert_eq!(boom.get(b"boom-key").unwrap().unwrap(), b"boom-value");
+    drop((honest, hurried, boom, attacker, a2));
+    s.shutdown();
+
+    // Recovery: the lock is released, the damage reported, nothing else lost.
+    let (p, rep) = Pool::open(dir, &PoolOptions::default()).unwrap();
+    assert_eq!(rep.cells.locks_released, 1, "{:?}", rep.cells);
+    assert_eq!(rep.cells.cells_restored, 1, "the uncommitted copy of \"shared\" verifies: {:?}", rep.cells);
+    assert_eq!(
+        p.cell_lookup(b"shared").map(|c| boomkv::log::format::entry_value(&c.entry, &c.header).to_vec()),
+        Some(b"acknowledged".to_vec())
+    );
+    assert!(p.lookup(b"boom-key").is_some());
+}
+
+#[test]
+fn shm_pdpm_direct_clients_reach_only_the_table_and_damage_reads_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    pdpm_table(&ShmTransport::new().unwrap(), dir.path(), s);
+}
+
+#[test]
+fn tcp_pdpm_direct_clients_reach_only_the_table_and_damage_reads_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), quiet());
+    pdpm_table(&TcpTransport::new().unwrap(), dir.path(), s);
 }

@@ -32,9 +32,15 @@ fn opts(p: Protocol) -> ClientOptions {
         protocol: p,
         timeout: Duration::from_secs(10),
         pool_full_wait: Duration::from_millis(100),
+        // pDPM-Direct's cell table (16 MiB): every key of these tests, values to 16 KiB.
+        cells: 512,
+        cell_value: PDPM_VALUE_MAX as u32,
         ..Default::default()
     }
 }
+
+/// The largest value the kv tests' pDPM-Direct cells hold.
+const PDPM_VALUE_MAX: usize = 16384;
 
 trait Backend: Transport {
     fn make() -> Self;
@@ -117,8 +123,15 @@ fn value(i: usize, len: usize) -> Vec<u8> {
 fn round_trips_sizes_and_restart<T: Backend>(p: Protocol) {
     let mut f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
     let mut c = f.client(p);
+    // pDPM-Direct's values live in fixed-size cells: larger ones are refused, typed.
+    let fits = |n: usize| p != Protocol::PdpmDirect || n <= PDPM_VALUE_MAX;
     for (i, &n) in SIZES.iter().enumerate() {
         let k = format!("key-{i}");
+        if !fits(n) {
+            let e = c.put(k.as_bytes(), &value(i, n)).unwrap_err();
+            assert!(matches!(e, boomkv::Error::TooLarge { what: "value", .. }), "{p} size {n}: {e:?}");
+            continue;
+        }
         c.put(k.as_bytes(), &value(i, n)).unwrap();
         assert_eq!(c.get(k.as_bytes()).unwrap().unwrap(), value(i, n), "{p} size {n}");
     }
@@ -141,6 +154,7 @@ fn round_trips_sizes_and_restart<T: Backend>(p: Protocol) {
         match i {
             1 => assert_eq!(got.unwrap(), b"second"),
             2 => assert_eq!(got, None, "deleted stays deleted after restart"),
+            _ if !fits(n) => assert_eq!(got, None, "{p} size {n} was refused"),
             _ => assert_eq!(got.unwrap(), value(i, n), "{p} size {n} after restart"),
         }
     }
@@ -210,9 +224,17 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
         // One WRITE and one READ of a ready result (fetches of a result not yet ready
         // are counted apart and checked below).
         Protocol::Rfp => (2, 2),
+        // 4 round trips: the lock's CAS, WRITE + FLUSH of the uncommitted slot, WRITE +
+        // FLUSH of the committed one, the release's WRITE (6 operations); a GET is 1 READ.
+        Protocol::PdpmDirect => (6, 1),
     };
     let d = |a: &QpStats, b: &QpStats, f: fn(&QpStats) -> u64| f(b) - f(a);
     for i in 0..20 {
+        if p == Protocol::PdpmDirect {
+            // A key new to this client costs a READ per probed cell to find its cell
+            // (and lock word) first; the design's 4 round trips are those of a known key.
+            c.put(format!("k{i}").as_bytes(), b"first").unwrap();
+        }
         let (before, r0) = (c.transport_stats(), c.counters().fetch_retries);
         c.put(format!("k{i}").as_bytes(), &[7u8; 200]).unwrap();
         let (after, r1) = (c.transport_stats(), c.counters().fetch_retries);
@@ -227,6 +249,15 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
                 assert_eq!(n, (1, 1, 1), "{p}: SEND, WRITE, FLUSH");
                 assert_eq!(d(&before, &after, |s| s.writes_imm), 0, "{p}: nothing signals the server's CPU");
             }
+            Protocol::PdpmDirect => {
+                let n = (
+                    d(&before, &after, |s| s.atomics),
+                    d(&before, &after, |s| s.writes),
+                    d(&before, &after, |s| s.flushes),
+                );
+                assert_eq!(n, (1, 3, 2), "{p}: CAS, 3 WRITEs, 2 FLUSHes");
+                assert_eq!(d(&before, &after, |s| s.sends) + d(&before, &after, |s| s.writes_imm), 0, "{p}: no CPU");
+            }
             Protocol::Herd | Protocol::Rfp => {
                 assert_eq!(d(&before, &after, |s| s.writes), 1, "{p}: the request is one WRITE");
                 assert_eq!(d(&before, &after, |s| s.sends) + d(&before, &after, |s| s.writes_imm), 0, "{p}: no SEND");
@@ -240,8 +271,8 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
         c.get(format!("k{i}").as_bytes()).unwrap().unwrap();
         let (after, r1) = (c.transport_stats(), c.counters().fetch_retries);
         assert_eq!(after.network_ops() - before.network_ops() - (r1 - r0), want_get, "{p} GET round trips");
-        if p == Protocol::Rfp {
-            assert_eq!(d(&before, &after, |s| s.reads) - (r1 - r0), 1, "{p}: one READ of the ready result");
+        if p == Protocol::Rfp || p == Protocol::PdpmDirect {
+            assert_eq!(d(&before, &after, |s| s.reads) - (r1 - r0), 1, "{p}: one READ");
         }
     }
     if p == Protocol::Rfp {
@@ -285,11 +316,14 @@ fn hybrid_updates<T: Backend>() {
 
 fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
     let f = Fixture::<T>::new(4 << 20, 1 << 20, cfg(1, false));
-    let mut c = f.client(p);
+    // pDPM-Direct fills its cell table instead: 8 cells of 1000-byte values.
+    let o = ClientOptions { cells: 8, cell_value: 1000, ..opts(p) };
+    let mut c = Client::connect(&T::make(), &f.ep, o.clone()).unwrap();
     c.put(b"survivor", b"still here").unwrap();
+    let fill = if p == Protocol::PdpmDirect { 1000 } else { 200_000 };
     let mut err = None;
     for i in 0..100 {
-        if let Err(e) = c.put(format!("fill{i}").as_bytes(), &[0u8; 200_000]) {
+        if let Err(e) = c.put(format!("fill{i}").as_bytes(), &vec![0u8; fill]) {
             err = Some(e);
             break;
         }
@@ -299,7 +333,7 @@ fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
     // Typed: the client decides by the code, never by the text.
     assert!(matches!(err, boomkv::Error::Server { code: boomkv::error::ErrorCode::PoolFull, .. }), "{err:?}");
     assert!(err.is_fatal(), "a full pool ends a YCSB thread's run");
-    let mut c2 = f.client(p);
+    let mut c2 = Client::connect(&T::make(), &f.ep, o).unwrap();
     assert_eq!(c2.get(b"survivor").unwrap().unwrap(), b"still here");
 }
 
@@ -363,6 +397,11 @@ macro_rules! suite {
             #[$attr]
             fn rfp_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::Rfp)
+            }
+            #[test]
+            #[$attr]
+            fn pdpm_direct_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::PdpmDirect)
             }
             #[test]
             #[$attr]

@@ -18,6 +18,7 @@ fn every_planted_bug_is_caught_within_1000_crashes() {
         (Plant::CcSkipFlush, Protocol::RdmpCc),
         (Plant::HerdEarlyReply, Protocol::Herd),
         (Plant::RfpEarlyResult, Protocol::Rfp),
+        (Plant::PdpmEarlyCommit, Protocol::PdpmDirect),
     ];
     for (plant, protocol) in plants {
         planted::set(plant);

@@ -304,7 +304,8 @@ impl Clients<'_> {
             timeout: Duration::from_secs(10),
             on_write: Some(self.write_hook()),
             ..Default::default()
-        };
+        }
+        .size_cells(o.keys, o.max_value as u64);
         let mut trng = StdRng::seed_from_u64(seed);
         let mut c = Client::connect(t, self.ep, copts)?;
         for seq in 0..o.ops {
@@ -396,6 +397,7 @@ fn check(
         c.key(*key, writes)?;
     }
     c.no_unwritten_keys(model);
+    c.cells(model);
     Ok(())
 }
 
@@ -459,21 +461,32 @@ impl Checker<'_> {
         }
     }
 
-    /// Key `key` holds its last acknowledged write, or a later unacknowledged one.
+    /// Key `key` holds its last acknowledged write, or a later unacknowledged one: in
+    /// the index, or for pDPM-Direct in the cell table (its own namespace).
     fn key(&mut self, key: u64, writes: &[Write]) -> Result<()> {
         let rec = self.rec;
         let kb = format!("key{key}");
-        let got = rec.index().get(kb.as_bytes(), rec);
         let latest_acked = writes.iter().filter(|w| w.acked).max_by_key(|w| w.version);
-        let got_value = match got {
-            Some(l) if !l.tombstone => {
-                let e = rec.read_entry(&l)?;
-                let h = EntryHeader::decode(&e)?;
-                Some((l.version, entry_value(&e, &h).to_vec()))
+        let (got_version, got_value) = if rec.cell_table().is_some() {
+            match rec.cell_lookup(kb.as_bytes()) {
+                Some(c) if !c.header.is_tombstone() => {
+                    (Some(c.header.version), Some((c.header.version, entry_value(&c.entry, &c.header).to_vec())))
+                }
+                Some(c) => (Some(c.header.version), None),
+                None => (None, None),
             }
-            _ => None,
+        } else {
+            let got = rec.index().get(kb.as_bytes(), rec);
+            let got_value = match got {
+                Some(l) if !l.tombstone => {
+                    let e = rec.read_entry(&l)?;
+                    let h = EntryHeader::decode(&e)?;
+                    Some((l.version, entry_value(&e, &h).to_vec()))
+                }
+                _ => None,
+            };
+            (got.map(|l| l.version), got_value)
         };
-        let got_version = got.map(|l| l.version);
         match (latest_acked, got_version) {
             (Some(a), None) => {
                 if a.value.is_some() {
@@ -510,6 +523,33 @@ impl Checker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The cell table (pDPM-Direct): no cell damaged, no key in it that was never
+    /// written, and every recovered cell's version one that a write of its key could
+    /// have been given (at most the number of writes issued for the key).
+    fn cells(&mut self, model: &HashMap<u64, Vec<Write>>) {
+        let rec = self.rec;
+        if let Some(t) = rec.cell_table() {
+            for i in 0..t.cells {
+                if let Err(crate::log::cells::SlotFault::Bad(why)) = rec.read_cell(&t, i) {
+                    self.bad("corrupt", format!("cell {i}: committed slot does not verify after recovery ({why})"));
+                }
+            }
+        }
+        let mut found = Vec::new();
+        rec.for_each_cell(|c| found.push((c.cell, entry_key(&c.entry, &c.header).to_vec(), c.header.version)));
+        for (cell, k, version) in found {
+            let k = String::from_utf8_lossy(&k).into_owned();
+            match k.strip_prefix("key").and_then(|n| n.parse::<u64>().ok()).and_then(|n| model.get(&n)) {
+                None => self.bad("corrupt", format!("cell {cell}: recovered key {k:?} was never written")),
+                Some(w) if version > w.len() as u64 => self.bad(
+                    "corrupt",
+                    format!("cell {cell}: {k} recovered at version {version} after {} writes", w.len()),
+                ),
+                Some(_) => {}
+            }
+        }
     }
 
     /// Nothing recovered under a key that was never written.

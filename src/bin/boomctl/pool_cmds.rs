@@ -128,6 +128,9 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
         r.segments_free,
         r.segments_damaged
     )?;
+    if let Some(t) = r.cells.table {
+        crate::outln!("cells       {}", cells_line(&r.cells, &t))?;
+    }
     crate::outln!(
         "damage      {} found: {} entries repaired (one flipped bit), {} count words failed their check",
         r.damaged(),
@@ -280,6 +283,21 @@ pub struct InspectArgs {
     json: bool,
 }
 
+/// The cell table's line of `recover` and `inspect-log` (pDPM-Direct).
+fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellTable) -> String {
+    format!(
+        "cell table (pdpm-direct): {} cells of {} in segments {}..{}: {} hold a key, {} restored from the uncommitted slot, {} damaged, {} locks released",
+        t.cells,
+        human_bytes(t.cell_size()),
+        t.first_segment,
+        t.first_segment + t.segments,
+        c.cells_in_use,
+        c.cells_restored,
+        c.cells_damaged,
+        c.locks_released
+    )
+}
+
 pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
     let (pool, rep) = Pool::open(&a.pmem.pmem, &read_only_options(IndexKind::Hash))?;
     let f = InspectFilter {
@@ -314,6 +332,9 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         rep.damaged(),
         rep.entries_repaired
     )?;
+    if let Some(t) = rep.cells.table {
+        crate::outln!("  {}", cells_line(&rep.cells, &t))?;
+    }
     for p in &rep.problems {
         crate::outln!("  problem: {p}")?;
     }
@@ -391,6 +412,40 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         crate::outln!(
             "status: live = what a GET returns; deleted = the key's live tombstone; superseded = an older \
              version; rejected = failed a check (reason given)"
+        )?;
+    }
+    if !ins.cells.is_empty() {
+        crate::outln!()?;
+        crate::outln!(
+            "{:>9} {:>12} {:>9} {:<5} {:>6} {:<12} {:<12} key",
+            "cell",
+            "version",
+            "value",
+            "flags",
+            "lock",
+            "committed",
+            "uncommitted"
+        )?;
+        for c in &ins.cells {
+            crate::outln!(
+                "{:>9} {:>12} {:>9} {:<5} {:>6} {:<12} {:<12} {}",
+                c.cell,
+                c.version,
+                c.value_len,
+                if c.tombstone { "T" } else { "-" },
+                if c.holder == 0 { "free".to_string() } else { format!("#{}", c.holder) },
+                c.committed,
+                c.uncommitted,
+                c.key
+            )?;
+            if let Some(v) = &c.value {
+                crate::outln!("{:>9} value: {v}", "")?;
+            }
+        }
+        crate::outln!()?;
+        crate::outln!(
+            "cells (pdpm-direct): a GET reads the committed slot; recovery takes it if it verifies, else the \
+             uncommitted one; lock #N = held by the client with that tag"
         )?;
     }
     Ok(())

@@ -103,6 +103,32 @@ pub struct Inspection {
     pub segments: Vec<SegmentRow>,
     /// Entries shown (with `entries` or `key`).
     pub entries: Vec<EntryRow>,
+    /// Cells of the cell table shown (pDPM-Direct; with `entries` or `key`).
+    pub cells: Vec<CellRow>,
+}
+
+/// One cell of the cell table (pDPM-Direct) that holds a key or is damaged.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CellRow {
+    /// Cell index.
+    pub cell: u64,
+    /// Key, printable.
+    pub key: String,
+    /// Version (per key).
+    pub version: u64,
+    /// Value bytes.
+    pub value_len: u64,
+    /// A DELETE.
+    pub tombstone: bool,
+    /// The lock word's holder tag (0: free).
+    pub holder: u16,
+    /// The committed slot: ok, empty, or why it fails.
+    pub committed: String,
+    /// The uncommitted slot: ok, empty, or why it fails.
+    pub uncommitted: String,
+    /// The value, printable (with [`InspectFilter::values`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// Renders key (or value) bytes printable: ASCII as is, `\` doubled, other bytes as
@@ -131,8 +157,15 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
     let trust = pool.trust();
     let mut segments = Vec::new();
     let mut entries = Vec::new();
+    let table = pool.cell_table();
     for id in 0..ph.segment_count {
         if f.segment.is_some_and(|s| s != id) {
+            continue;
+        }
+        if let Some(t) = table.filter(|t| t.holds_segment(id)) {
+            if f.client.is_none() {
+                segments.push(cells_row(&t, id));
+            }
             continue;
         }
         let sf = read_segment(pool.media().map(), &ph, id);
@@ -151,7 +184,71 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
         recovery: recovery.clone(),
         segments,
         entries,
+        cells: if f.entries || f.key.is_some() { cell_rows(pool, f) } else { Vec::new() },
     }
+}
+
+/// The row of segment `id` of the cell table `t`.
+fn cells_row(t: &super::cells::CellTable, id: u64) -> SegmentRow {
+    SegmentRow {
+        id,
+        state: "cells".into(),
+        owner: None,
+        log_seq: Some(id - t.first_segment),
+        prev: None,
+        next: None,
+        count: 0,
+        used_bytes: 0,
+        live_bytes: 0,
+        garbage_bytes: 0,
+        fill_percent: 0.0,
+        problem: None,
+    }
+}
+
+/// The cells holding a key (or damaged) that the filter shows.
+fn cell_rows(pool: &Pool, f: &InspectFilter) -> Vec<CellRow> {
+    use super::cells::{self, SlotFault};
+    let Some(t) = pool.cell_table() else { return Vec::new() };
+    let base = pool.cell_table_base(&t);
+    let m = pool.media().map();
+    let status = |r: &Result<EntryHeader, SlotFault>| match r {
+        Ok(_) => "ok".to_string(),
+        Err(SlotFault::Empty) => "empty".to_string(),
+        Err(SlotFault::Short(_)) => "short".to_string(),
+        Err(SlotFault::Bad(why)) => (*why).to_string(),
+    };
+    let mut rows = Vec::new();
+    for i in 0..t.cells {
+        let (Ok(c), Ok(u), Ok(word)) = (
+            m.view(base + t.committed_offset(i), t.slot_size as usize),
+            m.view(base + t.uncommitted_offset(i), t.slot_size as usize),
+            m.read_u64(base + t.lock_offset(i)),
+        ) else {
+            continue;
+        };
+        let (rc, ru) = (cells::check_slot(c, i, t.slot_size), cells::check_slot(u, i, t.slot_size));
+        if matches!(rc, Err(SlotFault::Empty)) && matches!(ru, Err(SlotFault::Empty)) && word == 0 {
+            continue;
+        }
+        let key = claimed_key(c);
+        if f.key.as_deref().is_some_and(|k| k != key) {
+            continue;
+        }
+        let h = rc.as_ref().ok();
+        rows.push(CellRow {
+            cell: i,
+            key: printable_key(key),
+            version: h.map_or(cells::lock_version(word), |h| h.version),
+            value_len: h.map_or(0, |h| u64::from(h.value_len)),
+            tombstone: h.is_some_and(EntryHeader::is_tombstone),
+            holder: cells::lock_holder(word),
+            committed: status(&rc),
+            uncommitted: status(&ru),
+            value: h.filter(|_| f.values).map(|h| printable_key(entry_value(c, h))),
+        });
+    }
+    rows
 }
 
 /// The row of segment `sf`; if it is in use, its slots are walked under `trust` and the

@@ -1,5 +1,5 @@
 //! The pool's cell table (pDPM-Direct's passive memory): creating it, finding a key in
-//! it, and its recovery step. The bytes are [`cells`](super::cells)'s; this module is
+//! it, and its recovery step. The bytes are [`cells`]'s; this module is
 //! the pool's side: which segments the table takes, zeroing and persisting them, the
 //! descriptor line, releasing locks and repairing cells after a crash.
 //!

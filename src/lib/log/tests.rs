@@ -251,7 +251,7 @@ proptest! {
     #[test]
     fn random_corruption_never_panics(flips in proptest::collection::vec((4096usize..(1 << 20), any::<u8>()), 1..64),
                                       zero_from in proptest::option::of(4096usize..(1 << 20))) {
-        static IMG: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        static IMG: OnceLock<Vec<u8>> = OnceLock::new();
         let mut img = IMG.get_or_init(filled_pool_bytes).clone();
         for (at, x) in flips {
             img[at] ^= x | 1;

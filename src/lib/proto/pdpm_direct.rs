@@ -272,7 +272,10 @@ impl Client {
             if probes >= t.geo.cells {
                 return Err(Error::Server {
                     code: ErrorCode::PoolFull,
-                    message: format!("the cell table's {} cells are all taken", t.geo.cells),
+                    message: format!(
+                        "pool full: the cell table's {} cells are all taken (its size is fixed when the pool's first pDPM-Direct client creates it: --cells)",
+                        t.geo.cells
+                    ),
                 });
             }
             i = (i + 1) % t.geo.cells;

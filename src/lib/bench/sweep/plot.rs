@@ -153,9 +153,13 @@ pub const PURPLE: RGBColor = RGBColor(148, 103, 189);
 /// A colour of the figures.
 pub const BROWN: RGBColor = RGBColor(140, 86, 75);
 /// A colour of the figures.
+pub const PINK: RGBColor = RGBColor(227, 119, 194);
+/// A colour of the figures.
+pub const OLIVE: RGBColor = RGBColor(188, 189, 34);
+/// A colour of the figures.
 pub const GREY: RGBColor = RGBColor(127, 127, 127);
 /// The colours of series in order.
-pub const PALETTE: [RGBColor; 7] = [BLUE, RED, GREEN, ORANGE, PURPLE, BROWN, GREY];
+pub const PALETTE: [RGBColor; 9] = [BLUE, RED, GREEN, ORANGE, PURPLE, BROWN, PINK, OLIVE, GREY];
 
 /// The colour of a protocol (same on every figure).
 pub fn protocol_color(p: &str) -> RGBColor {
@@ -166,6 +170,7 @@ pub fn protocol_color(p: &str) -> RGBColor {
         "rdmp-cc" => ORANGE,
         "herd" => PURPLE,
         "rfp" => BROWN,
+        "pdpm-direct" => PINK,
         _ => GREY,
     }
 }
@@ -179,6 +184,7 @@ pub fn protocol_name(p: &str) -> String {
         "rdmp-cc" => "RDMP-CC (client FLUSH)".into(),
         "herd" => "HERD (polled WRITE)".into(),
         "rfp" => "RFP (remote fetching)".into(),
+        "pdpm-direct" => "pDPM-Direct (passive, CAS lock)".into(),
         o => o.into(),
     }
 }
