@@ -78,6 +78,8 @@ BOOMKV_KILLS=$kills "$KILL" --ignored kills_over_verbs --nocapture
 
 step "crash test over verbs"
 "$BOOMCTL" crashtest --transport verbs --iterations 2 --ops 200 --threads 2
+# pDPM-Direct: the client's compare-and-swap, WRITEs and FLUSHes on the device.
+"$BOOMCTL" crashtest --transport verbs --protocol pdpm-direct --iterations 2 --ops 200 --threads 2
 
 step "CLI session over verbs"
 dir=$(mktemp -d)
@@ -91,7 +93,7 @@ for _ in $(seq 1 120); do
   kill -0 $serve_pid || { cat "$dir/serve.log"; exit 1; }
   sleep 0.5
 done
-for p in boom rdmp rpc rdmp-cc herd rfp; do
+for p in boom rdmp rpc rdmp-cc herd rfp pdpm-direct; do
   "$BOOMCTL" put --server "$srv" --protocol $p "key-$p" "value over $p"
   got=$("$BOOMCTL" get --server "$srv" --protocol $p "key-$p")
   [ "$got" = "value over $p" ] || { echo "get with $p returned '$got'"; exit 1; }
@@ -105,7 +107,7 @@ done
 # To a file first: `| grep -q` may close the pipe before boomctl has printed everything.
 "$BOOMCTL" stats --server "$srv" >"$dir/stats.txt"
 grep -q puts "$dir/stats.txt"
-for p in boom rdmp rpc rdmp-cc herd rfp; do
+for p in boom rdmp rpc rdmp-cc herd rfp pdpm-direct; do
   "$BOOMCTL" ycsb --server "$srv" --protocol $p --mix a --records 200 --ops 400 --threads 2 --size 256 --quiet
 done
 kill -TERM $serve_pid

@@ -230,11 +230,6 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
     };
     let d = |a: &QpStats, b: &QpStats, f: fn(&QpStats) -> u64| f(b) - f(a);
     for i in 0..20 {
-        if p == Protocol::PdpmDirect {
-            // A key new to this client costs a READ per probed cell to find its cell
-            // (and lock word) first; the design's 4 round trips are those of a known key.
-            c.put(format!("k{i}").as_bytes(), b"first").unwrap();
-        }
         let (before, r0) = (c.transport_stats(), c.counters().fetch_retries);
         c.put(format!("k{i}").as_bytes(), &[7u8; 200]).unwrap();
         let (after, r1) = (c.transport_stats(), c.counters().fetch_retries);

@@ -56,7 +56,8 @@
 //! cell if both slots are empty or only the uncommitted one is torn (a first write
 //! that never reached its committed slot); else the cell is damaged. Every lock is
 //! released: the lock word becomes the recovered version with no holder (zero for an
-//! empty cell).
+//! empty cell, version 1 for a damaged one, so that it is never claimed as empty: a
+//! probe that meets it fails loudly).
 
 use super::format::{self as fmt, EntryHeader, ENTRY_HEADER_SIZE};
 use crate::error::{Error, Result};
@@ -339,7 +340,7 @@ mod tests {
         let (old, new) = (slot(1, b"k", b"old", 1, s), slot(1, b"k", b"new", 2, s));
         let empty = vec![0u8; s as usize];
         let mut torn = new.clone();
-        torn[50] ^= 0xff;
+        torn[42] ^= 0xff; // a value byte
         assert!(matches!(recover_cell(&old, &new, 1, s), CellState::Committed(h) if h.version == 1));
         assert!(matches!(recover_cell(&torn, &new, 1, s), CellState::FromUncommitted(h) if h.version == 2));
         assert_eq!(recover_cell(&empty, &torn, 1, s), CellState::Empty);

@@ -232,12 +232,14 @@ pub(super) fn recover_cells(pool: &Pool, t: CellTable, writable: bool) -> Result
                 rep.cells_restored += 1;
                 h.version
             }
+            // Never claimable again as empty: keys past it in a probe stay reachable
+            // (or fail loudly), and its own key reads as an error.
             CellState::Damaged(_) => {
                 rep.cells_damaged += 1;
-                0
+                1
             }
         };
-        if version > 0 {
+        if version > 0 && !matches!(state, CellState::Damaged(_)) {
             rep.cells_in_use += 1;
         }
         let lock = base + t.lock_offset(i);

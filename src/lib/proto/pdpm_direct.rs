@@ -34,10 +34,14 @@
 //!   table of cells created at the first pDPM-Direct client's request (`--cells`,
 //!   `--cell-value`; fixed for the pool's life), a key in the first cell of a linear
 //!   probe from its hash that is empty or holds it. A client caches each key's cell and
-//!   lock word: a key it has not touched costs one READ per probed cell before its first
-//!   write (and its first GET reads from the home cell on). A writer never probes past
-//!   a cell whose first write is in progress (it waits for the lock), so every cell a
-//!   key's probe passes is committed and durable, and stays so through a crash.
+//!   lock word (from its writes and its GETs). A write of a key it has not touched
+//!   first tries to claim the key's home cell as empty: a new key costs the 4 round
+//!   trips; a key already in the table costs that failed compare-and-swap and one READ
+//!   per probed cell more, once per client. A writer never probes past a cell whose
+//!   first write is in progress (it waits for the lock), so every cell a key's probe
+//!   passes is committed and durable, and stays so through a crash; recovery leaves a
+//!   damaged cell locked-looking (a version with no holder and a slot that does not
+//!   verify), so probes through it fail loudly instead of claiming it.
 //! - **Versions are per key** (48 bits of the lock word), not the server's counter: no
 //!   server is on the write path to assign one.
 //! - **No seal.** The server's seal on entries (keyed by a secret clients never see)
@@ -242,11 +246,8 @@ impl Client {
     }
 
     /// The cell a write of `key` goes to and the lock word seen free there (0: an
-    /// empty cell to claim).
+    /// empty cell to claim), found by probing from its home cell.
     fn cell_for_write<T: Transport>(&mut self, l: &mut Link<T>, t: &Table, key: &[u8]) -> Result<(u64, u64)> {
-        if let Some(k) = self.known.get(key) {
-            return Ok((k.cell, k.word));
-        }
         let start = Instant::now();
         let mut i = cells::home(key, t.geo.cells);
         let mut probes = 0u64;
@@ -322,7 +323,13 @@ impl<T: Transport> ClientSide<T> for Client {
         if value.len() as u64 > t.geo.value_max(key.len()) {
             return Err(Error::TooLarge { what: "value", len: value.len() as u64, limit: t.geo.value_max(key.len()) });
         }
-        let (cell, mut word) = self.cell_for_write(l, &t, key)?;
+        let (mut cell, mut word, mut sure) = match self.known.get(key) {
+            Some(k) => (k.cell, k.word, true),
+            // A key this client has not touched: claim its home cell as if it were
+            // empty (a new key costs the design's 4 round trips); if it is not, find
+            // the key's cell by probing.
+            None => (cells::home(key, t.geo.cells), 0, false),
+        };
         let start = Instant::now();
         // Round trip 1: the lock.
         loop {
@@ -331,14 +338,19 @@ impl<T: Transport> ClientSide<T> for Client {
             if old == word {
                 break;
             }
+            if !sure || (word == 0 && cells::lock_holder(old) == 0) {
+                // Not empty (or another key's first write claimed it first).
+                self.known.remove(key);
+                (cell, word) = self.cell_for_write(l, &t, key)?;
+                sure = true;
+                continue;
+            }
             if cells::lock_holder(old) != 0 {
                 wait_lock(l, start, cell, old)?;
-            } else if word == 0 && old != 0 {
-                // Someone claimed the empty cell first: it may be another key's now.
-                self.known.remove(key);
-                return self.put(l, key, value, tomb);
+                word = cells::lock_word(cells::lock_version(old), 0);
+            } else {
+                word = old;
             }
-            word = cells::lock_word(cells::lock_version(old), 0);
         }
         let version = cells::lock_version(word) + 1;
         if version > cells::MAX_CELL_VERSION {
