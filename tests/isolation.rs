@@ -8,7 +8,8 @@
 //! - HERD/RFP: a forged request slot beside an honest client, WRITEs into another
 //!   client's request region or into a result region;
 //! - RDMP-CC: another value written under the seal the server gave;
-//! - pDPM-Direct: a WRITE past the cell table, garbage in a cell, a lock never released.
+//! - pDPM-Direct: a WRITE past the cell table, garbage in a cell, a lock never released;
+//! - Clover: a WRITE past the arena, garbage over a key's newest version.
 //!
 //! The offender loses its connection; the victim keeps its data and its service.
 
@@ -498,4 +499,71 @@ fn tcp_pdpm_direct_clients_reach_only_the_table_and_damage_reads_as_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let s = tcp_server(dir.path(), quiet());
     pdpm_table(&TcpTransport::new().unwrap(), dir.path(), s);
+}
+
+/// Clover: passive data, so the arena trusts its clients (the module docs say so). What
+/// the server still guarantees: the arena is the only memory a Clover client reaches (a
+/// WRITE past it costs the connection), a BOOM client's data is untouched, a damaged
+/// version reads as an error, never as a value, and recovery walks past nothing it
+/// cannot verify (the chain ends at the last version that does).
+fn clover_arena<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
+    use boomkv::log::clover::{self, Arena};
+    let ep = s.endpoints()[0].clone();
+    let mut boom = Client::connect(t, &ep, opts()).unwrap();
+    boom.put(b"boom-key", b"boom-value").unwrap();
+    let co = ClientOptions { protocol: Protocol::Clover, cells: 64, cell_value: 1000, clover_data: 1 << 20, ..opts() };
+    let mut honest = Client::connect(t, &ep, co.clone()).unwrap();
+    honest.put(b"shared", b"first").unwrap();
+    honest.put(b"shared", b"acknowledged").unwrap();
+
+    let mut attacker = Raw::speaking(t, &ep, Protocol::Clover);
+    let (addr, rkey, a) = match attacker.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
+        Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
+            (addr, rkey, Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
+        }
+        m => panic!("expected the arena, got {m:?}"),
+    };
+    assert_eq!(a.heads, 64, "the first client's geometry stands");
+    assert!(!attacker.write(addr + a.bytes(), rkey, 64), "a WRITE past the arena");
+
+    // Garbage over the newest version of "shared" (found from its head's shortcut).
+    let mut a2 = Raw::speaking(t, &ep, Protocol::Clover);
+    let (addr, rkey) = match a2.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
+        Some(Msg::CloverArena { addr, rkey, .. }) => (addr, rkey),
+        m => panic!("expected the arena, got {m:?}"),
+    };
+    let p = s.pool().clone();
+    let newest = p.clover_lookup(b"shared").expect("the key is in the arena");
+    assert_eq!(newest.header.version, 2);
+    a2.buf.write(0, &[0xa5u8; 100]).unwrap();
+    assert!(a2.write(addr + newest.offset + clover::NEXT_LEN + 40, rkey, 100));
+    let mut fresh = Client::connect(t, &ep, co.clone()).unwrap();
+    let e = fresh.get(b"shared").unwrap_err();
+    assert!(matches!(e, boomkv::Error::Corrupt { .. }), "a damaged version is an error, never a value: {e:?}");
+    // The rest of the arena and the pool serve on.
+    fresh.put(b"other", b"ok").unwrap();
+    assert_eq!(fresh.get(b"other").unwrap().unwrap(), b"ok");
+    assert_eq!(boom.get(b"boom-key").unwrap().unwrap(), b"boom-value");
+    drop((honest, fresh, boom, attacker, a2, p));
+    s.shutdown();
+    // Recovery: the chain of "shared" ends at the version before the damage; no panic.
+    let (p, rep) = Pool::open(dir, &PoolOptions::default()).unwrap();
+    assert_eq!(rep.clover.keys, 2, "{:?}", rep.clover);
+    let v = p.clover_lookup(b"shared").unwrap();
+    assert_eq!(boomkv::log::format::entry_value(&v.entry, &v.header), b"first");
+    assert!(p.lookup(b"boom-key").is_some());
+}
+
+#[test]
+fn shm_clover_clients_reach_only_the_arena_and_damage_reads_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = shm_server(dir.path(), quiet());
+    clover_arena(&ShmTransport::new().unwrap(), dir.path(), s);
+}
+
+#[test]
+fn tcp_clover_clients_reach_only_the_arena_and_damage_reads_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = tcp_server(dir.path(), quiet());
+    clover_arena(&TcpTransport::new().unwrap(), dir.path(), s);
 }

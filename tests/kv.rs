@@ -35,6 +35,8 @@ fn opts(p: Protocol) -> ClientOptions {
         // pDPM-Direct's cell table (16 MiB): every key of these tests, values to 16 KiB.
         cells: 512,
         cell_value: PDPM_VALUE_MAX as u32,
+        // Clover's arena: 16 MiB of chunks.
+        clover_data: 16 << 20,
         ..Default::default()
     }
 }
@@ -123,8 +125,13 @@ fn value(i: usize, len: usize) -> Vec<u8> {
 fn round_trips_sizes_and_restart<T: Backend>(p: Protocol) {
     let mut f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
     let mut c = f.client(p);
-    // pDPM-Direct's values live in fixed-size cells: larger ones are refused, typed.
-    let fits = |n: usize| p != Protocol::PdpmDirect || n <= PDPM_VALUE_MAX;
+    // pDPM-Direct's values live in fixed-size cells, Clover's versions in chunks (four
+    // of the largest value the arena was made for): larger ones are refused, typed.
+    let fits = |n: usize| match p {
+        Protocol::PdpmDirect => n <= PDPM_VALUE_MAX,
+        Protocol::Clover => n <= 4 * PDPM_VALUE_MAX,
+        _ => true,
+    };
     for (i, &n) in SIZES.iter().enumerate() {
         let k = format!("key-{i}");
         if !fits(n) {
@@ -227,6 +234,10 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
         // 4 round trips: the lock's CAS, WRITE + FLUSH of the uncommitted slot, WRITE +
         // FLUSH of the committed one, the release's WRITE (6 operations); a GET is 1 READ.
         Protocol::PdpmDirect => (6, 1),
+        // 2 round trips: WRITE + FLUSH of the version, CAS + FLUSH of the link; then the
+        // shortcut's WRITE, not waited for (5 operations). A GET: the cached version
+        // and the head, 2 READs posted together (1 round trip).
+        Protocol::Clover => (5, 2),
     };
     let d = |a: &QpStats, b: &QpStats, f: fn(&QpStats) -> u64| f(b) - f(a);
     for i in 0..20 {
@@ -253,6 +264,15 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
                 assert_eq!(n, (1, 3, 2), "{p}: CAS, 3 WRITEs, 2 FLUSHes");
                 assert_eq!(d(&before, &after, |s| s.sends) + d(&before, &after, |s| s.writes_imm), 0, "{p}: no CPU");
             }
+            Protocol::Clover => {
+                let n = (
+                    d(&before, &after, |s| s.atomics),
+                    d(&before, &after, |s| s.writes),
+                    d(&before, &after, |s| s.flushes),
+                );
+                assert_eq!(n, (1, 2, 2), "{p}: CAS, 2 WRITEs, 2 FLUSHes");
+                assert_eq!(d(&before, &after, |s| s.sends) + d(&before, &after, |s| s.writes_imm), 0, "{p}: no CPU");
+            }
             Protocol::Herd | Protocol::Rfp => {
                 assert_eq!(d(&before, &after, |s| s.writes), 1, "{p}: the request is one WRITE");
                 assert_eq!(d(&before, &after, |s| s.sends) + d(&before, &after, |s| s.writes_imm), 0, "{p}: no SEND");
@@ -268,6 +288,9 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
         assert_eq!(after.network_ops() - before.network_ops() - (r1 - r0), want_get, "{p} GET round trips");
         if p == Protocol::Rfp || p == Protocol::PdpmDirect {
             assert_eq!(d(&before, &after, |s| s.reads) - (r1 - r0), 1, "{p}: one READ");
+        }
+        if p == Protocol::Clover {
+            assert_eq!(d(&before, &after, |s| s.reads), 2, "{p}: the cached version and the head");
         }
     }
     if p == Protocol::Rfp {
@@ -311,13 +334,14 @@ fn hybrid_updates<T: Backend>() {
 
 fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
     let f = Fixture::<T>::new(4 << 20, 1 << 20, cfg(1, false));
-    // pDPM-Direct fills its cell table instead: 8 cells of 1000-byte values.
-    let o = ClientOptions { cells: 8, cell_value: 1000, ..opts(p) };
+    // pDPM-Direct fills its cell table instead (8 cells of 1000-byte values), Clover its
+    // arena (256 KiB of chunks).
+    let o = ClientOptions { cells: 8, cell_value: 1000, clover_data: 256 << 10, ..opts(p) };
     let mut c = Client::connect(&T::make(), &f.ep, o.clone()).unwrap();
     c.put(b"survivor", b"still here").unwrap();
-    let fill = if p == Protocol::PdpmDirect { 1000 } else { 200_000 };
+    let fill = if matches!(p, Protocol::PdpmDirect | Protocol::Clover) { 1000 } else { 200_000 };
     let mut err = None;
-    for i in 0..100 {
+    for i in 0..1000 {
         if let Err(e) = c.put(format!("fill{i}").as_bytes(), &vec![0u8; fill]) {
             err = Some(e);
             break;
@@ -397,6 +421,11 @@ macro_rules! suite {
             #[$attr]
             fn pdpm_direct_round_trips() {
                 round_trips_sizes_and_restart::<$t>(Protocol::PdpmDirect)
+            }
+            #[test]
+            #[$attr]
+            fn clover_round_trips() {
+                round_trips_sizes_and_restart::<$t>(Protocol::Clover)
             }
             #[test]
             #[$attr]

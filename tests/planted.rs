@@ -19,6 +19,7 @@ fn every_planted_bug_is_caught_within_1000_crashes() {
         (Plant::HerdEarlyReply, Protocol::Herd),
         (Plant::RfpEarlyResult, Protocol::Rfp),
         (Plant::PdpmEarlyCommit, Protocol::PdpmDirect),
+        (Plant::CloverSkipFlush, Protocol::Clover),
     ];
     for (plant, protocol) in plants {
         planted::set(plant);

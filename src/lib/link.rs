@@ -87,6 +87,9 @@ pub(crate) struct Link<T: Transport> {
     pub(crate) resp_mr: T::Mr,
     /// The buffer entries are WRITTEN from.
     entry_mr: T::Mr,
+    /// An 8-byte word WRITTEN without waiting (Clover's shortcut): its own buffer, so
+    /// the next request's entry does not overwrite it before it is sent.
+    word_mr: T::Mr,
     /// Scratch: requests are encoded here, replies and entries copied here.
     pub(crate) buf: Vec<u8>,
     pub(crate) timeout: Duration,
@@ -113,6 +116,7 @@ impl<T: Transport> Link<T> {
             qp.post_recv(i as u64, &recv_mr, (i * recv_size) as u64, recv_size)?;
         }
         let entry_mr = t.alloc_mr(4096, Access::NONE)?;
+        let word_mr = t.alloc_mr(64, Access::NONE)?;
         Ok(Link {
             t: t.clone(),
             qp,
@@ -122,6 +126,7 @@ impl<T: Transport> Link<T> {
             unposted: Vec::with_capacity(REPOST_BATCH),
             resp_mr,
             entry_mr,
+            word_mr,
             buf: Vec::new(),
             timeout,
             limits,
@@ -339,6 +344,95 @@ impl<T: Transport> Link<T> {
     pub(crate) fn seal_cell_entry(&mut self, cell: u64, version: u64) -> Result<()> {
         crate::log::cells::seal_slot(&mut self.buf, cell, version)?;
         self.entry_mr.write(0, &self.buf[..fmt::ENTRY_SEAL_OFF as usize + 8])
+    }
+
+    /// Encodes a Clover version (a zero `next` word, then the entry with `version` and
+    /// its check for arena offset `off`) into `buf` and the entry buffer; returns its
+    /// length.
+    pub(crate) fn encode_version(
+        &mut self,
+        off: u64,
+        key: &[u8],
+        value: &[u8],
+        tomb: bool,
+        version: u64,
+    ) -> Result<usize> {
+        let next = crate::log::clover::NEXT_LEN as usize;
+        let len = next + ENTRY_HEADER_SIZE as usize + key.len() + value.len();
+        self.buf.resize(len, 0);
+        self.buf[..next].fill(0);
+        fmt::encode_entry(&mut self.buf[next..], key, value, tomb, 0)?;
+        crate::log::clover::seal_version(&mut self.buf[next..], off, version)?;
+        self.entry_room(len)?;
+        self.entry_mr.write(0, &self.buf)?;
+        Ok(len)
+    }
+
+    /// Gives the encoded version at arena offset `off` (address `addr`) a new
+    /// `version` (a retry after another writer linked first): its version word and
+    /// check are rewritten in the entry buffer (from the checksum there: `buf` may
+    /// hold other versions read since) and WRITTEN there (unsignaled).
+    pub(crate) fn reseal_version(&mut self, off: u64, version: u64, addr: u64, rkey: u32) -> Result<()> {
+        let next = crate::log::clover::NEXT_LEN;
+        let mut c = [0u8; 4];
+        self.entry_mr.read(next + fmt::ENTRY_CHECKSUM_OFF, &mut c)?;
+        let check = crate::log::clover::version_check(off, version, u32::from_le_bytes(c));
+        let mut w = [0u8; 16];
+        w[..8].copy_from_slice(&version.to_le_bytes());
+        w[8..].copy_from_slice(&check.to_le_bytes());
+        let at = next + fmt::ENTRY_VERSION_OFF;
+        self.entry_mr.write(at, &w)?;
+        let wr = self.wr();
+        self.qp
+            .post_write(wr, &self.entry_mr, at, 16, addr + at, rkey, false)
+            .map_err(|e| self.broken("a Clover retry", e))
+    }
+
+    /// Compare-and-swap of the word at `addr`, then a FLUSH of it, posted together (one
+    /// round trip); returns the word's previous value once the FLUSH completed.
+    pub(crate) fn compare_swap_flushed(
+        &mut self,
+        addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+        what: &'static str,
+    ) -> Result<u64> {
+        self.grow_response(8)?;
+        let wr = self.wr();
+        self.qp.post_compare_swap(wr, &self.resp_mr, 0, addr, rkey, compare, swap).map_err(|e| self.broken(what, e))?;
+        let fwr = self.wr();
+        self.qp.post_flush(fwr, addr, rkey, 8).map_err(|e| self.broken(what, e))?;
+        self.wait_completion(wr, what)?;
+        self.wait_completion(fwr, what)?;
+        let mut w = [0u8; 8];
+        self.resp_mr.read(0, &mut w)?;
+        Ok(u64::from_le_bytes(w))
+    }
+
+    /// WRITEs the 8-byte `word` to `addr` without waiting (from its own buffer, which
+    /// the next call reuses only after a waited request on this queue pair).
+    pub(crate) fn write_word_quiet(&mut self, word: u64, addr: u64, rkey: u32) -> Result<()> {
+        self.word_mr.write(0, &word.to_le_bytes())?;
+        let wr = self.wr();
+        self.qp.post_write(wr, &self.word_mr, 0, 8, addr, rkey, false).map_err(|e| self.broken("a shortcut", e))
+    }
+
+    /// Two READs posted together (one round trip): `a` (len, addr) into `buf`, `b`
+    /// (len, addr) returned; both under `rkey`.
+    pub(crate) fn read_pair(&mut self, a: (u32, u64), b: (u32, u64), rkey: u32, what: &'static str) -> Result<Vec<u8>> {
+        let second = u64::from(a.0).div_ceil(64) * 64;
+        self.grow_response(second + u64::from(b.0))?;
+        let wa = self.wr();
+        self.qp.post_read(wa, &self.resp_mr, 0, a.0, a.1, rkey).map_err(|e| self.broken(what, e))?;
+        let wb = self.wr();
+        self.qp.post_read(wb, &self.resp_mr, second, b.0, b.1, rkey).map_err(|e| self.broken(what, e))?;
+        self.wait_completion(wa, what)?;
+        self.wait_completion(wb, what)?;
+        let mut out = vec![0u8; b.0 as usize];
+        self.resp_mr.read(second, &mut out)?;
+        self.take_response(a.0 as usize)?;
+        Ok(out)
     }
 
     /// WRITEs `m` as polled slot `seq` ([`crate::wire::slot`]) into the peer's request

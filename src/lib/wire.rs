@@ -90,11 +90,14 @@ pub enum Protocol {
     /// on the data path.
     #[serde(rename = "pdpm-direct")]
     PdpmDirect,
+    /// Clover: passive data, versions written out of place into chunks a metadata
+    /// server hands out, linked by compare-and-swap of the previous version's pointer.
+    Clover,
 }
 
 impl Protocol {
     /// All protocols, BOOM first.
-    pub const ALL: [Protocol; 7] = [
+    pub const ALL: [Protocol; 8] = [
         Protocol::Boom,
         Protocol::Rdmp,
         Protocol::Rpc,
@@ -102,6 +105,7 @@ impl Protocol {
         Protocol::Herd,
         Protocol::Rfp,
         Protocol::PdpmDirect,
+        Protocol::Clover,
     ];
 
     /// The on-wire code.
@@ -114,6 +118,7 @@ impl Protocol {
             Protocol::Herd => 4,
             Protocol::Rfp => 5,
             Protocol::PdpmDirect => 6,
+            Protocol::Clover => 7,
         }
     }
 
@@ -127,8 +132,15 @@ impl Protocol {
             4 => Ok(Protocol::Herd),
             5 => Ok(Protocol::Rfp),
             6 => Ok(Protocol::PdpmDirect),
+            7 => Ok(Protocol::Clover),
             o => Err(Error::corrupt("handshake", format!("unknown protocol {o}"))),
         }
+    }
+
+    /// Whether the client makes a PUT durable itself (one-sided FLUSHes), with no
+    /// server CPU on the way: RDMP-CC, pDPM-Direct, Clover.
+    pub fn durable_by_client(self) -> bool {
+        matches!(self, Protocol::RdmpCc | Protocol::PdpmDirect | Protocol::Clover)
     }
 
     /// Lower-case name.
@@ -141,6 +153,7 @@ impl Protocol {
             Protocol::Herd => "herd",
             Protocol::Rfp => "rfp",
             Protocol::PdpmDirect => "pdpm-direct",
+            Protocol::Clover => "clover",
         }
     }
 }
@@ -162,6 +175,7 @@ impl std::str::FromStr for Protocol {
             "herd" => Ok(Protocol::Herd),
             "rfp" | "jakiro" => Ok(Protocol::Rfp),
             "pdpm-direct" | "pdpm" => Ok(Protocol::PdpmDirect),
+            "clover" => Ok(Protocol::Clover),
             o => {
                 let names: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
                 Err(format!("unknown protocol '{o}' (expected one of {})", names.join(", ")))
@@ -579,6 +593,36 @@ pub enum Msg {
         /// The client's holder tag.
         tag: u16,
     },
+    /// Client (Clover): where is the arena? Create it with `heads` head records and
+    /// `data` bytes of chunks for values of up to `value_max` bytes if the pool has none.
+    CloverReq {
+        /// Head records wanted.
+        heads: u64,
+        /// Bytes of chunks wanted.
+        data: u64,
+        /// Largest value wanted.
+        value_max: u32,
+    },
+    /// Server (Clover): the arena (read, written and linked by the client).
+    CloverArena {
+        /// Address of the arena's first byte.
+        addr: u64,
+        /// Region key.
+        rkey: u32,
+        /// Head records.
+        heads: u64,
+        /// Bytes per chunk.
+        chunk_size: u64,
+        /// Chunks.
+        chunks: u64,
+    },
+    /// Client (Clover): a chunk to write versions into (the previous one is full).
+    ChunkReq,
+    /// Server (Clover): chunk `chunk` is this client's.
+    Chunk {
+        /// The chunk's number.
+        chunk: u64,
+    },
     /// Server: no live entry for the key.
     NotFound,
     /// Server: the request failed.
@@ -613,6 +657,10 @@ mod op {
     pub const RINGS: u8 = 20;
     pub const CELLS_REQ: u8 = 21;
     pub const CELLS: u8 = 22;
+    pub const CLOVER_REQ: u8 = 23;
+    pub const CLOVER_ARENA: u8 = 24;
+    pub const CHUNK_REQ: u8 = 25;
+    pub const CHUNK: u8 = 26;
 }
 
 const MAX_KEY: usize = crate::log::format::MAX_KEY_LEN as usize;
@@ -645,10 +693,14 @@ impl Msg {
             Msg::Rings { .. } => op::RINGS,
             Msg::CellsReq { .. } => op::CELLS_REQ,
             Msg::Cells { .. } => op::CELLS,
+            Msg::CloverReq { .. } => op::CLOVER_REQ,
+            Msg::CloverArena { .. } => op::CLOVER_ARENA,
+            Msg::ChunkReq => op::CHUNK_REQ,
+            Msg::Chunk { .. } => op::CHUNK,
         };
         w.u8(opc).u8(0).u16(0).u32(req);
         match self {
-            Msg::GrantSegment | Msg::StatsReq | Msg::NotFound | Msg::RingsReq => {}
+            Msg::GrantSegment | Msg::StatsReq | Msg::NotFound | Msg::RingsReq | Msg::ChunkReq => {}
             Msg::SegmentGranted { segment, region } => {
                 w.u64(*segment).region(region);
             }
@@ -696,6 +748,15 @@ impl Msg {
             }
             Msg::Cells { addr, rkey, cells, slot_size, tag } => {
                 w.u64(*addr).u32(*rkey).u64(*cells).u64(*slot_size).u16(*tag);
+            }
+            Msg::CloverReq { heads, data, value_max } => {
+                w.u64(*heads).u64(*data).u32(*value_max);
+            }
+            Msg::CloverArena { addr, rkey, heads, chunk_size, chunks } => {
+                w.u64(*addr).u32(*rkey).u64(*heads).u64(*chunk_size).u64(*chunks);
+            }
+            Msg::Chunk { chunk } => {
+                w.u64(*chunk);
             }
         }
         *out = w.0;
@@ -759,6 +820,16 @@ impl Msg {
             op::CELLS => {
                 Msg::Cells { addr: r.u64()?, rkey: r.u32()?, cells: r.u64()?, slot_size: r.u64()?, tag: r.u16()? }
             }
+            op::CLOVER_REQ => Msg::CloverReq { heads: r.u64()?, data: r.u64()?, value_max: r.u32()? },
+            op::CLOVER_ARENA => Msg::CloverArena {
+                addr: r.u64()?,
+                rkey: r.u32()?,
+                heads: r.u64()?,
+                chunk_size: r.u64()?,
+                chunks: r.u64()?,
+            },
+            op::CHUNK_REQ => Msg::ChunkReq,
+            op::CHUNK => Msg::Chunk { chunk: r.u64()? },
             op::ERROR => {
                 let code = error_code_from_u16(r.u16()?)?;
                 let message = std::str::from_utf8(r.bytes16(1024)?)
@@ -972,6 +1043,10 @@ mod tests {
             Msg::Rings { req_addr: 1, req_rkey: 2, req_len: 3, res_addr: 4, res_rkey: 5, res_len: 6 },
             Msg::CellsReq { cells: 1 << 20, value_max: 4096 },
             Msg::Cells { addr: 1, rkey: 2, cells: 3, slot_size: 4, tag: 5 },
+            Msg::CloverReq { heads: 1, data: 2, value_max: 3 },
+            Msg::CloverArena { addr: 1, rkey: 2, heads: 3, chunk_size: 4096, chunks: 5 },
+            Msg::ChunkReq,
+            Msg::Chunk { chunk: 7 },
         ]
     }
 

@@ -50,7 +50,8 @@ pub struct CrashArgs {
     no_cleaner: bool,
     /// Plant a known bug (builds with --features planted-bugs only):
     /// skip-writeback, count-first, late-lease, cc-skip-flush (rdmp-cc), herd-early-reply
-    /// (herd), rfp-early-result (rfp) or pdpm-early-commit (pdpm-direct).
+    /// (herd), rfp-early-result (rfp), pdpm-early-commit (pdpm-direct) or clover-skip-flush
+    /// (clover).
     #[arg(long, value_name = "BUG")]
     plant: Option<String>,
     /// Keep the crash image (and write history) of every failing iteration in DIR,

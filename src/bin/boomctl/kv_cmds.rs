@@ -251,9 +251,14 @@ pub struct ClientArgs {
     /// pDPM-Direct: cells of the table, if the server's pool has none yet.
     #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS)]
     pub cells: u64,
-    /// pDPM-Direct: the largest value a cell holds, if the server's pool has no table yet.
+    /// pDPM-Direct: the largest value a cell holds, if the server's pool has no table yet
+    /// (Clover: the largest value its chunks are sized for).
     #[arg(long, value_name = "BYTES", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELL_VALUE)]
     pub cell_value: u32,
+    /// Clover: bytes of chunks of the arena, if the server's pool has none yet (its head
+    /// records: --cells).
+    #[arg(long, value_name = "SIZE", value_parser = crate::common::size_arg, default_value = "8M")]
+    pub clover_data: u64,
 }
 
 impl ClientArgs {
@@ -269,6 +274,7 @@ impl ClientArgs {
             fetch_size: self.fetch_size,
             cells: self.cells,
             cell_value: self.cell_value,
+            clover_data: self.clover_data,
             ..Default::default()
         }
     }

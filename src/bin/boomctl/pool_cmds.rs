@@ -131,6 +131,9 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
     if let Some(t) = r.cells.table {
         crate::outln!("cells       {}", cells_line(&r.cells, &t))?;
     }
+    if let Some(a) = r.clover.arena {
+        crate::outln!("clover      {}", clover_line(&r.clover, &a))?;
+    }
     crate::outln!(
         "damage      {} found: {} entries repaired (one flipped bit), {} count words failed their check",
         r.damaged(),
@@ -298,6 +301,23 @@ fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellT
     )
 }
 
+/// The Clover arena's line of `recover` and `inspect-log`.
+fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Arena) -> String {
+    format!(
+        "Clover arena: {} heads, {} chunks of {} in segments {}..{}: {} keys ({} versions walked, {} chains compacted), {} heads damaged, {} chunks free",
+        a.heads,
+        a.chunks,
+        human_bytes(a.chunk_size),
+        a.first_segment,
+        a.first_segment + a.segments,
+        c.keys,
+        c.versions,
+        c.chains_compacted,
+        c.heads_damaged,
+        c.chunks_free
+    )
+}
+
 pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
     let (pool, rep) = Pool::open(&a.pmem.pmem, &read_only_options(IndexKind::Hash))?;
     let f = InspectFilter {
@@ -334,6 +354,9 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
     )?;
     if let Some(t) = rep.cells.table {
         crate::outln!("  {}", cells_line(&rep.cells, &t))?;
+    }
+    if let Some(a) = rep.clover.arena {
+        crate::outln!("  {}", clover_line(&rep.clover, &a))?;
     }
     for p in &rep.problems {
         crate::outln!("  problem: {p}")?;
@@ -412,6 +435,38 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         crate::outln!(
             "status: live = what a GET returns; deleted = the key's live tombstone; superseded = an older \
              version; rejected = failed a check (reason given)"
+        )?;
+    }
+    if !ins.clover.is_empty() {
+        crate::outln!()?;
+        crate::outln!(
+            "{:>9} {:>12} {:>12} {:>6} {:>9} {:<5} key",
+            "head",
+            "version",
+            "offset",
+            "chain",
+            "value",
+            "flags"
+        )?;
+        for c in &ins.clover {
+            crate::outln!(
+                "{:>9} {:>12} {:>12} {:>6} {:>9} {:<5} {}",
+                c.head,
+                c.version,
+                c.offset,
+                c.chain,
+                c.value_len,
+                if c.tombstone { "T" } else { "-" },
+                c.key
+            )?;
+            if let Some(v) = &c.value {
+                crate::outln!("{:>9} value: {v}", "")?;
+            }
+        }
+        crate::outln!()?;
+        crate::outln!(
+            "clover: each key's newest version (chain = versions from the chain's start; recovery and the last \
+             client's leaving move the start to the newest)"
         )?;
     }
     if !ins.cells.is_empty() {

@@ -167,6 +167,10 @@ pub struct TargetArgs {
     /// [default: the workload's largest value].
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub cell_value: Option<u64>,
+    /// Clover: bytes of chunks of the arena, if the pool has none yet [default: a
+    /// version per key and per write of the run, and a quarter more].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub clover_data: Option<u64>,
     /// Embedded: directory in which the temporary pool directory is made
     /// [default: /dev/shm, else the temp dir].
     #[arg(long, value_name = "DIR")]
@@ -297,7 +301,8 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let cfg = w.config();
-    let copts = client_options(a.protocol, UpdateMode::Hybrid).size_cells(workload_keys(cfg, 0), cfg.value_size.max());
+    let copts =
+        client_options(a.protocol, UpdateMode::Hybrid).size_passive(workload_keys(cfg, 0), 0, cfg.value_size.max());
     let r = boomkv::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
     print_report(&r, &spec.percentiles()?)?;
     if r.errors > 0 {
@@ -448,12 +453,15 @@ fn run_phases(
     let threads = run_opts.threads;
     let ta = &a.target_args;
     let keys = workload_keys(cfg, run_opts.ops);
-    let mut copts = target_options(ta).size_cells(keys, cfg.value_size.max());
+    let mut copts = target_options(ta).size_passive(keys, run_writes(run_opts.ops, keys), cfg.value_size.max());
     if let Some(c) = ta.cells {
         copts.cells = c;
     }
     if let Some(v) = ta.cell_value {
         copts.cell_value = u32::try_from(v).map_err(|_| anyhow::anyhow!("--cell-value {v} is over 4 GiB"))?;
+    }
+    if let Some(d) = ta.clover_data {
+        copts.clover_data = d;
     }
     let r = match (&ta.db, &ta.server) {
         (Some(url), _) => {
@@ -622,6 +630,17 @@ fn run_config(
 /// reclaims what updates supersede), by [`boomkv::bench::embedded::pool_size_for`]. A run
 /// bounded only by time that inserts is sized for the record count to double. Fails
 /// with a hint when the pool directory's file system cannot hold it.
+/// Writes a run of `ops` operations may make beyond one per key (Clover keeps every
+/// version while its clients run): every operation, or a run bounded by time only
+/// (`ops` unbounded), four per key.
+fn run_writes(ops: u64, keys: u64) -> u64 {
+    if ops == u64::MAX {
+        keys.saturating_mul(4)
+    } else {
+        ops
+    }
+}
+
 /// Keys a run of `ops` operations of `cfg` can write: the records and the inserts.
 fn workload_keys(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
     let inserts = if ops == u64::MAX {
@@ -644,11 +663,11 @@ fn embedded_pool_size(
 ) -> anyhow::Result<u64> {
     let keys = workload_keys(cfg, ops);
     let (value, clients) = (cfg.value_size.max(), threads as u64);
-    let size = boomkv::bench::embedded::pool_size_for_protocol(ta.protocol, keys, value, clients, ta.segment_size);
-    let mut need = boomkv::bench::embedded::pool_need(keys, value, clients, ta.segment_size);
-    if ta.protocol == Protocol::PdpmDirect {
-        need += boomkv::bench::embedded::cell_table_need(keys, value, ta.segment_size);
-    }
+    let writes = run_writes(ops, keys);
+    let size =
+        boomkv::bench::embedded::pool_size_for_protocol(ta.protocol, keys, writes, value, clients, ta.segment_size);
+    let need = boomkv::bench::embedded::pool_need(keys, value, clients, ta.segment_size)
+        + boomkv::bench::embedded::passive_need(ta.protocol, keys, writes, value, ta.segment_size);
     let dir = ta.pmem.clone().unwrap_or_else(boomkv::bench::embedded::default_parent);
     if let Ok(fs) = rustix::fs::statvfs(&dir) {
         let free = fs.f_bavail.saturating_mul(fs.f_frsize);

@@ -67,22 +67,46 @@ pub fn pool_need(entries: u64, value_size: u64, clients: u64, segment_size: u64)
         .max(256 << 20)
 }
 
-/// Bytes of pool the cell table sized by [`crate::client::ClientOptions::size_cells`]
-/// for `keys` keys of values up to `value_size` bytes takes, in whole segments.
-pub fn cell_table_need(keys: u64, value_size: u64, segment_size: u64) -> u64 {
+/// Bytes of pool that pDPM-Direct's cell table or Clover's arena, sized by
+/// [`crate::client::ClientOptions::size_passive`] for `keys` keys written `writes`
+/// more times with values up to `value_size` bytes, takes, in whole segments (0 for the
+/// other protocols).
+pub fn passive_need(p: Protocol, keys: u64, writes: u64, value_size: u64, segment_size: u64) -> u64 {
     let (cells, value) = crate::client::ClientOptions::cells_for(keys, value_size);
-    let slot_size = crate::log::cells::CellTable::slot_size_for(value);
-    let t = crate::log::cells::CellTable { first_segment: 0, segments: 0, cells, slot_size };
-    t.bytes().div_ceil(segment_size.max(1)).saturating_add(1).saturating_mul(segment_size)
+    let bytes = match p {
+        Protocol::PdpmDirect => {
+            let slot_size = crate::log::cells::CellTable::slot_size_for(value);
+            crate::log::cells::CellTable { first_segment: 0, segments: 0, cells, slot_size }.bytes()
+        }
+        Protocol::Clover => {
+            let data = crate::client::ClientOptions::clover_data_for(keys, writes, value_size);
+            // The chunks' rounding: at most one chunk more (a chunk is at least 64 KiB,
+            // 4 versions of the largest value).
+            let chunk = crate::log::clover::version_len(40 + 1024 + value_size).saturating_mul(4).max(64 << 10);
+            cells * crate::log::clover::HEAD_SIZE + 4096 + data + chunk
+        }
+        _ => return 0,
+    };
+    bytes.div_ceil(segment_size.max(1)).saturating_add(1).saturating_mul(segment_size)
 }
 
-/// [`pool_size_for`] for protocol `p`: pDPM-Direct's cell table comes on top.
-pub fn pool_size_for_protocol(p: Protocol, entries: u64, value_size: u64, clients: u64, segment_size: u64) -> u64 {
-    let need = pool_need(entries, value_size, clients, segment_size);
-    let need = match p {
-        Protocol::PdpmDirect => need.saturating_add(cell_table_need(entries, value_size, segment_size)),
-        _ => need,
-    };
+/// [`pool_size_for`] for protocol `p` with `keys` keys written `writes` more times:
+/// pDPM-Direct's cell table and Clover's arena come on top.
+pub fn pool_size_for_protocol(
+    p: Protocol,
+    keys: u64,
+    writes: u64,
+    value_size: u64,
+    clients: u64,
+    segment_size: u64,
+) -> u64 {
+    let need = pool_need(keys.saturating_add(writes), value_size, clients, segment_size).saturating_add(passive_need(
+        p,
+        keys,
+        writes,
+        value_size,
+        segment_size,
+    ));
     need.checked_next_power_of_two().unwrap_or(need)
 }
 

@@ -68,8 +68,11 @@ pub struct ClientOptions {
     pub fetch_size: crate::proto::rfp::FetchSize,
     /// pDPM-Direct: cells to ask for if the pool has no cell table yet.
     pub cells: u64,
-    /// pDPM-Direct: the largest value those cells hold.
+    /// pDPM-Direct: the largest value those cells hold (Clover: its versions).
     pub cell_value: u32,
+    /// Clover: bytes of chunks to ask for if the pool has no arena yet (its head
+    /// records: `cells`).
+    pub clover_data: u64,
 }
 
 impl Default for ClientOptions {
@@ -85,6 +88,7 @@ impl Default for ClientOptions {
             fetch_size: crate::proto::rfp::FetchSize::Auto,
             cells: crate::proto::pdpm_direct::DEFAULT_CELLS,
             cell_value: crate::proto::pdpm_direct::DEFAULT_CELL_VALUE,
+            clover_data: 64 << 20,
         }
     }
 }
@@ -96,11 +100,21 @@ impl ClientOptions {
         (keys.saturating_mul(2).max(64), u32::try_from(value_size).unwrap_or(u32::MAX))
     }
 
-    /// Asks for the cell table of [`ClientOptions::cells_for`] (pDPM-Direct; the other
-    /// protocols ignore it).
-    pub fn size_cells(mut self, keys: u64, value_size: u64) -> Self {
+    /// Asks for the cell table of [`ClientOptions::cells_for`] (pDPM-Direct) and the
+    /// Clover arena of [`ClientOptions::clover_data_for`] for `keys` keys written
+    /// `writes` more times; the other protocols ignore it.
+    pub fn size_passive(mut self, keys: u64, writes: u64, value_size: u64) -> Self {
         (self.cells, self.cell_value) = Self::cells_for(keys, value_size);
+        self.clover_data = Self::clover_data_for(keys, writes, value_size);
         self
+    }
+
+    /// Bytes of Clover chunks for `keys` keys and `writes` more writes of values up to
+    /// `value_size` bytes (keys of YCSB's length): a version each, a quarter more for
+    /// the ends of chunks, and 4 chunks of slack.
+    pub fn clover_data_for(keys: u64, writes: u64, value_size: u64) -> u64 {
+        let v = crate::log::clover::version_len(crate::log::format::ENTRY_HEADER_SIZE + 32 + value_size);
+        keys.saturating_add(writes).saturating_mul(v).saturating_mul(5) / 4 + 4 * (4 * v).max(64 << 10)
     }
 }
 
@@ -142,6 +156,7 @@ impl<T: Transport> Client<T> {
             pool_full_wait: opts.pool_full_wait,
             fetch_size: opts.fetch_size,
             cells: (opts.cells, opts.cell_value),
+            clover_data: opts.clover_data,
         };
         let side = crate::proto::client_side(opts.protocol, &tuning);
         Ok(Client { link, side, protocol: opts.protocol, torn_retries: opts.torn_retries })

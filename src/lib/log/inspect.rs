@@ -105,6 +105,30 @@ pub struct Inspection {
     pub entries: Vec<EntryRow>,
     /// Cells of the cell table shown (pDPM-Direct; with `entries` or `key`).
     pub cells: Vec<CellRow>,
+    /// Keys of the Clover arena shown (with `entries` or `key`).
+    pub clover: Vec<CloverRow>,
+}
+
+/// One key of the Clover arena: its newest version.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CloverRow {
+    /// Head record.
+    pub head: u64,
+    /// Key, printable.
+    pub key: String,
+    /// Version of the newest.
+    pub version: u64,
+    /// Arena offset of the newest.
+    pub offset: u64,
+    /// Versions from the chain's start to the newest.
+    pub chain: u64,
+    /// Value bytes.
+    pub value_len: u64,
+    /// A DELETE.
+    pub tombstone: bool,
+    /// The value, printable (with [`InspectFilter::values`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// One cell of the cell table (pDPM-Direct) that holds a key or is damaged.
@@ -164,7 +188,13 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
         }
         if let Some(t) = table.filter(|t| t.holds_segment(id)) {
             if f.client.is_none() {
-                segments.push(cells_row(&t, id));
+                segments.push(passive_row(id, id - t.first_segment, "cells"));
+            }
+            continue;
+        }
+        if let Some(a) = pool.clover_arena().filter(|a| a.holds_segment(id)) {
+            if f.client.is_none() {
+                segments.push(passive_row(id, id - a.first_segment, "clover"));
             }
             continue;
         }
@@ -185,16 +215,39 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
         segments,
         entries,
         cells: if f.entries || f.key.is_some() { cell_rows(pool, f) } else { Vec::new() },
+        clover: if f.entries || f.key.is_some() { clover_rows(pool, f) } else { Vec::new() },
     }
 }
 
-/// The row of segment `id` of the cell table `t`.
-fn cells_row(t: &super::cells::CellTable, id: u64) -> SegmentRow {
+/// The keys of the Clover arena the filter shows.
+fn clover_rows(pool: &Pool, f: &InspectFilter) -> Vec<CloverRow> {
+    let mut rows = Vec::new();
+    pool.for_each_clover_key(|v| {
+        let key = entry_key(&v.entry, &v.header);
+        if f.key.as_deref().is_some_and(|k| k != key) {
+            return;
+        }
+        rows.push(CloverRow {
+            head: v.head,
+            key: printable_key(key),
+            version: v.header.version,
+            offset: v.offset,
+            chain: v.walked,
+            value_len: u64::from(v.header.value_len),
+            tombstone: v.header.is_tombstone(),
+            value: f.values.then(|| printable_key(entry_value(&v.entry, &v.header))),
+        });
+    });
+    rows
+}
+
+/// The row of segment `id`, the `k`-th of the cell table or the Clover arena (`what`).
+fn passive_row(id: u64, k: u64, what: &str) -> SegmentRow {
     SegmentRow {
         id,
-        state: "cells".into(),
+        state: what.into(),
         owner: None,
-        log_seq: Some(id - t.first_segment),
+        log_seq: Some(k),
         prev: None,
         next: None,
         count: 0,

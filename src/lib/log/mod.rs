@@ -13,8 +13,10 @@
 //! named offsets, never by literal offset. The log imports `pmem` (the media), `index`
 //! and `error`, nothing above them.
 
+pub mod arena;
 pub mod cells;
 pub mod cleaner;
+pub mod clover;
 pub mod format;
 pub mod inspect;
 pub mod recovery;
@@ -104,8 +106,12 @@ pub struct Pool {
     space: SpaceCounters,
     /// The cell table (pDPM-Direct), once created or recovered.
     cells: OnceLock<cells::CellTable>,
-    /// Serialises the table's creation.
+    /// Serialises the table's (and the arena's) creation.
     cells_create: Mutex<()>,
+    /// The Clover arena, once created or recovered.
+    clover: OnceLock<clover::Arena>,
+    /// The arena's chunks (the metadata server's space).
+    clover_chunks: Mutex<arena::Chunks>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -196,6 +202,8 @@ impl Pool {
             space: SpaceCounters::default(),
             cells: OnceLock::new(),
             cells_create: Mutex::new(()),
+            clover: OnceLock::new(),
+            clover_chunks: Mutex::new(arena::Chunks::default()),
             media,
             header,
         };
@@ -641,6 +649,8 @@ pub mod planted {
         /// pDPM-Direct: the client writes the committed slot before the uncommitted
         /// copy is durable (both, then one FLUSH).
         PdpmEarlyCommit,
+        /// Clover: the client links (and acknowledges) its version without FLUSHing it.
+        CloverSkipFlush,
     }
 
     impl std::str::FromStr for Plant {
@@ -655,9 +665,10 @@ pub mod planted {
                 "herd-early-reply" => Ok(Plant::HerdEarlyReply),
                 "rfp-early-result" => Ok(Plant::RfpEarlyResult),
                 "pdpm-early-commit" => Ok(Plant::PdpmEarlyCommit),
+                "clover-skip-flush" => Ok(Plant::CloverSkipFlush),
                 o => Err(format!(
                     "unknown plant '{o}' (skip-writeback, count-first, late-lease, cc-skip-flush, herd-early-reply, \
-                     rfp-early-result, pdpm-early-commit)"
+                     rfp-early-result, pdpm-early-commit, clover-skip-flush)"
                 )),
             }
         }
@@ -687,6 +698,7 @@ pub mod planted {
             5 => Plant::HerdEarlyReply,
             6 => Plant::RfpEarlyResult,
             7 => Plant::PdpmEarlyCommit,
+            8 => Plant::CloverSkipFlush,
             _ => Plant::None,
         }
     }
@@ -723,6 +735,10 @@ pub mod planted {
     /// pDPM-Direct: write the committed slot before the uncommitted copy is durable.
     pub fn pdpm_early_commit() -> bool {
         current() == Plant::PdpmEarlyCommit
+    }
+    /// Clover: link and acknowledge a version without FLUSHing it.
+    pub fn clover_skip_flush() -> bool {
+        current() == Plant::CloverSkipFlush
     }
 }
 

@@ -314,6 +314,8 @@ pub struct RecoveryReport {
     pub repairs: Vec<String>,
     /// The cell table (pDPM-Direct) and what recovery did to it.
     pub cells: super::table::CellsReport,
+    /// The Clover arena and what recovery did to it.
+    pub clover: super::arena::CloverReport,
     /// Threads used.
     pub threads: usize,
     /// Wall time of the scan, milliseconds.
@@ -346,10 +348,13 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let n = pool.header.segment_count;
     let threads = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).min(n as usize).max(1);
     let (cells, cells_problem) = super::table::read_descriptor(pool);
+    let (arena, arena_problem) = super::arena::read_descriptor(pool);
     let mut early_problems = early_problems;
     early_problems.extend(cells_problem);
+    early_problems.extend(arena_problem);
     let mut scan = Scan::new(pool, Trust { sealer: pool.sealer, hwm }, early_problems);
     scan.cells = cells;
+    scan.arena = arena;
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| scan.worker());
@@ -369,6 +374,10 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     if let Some(t) = cells {
         report.cells = super::table::recover_cells(pool, t, writable)?;
         report.segments_in_use += t.segments;
+    }
+    if let Some(a) = arena {
+        report.clover = super::arena::recover_clover(pool, a, writable)?;
+        report.segments_in_use += a.segments;
     }
     check_owner_logs(pool, &mut owners.logs, writable, &mut report)?;
     if writable {
@@ -435,6 +444,8 @@ struct Scan<'a> {
     counts_damaged: AtomicU64,
     /// The cell table, whose segments are not scanned.
     cells: Option<super::cells::CellTable>,
+    /// The Clover arena, whose segments are not scanned.
+    arena: Option<super::clover::Arena>,
 }
 
 /// What one scanning thread counts before it merges into the [`Scan`].
@@ -470,6 +481,7 @@ impl<'a> Scan<'a> {
             repaired: AtomicU64::new(0),
             counts_damaged: AtomicU64::new(0),
             cells: None,
+            arena: None,
         }
     }
 
@@ -502,7 +514,7 @@ impl<'a> Scan<'a> {
     /// Reads segment `id`'s header and, if it is in use, indexes its entries. The cell
     /// table's segments are cells from their first byte: not read here.
     fn segment(&self, id: u64, tally: &mut Tally) {
-        if self.cells.is_some_and(|t| t.holds_segment(id)) {
+        if self.cells.is_some_and(|t| t.holds_segment(id)) || self.arena.is_some_and(|a| a.holds_segment(id)) {
             return;
         }
         let f = read_segment(self.pool.media.map(), &self.pool.header, id);

@@ -53,87 +53,95 @@ impl Pool {
     }
 
     /// Creates the cell table with `cells` cells for values of up to `value_max` bytes,
-    /// or returns the one the pool has (whatever its geometry). The cells are taken
-    /// from the lowest run of consecutive free segments that leaves the allocator's
-    /// reserves, zeroed and persisted before the descriptor line is.
+    /// or returns the one the pool has (whatever its geometry): a run of segments
+    /// (`Pool::take_run`) zeroed and persisted before the descriptor line is.
     pub fn create_cell_table(&self, cells: u64, value_max: u32) -> Result<CellTable> {
         let _one = self.cells_create.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(t) = self.cell_table() {
             return Ok(t);
         }
-        if self.media.is_read_only() {
-            return Err(Error::invalid("the pool is read-only: no cell table can be created"));
-        }
-        let slot_size = CellTable::slot_size_for(value_max);
-        let mut t = CellTable { first_segment: 0, segments: 0, cells, slot_size };
-        let ss = self.segment_size();
-        t.segments = t.bytes().div_ceil(ss);
         if cells == 0 || cells > cells::MAX_CELLS {
             return Err(Error::invalid(format!("a cell table of {cells} cells (1..={})", cells::MAX_CELLS)));
         }
-        {
-            let mut a = self.lock();
-            let reserve = (self.cleaner_reserve() + self.tombstone_reserve()) as u64;
-            let mut free: Vec<u64> = a.free.clone();
-            free.sort_unstable();
-            let need = t.segments;
-            let mut run: Option<u64> = None;
-            let mut i = 0usize;
-            while i < free.len() {
-                let mut j = i;
-                while j + 1 < free.len() && free[j + 1] == free[j] + 1 && (j + 1 - i) < need as usize {
-                    j += 1;
-                }
-                if (j - i + 1) as u64 >= need {
-                    run = Some(free[i]);
-                    break;
-                }
-                i = j + 1;
-            }
-            let fits = (free.len() as u64).saturating_sub(reserve) >= need;
-            let Some(first) = run.filter(|_| fits) else {
-                return Err(Error::invalid(format!(
-                    "a cell table of {cells} cells of {} bytes needs {need} consecutive free segments of {ss} bytes ({} bytes); the pool has {} free segments ({reserve} kept in reserve): serve a larger pool (--pool-size) or ask for fewer cells (--cells) or smaller values",
-                    t.cell_size(),
-                    t.bytes(),
-                    free.len()
-                )));
-            };
-            t.first_segment = first;
-            a.free.retain(|id| !t.holds_segment(*id));
-            for (k, id) in (first..first + need).enumerate() {
-                a.segs[id as usize] = cell_meta(k as u64, a.segs[id as usize].generation);
-            }
+        let slot_size = CellTable::slot_size_for(value_max);
+        let mut t = CellTable { first_segment: 0, segments: 0, cells, slot_size };
+        let what = format!("a cell table of {cells} cells of {} bytes", t.cell_size());
+        (t.first_segment, t.segments) = self.take_run(t.bytes(), &what)?;
+        self.publish_run(t.first_segment, t.segments, cells::DESCRIPTOR_OFF, &t.encode())?;
+        let _ = self.cells.set(t);
+        Ok(t)
+    }
+
+    /// Takes the lowest run of consecutive free segments holding `bytes` that leaves
+    /// the allocator's reserves, out of the allocator (owner [`CELLS_OWNER`]); returns
+    /// its first segment and length. `what` names the structure in the error.
+    pub(crate) fn take_run(&self, bytes: u64, what: &str) -> Result<(u64, u64)> {
+        if self.media.is_read_only() {
+            return Err(Error::invalid(format!("the pool is read-only: {what} cannot be created")));
         }
+        let ss = self.segment_size();
+        let need = bytes.div_ceil(ss).max(1);
+        let mut a = self.lock();
+        let reserve = (self.cleaner_reserve() + self.tombstone_reserve()) as u64;
+        let mut free: Vec<u64> = a.free.clone();
+        free.sort_unstable();
+        let mut run: Option<u64> = None;
+        let mut i = 0usize;
+        while i < free.len() {
+            let mut j = i;
+            while j + 1 < free.len() && free[j + 1] == free[j] + 1 && ((j + 1 - i) as u64) < need {
+                j += 1;
+            }
+            if (j - i + 1) as u64 >= need {
+                run = Some(free[i]);
+                break;
+            }
+            i = j + 1;
+        }
+        let fits = (free.len() as u64).saturating_sub(reserve) >= need;
+        let Some(first) = run.filter(|_| fits) else {
+            return Err(Error::invalid(format!(
+                "{what} needs {need} consecutive free segments of {ss} bytes ({bytes} bytes); the pool has {} free segments ({reserve} kept in reserve): serve a larger pool (--pool-size) or ask for less",
+                free.len()
+            )));
+        };
+        a.free.retain(|id| *id < first || *id >= first + need);
+        for (k, id) in (first..first + need).enumerate() {
+            a.segs[id as usize] = cell_meta(k as u64, a.segs[id as usize].generation);
+        }
+        Ok((first, need))
+    }
+
+    /// Zeroes and persists the run `first..first + segments` (what is zero already, a
+    /// fresh pool's sparse pages, is left untouched: a free segment's bytes are durable
+    /// as they are), then writes and persists its descriptor `line` at pool offset
+    /// `at`. On failure the run goes back to the allocator.
+    pub(super) fn publish_run(&self, first: u64, segments: u64, at: u64, line: &[u8]) -> Result<()> {
         let r = (|| -> Result<()> {
-            let base = self.cell_table_base(&t);
-            let len = t.segments * ss;
+            let base = self.segment_offset(first);
+            let len = segments * self.segment_size();
             let zero = vec![0u8; (1 << 20).min(len as usize)];
             let mut off = 0u64;
             while off < len {
                 let n = (len - off).min(zero.len() as u64) as usize;
-                // What is zero already (a fresh pool's sparse pages) is left untouched:
-                // a free segment's bytes are durable as they are.
                 if self.media.map().view(base + off, n)? != &zero[..n] {
                     self.media.map().write(base + off, &zero[..n])?;
                     self.media.persist(base + off, n)?;
                 }
                 off += n as u64;
             }
-            self.media.map().write(cells::DESCRIPTOR_OFF, &t.encode())?;
-            self.media.persist(cells::DESCRIPTOR_OFF, cells::DESCRIPTOR_LEN)
+            self.media.map().write(at, line)?;
+            self.media.persist(at, line.len())
         })();
-        if let Err(e) = r {
+        if r.is_err() {
             let mut a = self.lock();
-            for id in t.first_segment..t.first_segment + t.segments {
+            for id in first..first + segments {
                 a.segs[id as usize] = SegMeta::free(a.segs[id as usize].generation);
                 a.free.push(id);
             }
             a.free.sort_unstable_by(|x, y| y.cmp(x));
-            return Err(e);
         }
-        let _ = self.cells.set(t);
-        Ok(t)
+        r
     }
 
     /// The committed slot of cell `i` as it is now (header and entry), or why it holds
@@ -196,18 +204,21 @@ pub(super) fn read_descriptor(pool: &Pool) -> (Option<CellTable>, Option<String>
     }
 }
 
+/// Takes the run `first..first + segments` out of the allocator (recovery).
+pub(super) fn reserve_run(pool: &Pool, first: u64, segments: u64) {
+    let mut a = pool.lock();
+    a.free.retain(|id| *id < first || *id >= first + segments);
+    for (k, id) in (first..first + segments).enumerate() {
+        a.segs[id as usize] = cell_meta(k as u64, a.segs[id as usize].generation);
+    }
+}
+
 /// Recovery's step for the table `t`: takes its segments out of the allocator, then
 /// applies the recovery rule ([`cells`]) to every cell; `writable`, restores committed
 /// slots from uncommitted ones and releases every lock (each word written and
 /// persisted only where it changes).
 pub(super) fn recover_cells(pool: &Pool, t: CellTable, writable: bool) -> Result<CellsReport> {
-    {
-        let mut a = pool.lock();
-        a.free.retain(|id| !t.holds_segment(*id));
-        for (k, id) in (t.first_segment..t.first_segment + t.segments).enumerate() {
-            a.segs[id as usize] = cell_meta(k as u64, a.segs[id as usize].generation);
-        }
-    }
+    reserve_run(pool, t.first_segment, t.segments);
     let _ = pool.cells.set(t);
     let mut rep = CellsReport { table: Some(t), ..Default::default() };
     let base = pool.cell_table_base(&t);

@@ -8,7 +8,9 @@
 //! - [`herd`]: HERD-style RPC, requests WRITTEN into memory the server polls, replies SENT;
 //! - [`rfp`]: remote fetching (Jakiro), requests WRITTEN, results READ by the client;
 //! - [`pdpm_direct`]: pDPM-Direct, passive memory: clients lock, write and read a key's
-//!   cell with one-sided operations, the server's CPU only hands out the table.
+//!   cell with one-sided operations, the server's CPU only hands out the table;
+//! - [`clover`]: Clover, passive data: versions written out of place into chunks a
+//!   metadata server hands out, linked by compare-and-swap.
 //!
 //! A protocol's client half implements `ClientSide` over a `Link` (the client's
 //! connection: send a message, wait for a reply or a completion, post a one-sided
@@ -25,6 +27,7 @@
 //! May import: `error`, `link`, `service`, `log`, `index`, `transport`, `wire`.
 
 pub mod boom;
+pub mod clover;
 pub mod herd;
 pub mod pdpm_direct;
 pub(crate) mod polled;
@@ -134,7 +137,12 @@ const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, serve
 /// The receive buffers protocol `p` needs.
 pub fn receive_buffers(p: Protocol) -> ReceiveBuffers {
     match p {
-        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::Rfp | Protocol::PdpmDirect => CONTROL_BUFFERS,
+        Protocol::Boom
+        | Protocol::Rdmp
+        | Protocol::RdmpCc
+        | Protocol::Rfp
+        | Protocol::PdpmDirect
+        | Protocol::Clover => CONTROL_BUFFERS,
         Protocol::Rpc => rpc::RECEIVE_BUFFERS,
         // Replies (with values) are SENT; requests come by WRITE, the receives only
         // carry the setup and stats requests.
@@ -155,6 +163,8 @@ pub(crate) struct ClientTuning {
     pub(crate) fetch_size: rfp::FetchSize,
     /// pDPM-Direct: the cells and value size to ask for if the pool has no table.
     pub(crate) cells: (u64, u32),
+    /// Clover: the bytes of chunks to ask for if the pool has no arena.
+    pub(crate) clover_data: u64,
 }
 
 /// The client half of protocol `p`.
@@ -167,6 +177,7 @@ pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> B
         Protocol::Herd => Box::<herd::Client>::default(),
         Protocol::Rfp => Box::new(rfp::Client::new(tuning.fetch_size)),
         Protocol::PdpmDirect => Box::new(pdpm_direct::Client::new(tuning.cells.0, tuning.cells.1)),
+        Protocol::Clover => Box::new(clover::Client::new(tuning.cells.0, tuning.clover_data, tuning.cells.1)),
     }
 }
 
@@ -180,6 +191,7 @@ pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn Se
         Protocol::Herd => Box::new(herd::Server::new(t)?),
         Protocol::Rfp => Box::new(rfp::Server::default()),
         Protocol::PdpmDirect => Box::new(pdpm_direct::Server::default()),
+        Protocol::Clover => Box::new(clover::Server::default()),
     })
 }
 

@@ -55,7 +55,7 @@ pub struct Components {
 /// entry -> value on the client (3).
 pub fn copies(p: Protocol) -> (f64, f64) {
     match p {
-        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::PdpmDirect => (2.0, 2.0),
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::PdpmDirect | Protocol::Clover => (2.0, 2.0),
         Protocol::Rpc => (3.0, 3.0),
         // RDMA-KV's, plus the request staged in the slot buffer and the server's private
         // copy of the polled slot (PUT); the GET's copies are RDMA-KV's.
@@ -66,7 +66,7 @@ pub fn copies(p: Protocol) -> (f64, f64) {
 /// How the breakdown is measured, for SETUP.md and the figure captions.
 pub const BREAKDOWN_METHOD: &str = "transport = the floor's WRITE_WITH_IMM+16 B reply round trip of the size \
 (RDMP GET: READ of the size); metadata = the floor's 64 B SEND/RECV round trip (RDMP only); copies = \
-entry-size memcpy x copies on the code path (BOOM/RDMP/RDMP-CC/pDPM-Direct 2, RPC 3, HERD/RFP PUT 5 and GET 3); write-back = Media::persist of one entry \
+entry-size memcpy x copies on the code path (BOOM/RDMP/RDMP-CC/pDPM-Direct/Clover 2, RPC 3, HERD/RFP PUT 5 and GET 3); write-back = Media::persist of one entry \
 plus Media::persist of one 8-byte word (PUT only: every protocol's commit fences twice, the entry with its version, \
 then count); index = hash index upsert/get at 100k keys; other = median latency minus all of these \
 (protocol processing, checksums, scheduling; negative when the parts overlap). All medians.";

@@ -171,6 +171,7 @@ pub fn protocol_color(p: &str) -> RGBColor {
         "herd" => PURPLE,
         "rfp" => BROWN,
         "pdpm-direct" => PINK,
+        "clover" => OLIVE,
         _ => GREY,
     }
 }
@@ -185,6 +186,7 @@ pub fn protocol_name(p: &str) -> String {
         "herd" => "HERD (polled WRITE)".into(),
         "rfp" => "RFP (remote fetching)".into(),
         "pdpm-direct" => "pDPM-Direct (passive, CAS lock)".into(),
+        "clover" => "Clover (passive, CAS-linked versions)".into(),
         o => o.into(),
     }
 }

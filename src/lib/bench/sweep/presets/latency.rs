@@ -159,9 +159,9 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
     };
     let warm = (n / 10).clamp(100, 2000);
     let seed = cx.o.seed;
-    let copts = ClientOptions { protocol, ..Default::default() }.size_cells(n + warm, size);
+    let copts = ClientOptions { protocol, ..Default::default() }.size_passive(n + warm, 0, size);
     let eo = cx.embedded(
-        crate::bench::embedded::pool_size_for_protocol(protocol, n + warm, size, 1, 64 << 20),
+        crate::bench::embedded::pool_size_for_protocol(protocol, n + warm, 0, size, 1, 64 << 20),
         64 << 20,
         None,
         cx.server_cfg(),
@@ -227,6 +227,9 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
         // Two entry WRITEs (each with its FLUSH) between a lock CAS and its release
         // (two small round trips, counted as metadata); a GET is one READ.
         Protocol::PdpmDirect => (2.0 * c.wir, 2.0 * c.meta, c.read, 0.0),
+        // The version's WRITE + FLUSH, then the link's CAS + FLUSH (a small round
+        // trip); a GET is one READ (of the version, the head beside it).
+        Protocol::Clover => (c.wir, c.meta, c.read, 0.0),
     };
     // Every server-committed PUT commits through the same path: two persists and an
     // index upsert. RDMP-CC's PUT persists the entry by the client's FLUSH (one persist
@@ -235,10 +238,11 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
         Protocol::RdmpCc => (c.writeback, 0.0),
         // Both slots are made durable; no server index.
         Protocol::PdpmDirect => (2.0 * c.writeback, 0.0),
+        Protocol::Clover => (c.writeback + c.count, 0.0),
         _ => (c.writeback + c.count, c.index_put),
     };
     let put_parts = [put_t, put_m, cp * c.memcpy, put_wb, put_index];
-    let get_index = if protocol == Protocol::PdpmDirect { 0.0 } else { c.index_get };
+    let get_index = if matches!(protocol, Protocol::PdpmDirect | Protocol::Clover) { 0.0 } else { c.index_get };
     let get_parts = [get_t, get_m, cg * c.memcpy, 0.0, get_index];
     for (op, parts, total) in [("put", put_parts, ps.p50), ("get", get_parts, gs.p50)] {
         let names = part_columns(op)?;

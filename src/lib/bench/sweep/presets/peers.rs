@@ -162,9 +162,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     let r: PhasesResult = match at.peer {
         Peer::BoomTcp | Peer::BoomShm => {
             let backend = if at.peer == Peer::BoomTcp { Backend::Tcp } else { Backend::Shm };
-            let entries = records + n;
-            let copts = ClientOptions { protocol, ..Default::default() }.size_cells(entries, size);
-            let pool = pool_size_for_protocol(protocol, entries, size, at.threads as u64, 64 << 20);
+            let copts = ClientOptions { protocol, ..Default::default() }.size_passive(records, n, size);
+            let pool = pool_size_for_protocol(protocol, records, n, size, at.threads as u64, 64 << 20);
             let eo = cx.embedded(pool, 64 << 20, None, cx.server_cfg());
             crate::with_transport!(backend, t => boom(t, backend, &eo, &copts, &w, &ro, phases))?
         }

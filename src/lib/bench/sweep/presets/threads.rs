@@ -94,9 +94,9 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, threads: usiz
     let run_time = cx.run_time();
     let cfg = cx.server_cfg();
     let workers = cfg.workers;
-    let pool = crate::bench::embedded::pool_size_for_protocol(protocol, n, size, threads as u64, 64 << 20);
+    let pool = crate::bench::embedded::pool_size_for_protocol(protocol, n, 0, size, threads as u64, 64 << 20);
     let eo = cx.embedded(pool, 64 << 20, None, cfg);
-    let copts = ClientOptions { protocol, ..Default::default() }.size_cells(n, size);
+    let copts = ClientOptions { protocol, ..Default::default() }.size_passive(n, 0, size);
     let put_w = insert_spec(size, 0, n, n, cx.o.seed)?;
     let label = format!("{protocol} x{threads}");
     let (put_hlog, get_hlog) = (cx.hlog(pt, "put"), cx.hlog(pt, "get"));

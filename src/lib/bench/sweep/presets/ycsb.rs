@@ -107,9 +107,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, mix: char, protocol: Protocol, si
     s.set(names::VALUE_SIZE, &size.to_string())?;
     s.set(names::SEED, &cx.o.seed.to_string())?;
     let w = CoreWorkload::new(&s)?;
-    let entries = records + n;
-    let copts = ClientOptions { protocol, ..Default::default() }.size_cells(entries, size);
-    let pool = crate::bench::embedded::pool_size_for_protocol(protocol, entries, size, 1, 64 << 20);
+    let copts = ClientOptions { protocol, ..Default::default() }.size_passive(records, n, size);
+    let pool = crate::bench::embedded::pool_size_for_protocol(protocol, records, n, size, 1, 64 << 20);
     let eo = cx.embedded(pool, 64 << 20, None, cx.server_cfg());
     let hlog = cx.hlog(pt, "");
     let label = format!("{mix} {protocol} {}", short_bytes(size));
