@@ -311,19 +311,31 @@ impl<T: Transport> Link<T> {
     }
 
     /// Compare-and-swap of the 8-byte word at the peer's `addr` under `rkey`: it becomes
-    /// `swap` if it equals `compare`. Waits; returns the word's previous value.
+    /// `swap` if it equals `compare`; with `flush`, a FLUSH of the word is posted with it
+    /// (one round trip: the word is durable when this returns). Waits; returns the
+    /// word's previous value.
     pub(crate) fn compare_swap(
         &mut self,
-        addr: u64,
-        rkey: u32,
+        (addr, rkey): (u64, u32),
         compare: u64,
         swap: u64,
+        flush: bool,
         what: &'static str,
     ) -> Result<u64> {
         self.grow_response(8)?;
         let wr = self.wr();
         self.qp.post_compare_swap(wr, &self.resp_mr, 0, addr, rkey, compare, swap).map_err(|e| self.broken(what, e))?;
+        let last = if flush {
+            let fwr = self.wr();
+            self.qp.post_flush(fwr, addr, rkey, 8).map_err(|e| self.broken(what, e))?;
+            fwr
+        } else {
+            wr
+        };
         self.wait_completion(wr, what)?;
+        if last != wr {
+            self.wait_completion(last, what)?;
+        }
         let mut w = [0u8; 8];
         self.resp_mr.read(0, &mut w)?;
         Ok(u64::from_le_bytes(w))
@@ -386,28 +398,6 @@ impl<T: Transport> Link<T> {
         self.qp
             .post_write(wr, &self.entry_mr, at, 16, addr + at, rkey, false)
             .map_err(|e| self.broken("a Clover retry", e))
-    }
-
-    /// Compare-and-swap of the word at `addr`, then a FLUSH of it, posted together (one
-    /// round trip); returns the word's previous value once the FLUSH completed.
-    pub(crate) fn compare_swap_flushed(
-        &mut self,
-        addr: u64,
-        rkey: u32,
-        compare: u64,
-        swap: u64,
-        what: &'static str,
-    ) -> Result<u64> {
-        self.grow_response(8)?;
-        let wr = self.wr();
-        self.qp.post_compare_swap(wr, &self.resp_mr, 0, addr, rkey, compare, swap).map_err(|e| self.broken(what, e))?;
-        let fwr = self.wr();
-        self.qp.post_flush(fwr, addr, rkey, 8).map_err(|e| self.broken(what, e))?;
-        self.wait_completion(wr, what)?;
-        self.wait_completion(fwr, what)?;
-        let mut w = [0u8; 8];
-        self.resp_mr.read(0, &mut w)?;
-        Ok(u64::from_le_bytes(w))
     }
 
     /// WRITEs the 8-byte `word` to `addr` without waiting (from its own buffer, which

@@ -114,18 +114,11 @@ impl<T: Transport> Server<T> {
             }
         };
         if self.mr.is_none() {
-            let pool = cx.pool();
-            let media = pool.media();
-            let mr = cx.sh.t.register_bound(
-                &cx.conn.qp,
-                media.map_arc().clone(),
-                media.file().cloned(),
-                pool.arena_base(&a),
-                a.bytes(),
-                Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC,
-            )?;
+            let base = cx.pool().arena_base(&a);
+            let mr =
+                cx.pool_region(base, a.bytes(), Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)?;
             self.mr = Some(mr);
-            pool.clover_join();
+            cx.pool().clover_join();
         }
         let Some(r) = self.mr.as_ref().map(MemoryRegion::remote) else { return Ok(()) };
         let m = Msg::CloverArena {
@@ -409,7 +402,7 @@ impl<T: Transport> ClientSide<T> for Client {
                 Ok(k) => v.addr + k.newest,
                 Err(head) => v.addr + v.a.head_offset(head),
             };
-            let old = l.compare_swap_flushed(target, v.rkey, 0, off, "linking a Clover version")?;
+            let old = l.compare_swap((target, v.rkey), 0, off, true, "linking a Clover version")?;
             if old == 0 {
                 break;
             }

@@ -122,16 +122,9 @@ impl<T: Transport> Server<T> {
             }
         };
         if self.mr.is_none() {
-            let pool = cx.pool();
-            let media = pool.media();
-            let mr = cx.sh.t.register_bound(
-                &cx.conn.qp,
-                media.map_arc().clone(),
-                media.file().cloned(),
-                pool.cell_table_base(&t),
-                t.bytes(),
-                Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC,
-            )?;
+            let base = cx.pool().cell_table_base(&t);
+            let mr =
+                cx.pool_region(base, t.bytes(), Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)?;
             self.mr = Some(mr);
         }
         let Some(r) = self.mr.as_ref().map(MemoryRegion::remote) else { return Ok(()) };
@@ -334,7 +327,7 @@ impl<T: Transport> ClientSide<T> for Client {
         // Round trip 1: the lock.
         loop {
             let held = cells::lock_word(cells::lock_version(word), t.tag);
-            let old = l.compare_swap(t.lock(cell), t.rkey, word, held, "locking a cell")?;
+            let old = l.compare_swap((t.lock(cell), t.rkey), word, held, false, "locking a cell")?;
             if old == word {
                 break;
             }

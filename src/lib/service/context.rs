@@ -291,6 +291,13 @@ impl<T: Transport> Ctx<'_, T> {
         self.sh.bound_seg_mr(&self.conn.qp, seg, access)
     }
 
+    /// A region over `len` bytes of the pool from pool offset `offset` that only this
+    /// client can reach, with `access` (the passive protocols' table and arena).
+    pub(crate) fn pool_region(&self, offset: u64, len: u64, access: Access) -> Result<T::Mr> {
+        let media = self.sh.pool.media();
+        self.sh.t.register_bound(&self.conn.qp, media.map_arc().clone(), media.file().cloned(), offset, len, access)
+    }
+
     /// A new zeroed region of `len` bytes in server DRAM that only this client can reach,
     /// with `access` (a memory file, so the `shm` backend can hand it to the peer).
     pub(crate) fn private_region(&self, len: usize, access: Access) -> Result<T::Mr> {
