@@ -468,6 +468,20 @@ fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
         Client::connect(t, &ep, ClientOptions { timeout: Duration::from_millis(300), ..po.clone() }).unwrap();
     let e = hurried.put(b"locked", b"after").unwrap_err();
     assert!(e.to_string().contains(&format!("cell {locked} stayed locked")), "{e}");
+    // A compare-and-swap the device executed twice (a retransmission it ran again, as
+    // soft-RoCE does under load) returns the very word it installs: the writer takes
+    // the lock as its own, writes, and releases it, instead of waiting on itself.
+    let replayed = cells::home(b"replayed", geo.cells);
+    assert!(![shared, locked].contains(&replayed));
+    honest.put(b"replayed", b"one").unwrap();
+    let mine = cells::lock_word(1, cells::holder_tag(honest.id()));
+    a2.buf.write(0, &mine.to_le_bytes()).unwrap();
+    assert!(a2.write(addr + geo.lock_offset(replayed), rkey, 8), "the first run of the compare-and-swap");
+    honest.put(b"replayed", b"two").unwrap();
+    assert_eq!(honest.counters().cas_replays, 1);
+    assert_eq!(hurried.get(b"replayed").unwrap().unwrap(), b"two");
+    hurried.put(b"replayed", b"three").expect("the lock was released");
+    assert_eq!(honest.get(b"replayed").unwrap().unwrap(), b"three");
     // Readers are not blocked by a lock, and the rest of the table and pool serve on.
     assert_eq!(honest.get(b"locked").unwrap().unwrap(), b"before");
     honest.put(b"fresh", b"ok").unwrap();

@@ -39,6 +39,10 @@ pub struct ClientCounters {
     pub torn_retries: u64,
     /// RFP: READs of a reply that was not there yet (or torn), fetched again.
     pub fetch_retries: u64,
+    /// pDPM-Direct, Clover: compare-and-swaps that returned the very word this client
+    /// was installing (a retransmitted request the device executed again: seen over
+    /// soft-RoCE under load), taken as succeeded.
+    pub cas_replays: u64,
 }
 
 /// One thing that arrived for the client.

@@ -406,6 +406,14 @@ impl<T: Transport> ClientSide<T> for Client {
             if old == 0 {
                 break;
             }
+            if old == off {
+                // Our own link, there already: this compare-and-swap was executed twice
+                // (a retransmission the device ran again; soft-RoCE does under load).
+                // `off` is this client's fresh slot, which no one else links, so the
+                // version is linked; taking it as failed would link it after itself.
+                l.counters.cas_replays += 1;
+                break;
+            }
             if start.elapsed() > l.timeout {
                 return Err(Error::Timeout(l.timeout, "linking a Clover version"));
             }

@@ -241,7 +241,7 @@ impl Client {
     /// The cell a write of `key` goes to and the lock word seen free there (0: an
     /// empty cell to claim), found by probing from its home cell.
     fn cell_for_write<T: Transport>(&mut self, l: &mut Link<T>, t: &Table, key: &[u8]) -> Result<(u64, u64)> {
-        let start = Instant::now();
+        let mut backoff = Backoff::new();
         let mut i = cells::home(key, t.geo.cells);
         let mut probes = 0u64;
         loop {
@@ -249,7 +249,7 @@ impl Client {
             if cells::lock_holder(word) != 0 {
                 // Being written (perhaps its first write): wait for the holder, never
                 // probe past a cell that may not be committed.
-                wait_lock(l, start, i, word)?;
+                backoff.wait(l, i, word)?;
                 continue;
             }
             if word == 0 {
@@ -281,17 +281,44 @@ fn damaged(i: u64) -> Error {
     Error::corrupt("cell", format!("cell {i}'s committed slot does not verify and no writer holds its lock"))
 }
 
-/// Backs off while cell `i`'s lock is held (`word`), up to the link's timeout.
-fn wait_lock<T: Transport>(l: &Link<T>, start: Instant, i: u64, word: u64) -> Result<()> {
-    if start.elapsed() > l.timeout {
-        return Err(Error::Protocol(format!(
-            "cell {i} stayed locked (by client tag {}) for over {:?}: a client that died holding it? restarting the server releases every lock",
-            cells::lock_holder(word),
-            l.timeout
-        )));
+/// Waiting for a cell's lock: a few yields, then sleeps doubling up to
+/// [`Backoff::MAX_SLEEP`], bounded by the link's timeout. Waiters that retried at once
+/// would keep the cell's lock word busy with compare-and-swaps and READs (a NIC
+/// serializes atomics on one address) and slow the holder they wait for (over
+/// soft-RoCE under emulation, three writers retrying at once once timed out after 10 s
+/// waiting on one holder that did finish).
+struct Backoff {
+    start: Instant,
+    tries: u32,
+}
+
+impl Backoff {
+    const YIELDS: u32 = 8;
+    const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
+
+    fn new() -> Backoff {
+        Backoff { start: Instant::now(), tries: 0 }
     }
-    std::thread::yield_now();
-    Ok(())
+
+    /// Backs off once while cell `i`'s lock is held (`word`); an error once the link's
+    /// timeout has passed since the first wait began.
+    fn wait<T: Transport>(&mut self, l: &Link<T>, i: u64, word: u64) -> Result<()> {
+        if self.start.elapsed() > l.timeout {
+            return Err(Error::Protocol(format!(
+                "cell {i} stayed locked (by client tag {}) for over {:?}: a client that died holding it? restarting the server releases every lock",
+                cells::lock_holder(word),
+                l.timeout
+            )));
+        }
+        self.tries += 1;
+        if self.tries <= Self::YIELDS {
+            std::thread::yield_now();
+        } else {
+            let us = 1u64 << (self.tries - Self::YIELDS).min(10);
+            std::thread::sleep(std::time::Duration::from_micros(us).min(Self::MAX_SLEEP));
+        }
+        Ok(())
+    }
 }
 
 /// Whether this build plants the bug of writing the committed slot before the
@@ -323,12 +350,21 @@ impl<T: Transport> ClientSide<T> for Client {
             // the key's cell by probing.
             None => (cells::home(key, t.geo.cells), 0, false),
         };
-        let start = Instant::now();
+        let mut backoff = Backoff::new();
         // Round trip 1: the lock.
         loop {
             let held = cells::lock_word(cells::lock_version(word), t.tag);
             let old = l.compare_swap((t.lock(cell), t.rkey), word, held, false, "locking a cell")?;
             if old == word {
+                break;
+            }
+            if old == held {
+                // The word this very compare-and-swap installs: it was executed twice
+                // (a retransmission the device ran again; soft-RoCE does under load), and
+                // the second run saw the first's result. No other client has this tag
+                // and this client holds no lock between calls, so the lock is ours:
+                // taking it as failed would wait on ourselves until the timeout.
+                l.counters.cas_replays += 1;
                 break;
             }
             if !sure || (word == 0 && cells::lock_holder(old) == 0) {
@@ -339,7 +375,7 @@ impl<T: Transport> ClientSide<T> for Client {
                 continue;
             }
             if cells::lock_holder(old) != 0 {
-                wait_lock(l, start, cell, old)?;
+                backoff.wait(l, cell, old)?;
                 word = cells::lock_word(cells::lock_version(old), 0);
             } else {
                 word = old;
@@ -376,7 +412,7 @@ impl<T: Transport> ClientSide<T> for Client {
         let t = self.table(l)?;
         let known = self.known.get(key).copied();
         let (mut i, mut len) = known.map_or((cells::home(key, t.geo.cells), FIRST_READ), |k| (k.cell, k.len));
-        let start = Instant::now();
+        let mut backoff = Backoff::new();
         let mut probes = 0u64;
         loop {
             let word = self.read_cell(l, &t, i, len)?;
@@ -412,7 +448,7 @@ impl<T: Transport> ClientSide<T> for Client {
                 Err(SlotFault::Bad(_)) => {
                     // A write in progress: read again, as the paper's reader does.
                     l.counters.torn_retries += 1;
-                    wait_lock(l, start, i, word)?;
+                    backoff.wait(l, i, word)?;
                 }
             }
         }
