@@ -1,6 +1,8 @@
 //! The crash promise, checked by simulated power failures (a short run of what
 //! `boomctl crashtest` does), for every protocol.
 
+mod common;
+
 use boomkv::crashtest::{self, CrashTestOptions};
 use boomkv::transport::{Backend, ShmTransport};
 use boomkv::wire::Protocol;
@@ -15,4 +17,85 @@ fn simulated_power_failures_lose_nothing_acknowledged() {
         assert!(r.acked_checked > 100, "{p}: the workload must acknowledge writes ({})", r.acked_checked);
         assert_eq!((r.lost, r.corrupted), (0, 0), "{p}: {:#?}", r.failures);
     }
+}
+
+/// Clover: a link is visible (its compare-and-swap) before it is durable (its FLUSH).
+/// Another client that follows it in between must make it durable before its own
+/// operation completes: a GET before returning what lies behind it, a PUT before its
+/// acknowledgement. Here the first writer's link is never FLUSHed at all (it stalls
+/// between the two), and the power fails with no dirty line surviving.
+#[test]
+fn clover_a_write_behind_another_writers_unflushed_link_survives() {
+    use boomkv::client::{Client, ClientOptions};
+    use boomkv::index::IndexKind;
+    use boomkv::log::{clover, format::entry_value, Pool};
+    use boomkv::pmem::{FlushKind, Media};
+    use boomkv::server::{Server, ServerConfig};
+    use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair};
+    use boomkv::wire::Msg;
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let media = Media::simulated(16 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 256 << 10).unwrap();
+    let pool = Arc::new(Pool::from_media(media, IndexKind::Hash).unwrap().0);
+    let t = ShmTransport::new().unwrap();
+    let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
+    let s = Server::start(t.clone(), pool.clone(), &[Endpoint::Shm(dir.path().join("c.sock"))], cfg).unwrap();
+    let ep = s.endpoints()[0].clone();
+    let co = ClientOptions { protocol: Protocol::Clover, cells: 64, clover_data: 1 << 20, ..Default::default() };
+    let recovered = |pool: &Pool| {
+        let img = pool.media().durable_image().unwrap();
+        let (p, _) = Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), IndexKind::Hash).unwrap();
+        let v = p.clover_lookup(b"k").expect("the key survives");
+        (v.header.version, entry_value(&v.entry, &v.header).to_vec())
+    };
+
+    let mut a = Client::connect(&t, &ep, co.clone()).unwrap();
+    a.put(b"k", b"one").unwrap();
+    assert_eq!(recovered(&pool), (1, b"one".to_vec()));
+
+    // A second writer: its version 2 written and FLUSHed, then linked behind version 1
+    // (the compare-and-swap's effect, a WRITE here), and stalled before its FLUSH.
+    let mut w = common::Raw::speaking(&t, &ep, Protocol::Clover);
+    let (addr, rkey, arena) = match w.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
+        Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
+            (addr, rkey, clover::Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
+        }
+        m => panic!("expected the arena, got {m:?}"),
+    };
+    let v1 = pool.clover_lookup(b"k").unwrap().offset;
+    let v2 = arena.chunk_offset(arena.chunks - 1);
+    let mut e = common::entry(b"k", b"two", 0);
+    clover::seal_version(&mut e, v2, 2).unwrap();
+    let mut bytes = vec![0u8; clover::NEXT_LEN as usize];
+    bytes.extend_from_slice(&e);
+    w.buf.write(0, &bytes).unwrap();
+    assert!(w.write(addr + v2, rkey, bytes.len() as u32));
+    w.qp.post_flush(1, addr + v2, rkey, bytes.len() as u32).unwrap();
+    assert!(w.cq.wait(std::time::Duration::from_secs(5)).unwrap().status.is_ok());
+    w.buf.write(0, &v2.to_le_bytes()).unwrap();
+    assert!(w.write(addr + v1, rkey, 8), "the link, not FLUSHed");
+    assert_eq!(recovered(&pool).0, 1, "the stalled link is not durable");
+
+    // A reader that walks past it: what it returns must survive.
+    let mut r = Client::connect(&t, &ep, co.clone()).unwrap();
+    assert_eq!(r.get(b"k").unwrap().unwrap(), b"two");
+    assert_eq!(recovered(&pool), (2, b"two".to_vec()), "a GET returned a value a crash would take back");
+
+    // The same for a writer (the link is made undone in the durable image by writing
+    // version 1's `next` back to 0 and FLUSHing it, then stalled again).
+    w.buf.write(0, &0u64.to_le_bytes()).unwrap();
+    assert!(w.write(addr + v1, rkey, 8));
+    w.qp.post_flush(2, addr + v1, rkey, 8).unwrap();
+    assert!(w.cq.wait(std::time::Duration::from_secs(5)).unwrap().status.is_ok());
+    w.buf.write(0, &v2.to_le_bytes()).unwrap();
+    assert!(w.write(addr + v1, rkey, 8), "the link again, not FLUSHed");
+    assert_eq!(recovered(&pool).0, 1);
+    let mut b = Client::connect(&t, &ep, co).unwrap();
+    let info = b.put(b"k", b"three").unwrap();
+    assert_eq!(info.version, 3);
+    assert_eq!(recovered(&pool), (3, b"three".to_vec()), "an acknowledged write a crash would take back");
+    drop((a, r, b, w));
+    s.shutdown();
 }

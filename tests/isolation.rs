@@ -581,3 +581,65 @@ fn tcp_clover_clients_reach_only_the_arena_and_damage_reads_as_an_error() {
     let s = tcp_server(dir.path(), quiet());
     clover_arena(&TcpTransport::new().unwrap(), dir.path(), s);
 }
+
+/// Clover after a crash: a version whose link was lost (never acknowledged) stays in its
+/// chunk, verifying, and the head's shortcut (written without a FLUSH) may still point at
+/// it. Recovery must not let the next writer follow that shortcut and link its
+/// acknowledged version after the orphan, outside the key's chain (the crash test found
+/// this: "recovered version 7 but version 9 was acknowledged").
+fn clover_orphan_behind_a_stale_shortcut<T: Transport>(
+    t: &T,
+    dir: &std::path::Path,
+    server: fn(&std::path::Path, ServerConfig) -> Server<T>,
+) {
+    use boomkv::log::clover::{self, Arena};
+    let s = server(dir, quiet());
+    let ep = s.endpoints()[0].clone();
+    let co = ClientOptions { protocol: Protocol::Clover, cells: 64, cell_value: 1000, clover_data: 1 << 20, ..opts() };
+    let mut honest = Client::connect(t, &ep, co.clone()).unwrap();
+    honest.put(b"k", b"one").unwrap();
+    let mut raw = Raw::speaking(t, &ep, Protocol::Clover);
+    let (addr, rkey, a) = match raw.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
+        Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
+            (addr, rkey, Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
+        }
+        m => panic!("expected the arena, got {m:?}"),
+    };
+    // What the crash left: version 2 of "k", whole and verifying, in a chunk no chain
+    // uses (its link never became durable), and the shortcut pointing at it.
+    let orphan = a.chunk_offset(a.chunks - 1);
+    let mut e = entry(b"k", b"never acknowledged", 0);
+    clover::seal_version(&mut e, orphan, 2).unwrap();
+    let mut v = vec![0u8; clover::NEXT_LEN as usize];
+    v.extend_from_slice(&e);
+    raw.buf.write(0, &v).unwrap();
+    assert!(raw.write(addr + orphan, rkey, v.len() as u32));
+    let head = a.head_offset(clover::home(b"k", a.heads));
+    raw.buf.write(0, &orphan.to_le_bytes()).unwrap();
+    assert!(raw.write(addr + head + clover::SHORTCUT_OFF, rkey, 8));
+    drop((honest, raw));
+    s.shutdown();
+
+    // (The last client's leaving compacted the arena: recovery would do the same.)
+    let s = server(dir, quiet());
+    let mut c = Client::connect(t, &s.endpoints()[0], co).unwrap();
+    let info = c.put(b"k", b"two").unwrap();
+    assert_eq!(info.version, 2, "the write follows the key's newest linked version");
+    drop(c);
+    s.shutdown();
+    let (p, _) = Pool::open(dir, &PoolOptions::default()).unwrap();
+    let v = p.clover_lookup(b"k").unwrap();
+    assert_eq!(boomkv::log::format::entry_value(&v.entry, &v.header), b"two", "the acknowledged write is in the chain");
+}
+
+#[test]
+fn shm_clover_an_orphan_behind_a_stale_shortcut_never_takes_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    clover_orphan_behind_a_stale_shortcut(&ShmTransport::new().unwrap(), dir.path(), shm_server);
+}
+
+#[test]
+fn tcp_clover_an_orphan_behind_a_stale_shortcut_never_takes_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    clover_orphan_behind_a_stale_shortcut(&TcpTransport::new().unwrap(), dir.path(), tcp_server);
+}

@@ -316,7 +316,8 @@ impl<T: Transport> Link<T> {
 
     /// Compare-and-swap of the 8-byte word at the peer's `addr` under `rkey`: it becomes
     /// `swap` if it equals `compare`; with `flush`, a FLUSH of the word is posted with it
-    /// (one round trip: the word is durable when this returns). Waits; returns the
+    /// (one round trip: the word is durable when this returns). `before`: words (under
+    /// the same `rkey`) FLUSHed ahead of it in the same round trip. Waits; returns the
     /// word's previous value.
     pub(crate) fn compare_swap(
         &mut self,
@@ -324,8 +325,16 @@ impl<T: Transport> Link<T> {
         compare: u64,
         swap: u64,
         flush: bool,
+        before: &[u64],
         what: &'static str,
     ) -> Result<u64> {
+        // A long list goes first in batches of its own (the send queue is bounded).
+        let split = before.len().saturating_sub(Self::FLUSH_BATCH);
+        self.flush_words(&before[..split], rkey, what)?;
+        for &w in &before[split..] {
+            let fwr = self.wr();
+            self.qp.post_flush(fwr, w, rkey, 8).map_err(|e| self.broken(what, e))?;
+        }
         self.grow_response(8)?;
         let wr = self.wr();
         self.qp.post_compare_swap(wr, &self.resp_mr, 0, addr, rkey, compare, swap).map_err(|e| self.broken(what, e))?;
@@ -336,6 +345,8 @@ impl<T: Transport> Link<T> {
         } else {
             wr
         };
+        // Completions come in order: waiting for the compare-and-swap passes the FLUSHes
+        // posted before it (an error in any of them is returned).
         self.wait_completion(wr, what)?;
         if last != wr {
             self.wait_completion(last, what)?;
@@ -343,6 +354,23 @@ impl<T: Transport> Link<T> {
         let mut w = [0u8; 8];
         self.resp_mr.read(0, &mut w)?;
         Ok(u64::from_le_bytes(w))
+    }
+
+    /// FLUSHes posted together before one wait (a bound on what is in flight).
+    const FLUSH_BATCH: usize = 16;
+
+    /// FLUSHes of the 8-byte words at `words` under `rkey`, posted in batches of
+    /// [`Link::FLUSH_BATCH`]; waits for each batch's last.
+    pub(crate) fn flush_words(&mut self, words: &[u64], rkey: u32, what: &'static str) -> Result<()> {
+        for batch in words.chunks(Self::FLUSH_BATCH) {
+            let mut last = 0;
+            for &w in batch {
+                last = self.wr();
+                self.qp.post_flush(last, w, rkey, 8).map_err(|e| self.broken(what, e))?;
+            }
+            self.wait_completion(last, what)?;
+        }
+        Ok(())
     }
 
     /// WRITEs the 8-byte `word` to the peer's `addr` under `rkey` from the entry buffer

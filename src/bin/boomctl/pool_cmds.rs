@@ -304,7 +304,7 @@ fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellT
 /// The Clover arena's line of `recover` and `inspect-log`.
 fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Arena) -> String {
     format!(
-        "Clover arena: {} heads, {} chunks of {} in segments {}..{}: {} keys ({} versions walked, {} chains compacted), {} heads damaged, {} chunks free",
+        "Clover arena: {} heads, {} chunks of {} in segments {}..{}: {} keys ({} versions walked, {} chains compacted, {} shortcuts reset, {} dangling links cut), {} heads damaged, {} chunks free",
         a.heads,
         a.chunks,
         human_bytes(a.chunk_size),
@@ -313,6 +313,8 @@ fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Ar
         c.keys,
         c.versions,
         c.chains_compacted,
+        c.shortcuts_reset,
+        c.links_cut,
         c.heads_damaged,
         c.chunks_free
     )

@@ -42,6 +42,9 @@ pub struct FoundVersion {
     pub entry: Vec<u8>,
     /// Versions walked from `first`.
     pub walked: u64,
+    /// The newest version's `next` word when it is not 0: a link to something that
+    /// is not this key's next version (damage), where the walk stopped.
+    pub dangling: u64,
 }
 
 /// What recovery (or a compaction) did to the arena.
@@ -57,6 +60,13 @@ pub struct CloverReport {
     pub heads_damaged: u64,
     /// Chains whose first pointer was moved to their newest version.
     pub chains_compacted: u64,
+    /// Heads whose shortcut was set back to their newest version (or, on a damaged
+    /// head, cleared): a shortcut is written without a FLUSH, so after a crash it may
+    /// point at a version whose link was lost, in a chunk about to be reused.
+    pub shortcuts_reset: u64,
+    /// Newest versions whose `next` pointed at something that does not verify: the
+    /// link was cut, so the key takes writes again after its newest good version.
+    pub links_cut: u64,
     /// Chunks free after it.
     pub chunks_free: u64,
     /// Chunks holding a newest version.
@@ -162,7 +172,7 @@ impl Pool {
                 _ => break,
             }
         }
-        Ok(Some(FoundVersion { head: i, offset: off, header: h, entry: e, walked }))
+        Ok(Some(FoundVersion { head: i, offset: off, header: h, entry: e, walked, dangling: next }))
     }
 
     /// The newest version of `key` (live or deleted), probing the heads as a client
@@ -211,9 +221,10 @@ impl Pool {
     }
 
     /// Compacts every chain (its `first` moved, durably, to its newest version, and its
-    /// shortcut with it) and frees every chunk no newest version is in and no client
-    /// holds. Only when no Clover client is connected (module docs): recovery, and the
-    /// last client's leaving; `writable` false only counts.
+    /// shortcut with it; a dangling `next` of the newest cut) and frees every chunk no
+    /// newest version is in and no client holds. Only when no Clover client is
+    /// connected (module docs): recovery, and the last client's leaving; `writable`
+    /// false only counts.
     pub fn compact_clover(&self, writable: bool) -> Result<CloverReport> {
         let mut c = self.clover_chunks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.compact_locked(&mut c, writable)
@@ -225,6 +236,7 @@ impl Pool {
         let base = self.arena_base(&a);
         let mut live = vec![false; a.chunks as usize];
         for i in 0..a.heads {
+            let head = base + a.head_offset(i);
             match self.clover_newest(&a, i) {
                 Ok(None) => {}
                 Ok(Some(v)) => {
@@ -233,15 +245,35 @@ impl Pool {
                     if let Some(c) = a.chunk_of(v.offset) {
                         live[c as usize] = true;
                     }
-                    let head = base + a.head_offset(i);
-                    if writable && self.media.map().read_u64(head)? != v.offset {
+                    if !writable {
+                        continue;
+                    }
+                    if v.dangling != 0 {
+                        // Clients would stop at it with an error on every write.
+                        self.media.store_u64(base + v.offset, 0)?;
+                        self.media.persist(base + v.offset, 8)?;
+                        rep.links_cut += 1;
+                    }
+                    // Every chunk but the live ones is about to be reused: no pointer
+                    // into them may stay, the shortcut (never FLUSHed) included.
+                    let m = self.media.map();
+                    let (first, shortcut) = (m.read_u64(head)?, m.read_u64(head + clover::SHORTCUT_OFF)?);
+                    if first != v.offset || shortcut != v.offset {
                         self.media.store_u64(head + clover::SHORTCUT_OFF, v.offset)?;
                         self.media.store_u64(head, v.offset)?;
                         self.media.persist(head, 16)?;
-                        rep.chains_compacted += 1;
+                        rep.chains_compacted += u64::from(first != v.offset);
+                        rep.shortcuts_reset += u64::from(shortcut != v.offset);
                     }
                 }
-                Err(_) => rep.heads_damaged += 1,
+                Err(_) => {
+                    rep.heads_damaged += 1;
+                    if writable && self.media.map().read_u64(head + clover::SHORTCUT_OFF)? != 0 {
+                        self.media.store_u64(head + clover::SHORTCUT_OFF, 0)?;
+                        self.media.persist(head + clover::SHORTCUT_OFF, 8)?;
+                        rep.shortcuts_reset += 1;
+                    }
+                }
             }
         }
         let held = std::mem::take(&mut c.held);

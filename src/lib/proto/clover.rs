@@ -54,6 +54,17 @@
 //!   reader gets an error, never a wrong value, for a version that does not verify.
 //! - Replication (Clover writes every version to several memory nodes) is not
 //!   reproduced: one pool. Clover keys are their own namespace.
+//! - **Links another writer made are FLUSHed by whoever builds on them.** A link is
+//!   visible (the compare-and-swap) before it is durable (its FLUSH): a second writer
+//!   that follows it in between, links behind it and is acknowledged would lose its
+//!   write if the power failed before the first writer's FLUSH (the crash test found
+//!   this: "recovered version 1 but version 3 was acknowledged"). So every link an
+//!   operation follows past the point it started from (its cached version, the
+//!   shortcut, or the head's `first`) is FLUSHed before it completes: a PUT posts those
+//!   FLUSHes with its compare-and-swap (no extra round trip), a GET that walked spends
+//!   one more round trip on them. Where an operation starts is always a version whose
+//!   links are durable: one a completed operation returned, or the shortcut, which a
+//!   PUT writes only after its own FLUSHes (and recovery resets).
 
 use std::collections::HashMap;
 
@@ -200,7 +211,9 @@ struct Known {
 
 const MAX_KNOWN: usize = 1 << 20;
 
-/// Clover's client half.
+/// Clover's client half. Every version it caches (and every shortcut it writes) has
+/// its chain durable up to it: the links it followed to get there were FLUSHed (module
+/// docs), so a PUT that hangs a version behind it needs FLUSH only its own link.
 pub(crate) struct Client {
     want: (u64, u64, u32),
     view: Option<View>,
@@ -298,7 +311,8 @@ impl Client {
     }
 
     /// Walks from the version at `off` (already read: `r`) to the newest one; returns
-    /// its offset and read, `l.buf` holding it.
+    /// its offset and read, `l.buf` holding it. Adds the address of every link it
+    /// followed to `links` (see [`Client`] on why they are FLUSHed).
     fn walk<T: Transport>(
         &self,
         l: &mut Link<T>,
@@ -306,6 +320,7 @@ impl Client {
         key: &[u8],
         mut off: u64,
         mut r: Read,
+        links: &mut Vec<u64>,
     ) -> Result<(u64, Read)> {
         let bound = v.a.chunks.saturating_mul(v.a.chunk_size / 56).saturating_add(1);
         let mut steps = 0u64;
@@ -314,6 +329,7 @@ impl Client {
             if fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) != key || n.h.version <= r.h.version {
                 return Err(damaged(r.next, "a link to another key's version"));
             }
+            links.push(v.addr + off);
             (off, r) = (r.next, n);
             steps += 1;
             if steps > bound {
@@ -324,12 +340,14 @@ impl Client {
     }
 
     /// Finds `key`'s head (probing) and its newest version, `l.buf` holding it;
-    /// `Err(head)` (as `Ok(Err)`) with the empty head where it would go.
+    /// `Err(head)` (as `Ok(Err)`) with the empty head where it would go. Adds the links
+    /// it followed to `links` (the head's `first` among them when it started there).
     fn find<T: Transport>(
         &mut self,
         l: &mut Link<T>,
         v: &View,
         key: &[u8],
+        links: &mut Vec<u64>,
     ) -> Result<std::result::Result<(Known, Read), u64>> {
         let mut i = clover::home(key, v.a.heads);
         for _ in 0..v.a.heads {
@@ -339,17 +357,25 @@ impl Client {
             if first == 0 {
                 return Ok(Err(i));
             }
-            // The shortcut is a hint: a version of this head's key, newer than first.
+            // The shortcut is a hint: a linked version of this head's key, newer than
+            // first (recovery and compaction set it back to the newest version). Only
+            // `first` says whose head this is: a shortcut that does not lead to this
+            // key is passed over for it.
             let start = if shortcut != 0 { shortcut } else { first };
             let mut r = self.read_version(l, v, start, FIRST_READ);
             let mut at = start;
-            if r.is_err() && start != first {
+            let ours =
+                |r: &Result<Read>, l: &Link<T>| r.is_ok() && fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key;
+            if start != first && !ours(&r, l) {
                 r = self.read_version(l, v, first, FIRST_READ);
                 at = first;
             }
             let r = r?;
             if fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key {
-                let (newest, r) = self.walk(l, v, key, at, r)?;
+                if at == first {
+                    links.push(v.addr + v.a.head_offset(i));
+                }
+                let (newest, r) = self.walk(l, v, key, at, r, links)?;
                 return Ok(Ok((Known { head: i, newest, version: r.h.version, len: r.len }, r)));
             }
             i = (i + 1) % v.a.heads;
@@ -396,13 +422,17 @@ impl<T: Transport> ClientSide<T> for Client {
             l.flush_remote(v.addr + off, v.rkey, n as u32, "a Clover FLUSH")?;
         }
         let start = std::time::Instant::now();
+        // Links this version will hang behind that another writer made and may not have
+        // FLUSHed yet: FLUSHed with the link (see [`Client`]).
+        let mut links = Vec::new();
         loop {
             // Round trip 2: the link, durable.
             let target = match after {
                 Ok(k) => v.addr + k.newest,
                 Err(head) => v.addr + v.a.head_offset(head),
             };
-            let old = l.compare_swap((target, v.rkey), 0, off, true, "linking a Clover version")?;
+            let old = l.compare_swap((target, v.rkey), 0, off, true, &links, "linking a Clover version")?;
+            links.clear();
             if old == 0 {
                 break;
             }
@@ -425,10 +455,11 @@ impl<T: Transport> ClientSide<T> for Client {
                     if fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) != key {
                         return Err(damaged(old, "a link to another key's version"));
                     }
-                    let (newest, r) = self.walk(l, &v, key, old, r)?;
+                    links.push(target);
+                    let (newest, r) = self.walk(l, &v, key, old, r, &mut links)?;
                     Ok(Known { head: k.head, newest, version: r.h.version, len: r.len })
                 }
-                _ => self.find(l, &v, key)?.map(|(k, _)| k),
+                _ => self.find(l, &v, key, &mut links)?.map(|(k, _)| k),
             };
             sure = true;
             after = found;
@@ -452,6 +483,7 @@ impl<T: Transport> ClientSide<T> for Client {
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         let v = self.view(l)?;
+        let mut links = Vec::new();
         let (k, r) = match self.known.get(key).copied() {
             Some(k) => {
                 // 1 round trip: the cached version and the head, together.
@@ -487,18 +519,25 @@ impl<T: Transport> ClientSide<T> for Client {
                         _ => {
                             // Back to the cached version's successor.
                             let n = self.read_version(l, &v, cached_next, k.len)?;
+                            links.push(v.addr + k.newest);
                             (from, r) = (cached_next, n);
                         }
                     }
                 }
-                let (newest, r) = self.walk(l, &v, key, from, r)?;
+                let (newest, r) = self.walk(l, &v, key, from, r, &mut links)?;
                 (Known { newest, version: r.h.version, len: r.len, ..k }, r)
             }
-            None => match self.find(l, &v, key)? {
+            None => match self.find(l, &v, key, &mut links)? {
                 Ok(x) => x,
                 Err(_) => return Ok(None),
             },
         };
+        if !links.is_empty() {
+            // What this GET returns (and remembers, for the next PUT to hang behind)
+            // must not vanish in a crash: the links to it are FLUSHed first. One more
+            // round trip, only when the GET walked past what it knew.
+            l.flush_words(&links, v.rkey, "a Clover FLUSH")?;
+        }
         self.remember(key, k);
         Ok((!r.h.is_tombstone()).then_some((NEXT_LEN as usize, r.h.entry_len() as usize)))
     }

@@ -354,7 +354,7 @@ impl<T: Transport> ClientSide<T> for Client {
         // Round trip 1: the lock.
         loop {
             let held = cells::lock_word(cells::lock_version(word), t.tag);
-            let old = l.compare_swap((t.lock(cell), t.rkey), word, held, false, "locking a cell")?;
+            let old = l.compare_swap((t.lock(cell), t.rkey), word, held, false, &[], "locking a cell")?;
             if old == word {
                 break;
             }
