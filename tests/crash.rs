@@ -99,3 +99,64 @@ fn clover_a_write_behind_another_writers_unflushed_link_survives() {
     drop((a, r, b, w));
     s.shutdown();
 }
+
+/// pDPM-Direct: a GET reads the committed slot, which a writer may have written and not
+/// yet FLUSHed (it holds the lock meanwhile); the uncommitted copy of that version was
+/// FLUSHed first. What the GET returned must survive a power failure that keeps no dirty
+/// line: recovery takes the newer uncommitted copy over the older committed slot.
+#[test]
+fn pdpm_direct_what_a_get_returned_survives() {
+    use boomkv::client::{Client, ClientOptions};
+    use boomkv::index::IndexKind;
+    use boomkv::log::{cells, format::entry_value, Pool};
+    use boomkv::pmem::{FlushKind, Media};
+    use boomkv::server::{Server, ServerConfig};
+    use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair};
+    use boomkv::wire::Msg;
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let media = Media::simulated(16 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 256 << 10).unwrap();
+    let pool = Arc::new(Pool::from_media(media, IndexKind::Hash).unwrap().0);
+    let t = ShmTransport::new().unwrap();
+    let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
+    let s = Server::start(t.clone(), pool.clone(), &[Endpoint::Shm(dir.path().join("p.sock"))], cfg).unwrap();
+    let ep = s.endpoints()[0].clone();
+    let po = ClientOptions { protocol: Protocol::PdpmDirect, cells: 64, cell_value: 1000, ..Default::default() };
+    let recovered = |pool: &Pool| {
+        let img = pool.media().durable_image().unwrap();
+        let (p, _) = Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), IndexKind::Hash).unwrap();
+        let c = p.cell_lookup(b"k").expect("the key survives");
+        entry_value(&c.entry, &c.header).to_vec()
+    };
+    let mut a = Client::connect(&t, &ep, po.clone()).unwrap();
+    a.put(b"k", b"one").unwrap();
+    assert_eq!(recovered(&pool), b"one");
+
+    // A writer of version 2, stalled after its WRITE of the committed slot: the lock
+    // held, the uncommitted slot written and FLUSHed, the committed slot only written.
+    let mut w = common::Raw::speaking(&t, &ep, Protocol::PdpmDirect);
+    let (addr, rkey, geo) = match w.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
+        Some(Msg::Cells { addr, rkey, cells, slot_size, .. }) => {
+            (addr, rkey, cells::CellTable { first_segment: 0, segments: 0, cells, slot_size })
+        }
+        m => panic!("expected the cell table, got {m:?}"),
+    };
+    let i = cells::home(b"k", geo.cells);
+    let mut slot = common::entry(b"k", b"two", 0);
+    cells::seal_slot(&mut slot, i, 2).unwrap();
+    w.buf.write(0, &cells::lock_word(1, 0xbeef).to_le_bytes()).unwrap();
+    assert!(w.write(addr + geo.lock_offset(i), rkey, 8));
+    w.buf.write(0, &slot).unwrap();
+    assert!(w.write(addr + geo.uncommitted_offset(i), rkey, slot.len() as u32));
+    w.qp.post_flush(1, addr + geo.uncommitted_offset(i), rkey, slot.len() as u32).unwrap();
+    assert!(w.cq.wait(std::time::Duration::from_secs(5)).unwrap().status.is_ok());
+    assert!(w.write(addr + geo.committed_offset(i), rkey, slot.len() as u32), "not FLUSHed");
+
+    let mut r = Client::connect(&t, &ep, po).unwrap();
+    assert_eq!(r.get(b"k").unwrap().unwrap(), b"two");
+    assert_eq!(recovered(&pool), b"two", "a GET returned a value a crash would take back");
+    drop((a, r, w));
+    s.shutdown();
+}

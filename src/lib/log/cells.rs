@@ -51,8 +51,12 @@
 //!
 //! ## The recovery rule ([`recover_cell`])
 //!
-//! The committed slot if it verifies; else the uncommitted slot if it verifies (a
-//! writer persists it in full before it starts on the committed one); else an empty
+//! The committed slot if it verifies, unless the uncommitted slot verifies too with a
+//! newer version of the same key: then a writer had made that version durable and was
+//! writing the committed slot, which a reader may already have read (the paper's rule
+//! would take the value back; this one keeps what a GET returned durable). Else the
+//! uncommitted slot if it verifies (a writer persists it in full before it starts on
+//! the committed one); else an empty
 //! cell if both slots are empty or only the uncommitted one is torn (a first write
 //! that never reached its committed slot); else the cell is damaged. Every lock is
 //! released: the lock word becomes the recovered version with no holder (zero for an
@@ -289,6 +293,9 @@ pub enum CellState {
 /// The recovery rule (module docs) for cell `cell` whose slots are `c` and `u`.
 pub fn recover_cell(c: &[u8], u: &[u8], cell: u64, slot_size: u64) -> CellState {
     match (check_slot(c, cell, slot_size), check_slot(u, cell, slot_size)) {
+        (Ok(hc), Ok(hu)) if hu.version > hc.version && fmt::claimed_key(u) == fmt::claimed_key(c) => {
+            CellState::FromUncommitted(hu)
+        }
         (Ok(h), _) => CellState::Committed(h),
         (Err(_), Ok(h)) => CellState::FromUncommitted(h),
         (Err(SlotFault::Empty), Err(_)) => CellState::Empty,
@@ -341,7 +348,13 @@ mod tests {
         let empty = vec![0u8; s as usize];
         let mut torn = new.clone();
         torn[42] ^= 0xff; // a value byte
-        assert!(matches!(recover_cell(&old, &new, 1, s), CellState::Committed(h) if h.version == 1));
+        assert!(matches!(recover_cell(&new, &new, 1, s), CellState::Committed(h) if h.version == 2));
+        // The committed slot's new version may have been read before its FLUSH: the
+        // uncommitted copy, durable first, wins over the old committed one.
+        assert!(matches!(recover_cell(&old, &new, 1, s), CellState::FromUncommitted(h) if h.version == 2));
+        assert!(matches!(recover_cell(&new, &old, 1, s), CellState::Committed(h) if h.version == 2));
+        let other = slot(1, b"x", b"new", 2, s);
+        assert!(matches!(recover_cell(&old, &other, 1, s), CellState::Committed(h) if h.version == 1));
         assert!(matches!(recover_cell(&torn, &new, 1, s), CellState::FromUncommitted(h) if h.version == 2));
         assert_eq!(recover_cell(&empty, &torn, 1, s), CellState::Empty);
         assert_eq!(recover_cell(&empty, &empty, 1, s), CellState::Empty);

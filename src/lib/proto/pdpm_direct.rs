@@ -26,7 +26,11 @@
 //! - The slots hold this crate's entry format and CRC-32C
 //!   ([`crate::log::format`]); the table lies in the pool's segments and recovery
 //!   applies pDPM's rule: the committed slot if it verifies, else the uncommitted one
-//!   ([`crate::log::cells`], [`crate::log::table`]).
+//!   ([`crate::log::cells`], [`crate::log::table`]), with one change: an uncommitted
+//!   slot that verifies with a newer version than a verifying committed one wins. A
+//!   GET may read the committed slot after its WRITE and before its FLUSH; the
+//!   uncommitted copy of that version is durable by then, so what a GET returned
+//!   survives a crash (pDPM's rule would restore the older committed slot).
 //!
 //! # What differs, and why
 //!
