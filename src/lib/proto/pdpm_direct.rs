@@ -289,8 +289,8 @@ fn damaged(i: u64) -> Error {
 /// [`Backoff::MAX_SLEEP`], bounded by the link's timeout. Waiters that retried at once
 /// would keep the cell's lock word busy with compare-and-swaps and READs (a NIC
 /// serializes atomics on one address) and slow the holder they wait for (over
-/// soft-RoCE under emulation, three writers retrying at once once timed out after 10 s
-/// waiting on one holder that did finish).
+/// soft-RoCE under emulation, three writers once timed out after 10 s on one cell's
+/// lock; whether this was the cause is not known).
 struct Backoff {
     start: Instant,
     tries: u32,
