@@ -3,8 +3,15 @@
 
 mod common;
 
+use std::sync::Arc;
+
+use boomkv::client::{Client, ClientOptions};
 use boomkv::crashtest::{self, CrashTestOptions};
-use boomkv::transport::{Backend, ShmTransport};
+use boomkv::index::IndexKind;
+use boomkv::log::{cells, clover, format::entry_value, Pool};
+use boomkv::pmem::{FlushKind, Media};
+use boomkv::server::{Server, ServerConfig};
+use boomkv::transport::{Backend, Endpoint, MemoryRegion, ShmTransport};
 use boomkv::wire::Protocol;
 
 #[test]
@@ -19,6 +26,23 @@ fn simulated_power_failures_lose_nothing_acknowledged() {
     }
 }
 
+/// A server over shm on a fresh pool on crash-simulating media (the socket in `dir`).
+fn simulated_server(dir: &std::path::Path) -> (Arc<Pool>, Server<ShmTransport>) {
+    let media = Media::simulated(16 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 256 << 10).unwrap();
+    let pool = Arc::new(Pool::from_media(media, IndexKind::Hash).unwrap().0);
+    let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
+    let s = Server::start(ShmTransport::new().unwrap(), pool.clone(), &[Endpoint::Shm(dir.join("s.sock"))], cfg);
+    (pool, s.unwrap())
+}
+
+/// The pool recovered from what a power failure now would leave if no dirty line
+/// survived (the simulator's durable image).
+fn recover_durable(pool: &Pool) -> Pool {
+    let img = pool.media().durable_image().unwrap();
+    Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), IndexKind::Hash).unwrap().0
+}
+
 /// Clover: a link is visible (its compare-and-swap) before it is durable (its FLUSH).
 /// Another client that follows it in between must make it durable before its own
 /// operation completes: a GET before returning what lies behind it, a PUT before its
@@ -26,28 +50,12 @@ fn simulated_power_failures_lose_nothing_acknowledged() {
 /// between the two), and the power fails with no dirty line surviving.
 #[test]
 fn clover_a_write_behind_another_writers_unflushed_link_survives() {
-    use boomkv::client::{Client, ClientOptions};
-    use boomkv::index::IndexKind;
-    use boomkv::log::{clover, format::entry_value, Pool};
-    use boomkv::pmem::{FlushKind, Media};
-    use boomkv::server::{Server, ServerConfig};
-    use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair};
-    use boomkv::wire::Msg;
-    use std::sync::Arc;
-
     let dir = tempfile::tempdir().unwrap();
-    let media = Media::simulated(16 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 256 << 10).unwrap();
-    let pool = Arc::new(Pool::from_media(media, IndexKind::Hash).unwrap().0);
-    let t = ShmTransport::new().unwrap();
-    let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
-    let s = Server::start(t.clone(), pool.clone(), &[Endpoint::Shm(dir.path().join("c.sock"))], cfg).unwrap();
-    let ep = s.endpoints()[0].clone();
+    let (pool, s) = simulated_server(dir.path());
+    let (t, ep) = (ShmTransport::new().unwrap(), s.endpoints()[0].clone());
     let co = ClientOptions { protocol: Protocol::Clover, cells: 64, clover_data: 1 << 20, ..Default::default() };
     let recovered = |pool: &Pool| {
-        let img = pool.media().durable_image().unwrap();
-        let (p, _) = Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), IndexKind::Hash).unwrap();
-        let v = p.clover_lookup(b"k").expect("the key survives");
+        let v = recover_durable(pool).clover_lookup(b"k").expect("the key survives");
         (v.header.version, entry_value(&v.entry, &v.header).to_vec())
     };
 
@@ -58,12 +66,7 @@ fn clover_a_write_behind_another_writers_unflushed_link_survives() {
     // A second writer: its version 2 written and FLUSHed, then linked behind version 1
     // (the compare-and-swap's effect, a WRITE here), and stalled before its FLUSH.
     let mut w = common::Raw::speaking(&t, &ep, Protocol::Clover);
-    let (addr, rkey, arena) = match w.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
-        Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
-            (addr, rkey, clover::Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
-        }
-        m => panic!("expected the arena, got {m:?}"),
-    };
+    let (addr, rkey, arena) = w.clover_arena();
     let v1 = pool.clover_lookup(b"k").unwrap().offset;
     let v2 = arena.chunk_offset(arena.chunks - 1);
     let mut e = common::entry(b"k", b"two", 0);
@@ -72,8 +75,7 @@ fn clover_a_write_behind_another_writers_unflushed_link_survives() {
     bytes.extend_from_slice(&e);
     w.buf.write(0, &bytes).unwrap();
     assert!(w.write(addr + v2, rkey, bytes.len() as u32));
-    w.qp.post_flush(1, addr + v2, rkey, bytes.len() as u32).unwrap();
-    assert!(w.cq.wait(std::time::Duration::from_secs(5)).unwrap().status.is_ok());
+    assert!(w.flush(addr + v2, rkey, bytes.len() as u32));
     w.buf.write(0, &v2.to_le_bytes()).unwrap();
     assert!(w.write(addr + v1, rkey, 8), "the link, not FLUSHed");
     assert_eq!(recovered(&pool).0, 1, "the stalled link is not durable");
@@ -87,8 +89,7 @@ fn clover_a_write_behind_another_writers_unflushed_link_survives() {
     // version 1's `next` back to 0 and FLUSHing it, then stalled again).
     w.buf.write(0, &0u64.to_le_bytes()).unwrap();
     assert!(w.write(addr + v1, rkey, 8));
-    w.qp.post_flush(2, addr + v1, rkey, 8).unwrap();
-    assert!(w.cq.wait(std::time::Duration::from_secs(5)).unwrap().status.is_ok());
+    assert!(w.flush(addr + v1, rkey, 8));
     w.buf.write(0, &v2.to_le_bytes()).unwrap();
     assert!(w.write(addr + v1, rkey, 8), "the link again, not FLUSHed");
     assert_eq!(recovered(&pool).0, 1);
@@ -106,28 +107,12 @@ fn clover_a_write_behind_another_writers_unflushed_link_survives() {
 /// line: recovery takes the newer uncommitted copy over the older committed slot.
 #[test]
 fn pdpm_direct_what_a_get_returned_survives() {
-    use boomkv::client::{Client, ClientOptions};
-    use boomkv::index::IndexKind;
-    use boomkv::log::{cells, format::entry_value, Pool};
-    use boomkv::pmem::{FlushKind, Media};
-    use boomkv::server::{Server, ServerConfig};
-    use boomkv::transport::{CompletionQueue, Endpoint, MemoryRegion, QueuePair};
-    use boomkv::wire::Msg;
-    use std::sync::Arc;
-
     let dir = tempfile::tempdir().unwrap();
-    let media = Media::simulated(16 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 256 << 10).unwrap();
-    let pool = Arc::new(Pool::from_media(media, IndexKind::Hash).unwrap().0);
-    let t = ShmTransport::new().unwrap();
-    let cfg = ServerConfig { log_clients: false, cleaner: false, ..Default::default() };
-    let s = Server::start(t.clone(), pool.clone(), &[Endpoint::Shm(dir.path().join("p.sock"))], cfg).unwrap();
-    let ep = s.endpoints()[0].clone();
+    let (pool, s) = simulated_server(dir.path());
+    let (t, ep) = (ShmTransport::new().unwrap(), s.endpoints()[0].clone());
     let po = ClientOptions { protocol: Protocol::PdpmDirect, cells: 64, cell_value: 1000, ..Default::default() };
     let recovered = |pool: &Pool| {
-        let img = pool.media().durable_image().unwrap();
-        let (p, _) = Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), IndexKind::Hash).unwrap();
-        let c = p.cell_lookup(b"k").expect("the key survives");
+        let c = recover_durable(pool).cell_lookup(b"k").expect("the key survives");
         entry_value(&c.entry, &c.header).to_vec()
     };
     let mut a = Client::connect(&t, &ep, po.clone()).unwrap();
@@ -137,12 +122,7 @@ fn pdpm_direct_what_a_get_returned_survives() {
     // A writer of version 2, stalled after its WRITE of the committed slot: the lock
     // held, the uncommitted slot written and FLUSHed, the committed slot only written.
     let mut w = common::Raw::speaking(&t, &ep, Protocol::PdpmDirect);
-    let (addr, rkey, geo) = match w.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
-        Some(Msg::Cells { addr, rkey, cells, slot_size, .. }) => {
-            (addr, rkey, cells::CellTable { first_segment: 0, segments: 0, cells, slot_size })
-        }
-        m => panic!("expected the cell table, got {m:?}"),
-    };
+    let (addr, rkey, geo) = w.cell_table();
     let i = cells::home(b"k", geo.cells);
     let mut slot = common::entry(b"k", b"two", 0);
     cells::seal_slot(&mut slot, i, 2).unwrap();
@@ -150,8 +130,7 @@ fn pdpm_direct_what_a_get_returned_survives() {
     assert!(w.write(addr + geo.lock_offset(i), rkey, 8));
     w.buf.write(0, &slot).unwrap();
     assert!(w.write(addr + geo.uncommitted_offset(i), rkey, slot.len() as u32));
-    w.qp.post_flush(1, addr + geo.uncommitted_offset(i), rkey, slot.len() as u32).unwrap();
-    assert!(w.cq.wait(std::time::Duration::from_secs(5)).unwrap().status.is_ok());
+    assert!(w.flush(addr + geo.uncommitted_offset(i), rkey, slot.len() as u32));
     assert!(w.write(addr + geo.committed_offset(i), rkey, slot.len() as u32), "not FLUSHed");
 
     let mut r = Client::connect(&t, &ep, po).unwrap();

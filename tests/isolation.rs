@@ -427,7 +427,7 @@ fn tcp_rdmp_cc_a_value_forged_under_the_seal_is_never_indexed() {
 /// key fail after their timeout (naming the cell), and recovery releases every lock and
 /// reports the damage without stopping.
 fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
-    use boomkv::log::cells::{self, CellTable};
+    use boomkv::log::cells;
     let ep = s.endpoints()[0].clone();
     let mut boom = Client::connect(t, &ep, opts()).unwrap();
     boom.put(b"boom-key", b"boom-value").unwrap();
@@ -437,22 +437,14 @@ fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
     honest.put(b"locked", b"before").unwrap();
 
     let mut attacker = Raw::speaking(t, &ep, Protocol::PdpmDirect);
-    let (addr, rkey, geo) = match attacker.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
-        Some(Msg::Cells { addr, rkey, cells, slot_size, .. }) => {
-            (addr, rkey, CellTable { first_segment: 0, segments: 0, cells, slot_size })
-        }
-        m => panic!("expected the cell table, got {m:?}"),
-    };
+    let (addr, rkey, geo) = attacker.cell_table();
     assert_eq!(geo.cells, 64, "the first client's geometry stands");
     // Past the table: refused, and the connection is gone.
     assert!(!attacker.write(addr + geo.bytes(), rkey, 64), "a WRITE past the table");
 
     let mut a2 = Raw::speaking(t, &ep, Protocol::PdpmDirect);
     // Its own region of the table (regions are bound to their connection).
-    let (addr, rkey) = match a2.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
-        Some(Msg::Cells { addr, rkey, .. }) => (addr, rkey),
-        m => panic!("expected the cell table, got {m:?}"),
-    };
+    let (addr, rkey, _) = a2.cell_table();
     // Garbage over the committed slot of "shared" (its home cell: the table was empty).
     let shared = cells::home(b"shared", geo.cells);
     a2.buf.write(0, &[0xa5u8; 200]).unwrap();
@@ -521,7 +513,7 @@ fn tcp_pdpm_direct_clients_reach_only_the_table_and_damage_reads_as_an_error() {
 /// version reads as an error, never as a value, and recovery walks past nothing it
 /// cannot verify (the chain ends at the last version that does).
 fn clover_arena<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
-    use boomkv::log::clover::{self, Arena};
+    use boomkv::log::clover;
     let ep = s.endpoints()[0].clone();
     let mut boom = Client::connect(t, &ep, opts()).unwrap();
     boom.put(b"boom-key", b"boom-value").unwrap();
@@ -531,21 +523,13 @@ fn clover_arena<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
     honest.put(b"shared", b"acknowledged").unwrap();
 
     let mut attacker = Raw::speaking(t, &ep, Protocol::Clover);
-    let (addr, rkey, a) = match attacker.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
-        Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
-            (addr, rkey, Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
-        }
-        m => panic!("expected the arena, got {m:?}"),
-    };
+    let (addr, rkey, a) = attacker.clover_arena();
     assert_eq!(a.heads, 64, "the first client's geometry stands");
     assert!(!attacker.write(addr + a.bytes(), rkey, 64), "a WRITE past the arena");
 
     // Garbage over the newest version of "shared" (found from its head's shortcut).
     let mut a2 = Raw::speaking(t, &ep, Protocol::Clover);
-    let (addr, rkey) = match a2.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
-        Some(Msg::CloverArena { addr, rkey, .. }) => (addr, rkey),
-        m => panic!("expected the arena, got {m:?}"),
-    };
+    let (addr, rkey, _) = a2.clover_arena();
     let p = s.pool().clone();
     let newest = p.clover_lookup(b"shared").expect("the key is in the arena");
     assert_eq!(newest.header.version, 2);
@@ -592,19 +576,14 @@ fn clover_orphan_behind_a_stale_shortcut<T: Transport>(
     dir: &std::path::Path,
     server: fn(&std::path::Path, ServerConfig) -> Server<T>,
 ) {
-    use boomkv::log::clover::{self, Arena};
+    use boomkv::log::clover;
     let s = server(dir, quiet());
     let ep = s.endpoints()[0].clone();
     let co = ClientOptions { protocol: Protocol::Clover, cells: 64, cell_value: 1000, clover_data: 1 << 20, ..opts() };
     let mut honest = Client::connect(t, &ep, co.clone()).unwrap();
     honest.put(b"k", b"one").unwrap();
     let mut raw = Raw::speaking(t, &ep, Protocol::Clover);
-    let (addr, rkey, a) = match raw.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
-        Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
-            (addr, rkey, Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
-        }
-        m => panic!("expected the arena, got {m:?}"),
-    };
+    let (addr, rkey, a) = raw.clover_arena();
     // What the crash left: version 2 of "k", whole and verifying, in a chunk no chain
     // uses (its link never became durable), and the shortcut pointing at it.
     let orphan = a.chunk_offset(a.chunks - 1);

@@ -356,6 +356,20 @@ impl<T: Transport> Link<T> {
         Ok(u64::from_le_bytes(w))
     }
 
+    /// Whether a compare-and-swap of `compare` to `swap` that returned `old` took effect,
+    /// for a `swap` word only this client ever installs: `old == compare`, or
+    /// `old == swap`, the request executed twice (a retransmission the device ran again;
+    /// soft-RoCE does under load) and the second run seeing the first's result. Counted
+    /// in [`ClientCounters::cas_replays`].
+    pub(crate) fn cas_took_effect(&mut self, old: u64, compare: u64, swap: u64) -> bool {
+        if old == compare {
+            return true;
+        }
+        let replayed = old == swap;
+        self.counters.cas_replays += u64::from(replayed);
+        replayed
+    }
+
     /// FLUSHes posted together before one wait (a bound on what is in flight).
     const FLUSH_BATCH: usize = 16;
 

@@ -116,6 +116,37 @@ impl<T: Transport> Raw<T> {
         }
     }
 
+    /// The Clover arena as the server describes it (asking for the smallest one: an
+    /// existing arena's geometry stands): address, rkey, geometry.
+    pub fn clover_arena(&mut self) -> (u64, u32, boomkv::log::clover::Arena) {
+        match self.call(&Msg::CloverReq { heads: 1, data: 1, value_max: 1 }) {
+            Some(Msg::CloverArena { addr, rkey, heads, chunk_size, chunks }) => {
+                (addr, rkey, boomkv::log::clover::Arena { first_segment: 0, segments: 0, heads, chunk_size, chunks })
+            }
+            m => panic!("expected the arena, got {m:?}"),
+        }
+    }
+
+    /// The pDPM-Direct cell table as the server describes it (asking for the smallest
+    /// one: an existing table's geometry stands): address, rkey, geometry.
+    pub fn cell_table(&mut self) -> (u64, u32, boomkv::log::cells::CellTable) {
+        match self.call(&Msg::CellsReq { cells: 1, value_max: 1 }) {
+            Some(Msg::Cells { addr, rkey, cells, slot_size, .. }) => {
+                (addr, rkey, boomkv::log::cells::CellTable { first_segment: 0, segments: 0, cells, slot_size })
+            }
+            m => panic!("expected the cell table, got {m:?}"),
+        }
+    }
+
+    /// Posts a signaled FLUSH of `len` bytes at `addr` and returns its completion status.
+    pub fn flush(&mut self, addr: u64, rkey: u32, len: u32) -> bool {
+        self.wr += 1;
+        if self.qp.post_flush(self.wr, addr, rkey, len).is_err() {
+            return false;
+        }
+        self.cq.wait(Duration::from_secs(5)).is_ok_and(|c| c.status.is_ok())
+    }
+
     /// Posts a signaled WRITE of `len` bytes and returns its completion status.
     pub fn write(&mut self, addr: u64, rkey: u32, len: u32) -> bool {
         self.wr += 1;

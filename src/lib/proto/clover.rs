@@ -364,9 +364,7 @@ impl Client {
             let start = if shortcut != 0 { shortcut } else { first };
             let mut r = self.read_version(l, v, start, FIRST_READ);
             let mut at = start;
-            let ours =
-                |r: &Result<Read>, l: &Link<T>| r.is_ok() && fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key;
-            if start != first && !ours(&r, l) {
+            if start != first && !(r.is_ok() && fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key) {
                 r = self.read_version(l, v, first, FIRST_READ);
                 at = first;
             }
@@ -433,15 +431,10 @@ impl<T: Transport> ClientSide<T> for Client {
             };
             let old = l.compare_swap((target, v.rkey), 0, off, true, &links, "linking a Clover version")?;
             links.clear();
-            if old == 0 {
-                break;
-            }
-            if old == off {
-                // Our own link, there already: this compare-and-swap was executed twice
-                // (a retransmission the device ran again; soft-RoCE does under load).
-                // `off` is this client's fresh slot, which no one else links, so the
-                // version is linked; taking it as failed would link it after itself.
-                l.counters.cas_replays += 1;
+            // `off` is this client's fresh slot, which no one else links: finding it
+            // means the version is linked (taking it as failed would link it after
+            // itself).
+            if l.cas_took_effect(old, 0, off) {
                 break;
             }
             if start.elapsed() > l.timeout {

@@ -359,16 +359,10 @@ impl<T: Transport> ClientSide<T> for Client {
         loop {
             let held = cells::lock_word(cells::lock_version(word), t.tag);
             let old = l.compare_swap((t.lock(cell), t.rkey), word, held, false, &[], "locking a cell")?;
-            if old == word {
-                break;
-            }
-            if old == held {
-                // The word this very compare-and-swap installs: it was executed twice
-                // (a retransmission the device ran again; soft-RoCE does under load), and
-                // the second run saw the first's result. No other client has this tag
-                // and this client holds no lock between calls, so the lock is ours:
-                // taking it as failed would wait on ourselves until the timeout.
-                l.counters.cas_replays += 1;
+            // `held` carries this client's tag, which no other client has, and this
+            // client holds no lock between calls: finding it means the lock is ours
+            // (taking it as failed would wait on ourselves until the timeout).
+            if l.cas_took_effect(old, word, held) {
                 break;
             }
             if !sure || (word == 0 && cells::lock_holder(old) == 0) {
