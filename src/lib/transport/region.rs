@@ -3,13 +3,13 @@
 //! A protection domain (`Pd`) owns a table of [`SLOTS`] 8-byte state words, one per
 //! region slot. A word holds `(rkey << 32) | users`: the rkey that is currently valid for
 //! the slot (0 when the slot is free or revoked) and how many one-sided operations are
-//! copying into or out of the region right now. An initiator (the `tcp` NIC thread, or a
+//! copying into or out of the region right now. An initiator (a `tcp` I/O or waiting thread, or a
 //! `shm` peer process that has the table mapped) brackets each copy with
 //! `guard_enter`/`guard_exit`: `enter` adds a user and checks the rkey in one atomic
 //! step. Revocation clears the rkey, then waits until the users drain, so once
 //! [`Mr::deregister`] returns no copy is running and none can start.
 //!
-//! For `tcp` the table is private memory and the initiators are the owner's own NIC
+//! For `tcp` the table is private memory and the initiators are the owner's own
 //! threads, which count themselves in the table words. For `shm` the table lives in a
 //! shared-memory file that only the owner can write (sealed with `F_SEAL_FUTURE_WRITE`;
 //! peers map it read-only), and a peer initiator counts its copies in two words of its

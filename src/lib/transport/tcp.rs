@@ -48,20 +48,27 @@
 //! # Threads
 //!
 //! Posting writes the frame to the socket from the posting thread (`TCP_NODELAY`); what
-//! the socket does not take at once waits in a send buffer (at most 64 MiB) that the NIC
+//! the socket does not take at once waits in a send buffer (at most 64 MiB) that an I/O
 //! thread drains. Incoming frames are executed by whichever thread holds the
 //! connection's receive lock: a thread waiting in [`CompletionQueue::wait`] on one of
 //! the connection's completion queues reads the sockets itself — while spinning it
 //! calls `recv` on each (up to two connections) or `epoll_wait(0)` (more), and keeps
 //! spinning as long as frames arrive, even ones that complete nothing here (one-sided
 //! operations); then it parks in `epoll_wait` on the sockets. So a reply or a one-sided
-//! operation reaches a waiting thread with no thread hop. The
-//! per-connection NIC thread covers the rest: it reads the socket when no thread waits
-//! on the connection's queues (so one-sided operations land while the application is
-//! busy; with a waiter present it stands back and re-checks every [`NIC_RECHECK`] while
-//! frames flow, backing off to [`NIC_RECHECK_IDLE`] on a quiet connection),
-//! sends delayed acknowledgements, enforces the RNR deadline, and drains a send
-//! backlog when the socket buffer was full.
+//! operation reaches a waiting thread with no thread hop.
+//!
+//! A fixed set of I/O threads covers the rest for every connection of the process (one
+//! per four CPUs, at most four; a connection is given to one of them round robin): each
+//! keeps an epoll set over its connections' sockets with one-shot interest and a timer
+//! per connection. It reads a socket when no thread polls or waits on the connection's
+//! queues (so one-sided operations land while the application is busy); while a thread
+//! does, it leaves the socket to that thread and only looks every [`NIC_RECHECK`] while
+//! frames flow, backing off to [`NIC_RECHECK_IDLE`] on a quiet connection, with the
+//! rechecks of all such connections batched into one wake-up. It also sends delayed
+//! acknowledgements, enforces the RNR deadline, and drains a send backlog when the
+//! socket buffer was full. Before, each connection had an I/O thread of its own on both
+//! sides: 16 client threads meant 32 more threads, whose rechecks cost about a tenth
+//! of a 2-core machine.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -71,7 +78,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Or
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use rustix::event::{epoll, EventfdFlags, PollFd, PollFlags};
+use rustix::event::{epoll, EventfdFlags};
 
 use super::region::{guard_enter, guard_exit, Pd};
 use super::{
@@ -86,7 +93,7 @@ use crate::pmem::Mapping;
 pub(crate) const HDR: usize = 40;
 /// How long an acknowledgement may wait for a frame to ride on.
 pub const ACK_DELAY: Duration = Duration::from_micros(200);
-/// How often a NIC thread re-checks a busy connection that a waiting thread serves.
+/// How often an I/O thread re-checks a busy connection that a waiting thread serves.
 pub const NIC_RECHECK: Duration = Duration::from_millis(2);
 /// How often it re-checks such a connection after it has been quiet for a while.
 pub const NIC_RECHECK_IDLE: Duration = Duration::from_millis(64);
@@ -246,7 +253,7 @@ impl TcpTransport {
     pub fn with_config(cfg: TransportConfig) -> Result<TcpTransport> {
         // Fix the spin limit now, on the creating thread: a benchmark may pin the threads
         // that wait later, and a pinned thread sees a single CPU.
-        let _ = super::spin_limit();
+        let _ = (super::spin_limit(), super::cores());
         if cfg.rq_depth == 0 || cfg.sq_depth == 0 {
             return Err(Error::invalid("queue depths must be at least 1"));
         }
@@ -257,8 +264,7 @@ impl TcpTransport {
         sock.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", e))?;
         sock.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
         sock.set_read_timeout(None).map_err(|e| Error::io("set_read_timeout", e))?;
-        let nudge = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| Error::io("eventfd", e.into()))?;
+        let reactor = Reactor::pick()?;
         let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
         let conn = Arc::new(Conn {
             id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
@@ -279,7 +285,7 @@ impl TcpTransport {
             error: AtomicBool::new(false),
             torn_down: AtomicBool::new(false),
             reason: Mutex::new(None),
-            nudge,
+            reactor,
             backlog: AtomicBool::new(false),
             rx_seen: AtomicBool::new(false),
             frames: AtomicU64::new(0),
@@ -290,11 +296,7 @@ impl TcpTransport {
         if !Arc::ptr_eq(&send_cq.inner, &recv_cq.inner) {
             recv_cq.inner.attach(&conn)?;
         }
-        let c2 = conn.clone();
-        std::thread::Builder::new()
-            .name(format!("boomkv-nic-{qp_num}"))
-            .spawn(move || nic_thread(c2))
-            .map_err(|e| Error::io("spawn NIC thread", e))?;
+        conn.reactor.adopt(conn.clone());
         Ok(TcpQp { conn })
     }
 }
@@ -561,7 +563,7 @@ struct CqInner {
     waiting: AtomicU32,
     /// Threads parked in `epoll_wait` (pushes must write the eventfd).
     parked: AtomicU32,
-    /// Calls of `poll` and `wait`, counted: a NIC thread that sees it move knows an
+    /// Calls of `poll` and `wait`, counted: an I/O thread that sees it move knows an
     /// application thread drives the connections and stands back (see `nic_thread`).
     activity: AtomicU64,
     evfd: OwnedFd,
@@ -643,11 +645,16 @@ impl CqInner {
     }
 
     /// Serves the sockets that `epoll` reports ready (`timeout` zero: just look).
-    /// Returns whether any socket had traffic.
-    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration) -> bool {
+    /// Returns whether any socket had traffic. `parked` (the caller's count in
+    /// [`CqInner::parked`]) ends when `epoll_wait` returns: the completions this thread
+    /// pushes while it serves the sockets must not write the eventfd to wake itself (a
+    /// wasted write, and a wasted wake-up and read at its next park).
+    fn serve_ready(&self, events: &mut Vec<epoll::Event>, timeout: Duration, parked: Option<WaitGuard<'_>>) -> bool {
         events.clear();
         let t = ts(timeout);
-        if epoll::wait(&self.epfd, rustix::buffer::spare_capacity(events), Some(&t)).is_err() {
+        let r = epoll::wait(&self.epfd, rustix::buffer::spare_capacity(events), Some(&t));
+        drop(parked);
+        if r.is_err() {
             return false;
         }
         let mut traffic = false;
@@ -672,7 +679,7 @@ impl CqInner {
             let conns = lock(&self.conns);
             if conns.len() > SPIN_DIRECT {
                 drop(conns);
-                return self.serve_ready(events, Duration::ZERO);
+                return self.serve_ready(events, Duration::ZERO, None);
             }
             few.extend(conns.values().filter_map(Weak::upgrade));
         }
@@ -700,12 +707,13 @@ impl Drop for WaitGuard<'_> {
 
 impl CompletionQueue for TcpCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        super::participate();
         self.inner.activity.fetch_add(1, Ordering::Relaxed);
         let n = self.inner.pop_into(out, max);
         if n > 0 {
             return n;
         }
-        // Nobody may be reading the sockets right now (the NIC thread stands back while
+        // Nobody may be reading the sockets right now (the I/O thread stands back while
         // a thread waits); a poll loop must make progress on its own: a recv on each of a
         // few sockets, or one epoll_wait that names the ready ones among many (a server
         // worker polling 16 idle sockets would otherwise spend 16 syscalls per round).
@@ -749,11 +757,11 @@ impl CompletionQueue for TcpCq {
                     super::spin_outcome(false);
                 }
                 inner.parked.fetch_add(1, Ordering::SeqCst);
-                let _p = WaitGuard(&inner.parked);
+                let p = WaitGuard(&inner.parked);
                 if inner.pop_into(&mut out, 1) == 1 {
                     return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                 }
-                inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)))
+                inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)), Some(p))
             };
             if traffic {
                 if slot.is_none() {
@@ -834,11 +842,12 @@ struct Conn {
     error: AtomicBool,
     torn_down: AtomicBool,
     reason: Mutex<Option<String>>,
-    nudge: OwnedFd,
+    /// The I/O thread that covers this connection.
+    reactor: Arc<Reactor>,
     backlog: AtomicBool,
     /// Set when a read returned bytes (tells a spinning waiter there is traffic).
     rx_seen: AtomicBool,
-    /// Frames executed so far (the NIC thread's measure of activity).
+    /// Frames executed so far (the I/O thread's measure of activity).
     frames: AtomicU64,
     stats: StatCounters,
     nic_stop: AtomicBool,
@@ -872,8 +881,14 @@ impl Conn {
         self.send_cq.waiting.load(Ordering::SeqCst) > 0 || self.recv_cq.waiting.load(Ordering::SeqCst) > 0
     }
 
+    /// Calls of `poll` and `wait` on the connection's queues, summed (see [`CqInner::activity`]).
+    fn activity(&self) -> u64 {
+        self.send_cq.activity.load(Ordering::Relaxed).wrapping_add(self.recv_cq.activity.load(Ordering::Relaxed))
+    }
+
+    /// Asks the I/O thread to look at this connection now.
     fn wake_nic(&self) {
-        let _ = rustix::io::write(&self.nudge, &1u64.to_ne_bytes());
+        self.reactor.kick(self.id);
     }
 
     fn completion(
@@ -1039,8 +1054,8 @@ impl Conn {
         traffic
     }
 
-    /// Reads until the socket is empty, executing complete frames. Returns whether a
-    /// request asked for an immediate acknowledgement.
+    /// Reads until the socket is empty (a short read says so), executing complete
+    /// frames. Returns whether a request asked for an immediate acknowledgement.
     fn drain(&self, rx: &mut Rx) -> std::result::Result<bool, String> {
         let mut ack_now = false;
         loop {
@@ -1074,6 +1089,13 @@ impl Conn {
                 Ok(n) => {
                     rx.end += n;
                     self.rx_seen.store(true, Ordering::Relaxed);
+                    if rx.end < rx.buf.len() {
+                        // A short read emptied the socket: execute what came and stop,
+                        // instead of a second `recv` that would only say EAGAIN (one
+                        // syscall per wake-up saved; every caller looks again later).
+                        self.execute(rx, &mut ack_now)?;
+                        return Ok(ack_now);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(ack_now),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -1480,63 +1502,234 @@ enum Exec {
     NoRecv,
 }
 
-fn nic_thread(c: Arc<Conn>) {
-    // While a waiting thread serves the connection, re-check it every NIC_RECHECK while
-    // frames flow, backing off to NIC_RECHECK_IDLE while it is quiet, so idle
-    // connections of a parked server cost (almost) nothing.
-    let mut recheck = NIC_RECHECK;
-    let mut seen = c.frames.load(Ordering::Relaxed);
-    let activity =
-        || c.send_cq.activity.load(Ordering::Relaxed).wrapping_add(c.recv_cq.activity.load(Ordering::Relaxed));
-    let mut seen_activity = activity();
-    loop {
-        if c.nic_stop.load(Ordering::Acquire) || c.is_error() {
-            return;
-        }
-        let frames = c.frames.load(Ordering::Relaxed);
-        recheck = if frames == seen { (recheck * 2).min(NIC_RECHECK_IDLE) } else { NIC_RECHECK };
-        seen = frames;
-        // A thread that polled or waited on the connection's queues since the last look
-        // drives it: it reads the socket, and its requests and progress carry the acks
-        // (every frame sent carries the cumulative ack; progress sends overdue ones). A
-        // NIC thread that woke at every ack deadline in request/response traffic would
-        // wake once per request, for nothing: 16 client threads over tcp spent a third
-        // of the machine in such wakeups.
-        let now_activity = activity();
-        let driven = now_activity != seen_activity;
-        seen_activity = now_activity;
-        let attended = c.attended() || driven;
-        let stalled = lock(&c.rx).stall_until;
-        let owed = *lock(&c.owed_since);
-        let backlog = c.backlog.load(Ordering::Acquire);
-        let mut timeout = if attended { recheck } else { Duration::from_secs(1) };
-        if let Some(t) = stalled {
-            timeout = timeout.min(t.saturating_duration_since(Instant::now()).max(Duration::from_micros(50)));
-        }
-        if let (Some(t), false) = (owed, attended) {
-            timeout = timeout.min(ACK_DELAY.saturating_sub(t.elapsed()).max(Duration::from_micros(20)));
-        }
-        let mut flags = PollFlags::empty();
-        if !attended && stalled.is_none() {
-            flags |= PollFlags::IN;
-        }
-        if backlog {
-            flags |= PollFlags::OUT;
-        }
-        let mut fds = [PollFd::new(&c.sock, flags), PollFd::new(&c.nudge, PollFlags::IN)];
-        let _ = rustix::event::poll(&mut fds, Some(&ts(timeout)));
-        if fds[1].revents().contains(PollFlags::IN) {
-            let mut b = [0u8; 8];
-            let _ = rustix::io::read(&c.nudge, &mut b);
-        }
-        if c.backlog.load(Ordering::Acquire) {
-            let r = c.flush_tx(&mut lock(&c.tx));
-            if let Err(e) = r {
-                c.fail(e.to_string());
-                return;
+// ---------------------------------------------------------------------------------------
+// The I/O threads (the NIC's engine)
+
+/// How many I/O threads the process's connections share: one per four CPUs, at most
+/// four. They only cover what no application thread is doing (see the module docs), so
+/// one is plenty on a small machine; connections are spread over them round robin.
+fn io_thread_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().div_ceil(4)).clamp(1, 4)
+}
+
+/// The I/O threads, started with the process's first connection and kept for its life.
+fn reactors() -> Result<&'static [Arc<Reactor>]> {
+    static REACTORS: std::sync::OnceLock<Vec<Arc<Reactor>>> = std::sync::OnceLock::new();
+    static START: Mutex<()> = Mutex::new(());
+    if let Some(r) = REACTORS.get() {
+        return Ok(r);
+    }
+    let _one = lock(&START);
+    if let Some(r) = REACTORS.get() {
+        return Ok(r);
+    }
+    let mut all = Vec::new();
+    for i in 0..io_thread_count() {
+        let r = Arc::new(Reactor::new()?);
+        let r2 = r.clone();
+        std::thread::Builder::new()
+            .name(format!("boomkv-tcp-io-{i}"))
+            .spawn(move || r2.run())
+            .map_err(|e| Error::io("spawn the tcp I/O thread", e))?;
+        all.push(r);
+    }
+    Ok(REACTORS.get_or_init(|| all))
+}
+
+/// The reactor's wake-up event in its epoll set.
+const EV_REACTOR_WAKE: u64 = u64::MAX;
+
+/// One I/O thread: an epoll set over the sockets of its connections (one-shot
+/// interest, armed only for what it has to do) and a timer per connection.
+struct Reactor {
+    epfd: OwnedFd,
+    wake: OwnedFd,
+    /// Connections handed over since the thread last looked.
+    incoming: Mutex<Vec<Arc<Conn>>>,
+    /// Connections that asked to be looked at now (a send backlog, a teardown).
+    kicked: Mutex<Vec<u64>>,
+    next: AtomicUsize,
+}
+
+/// What the I/O thread keeps per connection.
+struct Watch {
+    conn: Weak<Conn>,
+    /// When to look at it next.
+    due: Instant,
+    /// `due` is a recheck that may run up to [`NIC_RECHECK`]/2 early (with others).
+    lazy: bool,
+    /// The interest armed in the epoll set (one-shot: empty once it fired).
+    armed: epoll::EventFlags,
+    recheck: Duration,
+    seen_frames: u64,
+    seen_activity: u64,
+}
+
+impl Reactor {
+    fn new() -> Result<Reactor> {
+        let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e.into()))?;
+        let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| Error::io("eventfd", e.into()))?;
+        epoll::add(&epfd, &wake, epoll::EventData::new_u64(EV_REACTOR_WAKE), epoll::EventFlags::IN)
+            .map_err(|e| Error::io("epoll_ctl", e.into()))?;
+        Ok(Reactor {
+            epfd,
+            wake,
+            incoming: Mutex::new(Vec::new()),
+            kicked: Mutex::new(Vec::new()),
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// The I/O thread for a new connection (round robin).
+    fn pick() -> Result<Arc<Reactor>> {
+        let all = reactors()?;
+        let i = all[0].next.fetch_add(1, Ordering::Relaxed) % all.len();
+        Ok(all[i].clone())
+    }
+
+    fn adopt(&self, c: Arc<Conn>) {
+        lock(&self.incoming).push(c);
+        self.poke();
+    }
+
+    fn kick(&self, id: u64) {
+        lock(&self.kicked).push(id);
+        self.poke();
+    }
+
+    fn poke(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+
+    fn run(&self) {
+        let mut watches: HashMap<u64, Watch> = HashMap::new();
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(256);
+        let mut due: Vec<u64> = Vec::new();
+        loop {
+            let now = Instant::now();
+            for c in lock(&self.incoming).drain(..) {
+                watches.insert(
+                    c.id,
+                    Watch {
+                        conn: Arc::downgrade(&c),
+                        due: now,
+                        lazy: false,
+                        armed: epoll::EventFlags::empty(),
+                        recheck: NIC_RECHECK,
+                        seen_frames: 0,
+                        seen_activity: c.activity(),
+                    },
+                );
+                // Registered without interest; `look` arms what it needs.
+                let _ = epoll::add(&self.epfd, &c.sock, epoll::EventData::new_u64(c.id), epoll::EventFlags::ONESHOT);
+            }
+            for id in lock(&self.kicked).drain(..) {
+                if let Some(w) = watches.get_mut(&id) {
+                    w.due = now;
+                    w.lazy = false;
+                }
+            }
+            let soonest = watches.values().map(|w| w.due).min();
+            let timeout = soonest.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+            events.clear();
+            if timeout > Duration::ZERO {
+                let _ = epoll::wait(&self.epfd, rustix::buffer::spare_capacity(&mut events), Some(&ts(timeout)));
+            }
+            let now = Instant::now();
+            for ev in &events {
+                match ev.data.u64() {
+                    EV_REACTOR_WAKE => {
+                        let mut b = [0u8; 8];
+                        let _ = rustix::io::read(&self.wake, &mut b);
+                    }
+                    id => {
+                        if let Some(w) = watches.get_mut(&id) {
+                            w.armed = epoll::EventFlags::empty();
+                            w.due = now;
+                            w.lazy = false;
+                        }
+                    }
+                }
+            }
+            // Rechecks that fall due soon run now, with the others: one wake-up per
+            // round for all the connections that application threads serve.
+            let early = now + NIC_RECHECK / 2;
+            due.clear();
+            due.extend(watches.iter().filter(|(_, w)| w.due <= now || (w.lazy && w.due <= early)).map(|(id, _)| *id));
+            for id in &due {
+                let keep = watches.get_mut(id).is_some_and(|w| self.look(w, now));
+                if !keep {
+                    watches.remove(id);
+                }
             }
         }
+    }
+
+    /// Serves one connection: drains a send backlog, reads the socket if no application
+    /// thread does, sends an overdue acknowledgement, enforces the RNR deadline; then
+    /// sets when to look again and what to wait for. Returns false to forget it.
+    fn look(&self, w: &mut Watch, now: Instant) -> bool {
+        let Some(c) = w.conn.upgrade() else { return false };
+        if c.nic_stop.load(Ordering::Acquire) || c.is_error() {
+            let _ = epoll::delete(&self.epfd, &c.sock);
+            return false;
+        }
+        if c.backlog.load(Ordering::Acquire) {
+            if let Err(e) = c.flush_tx(&mut lock(&c.tx)) {
+                c.fail(e.to_string());
+                let _ = epoll::delete(&self.epfd, &c.sock);
+                return false;
+            }
+        }
+        // A thread that polled or waited on the connection's queues since the last look
+        // drives it: it reads the socket, and its requests and progress carry the acks
+        // (every frame sent carries the cumulative ack; progress sends overdue ones).
+        // An I/O thread that woke at every frame or ack deadline of request/response
+        // traffic would wake once per request, for nothing: 16 client threads over tcp
+        // spent a third of the machine in such wake-ups when each connection had a
+        // thread of its own. Such connections are looked at every NIC_RECHECK while
+        // frames flow, backing off to NIC_RECHECK_IDLE while they are quiet.
+        let frames = c.frames.load(Ordering::Relaxed);
+        w.recheck = if frames == w.seen_frames { (w.recheck * 2).min(NIC_RECHECK_IDLE) } else { NIC_RECHECK };
+        w.seen_frames = frames;
+        let activity = c.activity();
+        let driven = activity != w.seen_activity;
+        w.seen_activity = activity;
+        let attended = c.attended() || driven;
         c.progress();
+        if c.is_error() {
+            let _ = epoll::delete(&self.epfd, &c.sock);
+            return false;
+        }
+        let stalled = lock(&c.rx).stall_until;
+        let owed = *lock(&c.owed_since);
+        let mut wait = if attended { w.recheck } else { Duration::from_secs(1) };
+        w.lazy = attended;
+        if let Some(t) = stalled {
+            wait = wait.min(t.saturating_duration_since(now).max(Duration::from_micros(50)));
+            w.lazy = false;
+        }
+        if let (Some(t), false) = (owed, attended) {
+            wait = wait.min(ACK_DELAY.saturating_sub(t.elapsed()).max(Duration::from_micros(20)));
+        }
+        w.due = now + wait;
+        let mut want = epoll::EventFlags::empty();
+        if !attended && stalled.is_none() {
+            want |= epoll::EventFlags::IN;
+        }
+        if c.backlog.load(Ordering::Acquire) {
+            want |= epoll::EventFlags::OUT;
+        }
+        // Re-arming is a syscall: only when the interest is not armed already. An IN
+        // left armed on a connection that became attended fires once, for nothing.
+        if !want.is_empty() && !w.armed.contains(want) {
+            let flags = want | w.armed | epoll::EventFlags::ONESHOT;
+            if epoll::modify(&self.epfd, &c.sock, epoll::EventData::new_u64(c.id), flags).is_ok() {
+                w.armed = want | w.armed;
+            }
+        }
+        true
     }
 }
 
