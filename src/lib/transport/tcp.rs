@@ -120,6 +120,9 @@ const RX_BUF: usize = 256 << 10;
 /// Longest a waiter blocks in `recv` before it looks at its queue again (a completion
 /// pushed by another thread, which cannot interrupt the `recv`, waits at most this).
 const BLOCKING_RECV: Duration = Duration::from_millis(10);
+/// Most bytes one call reads from a socket before it returns (and the I/O thread turns
+/// to its other connections).
+const DRAIN_BUDGET: usize = 1 << 20;
 /// Most bytes a connection queues for a socket the peer does not drain.
 const TX_BACKLOG_LIMIT: usize = 64 << 20;
 
@@ -1103,6 +1106,7 @@ impl Conn {
     /// frames. Returns whether a request asked for an immediate acknowledgement.
     fn drain(&self, rx: &mut Rx, mut block: bool) -> std::result::Result<bool, String> {
         let mut ack_now = false;
+        let mut taken = 0usize;
         loop {
             match self.execute(rx, &mut ack_now)? {
                 Step::Stalled => return Ok(ack_now),
@@ -1136,11 +1140,14 @@ impl Conn {
                 }
                 Ok(n) => {
                     rx.end += n;
+                    taken += n;
                     self.rx_seen.store(true, Ordering::Relaxed);
-                    if rx.end < rx.buf.len() {
+                    if rx.end < rx.buf.len() || taken >= DRAIN_BUDGET {
                         // A short read emptied the socket: execute what came and stop,
                         // instead of a second `recv` that would only say EAGAIN (one
                         // syscall per wake-up saved; every caller looks again later).
+                        // A peer that keeps the socket full stops at the budget: the
+                        // I/O thread it shares with other connections moves on.
                         self.execute(rx, &mut ack_now)?;
                         return Ok(ack_now);
                     }
@@ -1714,7 +1721,17 @@ impl Reactor {
             due.clear();
             due.extend(watches.iter().filter(|(_, w)| w.due <= now || (w.lazy && w.due <= early)).map(|(id, _)| *id));
             for id in &due {
-                let keep = watches.get_mut(id).is_some_and(|w| self.look(w, now));
+                let Some(w) = watches.get_mut(id) else { continue };
+                // A bug in executing one connection's frames must not stop the thread
+                // every other connection relies on: that connection fails alone.
+                let keep =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.look(w, now))).unwrap_or_else(|_| {
+                        if let Some(c) = w.conn.upgrade() {
+                            c.fail("internal error in the tcp I/O thread".into());
+                            let _ = epoll::delete(&self.epfd, &c.sock);
+                        }
+                        false
+                    });
                 if !keep {
                     watches.remove(id);
                 }
