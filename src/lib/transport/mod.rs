@@ -1278,10 +1278,9 @@ static SPINNERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize
 pub fn spin_limit() -> usize {
     static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {
-        if let Some(v) = std::env::var("BOOMKV_SPIN_LIMIT").ok().and_then(|v| v.parse().ok()) {
-            return v;
-        }
-        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        // Fixes `cores` on the same (unpinned) thread, whatever the override says.
+        let n = cores();
+        std::env::var("BOOMKV_SPIN_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(n)
     })
 }
 

@@ -307,7 +307,7 @@ impl ShmTransport {
     pub fn with_config(cfg: TransportConfig) -> Result<ShmTransport> {
         // Fix the spin limit now, on the creating thread: a benchmark may pin the threads
         // that wait later, and a pinned thread sees a single CPU.
-        let _ = (super::spin_limit(), super::cores());
+        let _ = super::spin_limit();
         if cfg.rq_depth == 0 || cfg.rq_depth > MAX_DEPTH {
             return Err(Error::invalid(format!("rq_depth must be in 1..={MAX_DEPTH}")));
         }

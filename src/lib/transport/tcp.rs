@@ -54,8 +54,9 @@
 //! the connection's completion queues reads the sockets itself — while spinning it
 //! calls `recv` on each (up to two connections) or `epoll_wait(0)` (more), and keeps
 //! spinning as long as frames arrive, even ones that complete nothing here (one-sided
-//! operations); then it parks in `epoll_wait` on the sockets. So a reply or a one-sided
-//! operation reaches a waiting thread with no thread hop.
+//! operations); then it parks in `epoll_wait` on the sockets, or, alone on its queue's
+//! only connection, in that socket's `recv` (bounded by [`BLOCKING_RECV`]). So a reply or
+//! a one-sided operation reaches a waiting thread with no thread hop.
 //!
 //! A fixed set of I/O threads covers the rest for every connection of the process (one
 //! per four CPUs, at most four; a connection is given to one of them round robin): each
@@ -259,7 +260,7 @@ impl TcpTransport {
     pub fn with_config(cfg: TransportConfig) -> Result<TcpTransport> {
         // Fix the spin limit now, on the creating thread: a benchmark may pin the threads
         // that wait later, and a pinned thread sees a single CPU.
-        let _ = (super::spin_limit(), super::cores());
+        let _ = super::spin_limit();
         if cfg.rq_depth == 0 || cfg.sq_depth == 0 {
             return Err(Error::invalid("queue depths must be at least 1"));
         }
@@ -574,7 +575,7 @@ struct CqInner {
     /// Threads parked in `epoll_wait` (pushes must write the eventfd).
     parked: AtomicU32,
     /// Calls of `poll` and `wait`, counted: an I/O thread that sees it move knows an
-    /// application thread drives the connections and stands back (see `nic_thread`).
+    /// application thread drives the connections and stands back (see `Reactor::look`).
     activity: AtomicU64,
     evfd: OwnedFd,
     epfd: OwnedFd,
@@ -583,6 +584,17 @@ struct CqInner {
 }
 
 const EV_WAKE: u64 = u64::MAX;
+
+/// An epoll set (the first fd) holding an eventfd (the second) under [`EV_WAKE`]: a
+/// write to the eventfd wakes whoever waits in the set.
+fn epoll_with_wake() -> Result<(OwnedFd, OwnedFd)> {
+    let evfd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+        .map_err(|e| Error::io("eventfd", e.into()))?;
+    let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e.into()))?;
+    epoll::add(&epfd, &evfd, epoll::EventData::new_u64(EV_WAKE), epoll::EventFlags::IN)
+        .map_err(|e| Error::io("epoll_ctl", e.into()))?;
+    Ok((epfd, evfd))
+}
 /// Up to this many connections a spinning waiter reads their sockets directly.
 const SPIN_DIRECT: usize = 2;
 
@@ -594,11 +606,7 @@ impl std::fmt::Debug for TcpCq {
 
 impl TcpCq {
     fn new(spin: Duration) -> Result<TcpCq> {
-        let evfd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| Error::io("eventfd", e.into()))?;
-        let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e.into()))?;
-        epoll::add(&epfd, &evfd, epoll::EventData::new_u64(EV_WAKE), epoll::EventFlags::IN)
-            .map_err(|e| Error::io("epoll_ctl", e.into()))?;
+        let (epfd, evfd) = epoll_with_wake()?;
         Ok(TcpCq {
             inner: Arc::new(CqInner {
                 q: Mutex::new(VecDeque::new()),
@@ -775,26 +783,24 @@ impl CompletionQueue for TcpCq {
                 if slot.take().is_some() {
                     super::spin_outcome(false);
                 }
-                let left = end - now;
-                if left >= BLOCKING_RECV {
-                    if let Some(c) = inner.lone_conn() {
-                        let traffic = c.progress_blocking();
+                match if end - now >= BLOCKING_RECV { inner.lone_conn() } else { None } {
+                    // Alone on one connection: sleep in its socket (no eventfd to wake).
+                    Some(c) => {
+                        let t = c.progress_blocking();
                         if inner.pop_into(&mut out, 1) == 1 {
                             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                         }
-                        if traffic {
-                            slot = super::spin_slot();
-                            spin_end = deadline(spin(&slot));
+                        t
+                    }
+                    None => {
+                        inner.parked.fetch_add(1, Ordering::SeqCst);
+                        let p = WaitGuard(&inner.parked);
+                        if inner.pop_into(&mut out, 1) == 1 {
+                            return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                         }
-                        continue;
+                        inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)), Some(p))
                     }
                 }
-                inner.parked.fetch_add(1, Ordering::SeqCst);
-                let p = WaitGuard(&inner.parked);
-                if inner.pop_into(&mut out, 1) == 1 {
-                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
-                }
-                inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)), Some(p))
             };
             if traffic {
                 if slot.is_none() {
@@ -1572,7 +1578,7 @@ enum Exec {
 /// four. They only cover what no application thread is doing (see the module docs), so
 /// one is plenty on a small machine; connections are spread over them round robin.
 fn io_thread_count() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().div_ceil(4)).clamp(1, 4)
+    super::cores().div_ceil(4).clamp(1, 4)
 }
 
 /// The I/O threads, started with the process's first connection and kept for its life.
@@ -1599,9 +1605,6 @@ fn reactors() -> Result<&'static [Arc<Reactor>]> {
     Ok(REACTORS.get_or_init(|| all))
 }
 
-/// The reactor's wake-up event in its epoll set.
-const EV_REACTOR_WAKE: u64 = u64::MAX;
-
 /// One I/O thread: an epoll set over the sockets of its connections (one-shot
 /// interest, armed only for what it has to do) and a timer per connection.
 struct Reactor {
@@ -1611,7 +1614,6 @@ struct Reactor {
     incoming: Mutex<Vec<Arc<Conn>>>,
     /// Connections that asked to be looked at now (a send backlog, a teardown).
     kicked: Mutex<Vec<u64>>,
-    next: AtomicUsize,
 }
 
 /// What the I/O thread keeps per connection.
@@ -1630,25 +1632,15 @@ struct Watch {
 
 impl Reactor {
     fn new() -> Result<Reactor> {
-        let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e.into()))?;
-        let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| Error::io("eventfd", e.into()))?;
-        epoll::add(&epfd, &wake, epoll::EventData::new_u64(EV_REACTOR_WAKE), epoll::EventFlags::IN)
-            .map_err(|e| Error::io("epoll_ctl", e.into()))?;
-        Ok(Reactor {
-            epfd,
-            wake,
-            incoming: Mutex::new(Vec::new()),
-            kicked: Mutex::new(Vec::new()),
-            next: AtomicUsize::new(0),
-        })
+        let (epfd, wake) = epoll_with_wake()?;
+        Ok(Reactor { epfd, wake, incoming: Mutex::new(Vec::new()), kicked: Mutex::new(Vec::new()) })
     }
 
     /// The I/O thread for a new connection (round robin).
     fn pick() -> Result<Arc<Reactor>> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let all = reactors()?;
-        let i = all[0].next.fetch_add(1, Ordering::Relaxed) % all.len();
-        Ok(all[i].clone())
+        Ok(all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()].clone())
     }
 
     fn adopt(&self, c: Arc<Conn>) {
@@ -1702,7 +1694,7 @@ impl Reactor {
             let now = Instant::now();
             for ev in &events {
                 match ev.data.u64() {
-                    EV_REACTOR_WAKE => {
+                    EV_WAKE => {
                         let mut b = [0u8; 8];
                         let _ = rustix::io::read(&self.wake, &mut b);
                     }
