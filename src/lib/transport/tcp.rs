@@ -55,7 +55,7 @@
 //! calls `recv` on each (up to two connections) or `epoll_wait(0)` (more), and keeps
 //! spinning as long as frames arrive, even ones that complete nothing here (one-sided
 //! operations); then it parks in `epoll_wait` on the sockets, or, alone on its queue's
-//! only connection, in that socket's `recv` (bounded by [`BLOCKING_RECV`]). So a reply or
+//! only connection, in that socket's `recv` (for at most 10 ms at a time). So a reply or
 //! a one-sided operation reaches a waiting thread with no thread hop.
 //!
 //! A fixed set of I/O threads covers the rest for every connection of the process (one
