@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Bottom up. Rooms of one layer do not use each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["units", "pmem", "index", "measure"],
+    &["units", "cpus", "pmem", "index", "measure"],
     &["log"],
     &["transport"],
     &["wire"],

@@ -8,7 +8,8 @@
 //!
 //! Modules, bottom up (docs/ARCHITECTURE.md has the layers; `tests/layering.rs` checks
 //! that no module uses one of its own or a higher layer):
-//! - [`error`], [`units`]: the typed error; byte sizes as users type them.
+//! - [`error`], [`units`], [`cpus`]: the typed error; byte sizes as users type them; CPU
+//!   lists and thread affinity.
 //! - [`pmem`]: the mapped pool, cache-line write-back, the crash-simulating media.
 //! - [`index`]: the volatile index from key to entry location.
 //! - [`measure`]: latency histograms and measurement settings.
@@ -35,6 +36,7 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod client;
+pub mod cpus;
 pub mod crashtest;
 pub mod error;
 pub mod index;

@@ -151,3 +151,22 @@ impl VerbsArgs {
         Ok(c)
     }
 }
+
+/// `--pin`: where an embedded server's workers and the client threads run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PinMode {
+    /// The server's workers on CPUs of their own (the last this process may use), the
+    /// client threads on the others (with two or more CPUs).
+    Auto,
+    /// Wherever the scheduler puts them.
+    Off,
+}
+
+/// The layout `--pin` asks for, for an embedded server with `workers` workers (`None`:
+/// off, or fewer than two CPUs to split).
+pub fn pin_layout(pin: PinMode, workers: usize) -> Option<boomkv::cpus::Layout> {
+    match pin {
+        PinMode::Off => None,
+        PinMode::Auto => boomkv::cpus::CpuList::allowed().and_then(|a| boomkv::cpus::Layout::split(&a, workers)),
+    }
+}

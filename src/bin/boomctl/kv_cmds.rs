@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Polling worker threads per transport [default: 1 on machines with up to 4 cores].
     #[arg(long)]
     workers: Option<usize>,
+    /// Run the polling workers on these CPUs only, e.g. 2-3 (as `taskset -c` writes
+    /// them): keep clients of the same host, and other work, off them.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<boomkv::cpus::CpuList>,
     /// Cooperative write-back: idle workers help write back large entries.
     #[arg(long, value_enum, default_value = "on")]
     coop_writeback: OnOff,
@@ -132,6 +136,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         cleaner: !a.no_cleaner,
         stats_interval: (a.stats_interval > 0).then(|| Duration::from_secs(a.stats_interval)),
         log_clients: !a.quiet,
+        worker_cpus: a.cpus.clone(),
         ..Default::default()
     };
     // shm only when asked for: a same-host shm peer maps the pool file itself, so it is
@@ -175,10 +180,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     #[cfg(feature = "rdma")]
     let s3 = start_verbs(&a.verbs, &core, &verbs, &mut eps)?;
     eprintln!(
-        "boomctl serve: listening on {} ({} worker{} per transport, flush {})",
+        "boomctl serve: listening on {} ({} worker{} per transport{}, flush {})",
         eps.join(", "),
         core.config().workers,
         if core.config().workers == 1 { "" } else { "s" },
+        core.config().worker_cpus.as_ref().map(|c| format!(" on CPU {c}")).unwrap_or_default(),
         media_flush(&core)
     );
     while !stop.load(Ordering::Relaxed) && !core.is_stopping() {

@@ -143,7 +143,7 @@ pub struct TargetArgs {
     /// Another store instead of boomkv, driven by the same generators, threads, target
     /// rate and reports: redis://HOST:PORT (a running Redis server; one string per
     /// record, no scans).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["server", "transport", "pmem", "pool_size", "workers", "index"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["server", "transport", "pmem", "pool_size", "workers", "index", "pin"])]
     pub db: Option<String>,
     /// Transport: with --server, if the address does not say; embedded: which one to use.
     #[arg(long, value_name = "shm|tcp|verbs")]
@@ -184,6 +184,12 @@ pub struct TargetArgs {
     /// Embedded: server worker threads [default: 1 on small machines].
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Embedded: where threads run. auto: the server's workers on CPUs of their own (the
+    /// last ones this process may use; see `taskset`), the client threads on the others,
+    /// so a woken client never preempts a polling worker (with two or more CPUs); off:
+    /// wherever the scheduler puts them. [CONFIG] pin says which.
+    #[arg(long, value_name = "auto|off", value_enum, default_value = "auto")]
+    pub pin: crate::common::PinMode,
     /// Embedded: index (ordered is chosen automatically for workloads with scans).
     #[arg(long, value_name = "hash|ordered")]
     pub index: Option<IndexKind>,
@@ -379,10 +385,33 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         measurement: spec.measurement_interval()?,
         label: if a.target_args.db.is_some() { "redis".into() } else { a.target_args.protocol.to_string() },
         bars: None,
+        client_cpus: None,
     };
-    let runner::PhasesResult { result, space } =
-        run_phases(&a, &w, &run_opts, runner::Phases { load: !a.no_load, run: transactions }, has_scans)?;
-    let config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
+    let ta = &a.target_args;
+    let layout = if ta.server.is_none() && ta.db.is_none() {
+        crate::common::pin_layout(ta.pin, ta.workers.unwrap_or_else(boomkv::server::default_workers))
+    } else {
+        None
+    };
+    let run_opts = RunOptions { client_cpus: layout.as_ref().map(|l| l.clients.clone()), ..run_opts };
+    let runner::PhasesResult { result, space } = run_phases(
+        &a,
+        &w,
+        &run_opts,
+        runner::Phases { load: !a.no_load, run: transactions },
+        has_scans,
+        layout.as_ref(),
+    )?;
+    let mut config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
+    // No commas in a [CONFIG] value (the report's field separator).
+    let cpus = |l: &boomkv::cpus::CpuList| l.to_string().replace(',', "+");
+    config.push((
+        "pin",
+        layout.as_ref().map_or_else(
+            || "off".to_string(),
+            |l| format!("server workers on CPU {}; client threads on CPU {}", cpus(&l.server), cpus(&l.clients)),
+        ),
+    ));
     write_reports(&a, &spec, &config, &result, space, &pcts)?;
     if result.errors > 0 {
         eprintln!(
@@ -448,6 +477,7 @@ fn run_phases(
     run_opts: &RunOptions,
     phases: runner::Phases,
     has_scans: bool,
+    layout: Option<&boomkv::cpus::Layout>,
 ) -> anyhow::Result<runner::PhasesResult> {
     let cfg = w.config();
     let threads = run_opts.threads;
@@ -486,6 +516,7 @@ fn run_phases(
             if let Some(n) = ta.workers {
                 server.workers = n;
             }
+            server.worker_cpus = layout.map(|l| l.server.clone());
             let eo = EmbeddedOptions {
                 parent: ta.pmem.clone(),
                 pool_size,

@@ -80,6 +80,9 @@ pub struct RunOptions {
     pub label: String,
     /// Show the progress bar under these (a sweep's overall bar) instead of on its own.
     pub bars: Option<indicatif::MultiProgress>,
+    /// Run the client threads on these CPUs only (`None`: wherever the scheduler puts
+    /// them); see [`crate::cpus::Layout`].
+    pub client_cpus: Option<crate::cpus::CpuList>,
 }
 
 impl Default for RunOptions {
@@ -98,6 +101,7 @@ impl Default for RunOptions {
             measurement: MeasurementInterval::Op,
             label: "run".into(),
             bars: None,
+            client_cpus: None,
         }
     }
 }
@@ -354,6 +358,9 @@ fn phase<D: Db + 'static>(
     loading: bool,
 ) -> Result<RunResult> {
     let threads = opts.threads.max(1);
+    if let Some(c) = &opts.client_cpus {
+        c.check_allowed("the client threads")?;
+    }
     let clients = connect_clients(connect, w, threads)?;
     let sh = Arc::new(Shared {
         done: AtomicU64::new(0),
@@ -386,6 +393,7 @@ fn phase<D: Db + 'static>(
             values: values.clone(),
             tx: tx.clone(),
             barrier: barrier.clone(),
+            cpus: opts.client_cpus.clone(),
         };
         handles.push(std::thread::spawn(move || job.run()));
     }
@@ -456,12 +464,20 @@ struct Worker<D: Db> {
     values: Arc<Vec<u8>>,
     tx: mpsc::Sender<Measurements>,
     barrier: Arc<std::sync::Barrier>,
+    cpus: Option<crate::cpus::CpuList>,
 }
 
 impl<D: Db> Worker<D> {
     fn run(mut self) -> Result<()> {
         let mut m = Measurements::new(self.measurement);
         let mut buf = Vec::new();
+        // A thread that cannot be pinned stops the run after the barrier (the collector
+        // waits for every thread there).
+        if let Some(Err(e)) = self.cpus.as_ref().map(crate::cpus::CpuList::pin_current_thread) {
+            self.sh.stop.store(true, Ordering::Relaxed);
+            self.barrier.wait();
+            return Err(e);
+        }
         if !self.loading {
             for _ in 0..self.warmup {
                 let op = self.stream.next_op();

@@ -1,16 +1,16 @@
 //! The server's threads: accepts clients, runs worker threads that poll completion
 //! queues and hand each request to its client's protocol half ([`crate::proto`]).
 //!
-//! Threads: one acceptor per listen address; `workers` polling workers, each owning
-//! its clients' queue pairs and one send and one receive completion queue; one cleaner
-//! (started by the [`ServerCore`]). A client is handed to a worker round robin at
+//! Threads: one acceptor per listen address; `workers` polling workers (on the CPUs of
+//! `worker_cpus` when set), each owning its clients' queue pairs and one send and one
+//! receive completion queue; one cleaner (started by the [`ServerCore`]). A client is handed to a worker round robin at
 //! connect time and stays there, so one client's appends are committed (and counted)
 //! in order. Idle workers steal write-back ranges from busy ones ([`coop`]).
 //!
 //! What servers share, and the context a protocol's server half runs in, are in
 //! [`crate::service`] (re-exported here); this module knows no protocol.
 //!
-//! May import: `error`, `log`, `proto`, `service`, `transport`, `wire`.
+//! May import: `error`, `cpus`, `log`, `proto`, `service`, `transport`, `wire`.
 
 pub use crate::service::context::MAX_GETS_IN_FLIGHT;
 pub use crate::service::{
@@ -90,15 +90,43 @@ impl<T: Transport> Server<T> {
             listeners.push(l);
         }
         let endpoints: Vec<Endpoint> = listeners.iter().map(Listener::endpoint).collect();
+        let cpus = shared.core.cfg.worker_cpus.clone();
+        if let Some(c) = &cpus {
+            c.check_allowed("the server's workers (--cpus)")?;
+        }
         let mut threads = Vec::new();
+        let mut pinned = Vec::new();
         for (i, ib) in inboxes.iter().enumerate() {
-            let (sh, ib) = (shared.clone(), ib.clone());
+            let (sh, ib, cpus) = (shared.clone(), ib.clone(), cpus.clone());
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("boomkv-worker-{i}"))
-                    .spawn(move || Worker::new(i, sh, ib).run())
+                    .spawn(move || {
+                        // Pinned before it serves anything; a worker that cannot be
+                        // pinned does not run (the caller asked for a placement).
+                        let r = cpus.as_ref().map_or(Ok(()), crate::cpus::CpuList::pin_current_thread);
+                        let ok = r.is_ok();
+                        let _ = tx.send(r);
+                        if ok {
+                            Worker::new(i, sh, ib).run();
+                        }
+                    })
                     .map_err(|e| Error::io("spawn worker", e))?,
             );
+            pinned.push(rx);
+        }
+        for rx in pinned {
+            let r = rx.recv().map_err(|_| Error::Transport("a worker thread ended before it started".into()));
+            if let Err(e) = r.and_then(|r| r) {
+                // The workers already running stop (and with them any other server on
+                // this core: all were asked for the same placement).
+                shared.core.request_shutdown();
+                for h in threads {
+                    let _ = h.join();
+                }
+                return Err(e);
+            }
         }
         let rr = Arc::new(AtomicUsize::new(0));
         for l in listeners {

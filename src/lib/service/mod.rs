@@ -13,7 +13,7 @@
 //! No protocol is named here; [`crate::server`] runs the threads, [`crate::proto`] the
 //! message flows.
 //!
-//! May import: `error`, `index`, `log`, `pmem`, `transport`, `units`, `wire`, `measure`
+//! May import: `error`, `index`, `log`, `pmem`, `transport`, `units`, `cpus`, `wire`, `measure`
 //! (histograms).
 
 pub mod context;
@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub stats_interval: Option<Duration>,
     /// Log connects and disconnects on stderr.
     pub log_clients: bool,
+    /// Run the polling workers on these CPUs only (`None`: wherever the scheduler puts
+    /// them). Benchmarks give them CPUs the clients do not use ([`crate::cpus::Layout`]).
+    pub worker_cpus: Option<crate::cpus::CpuList>,
 }
 
 impl Default for ServerConfig {
@@ -95,6 +98,7 @@ impl Default for ServerConfig {
             clean_interval: Duration::from_millis(50),
             stats_interval: None,
             log_clients: true,
+            worker_cpus: None,
         }
     }
 }

@@ -269,6 +269,7 @@ impl<'a> Context<'a> {
             hlog,
             label,
             bars: self.bars.clone(),
+            client_cpus: self.o.layout().map(|l| l.clients),
             ..Default::default()
         }
     }
@@ -302,6 +303,7 @@ impl<'a> Context<'a> {
         if let Some(w) = self.o.axes.workers {
             s.workers = w;
         }
+        s.worker_cpus = self.o.layout().map(|l| l.server);
         s
     }
 

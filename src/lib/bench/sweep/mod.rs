@@ -340,6 +340,9 @@ pub struct SweepOptions {
     pub repeats: usize,
     /// The command line, for SETUP.md.
     pub command: String,
+    /// Give embedded servers' workers CPUs of their own and the client threads the
+    /// others ([`crate::cpus::Layout::split`]); SETUP.md says where each ran.
+    pub pin: bool,
 }
 
 impl SweepOptions {
@@ -359,7 +362,18 @@ impl SweepOptions {
             seed: 1,
             repeats: 1,
             command: String::new(),
+            pin: true,
         }
+    }
+
+    /// Where embedded servers' workers and the client threads run (`None`: not pinned:
+    /// `pin` off, a `--server`, or fewer than two CPUs).
+    pub fn layout(&self) -> Option<crate::cpus::Layout> {
+        if !self.pin || self.server.is_some() {
+            return None;
+        }
+        let workers = self.axes.workers.unwrap_or_else(crate::server::default_workers);
+        crate::cpus::CpuList::allowed().and_then(|a| crate::cpus::Layout::split(&a, workers))
     }
 
     /// The protocols of the grids: the `--protocols` axis, or every protocol.

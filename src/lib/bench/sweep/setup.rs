@@ -213,6 +213,16 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
         "- presets: {}",
         o.presets.iter().map(|p| format!("{p} ({})", p.figures())).collect::<Vec<_>>().join(", ")
     );
+    let _ = writeln!(
+        s,
+        "- thread placement: {}",
+        match o.layout() {
+            Some(l) => format!("{l} (--pin auto; Redis and its clients are not pinned)"),
+            None if o.server.is_some() => "the server's own; client threads not pinned".into(),
+            None if o.pin => "not pinned (fewer than two CPUs)".into(),
+            None => "not pinned (--pin off)".into(),
+        }
+    );
     let _ = writeln!(s, "- seed: {}", o.seed);
     let _ = writeln!(s, "- boomctl version: {}", env!("CARGO_PKG_VERSION"));
     let _ =

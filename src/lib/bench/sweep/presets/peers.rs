@@ -172,6 +172,10 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
             let server = RedisServer::start(persistence, cx.o.pmem_dir.as_deref())?;
             let url = server.url();
             let timeout = ClientOptions::default().timeout;
+            // Redis runs where the scheduler puts it, and so do its clients: pinning
+            // its server and clients apart, measured, did not make it faster (README,
+            // "Thread placement").
+            let ro = runner::RunOptions { client_cpus: None, ..ro.clone() };
             let r = runner::load_and_run_db(|| RedisDb::connect(&url, timeout), &w, &ro, phases)?;
             drop(server);
             r

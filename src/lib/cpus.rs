@@ -1,0 +1,249 @@
+//! CPU sets: the CPUs this process may run on, lists as users type them (`0-3,6`), and
+//! pinning the calling thread to a set.
+//!
+//! Why a benchmark cares: on a machine with fewer cores than threads, the scheduler
+//! places a woken client on the CPU where the server's polling worker runs, preempts
+//! the worker and later moves it; every such switch costs the worker the request it was
+//! serving. A server whose workers keep CPUs of their own and clients that share the
+//! others avoid that ([`Layout::split`]), as RDMA key-value benchmarks place their
+//! server threads on dedicated cores.
+//!
+//! This module owns CPU lists and thread affinity (through `rustix`, no `unsafe`). It
+//! imports only [`crate::error`].
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// The highest CPU number a list may name (the kernel's `CpuSet` holds this many).
+const MAX_CPU: usize = rustix::thread::CpuSet::MAX_CPU;
+
+/// A set of CPUs, ascending, no repeats, never empty.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CpuList(Vec<usize>);
+
+impl CpuList {
+    /// Parses a list the way `taskset -c` and `/sys/devices/system/cpu/online` write
+    /// them: numbers and ranges separated by commas (`0-3,6`).
+    pub fn parse(s: &str) -> Result<CpuList> {
+        let bad = |why: String| Error::invalid(format!("CPU list {s:?}: {why} (expected e.g. 0-3,6)"));
+        let mut v = Vec::new();
+        for part in s.split(',').map(str::trim) {
+            if part.is_empty() {
+                return Err(bad("an empty item".into()));
+            }
+            let num = |x: &str| -> Result<usize> {
+                let n: usize = x.trim().parse().map_err(|_| bad(format!("{x:?} is not a CPU number")))?;
+                if n >= MAX_CPU {
+                    return Err(bad(format!("CPU {n} is beyond the highest this system can name ({})", MAX_CPU - 1)));
+                }
+                Ok(n)
+            };
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b) = (num(a)?, num(b)?);
+                    if a > b {
+                        return Err(bad(format!("the range {part} runs backwards")));
+                    }
+                    v.extend(a..=b);
+                }
+                None => v.push(num(part)?),
+            }
+        }
+        Self::from_cpus(v).ok_or_else(|| bad("no CPU".into()))
+    }
+
+    /// The set of `cpus` (sorted, repeats dropped); `None` when empty.
+    pub fn from_cpus(mut cpus: Vec<usize>) -> Option<CpuList> {
+        cpus.sort_unstable();
+        cpus.dedup();
+        if cpus.is_empty() {
+            None
+        } else {
+            Some(CpuList(cpus))
+        }
+    }
+
+    /// The CPUs the calling thread may run on (its affinity: what `taskset` or a
+    /// container allows, not merely what the machine has); `None` where the system does
+    /// not say.
+    pub fn allowed() -> Option<CpuList> {
+        let set = rustix::thread::sched_getaffinity(None).ok()?;
+        Self::from_cpus((0..MAX_CPU).filter(|&c| set.is_set(c)).collect())
+    }
+
+    /// The CPUs, ascending.
+    pub fn cpus(&self) -> &[usize] {
+        &self.0
+    }
+
+    /// How many CPUs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true (a list holds at least one CPU); for symmetry with [`CpuList::len`].
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The CPUs of this list that are not in `allowed` (empty: all may be used).
+    pub fn outside(&self, allowed: &CpuList) -> Vec<usize> {
+        self.0.iter().copied().filter(|c| !allowed.0.contains(c)).collect()
+    }
+
+    /// Restricts the calling thread to these CPUs. Threads it starts afterwards inherit
+    /// the restriction.
+    pub fn pin_current_thread(&self) -> Result<()> {
+        let mut set = rustix::thread::CpuSet::new();
+        for &c in &self.0 {
+            set.set(c);
+        }
+        rustix::thread::sched_setaffinity(None, &set)
+            .map_err(|e| Error::io(format!("cannot restrict a thread to CPUs {self}"), e.into()))
+    }
+
+    /// Checks that every CPU of this list may be used by this process; `what` names the
+    /// list in the error ("the server's workers").
+    pub fn check_allowed(&self, what: &str) -> Result<()> {
+        let Some(allowed) = Self::allowed() else { return Ok(()) };
+        let out = self.outside(&allowed);
+        if out.is_empty() {
+            Ok(())
+        } else {
+            let out = CpuList::from_cpus(out).map(|l| l.to_string()).unwrap_or_default();
+            Err(Error::invalid(format!("{what}: CPUs {out} are not available to this process (it may use {allowed})")))
+        }
+    }
+}
+
+impl fmt::Display for CpuList {
+    /// Ranges collapsed: `0-3,6`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut i = 0;
+        let mut first = true;
+        while i < self.0.len() {
+            let start = self.0[i];
+            let mut end = start;
+            while i + 1 < self.0.len() && self.0[i + 1] == end + 1 {
+                i += 1;
+                end = self.0[i];
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if end == start {
+                write!(f, "{start}")?;
+            } else {
+                write!(f, "{start}-{end}")?;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for CpuList {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<CpuList> {
+        CpuList::parse(s)
+    }
+}
+
+impl TryFrom<String> for CpuList {
+    type Error = Error;
+    fn try_from(s: String) -> Result<CpuList> {
+        CpuList::parse(&s)
+    }
+}
+
+impl From<CpuList> for String {
+    fn from(l: CpuList) -> String {
+        l.to_string()
+    }
+}
+
+/// Where a benchmark's server workers and client threads run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The server's polling workers.
+    pub server: CpuList,
+    /// The client threads (and nothing of the server's).
+    pub clients: CpuList,
+}
+
+impl Layout {
+    /// The workers on the last `workers` CPUs of `allowed` (at most all but one), the
+    /// clients on the others; `None` with fewer than two CPUs (nothing to split).
+    pub fn split(allowed: &CpuList, workers: usize) -> Option<Layout> {
+        let n = allowed.len();
+        if n < 2 {
+            return None;
+        }
+        let w = workers.clamp(1, n - 1);
+        let (clients, server) = allowed.0.split_at(n - w);
+        Some(Layout { server: CpuList(server.to_vec()), clients: CpuList(clients.to_vec()) })
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "server workers on CPU {}, client threads on CPU {}", self.server, self.clients)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_parse_and_print_as_taskset_writes_them() {
+        let l = CpuList::parse("6,0-3, 2").unwrap();
+        assert_eq!(l.cpus(), &[0, 1, 2, 3, 6]);
+        assert_eq!(l.to_string(), "0-3,6");
+        assert_eq!(CpuList::parse("1").unwrap().to_string(), "1");
+        assert_eq!(CpuList::parse("0,2,4-5").unwrap().to_string(), "0,2,4-5");
+        for bad in ["", "a", "3-1", "1,,2", "-1", "0-", &format!("{MAX_CPU}")] {
+            let e = CpuList::parse(bad).unwrap_err();
+            assert!(matches!(e, Error::Invalid(_)), "{bad:?}: {e}");
+        }
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(json, "\"0-3,6\"");
+        assert_eq!(serde_json::from_str::<CpuList>(&json).unwrap(), l);
+    }
+
+    #[test]
+    fn the_split_gives_workers_cpus_of_their_own() {
+        let four = CpuList::parse("0-3").unwrap();
+        let l = Layout::split(&four, 1).unwrap();
+        assert_eq!((l.server.to_string(), l.clients.to_string()), ("3".into(), "0-2".into()));
+        let l = Layout::split(&four, 2).unwrap();
+        assert_eq!((l.server.to_string(), l.clients.to_string()), ("2-3".into(), "0-1".into()));
+        // More workers than CPUs: one CPU stays the clients'.
+        let l = Layout::split(&four, 9).unwrap();
+        assert_eq!((l.server.to_string(), l.clients.to_string()), ("1-3".into(), "0".into()));
+        assert!(Layout::split(&CpuList::parse("5").unwrap(), 1).is_none());
+    }
+
+    #[test]
+    fn a_thread_can_be_pinned_and_an_unavailable_cpu_is_refused() {
+        let allowed = CpuList::allowed().expect("Linux reports the affinity");
+        let last = CpuList::from_cpus(vec![*allowed.cpus().last().unwrap()]).unwrap();
+        let seen = std::thread::spawn(move || {
+            last.pin_current_thread().unwrap();
+            (CpuList::allowed().unwrap(), rustix::thread::sched_getcpu())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen.0.cpus(), &[*allowed.cpus().last().unwrap()]);
+        assert_eq!(seen.1, *allowed.cpus().last().unwrap());
+        // This thread was not restricted by the other's pin.
+        assert_eq!(CpuList::allowed().unwrap(), allowed);
+        let beyond = CpuList::from_cpus(vec![MAX_CPU - 1]).unwrap();
+        let e = beyond.check_allowed("the test's workers").unwrap_err();
+        assert!(e.to_string().contains("not available"), "{e}");
+        allowed.check_allowed("all").unwrap();
+    }
+}

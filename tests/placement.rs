@@ -1,0 +1,139 @@
+//! Thread placement (`cpus`): a server's workers run on the CPUs asked for, a CPU the
+//! process may not use is refused before anything runs, and the YCSB runner's client
+//! threads run on theirs. Checked through the kernel's own account of each thread
+//! (`/proc/self/task/*/status`, `sched_getaffinity`), not through our bookkeeping.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use boomkv::bench::runner::{self, Db, Phases, RunOptions};
+use boomkv::client::{Client, ClientOptions};
+use boomkv::cpus::CpuList;
+use boomkv::error::{Error, Result};
+use boomkv::log::{Pool, PoolOptions};
+use boomkv::server::{Server, ServerConfig};
+use boomkv::transport::{Endpoint, ShmTransport};
+use boomkv::workload::{names, CoreWorkload, WorkloadSpec};
+
+/// The CPU list the kernel reports for each of our threads whose name starts with `prefix`.
+fn affinity_of_threads(prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = t.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.trim().starts_with(prefix) {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?").trim();
+        out.push(list.to_string());
+    }
+    out
+}
+
+fn pool(dir: &std::path::Path) -> Arc<Pool> {
+    let mut o = PoolOptions { segment_size: 4 << 20, ..Default::default() };
+    o.media.create_size = Some(64 << 20);
+    Arc::new(Pool::open(dir, &o).unwrap().0)
+}
+
+fn last_cpu() -> CpuList {
+    let allowed = CpuList::allowed().expect("Linux reports the affinity");
+    CpuList::from_cpus(vec![*allowed.cpus().last().unwrap()]).unwrap()
+}
+
+#[test]
+fn server_workers_run_on_the_cpus_asked_for_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let want = last_cpu();
+    let cfg = ServerConfig {
+        workers: 2,
+        log_clients: false,
+        cleaner: false,
+        worker_cpus: Some(want.clone()),
+        ..Default::default()
+    };
+    let ep = Endpoint::Shm(dir.path().join("s.sock"));
+    let s = Server::start(ShmTransport::new().unwrap(), pool(dir.path()), &[ep], cfg).unwrap();
+    let seen = affinity_of_threads("boomkv-worker-");
+    assert_eq!(seen, vec![want.to_string(); 2], "both workers restricted to CPU {want}");
+    // Pinned workers serve (two clients: one per worker, round robin).
+    for i in 0..2u8 {
+        let mut c =
+            Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], ClientOptions::default()).unwrap();
+        c.put(b"k", &[i; 100]).unwrap();
+        assert_eq!(c.get(b"k").unwrap().unwrap(), vec![i; 100]);
+    }
+    s.shutdown();
+}
+
+#[test]
+fn a_cpu_the_process_may_not_use_is_refused_before_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = CpuList::allowed().unwrap();
+    let outside = (0..rustix::thread::CpuSet::MAX_CPU).rev().find(|c| !allowed.cpus().contains(c)).unwrap();
+    let cfg = ServerConfig {
+        log_clients: false,
+        cleaner: false,
+        worker_cpus: CpuList::from_cpus(vec![outside]),
+        ..Default::default()
+    };
+    let ep = Endpoint::Shm(dir.path().join("s.sock"));
+    let e = Server::start(ShmTransport::new().unwrap(), pool(dir.path()), &[ep], cfg).err().expect("refused");
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    assert!(e.to_string().contains(&format!("CPUs {outside} are not available")), "{e}");
+}
+
+/// A store that remembers on which CPUs the threads that call it may run.
+struct Recorder(Arc<Mutex<BTreeSet<String>>>);
+
+impl Db for Recorder {
+    fn read(&mut self, _key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
+        self.note();
+        Ok(true)
+    }
+    fn write(&mut self, _key: &[u8], _value: &[u8]) -> Result<()> {
+        self.note();
+        Ok(())
+    }
+    fn scan(&mut self, _start: &[u8], _count: u32) -> Result<usize> {
+        Ok(0)
+    }
+    fn max_value(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Recorder {
+    fn note(&self) {
+        let a = CpuList::allowed().map(|l| l.to_string()).unwrap_or_default();
+        self.0.lock().unwrap().insert(a);
+    }
+}
+
+#[test]
+fn the_runners_client_threads_run_on_their_cpus() {
+    let mut s = WorkloadSpec::from_mix('b').unwrap();
+    s.set(names::RECORD_COUNT, "50").unwrap();
+    s.set(names::OPERATION_COUNT, "400").unwrap();
+    let w = CoreWorkload::new(&s).unwrap();
+    let want = last_cpu();
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let o = RunOptions {
+        threads: 3,
+        ops: 400,
+        duration: Some(Duration::from_secs(20)),
+        client_cpus: Some(want.clone()),
+        ..Default::default()
+    };
+    let r = runner::load_and_run_db(|| Ok(Recorder(seen.clone())), &w, &o, Phases { load: true, run: true }).unwrap();
+    assert_eq!(r.result.run.operations, 400);
+    assert_eq!(*seen.lock().unwrap(), BTreeSet::from([want.to_string()]));
+    // Without a placement the threads keep the process's.
+    let free = Arc::new(Mutex::new(BTreeSet::new()));
+    let o = RunOptions { client_cpus: None, ..o };
+    runner::load_and_run_db(|| Ok(Recorder(free.clone())), &w, &o, Phases { load: false, run: true }).unwrap();
+    assert_eq!(*free.lock().unwrap(), BTreeSet::from([CpuList::allowed().unwrap().to_string()]));
+}
