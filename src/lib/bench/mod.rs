@@ -10,7 +10,8 @@
 //! - [`sweep`]: `boomctl sweep`: grids of runs that reproduce the paper's figures, CSV,
 //!   plots and a summary against the paper.
 //! - [`LatencySummary`]: perftest-style statistics of a latency sample.
-//! - [`busy`]: whether other processes or the hypervisor took CPU time during a run.
+//! - [`busy`]: whether other processes or the hypervisor took CPU time during a run;
+//!   [`wake`]: what waking a sleeping thread costs on this machine.
 
 pub mod busy;
 pub mod embedded;
@@ -23,6 +24,7 @@ pub mod report;
 pub mod runner;
 pub mod status;
 pub mod sweep;
+pub mod wake;
 
 /// Statistics of one latency sample, in microseconds (perftest's columns).
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]

@@ -184,6 +184,9 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
     let _ = writeln!(s, "- cores (available to boomctl): {}", m.cores);
     let _ = writeln!(s, "- memory: {:.1} GiB", m.memory as f64 / (1u64 << 30) as f64);
     let _ = writeln!(s, "- kernel: {}", m.kernel);
+    if let Some(w) = crate::bench::wake::WakeCost::measure() {
+        let _ = writeln!(s, "- {}", w.describe());
+    }
     let _ = writeln!(s, "\n## Settings\n");
     let _ = writeln!(
         s,

@@ -1,0 +1,166 @@
+//! What waking a sleeping thread costs on this machine. Two threads hand a token back
+//! and forth, each sleeping (futex, through `std::thread::park`) until the other wakes
+//! it: once on two different CPUs and once on one. A closed-loop benchmark with more
+//! threads than cores pays about one such wake-up per operation, so its throughput
+//! depends on this figure as much as on the code measured: on a KVM guest whose idle
+//! CPUs halt at once (guest halt polling off), waking a thread on another CPU has cost
+//! 20 us a time, against 2 us with halt polling on; two hosts that differ only in that
+//! give different throughput for the same build. SETUP.md records it for that reason.
+//!
+//! This module owns the probe and its description. It imports [`crate::cpus`] (to place
+//! the two threads).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cpus::CpuList;
+
+/// Round trips per timed batch, and batches per figure (the median batch is reported).
+const PER_BATCH: u32 = 50;
+const BATCHES: usize = 9;
+
+/// A wake-up round trip is called slow above this (microseconds) and this many times
+/// the round trip on one CPU.
+pub const SLOW_CROSS_US: f64 = 10.0;
+/// See [`SLOW_CROSS_US`].
+pub const SLOW_RATIO: f64 = 4.0;
+
+/// Median wake-up round trips, microseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WakeCost {
+    /// The two threads on two different CPUs (`None` with one CPU).
+    pub cross_us: Option<f64>,
+    /// Both threads on one CPU.
+    pub same_us: f64,
+    /// The guest's idle settings where the kernel shows them (`cpuidle haltpoll,
+    /// guest_halt_poll_ns 0`), else `None`.
+    pub idle: Option<String>,
+}
+
+impl WakeCost {
+    /// Measures now (about 20-50 ms; `None` where threads cannot be placed).
+    pub fn measure() -> Option<WakeCost> {
+        let allowed = CpuList::allowed()?;
+        let first = allowed.cpus()[0];
+        let last = *allowed.cpus().last()?;
+        let same_us = round_trip_us(first, first)?;
+        let cross_us = if first == last { None } else { round_trip_us(first, last) };
+        Some(WakeCost { cross_us, same_us, idle: idle_settings() })
+    }
+
+    /// Whether a wake-up across CPUs costs so much that it bounds closed-loop throughput.
+    pub fn is_slow(&self) -> bool {
+        self.cross_us.is_some_and(|c| c > SLOW_CROSS_US && c > SLOW_RATIO * self.same_us)
+    }
+
+    /// One line for SETUP.md.
+    pub fn describe(&self) -> String {
+        let cross = self.cross_us.map_or_else(|| "n/a (one CPU)".to_string(), |c| format!("{c:.1} us"));
+        let mut s = format!(
+            "wake-up round trip (two threads waking each other, median): across CPUs {cross}, on one CPU {:.1} us",
+            self.same_us
+        );
+        if let Some(i) = &self.idle {
+            s.push_str(&format!("; {i}"));
+        }
+        if self.is_slow() {
+            s.push_str(
+                ". SLOW: with more threads than cores a closed-loop benchmark pays about one wake-up per operation, \
+                 so its throughput here says as much about this machine's wake-ups as about the code; on a KVM guest \
+                 with guest halt polling off, turning it on (guest_halt_poll_ns) shortens them",
+            );
+        }
+        s
+    }
+}
+
+/// The median round trip of a token between a thread on `a` and one on `b`.
+fn round_trip_us(a: usize, b: usize) -> Option<f64> {
+    let (ca, cb) = (CpuList::from_cpus(vec![a])?, CpuList::from_cpus(vec![b])?);
+    std::thread::spawn(move || {
+        ca.pin_current_thread().ok()?;
+        // 0: the first thread's turn; 1: the second's.
+        let turn = Arc::new(AtomicU32::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let me = std::thread::current();
+        let (t2, s2) = (turn.clone(), stop.clone());
+        let other = std::thread::spawn(move || {
+            if cb.pin_current_thread().is_err() {
+                s2.store(true, Ordering::SeqCst);
+                me.unpark();
+                return;
+            }
+            loop {
+                while t2.load(Ordering::SeqCst) != 1 {
+                    if s2.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::park();
+                }
+                t2.store(0, Ordering::SeqCst);
+                me.unpark();
+            }
+        });
+        let mut batches = Vec::with_capacity(BATCHES);
+        // One unmeasured batch first: the second thread's start and first migration.
+        for b in 0..=BATCHES {
+            let t0 = Instant::now();
+            for _ in 0..PER_BATCH {
+                turn.store(1, Ordering::SeqCst);
+                other.thread().unpark();
+                while turn.load(Ordering::SeqCst) != 0 {
+                    if stop.load(Ordering::SeqCst) {
+                        let _ = other.join();
+                        return None;
+                    }
+                    std::thread::park();
+                }
+            }
+            if b > 0 {
+                batches.push(t0.elapsed().as_secs_f64() * 1e6 / f64::from(PER_BATCH));
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        other.thread().unpark();
+        let _ = other.join();
+        batches.sort_by(f64::total_cmp);
+        Some(batches[batches.len() / 2])
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// The cpuidle driver and, with `haltpoll`, the guest's halt-polling window.
+fn idle_settings() -> Option<String> {
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver")?;
+    let mut s = format!("cpuidle driver {driver}");
+    if let Some(ns) = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        let state = if ns == "0" { "guest halt polling off" } else { "guest halt polling on" };
+        s.push_str(&format!(", guest_halt_poll_ns {ns} ({state})"));
+    }
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_measures_and_says_when_cross_cpu_wake_ups_are_slow() {
+        let w = WakeCost::measure().expect("Linux can place threads");
+        assert!(w.same_us > 0.0 && w.same_us < 10_000.0, "{w:?}");
+        if CpuList::allowed().unwrap().len() > 1 {
+            let c = w.cross_us.expect("two CPUs: a cross-CPU figure");
+            assert!(c > 0.0 && c < 10_000.0, "{w:?}");
+        }
+        assert!(w.describe().starts_with("wake-up round trip"), "{}", w.describe());
+        let slow = WakeCost { cross_us: Some(40.0), same_us: 2.0, idle: None };
+        assert!(slow.is_slow() && slow.describe().contains("SLOW"));
+        let fast = WakeCost { cross_us: Some(5.0), same_us: 2.0, idle: Some("cpuidle driver x".into()) };
+        assert!(!fast.is_slow() && !fast.describe().contains("SLOW") && fast.describe().ends_with("cpuidle driver x"));
+        assert!(!WakeCost { cross_us: None, same_us: 2.0, idle: None }.is_slow());
+    }
+}
