@@ -1191,10 +1191,22 @@ impl Conn {
                     rx.end -= rx.start;
                     rx.start = 0;
                     if rx.buf.len() < total {
+                        if h.op == OP_SEND && lock(&self.rq).is_empty() {
+                            // No receive to check its length against yet: wait for one,
+                            // as a whole SEND without a receive does (RNR), reading
+                            // nothing more meanwhile, instead of buffering what the
+                            // header announces (up to 16 MiB).
+                            self.rnr(&h, rx.stall_until)?;
+                            rx.stall_until.get_or_insert_with(|| deadline(self.cfg.rnr_timeout));
+                            return Ok(Step::Stalled);
+                        }
                         // Memory for a frame is spent only on one that can land: a peer
                         // cannot make us buffer 16 MiB by announcing it.
                         self.precheck(&h)?;
                         rx.buf.resize(total, 0);
+                        // A wait for a receive (above) is over: the connection is read
+                        // again as any other.
+                        rx.stall_until = None;
                     }
                 }
                 return Ok(Step::More);
@@ -2298,6 +2310,43 @@ mod tests {
         s2.write_all(&frames).unwrap();
         let why = wait_error(&qp2);
         assert!(why.contains("does not read the responses"), "{why}");
+    }
+
+    #[test]
+    fn a_send_announced_before_any_receive_is_not_buffered() {
+        let t = make();
+        let l = t.listen(&ep()).unwrap();
+        let cq = t.create_cq().unwrap();
+        // The attack: a 16 MiB SEND announced while no receive is posted (the window
+        // between the handshake and the server's first post_recv). There is nothing to
+        // check its length against, so it waits for a receive as a whole SEND without
+        // one does (RNR) and then fails the connection; what it announces is never
+        // buffered.
+        let (mut s, qp) = raw_client(&t, &l, &cq);
+        let mut v = Vec::new();
+        Hdr { op: OP_SEND, len: MAX_MESSAGE, psn: 0, ..Hdr::default() }.encode(&mut v);
+        s.write_all(&v).unwrap();
+        let why = wait_error(&qp);
+        assert!(why.contains("RNR"), "{why}");
+        assert!(lock(&qp.conn.rx).buf.len() <= RX_BUF, "the announced 16 MiB were allocated");
+        // The honest case: a SEND larger than the buffer whose receive is posted after
+        // its header arrived lands whole.
+        let (mut s, qp) = raw_client(&t, &l, &cq);
+        let n = 2 * RX_BUF;
+        let mut v = Vec::new();
+        Hdr { op: OP_SEND, len: n as u32, psn: 0, ..Hdr::default() }.encode(&mut v);
+        s.write_all(&v).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        let mr = t.alloc_mr(n, Access::ALL).unwrap();
+        qp.post_recv(1, &mr, 0, n as u32).unwrap();
+        let payload: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        s.write_all(&payload).unwrap();
+        let c = cq.wait(Duration::from_secs(5)).unwrap();
+        assert_eq!((c.wr_id, c.status, c.byte_len), (1, WcStatus::Success, n as u32));
+        assert!(!qp.is_error(), "{:?}", qp.error_reason());
+        let mut got = vec![0u8; n];
+        mr.read(0, &mut got).unwrap();
+        assert!(got == payload);
     }
 
     #[test]
