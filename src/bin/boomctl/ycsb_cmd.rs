@@ -187,7 +187,7 @@ pub struct TargetArgs {
     /// Embedded: where threads run. auto: the server's workers on CPUs of their own (the
     /// last ones this process may use; see `taskset`), the client threads on the others,
     /// so a woken client never preempts a polling worker (with two or more CPUs); off:
-    /// wherever the scheduler puts them. [CONFIG] pin says which.
+    /// wherever the scheduler puts them. `[CONFIG], pin` says which.
     #[arg(long, value_name = "auto|off", value_enum, default_value = "auto")]
     pub pin: crate::common::PinMode,
     /// Embedded: index (ordered is chosen automatically for workloads with scans).
