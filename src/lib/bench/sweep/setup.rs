@@ -220,7 +220,10 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
         s,
         "- thread placement: {}",
         match o.layout() {
-            Some(l) => format!("{l} (--pin auto; Redis and its clients are not pinned)"),
+            Some(l) => format!(
+                "{l} (--pin auto; not pinned: Redis and its clients, and the writeback preset, whose workers share \
+                 the write-back)"
+            ),
             None if o.server.is_some() => "the server's own; client threads not pinned".into(),
             None if o.pin => "not pinned (fewer than two CPUs)".into(),
             None => "not pinned (--pin off)".into(),
