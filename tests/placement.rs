@@ -16,6 +16,10 @@ use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{Endpoint, ShmTransport};
 use boomkv::workload::{names, CoreWorkload, WorkloadSpec};
 
+/// The tests that start servers take turns: the first counts the process's worker
+/// threads by name, and another test's server would add its own.
+static SERVERS: Mutex<()> = Mutex::new(());
+
 /// The CPU list the kernel reports for each of our threads whose name starts with `prefix`.
 fn affinity_of_threads(prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -45,6 +49,7 @@ fn last_cpu() -> CpuList {
 
 #[test]
 fn server_workers_run_on_the_cpus_asked_for_and_serve() {
+    let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let want = last_cpu();
     let cfg = ServerConfig {
@@ -70,6 +75,7 @@ fn server_workers_run_on_the_cpus_asked_for_and_serve() {
 
 #[test]
 fn a_cpu_the_process_may_not_use_is_refused_before_serving() {
+    let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let allowed = CpuList::allowed().unwrap();
     let outside = (0..rustix::thread::CpuSet::MAX_CPU).rev().find(|c| !allowed.cpus().contains(c)).unwrap();
@@ -136,4 +142,60 @@ fn the_runners_client_threads_run_on_their_cpus() {
     let o = RunOptions { client_cpus: None, ..o };
     runner::load_and_run_db(|| Ok(Recorder(free.clone())), &w, &o, Phases { load: false, run: true }).unwrap();
     assert_eq!(*free.lock().unwrap(), BTreeSet::from([CpuList::allowed().unwrap().to_string()]));
+}
+
+/// The whole placement for real: an embedded server's workers on CPUs of their own and
+/// the YCSB runner's client threads on the others, where they poll with yields before
+/// they sleep. Every operation completes and every read finds its record, over both
+/// software transports (with one CPU both share it: slower, still correct).
+#[test]
+fn pinned_clients_and_workers_serve_a_whole_run_over_tcp_and_shm() {
+    let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
+    use boomkv::cpus::Layout;
+    use boomkv::transport::{Backend, TcpTransport};
+
+    let allowed = CpuList::allowed().unwrap();
+    let layout = Layout::split(&allowed, 1).unwrap_or(Layout { server: allowed.clone(), clients: allowed.clone() });
+    let mut s = WorkloadSpec::from_mix('b').unwrap();
+    s.set(names::RECORD_COUNT, "200").unwrap();
+    s.set(names::OPERATION_COUNT, "4000").unwrap();
+    s.set(names::VALUE_SIZE, "2048").unwrap();
+    s.set(names::THREAD_COUNT, "4").unwrap();
+    // A workload per run: a load consumes the workload's key sequence.
+    let w = || CoreWorkload::new(&s).unwrap();
+    let o = RunOptions {
+        threads: 4,
+        ops: 4000,
+        duration: Some(Duration::from_secs(60)),
+        client_cpus: Some(layout.clients.clone()),
+        ..Default::default()
+    };
+    let eo = EmbeddedOptions {
+        pool_size: 64 << 20,
+        segment_size: 4 << 20,
+        server: ServerConfig { log_clients: false, worker_cpus: Some(layout.server.clone()), ..Default::default() },
+        ..Default::default()
+    };
+    fn run<T: boomkv::transport::Transport>(
+        t: T,
+        b: Backend,
+        eo: &EmbeddedOptions,
+        w: &CoreWorkload,
+        o: &RunOptions,
+    ) -> runner::PhasesResult {
+        let emb = Embedded::start(t.clone(), b, eo).unwrap();
+        let ep = emb.endpoint().clone();
+        runner::load_and_run(&t, &ep, &ClientOptions::default(), w, o, Phases { load: true, run: true }).unwrap()
+    }
+    for r in [
+        run(TcpTransport::new().unwrap(), Backend::Tcp, &eo, &w(), &o),
+        run(ShmTransport::new().unwrap(), Backend::Shm, &eo, &w(), &o),
+    ] {
+        assert_eq!((r.result.run.operations, r.result.errors), (4000, 0), "{:?}", r.result.first_error);
+        let reads = r.result.measurements.get("READ").expect("reads were measured");
+        assert!(reads.status_total() > 3000, "{} reads", reads.status_total());
+        let st: Vec<_> = reads.statuses().collect();
+        assert_eq!(reads.status_total(), reads.status_count(boomkv::measure::Status::Ok), "every read finds: {st:?}");
+    }
 }

@@ -81,7 +81,9 @@ pub struct RunOptions {
     /// Show the progress bar under these (a sweep's overall bar) instead of on its own.
     pub bars: Option<indicatif::MultiProgress>,
     /// Run the client threads on these CPUs only (`None`: wherever the scheduler puts
-    /// them); see [`crate::cpus::Layout`].
+    /// them); see [`crate::cpus::Layout`]. These must be CPUs no server worker uses:
+    /// the client threads also poll with yields before they sleep in a wait
+    /// ([`crate::transport::set_yield_wait`]).
     pub client_cpus: Option<crate::cpus::CpuList>,
 }
 
@@ -478,6 +480,10 @@ impl<D: Db> Worker<D> {
             self.barrier.wait();
             return Err(e);
         }
+        // On CPUs of their own (no server worker there), clients poll with yields
+        // before they sleep: the yields go to the other clients, and a client that
+        // does not sleep needs no wake-up.
+        crate::transport::set_yield_wait(self.cpus.is_some());
         if !self.loading {
             for _ in 0..self.warmup {
                 let op = self.stream.next_op();

@@ -901,6 +901,17 @@ impl CompletionQueue for ShmCq {
             super::spin_outcome(false);
         }
         drop(slot);
+        // A thread allowed to poll with yields does so for a while before it sleeps
+        // (see `transport::set_yield_wait`).
+        let yield_end = super::yield_wait_end(Instant::now()).min(end);
+        while Instant::now() < yield_end {
+            for _ in 0..8 {
+                if inner.poll(&mut out, 1) == 1 {
+                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                }
+                std::thread::yield_now();
+            }
+        }
         let seq = word32(&inner.doorbell, 0);
         let waiters = word32(&inner.doorbell, DB_WAITERS);
         loop {

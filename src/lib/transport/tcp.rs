@@ -770,6 +770,9 @@ impl CompletionQueue for TcpCq {
         let _g = WaitGuard(&inner.waiting);
         let mut events = Vec::with_capacity(64);
         let mut few = Vec::with_capacity(SPIN_DIRECT);
+        // After the spin (or instead of it), a thread allowed to poll with yields does
+        // so for a while before it sleeps (see `transport::set_yield_wait`).
+        let mut yield_end: Option<Instant> = None;
         loop {
             let now = Instant::now();
             if now >= end {
@@ -778,6 +781,10 @@ impl CompletionQueue for TcpCq {
             let traffic = if now < spin_end {
                 let t = inner.spin_once(&mut events, &mut few);
                 std::hint::spin_loop();
+                t
+            } else if *yield_end.get_or_insert_with(|| super::yield_wait_end(now)) > now {
+                let t = inner.spin_once(&mut events, &mut few);
+                std::thread::yield_now();
                 t
             } else {
                 if slot.take().is_some() {
