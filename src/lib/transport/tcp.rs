@@ -783,6 +783,10 @@ impl CompletionQueue for TcpCq {
                 std::hint::spin_loop();
                 t
             } else if *yield_end.get_or_insert_with(|| super::yield_wait_end(now)) > now {
+                // The spin is over: it counts as one that ran out, whatever comes next.
+                if slot.take().is_some() {
+                    super::spin_outcome(false);
+                }
                 let t = inner.spin_once(&mut events, &mut few);
                 std::thread::yield_now();
                 t
