@@ -188,9 +188,18 @@ impl Layout {
     }
 }
 
+impl Layout {
+    /// [`Layout::split`] of the CPUs this process may use.
+    pub fn auto(workers: usize) -> Option<Layout> {
+        CpuList::allowed().and_then(|a| Layout::split(&a, workers))
+    }
+}
+
 impl fmt::Display for Layout {
+    /// `server workers on CPU 1; client threads on CPU 0`: no comma outside the CPU
+    /// lists, so a report whose fields are comma-separated can replace theirs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "server workers on CPU {}, client threads on CPU {}", self.server, self.clients)
+        write!(f, "server workers on CPU {}; client threads on CPU {}", self.server, self.clients)
     }
 }
 
@@ -224,6 +233,7 @@ mod tests {
         // More workers than CPUs: one CPU stays the clients'.
         let l = Layout::split(&four, 9).unwrap();
         assert_eq!((l.server.to_string(), l.clients.to_string()), ("1-3".into(), "0".into()));
+        assert_eq!(l.to_string(), "server workers on CPU 1-3; client threads on CPU 0");
         assert!(Layout::split(&CpuList::parse("5").unwrap(), 1).is_none());
     }
 

@@ -167,6 +167,6 @@ pub enum PinMode {
 pub fn pin_layout(pin: PinMode, workers: usize) -> Option<boomkv::cpus::Layout> {
     match pin {
         PinMode::Off => None,
-        PinMode::Auto => boomkv::cpus::CpuList::allowed().and_then(|a| boomkv::cpus::Layout::split(&a, workers)),
+        PinMode::Auto => boomkv::cpus::Layout::auto(workers),
     }
 }

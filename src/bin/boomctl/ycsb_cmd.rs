@@ -404,14 +404,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     )?;
     let mut config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
     // No commas in a [CONFIG] value (the report's field separator).
-    let cpus = |l: &boomkv::cpus::CpuList| l.to_string().replace(',', "+");
-    config.push((
-        "pin",
-        layout.as_ref().map_or_else(
-            || "off".to_string(),
-            |l| format!("server workers on CPU {}; client threads on CPU {}", cpus(&l.server), cpus(&l.clients)),
-        ),
-    ));
+    config.push(("pin", layout.as_ref().map_or_else(|| "off".to_string(), |l| l.to_string().replace(',', "+"))));
     write_reports(&a, &spec, &config, &result, space, &pcts)?;
     if result.errors > 0 {
         eprintln!(

@@ -782,34 +782,33 @@ impl CompletionQueue for TcpCq {
                 let t = inner.spin_once(&mut events, &mut few);
                 std::hint::spin_loop();
                 t
-            } else if *yield_end.get_or_insert_with(|| super::yield_wait_end(now)) > now {
+            } else {
                 // The spin is over: it counts as one that ran out, whatever comes next.
                 if slot.take().is_some() {
                     super::spin_outcome(false);
                 }
-                let t = inner.spin_once(&mut events, &mut few);
-                std::thread::yield_now();
-                t
-            } else {
-                if slot.take().is_some() {
-                    super::spin_outcome(false);
-                }
-                match if end - now >= BLOCKING_RECV { inner.lone_conn() } else { None } {
-                    // Alone on one connection: sleep in its socket (no eventfd to wake).
-                    Some(c) => {
-                        let t = c.progress_blocking();
-                        if inner.pop_into(&mut out, 1) == 1 {
-                            return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                if *yield_end.get_or_insert_with(|| super::yield_wait_end(now)) > now {
+                    let t = inner.spin_once(&mut events, &mut few);
+                    std::thread::yield_now();
+                    t
+                } else {
+                    match if end - now >= BLOCKING_RECV { inner.lone_conn() } else { None } {
+                        // Alone on one connection: sleep in its socket (no eventfd to wake).
+                        Some(c) => {
+                            let t = c.progress_blocking();
+                            if inner.pop_into(&mut out, 1) == 1 {
+                                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                            }
+                            t
                         }
-                        t
-                    }
-                    None => {
-                        inner.parked.fetch_add(1, Ordering::SeqCst);
-                        let p = WaitGuard(&inner.parked);
-                        if inner.pop_into(&mut out, 1) == 1 {
-                            return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                        None => {
+                            inner.parked.fetch_add(1, Ordering::SeqCst);
+                            let p = WaitGuard(&inner.parked);
+                            if inner.pop_into(&mut out, 1) == 1 {
+                                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                            }
+                            inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)), Some(p))
                         }
-                        inner.serve_ready(&mut events, (end - now).min(Duration::from_millis(100)), Some(p))
                     }
                 }
             };
@@ -1202,18 +1201,12 @@ impl Conn {
                     rx.end -= rx.start;
                     rx.start = 0;
                     if rx.buf.len() < total {
-                        if h.op == OP_SEND && lock(&self.rq).is_empty() {
-                            // No receive to check its length against yet: wait for one,
-                            // as a whole SEND without a receive does (RNR), reading
-                            // nothing more meanwhile, instead of buffering what the
-                            // header announces (up to 16 MiB).
-                            self.rnr(&h, rx.stall_until)?;
+                        // Memory for a frame is spent only on one that can land: a peer
+                        // cannot make us buffer 16 MiB by announcing it.
+                        if let Exec::NoRecv = self.precheck(&h, rx.stall_until)? {
                             rx.stall_until.get_or_insert_with(|| deadline(self.cfg.rnr_timeout));
                             return Ok(Step::Stalled);
                         }
-                        // Memory for a frame is spent only on one that can land: a peer
-                        // cannot make us buffer 16 MiB by announcing it.
-                        self.precheck(&h)?;
                         rx.buf.resize(total, 0);
                         // A wait for a receive (above) is over: the connection is read
                         // again as any other.
@@ -1246,9 +1239,11 @@ impl Conn {
 
     /// Before buffering a large frame: would it be executed at all? A WRITE must name a
     /// region this connection may write, with the bytes inside it; a READ response must
-    /// answer a READ of that length; a SEND must fit the receive it will consume (when
-    /// one is posted already).
-    fn precheck(&self, h: &Hdr) -> std::result::Result<(), String> {
+    /// answer a READ of that length; a SEND must fit the receive it will consume. With no
+    /// receive posted there is nothing to check a SEND against: `NoRecv`, and the
+    /// caller waits for one as for a whole SEND without one (RNR, failing at `stalled`),
+    /// reading nothing more meanwhile.
+    fn precheck(&self, h: &Hdr, stalled: Option<Instant>) -> std::result::Result<Exec, String> {
         let len = h.len as u64;
         match h.op {
             OP_WRITE | OP_WRITE_IMM => {
@@ -1273,13 +1268,17 @@ impl Conn {
                 }
             }
             OP_SEND => {
-                let short = {
+                let (posted, short) = {
                     let mut rq = lock(&self.rq);
                     match rq.front() {
-                        Some(r) if (r.len as u64) < len => rq.pop_front(),
-                        _ => None,
+                        None => (false, None),
+                        Some(r) if (r.len as u64) < len => (true, rq.pop_front()),
+                        _ => (true, None),
                     }
                 };
+                if !posted {
+                    return self.rnr(h, stalled);
+                }
                 if let Some(r) = short {
                     // As when the whole frame is here (see `execute_one`), without the wait.
                     self.mark_error("incoming SEND longer than the receive buffer");
@@ -1291,7 +1290,7 @@ impl Conn {
             }
             _ => {}
         }
-        Ok(())
+        Ok(Exec::Done)
     }
 
     fn validate(&self, h: &Hdr) -> std::result::Result<(), String> {

@@ -373,7 +373,7 @@ impl SweepOptions {
             return None;
         }
         let workers = self.axes.workers.unwrap_or_else(crate::server::default_workers);
-        crate::cpus::CpuList::allowed().and_then(|a| crate::cpus::Layout::split(&a, workers))
+        crate::cpus::Layout::auto(workers)
     }
 
     /// The protocols of the grids: the `--protocols` axis, or every protocol.
