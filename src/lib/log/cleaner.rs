@@ -39,12 +39,43 @@ pub struct CleanStats {
 }
 
 impl CleanStats {
-    fn add(&mut self, o: CleanStats) {
+    /// Adds what another pass did.
+    pub fn add(&mut self, o: CleanStats) {
         self.segments_freed += o.segments_freed;
         self.entries_moved += o.entries_moved;
         self.bytes_moved += o.bytes_moved;
         self.bytes_reclaimed += o.bytes_reclaimed;
     }
+}
+
+/// Sealed segments at most this live (of their capacity) are compacted whatever the
+/// free space: what short-lived clients leave behind.
+pub const EAGER_CLEAN_LIVE: f64 = 1.0 / 64.0;
+
+/// Almost-empty segments compacted per round ([`EAGER_CLEAN_LIVE`]).
+pub const EAGER_PER_ROUND: usize = 16;
+
+/// Fuller segments compacted per round under pressure: each may move up to
+/// `clean_below` of a segment, so fewer at once keeps the round short.
+pub const PRESSURE_PER_ROUND: usize = 2;
+
+/// When and what the cleaner compacts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CleanPolicy {
+    /// Under pressure, compact sealed segments at most this live.
+    pub clean_below: f64,
+    /// Under pressure: at most this fraction of the segments is free.
+    pub clean_when_free: f64,
+}
+
+/// What one [`Cleaner::round`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    /// What was moved and freed.
+    pub stats: CleanStats,
+    /// The pool was short of free segments when the round began: the caller should
+    /// come back at once if this round freed something, not after its usual pause.
+    pub pressure: bool,
 }
 
 /// The cleaner's output log.
@@ -82,6 +113,23 @@ impl Cleaner {
             .collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         v.into_iter().take(n).map(|(_, id)| id).collect()
+    }
+
+    /// One round of the server's background cleaning: the almost-empty segments
+    /// short-lived clients leave behind (one-shot `boomctl put`s each seal a segment
+    /// holding one entry) are compacted at once whatever the free space, since they
+    /// cost little to move and would otherwise pile up; under pressure, some fuller
+    /// ones too. Always both: under pressure the cheap ones free the most space soonest
+    /// (a burst of one-shot clients outpaced a cleaner that switched to the fuller
+    /// segments alone, two per round, and filled the pool).
+    pub fn round(&mut self, pool: &Pool, policy: &CleanPolicy) -> Result<Round> {
+        let total = pool.segment_count().max(1);
+        let pressure = (pool.free_segments() as f64) <= policy.clean_when_free * total as f64;
+        let mut stats = self.run(pool, EAGER_CLEAN_LIVE, EAGER_PER_ROUND)?;
+        if pressure {
+            stats.add(self.run(pool, policy.clean_below, PRESSURE_PER_ROUND)?);
+        }
+        Ok(Round { stats, pressure })
     }
 
     /// Cleans up to `n` victims with live fraction at most `max_live`.
@@ -198,6 +246,39 @@ mod tests {
     use super::*;
     use crate::log::LocalWriter;
     use crate::pmem::{FlushKind, Media};
+
+    #[test]
+    fn under_pressure_a_round_still_frees_the_almost_empty_segments_first() {
+        // 63 segments of 64 KiB; 50 short-lived writers each leave a sealed segment
+        // holding one small entry (what one-shot `boomctl put`s do), plus two fuller
+        // segments: the pool is short of free segments.
+        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        for i in 0..50u32 {
+            let mut w = LocalWriter::new(&pool);
+            w.append(format!("one-shot-{i}").as_bytes(), b"v", false).unwrap();
+            pool.seal_segment(w.segment().unwrap().id).unwrap();
+        }
+        let mut w = LocalWriter::new(&pool);
+        for i in 0..200u32 {
+            w.append(format!("full-{}", i % 40).as_bytes(), &[7; 500], false).unwrap();
+        }
+        let policy = CleanPolicy { clean_below: 0.5, clean_when_free: 0.25 };
+        let free = pool.free_segments();
+        assert!((free as f64) <= 0.25 * pool.segment_count() as f64, "{free} free: not under pressure");
+        let r = Cleaner::new().round(&pool, &policy).unwrap();
+        assert!(r.pressure);
+        assert!(r.stats.segments_freed >= EAGER_PER_ROUND as u64, "{r:?}");
+        assert!(pool.free_segments() >= free + EAGER_PER_ROUND as u64 - 1, "the cleaner's own segment at most");
+        for i in 0..50u32 {
+            let k = format!("one-shot-{i}");
+            let l = pool.lookup(k.as_bytes()).unwrap();
+            let e = pool.read_entry(&l).unwrap();
+            assert_eq!(entry_value(&e, &EntryHeader::decode(&e).unwrap()), b"v", "{k}");
+        }
+        drop(w);
+    }
 
     #[test]
     fn cleaning_frees_segments_and_keeps_every_value() {

@@ -15,7 +15,6 @@
 pub use crate::service::context::MAX_GETS_IN_FLIGHT;
 pub use crate::service::{
     coop, default_workers, inflight, phases, ServerConfig, ServerCore, ServerCounters, ServerStats, DEFAULT_MAX_VALUE,
-    EAGER_CLEAN_LIVE,
 };
 
 use std::sync::atomic::{AtomicUsize, Ordering};

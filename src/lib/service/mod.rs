@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::index::IndexKind;
-use crate::log::cleaner::Cleaner;
+use crate::log::cleaner::{CleanPolicy, Cleaner};
 use crate::log::format as fmt;
 use crate::log::{Pool, ServerLog};
 use crate::transport::{Access, Transport};
@@ -408,38 +408,29 @@ impl<T: Transport> Shared<T> {
     }
 }
 
-/// Sealed segments at most this live (of their capacity) are compacted whatever the
-/// free space: what short-lived clients leave behind.
-pub const EAGER_CLEAN_LIVE: f64 = 1.0 / 64.0;
-
 fn housekeeping(sh: Arc<ServerCore>) {
     let mut cleaner = Cleaner::new();
     let mut last_stats = Instant::now();
     while !sh.shutdown.load(Ordering::Acquire) {
         std::thread::sleep(sh.cfg.clean_interval.min(Duration::from_millis(100)));
         if sh.cfg.cleaner {
-            let total = sh.pool.segment_count().max(1);
-            let free = sh.pool.free_segments();
-            // Below the free threshold, compact what is at most `clean_below` live.
-            // Above it, still compact at once the segments short-lived clients left
-            // almost empty (one-shot `boomctl put`s each seal a segment holding one
-            // entry): they cost little to move and would otherwise pile up.
-            let (max_live, n) = if (free as f64) <= sh.cfg.clean_when_free * total as f64 {
-                (sh.cfg.clean_below, 2)
-            } else {
-                (EAGER_CLEAN_LIVE, 16)
-            };
-            {
-                match cleaner.run(&sh.pool, max_live, n) {
-                    Ok(st) if st.segments_freed > 0 => {
-                        let mut c = sh.cleaned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        c.segments_freed += st.segments_freed;
-                        c.entries_moved += st.entries_moved;
-                        c.bytes_moved += st.bytes_moved;
-                        c.bytes_reclaimed += st.bytes_reclaimed;
+            let policy = CleanPolicy { clean_below: sh.cfg.clean_below, clean_when_free: sh.cfg.clean_when_free };
+            // Short of space and making progress: go on at once (bounded by the pool's
+            // sealed segments), not after the pause.
+            loop {
+                match cleaner.round(&sh.pool, &policy) {
+                    Ok(r) => {
+                        if r.stats.segments_freed > 0 {
+                            sh.cleaned.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(r.stats);
+                        }
+                        if !(r.pressure && r.stats.segments_freed > 0) || sh.shutdown.load(Ordering::Acquire) {
+                            break;
+                        }
                     }
-                    Ok(_) => {}
-                    Err(e) => sh.log(&format!("cleaner: {e}")),
+                    Err(e) => {
+                        sh.log(&format!("cleaner: {e}"));
+                        break;
+                    }
                 }
             }
         }
