@@ -362,9 +362,9 @@ fn figures(t: &Table, dir: &Path) -> Result<Vec<Figure>> {
 }
 
 /// The latency comparison: per size, BOOM's median PUT and GET latency against each
-/// baseline (median of the per-repeat changes, with their range), the paper's figure,
+/// baseline (median of the per-repeat changes, with their interval), the paper's figure,
 /// and whether the paper's headline reductions are reproduced: a verdict only where
-/// every repeat agrees.
+/// the whole interval agrees.
 fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
     let sizes = sizes_of(t, "size")?;
     let mut compare = csv::Writer::from_writer(Vec::new());
@@ -478,7 +478,7 @@ fn summary(t: &Table, b: &mut Builder, dir: &Path) -> Result<()> {
         b.para(&format!(
             "Median latency (p50) over up to {} operations per phase and repeat (see put_ops, get_ops), 1 client, \
              transport {}; change = BOOM-KV against the baseline (negative: BOOM-KV is faster), the median of the \
-             per-repeat changes of the medians and [their range]; {}. met/MISSED: whether this machine reproduces \
+             per-repeat changes of the medians and [their interval]; {}. met/MISSED: whether this machine reproduces \
              the reduction the paper reports (figures 13, 14).",
             t.str(i, "ops")?,
             t.str(i, "transport")?,

@@ -268,9 +268,9 @@ fn figures(t: &Table) -> Result<Vec<Figure>> {
 }
 
 /// Per mix: throughput of every peer at every thread count, boomkv's ratios to Redis
-/// (paired by repeat: median [range]), and the targets (tcp >= 1.0x Redis at
+/// (paired by repeat: median [interval]), and the targets (tcp >= 1.0x Redis at
 /// every count, no collapse at the largest count, shm >= 5x Redis), judged only where
-/// every repeat agrees.
+/// the whole interval agrees.
 fn summary(t: &Table, b: &mut Builder) -> Result<()> {
     if t.rows_where("peer", Peer::Redis.name())?.is_empty() {
         b.line("redis-server was not installed: boomkv only (Debian: apt install redis-server).");
