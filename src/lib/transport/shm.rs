@@ -882,19 +882,27 @@ impl CompletionQueue for ShmCq {
         let slot = super::spin_slot();
         let spin = if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
         let spin_end = start + spin;
+        // A thread that may poll with yields but not spin goes to its yields at once:
+        // its next polls would keep its CPU from the threads it shares it with (the
+        // other clients, which have their own requests to send), and with replies that
+        // come in a microsecond or two the clients would take turns at the server one
+        // at a time instead of keeping it busy.
+        let yield_now = slot.is_none() && super::yield_wait_end(start) > start;
         // Spin: the clock is read only every few rounds; polling is a handful of loads.
-        'spin: loop {
-            for _ in 0..64 {
-                if inner.poll(&mut out, 1) == 1 {
-                    if slot.is_some() {
-                        super::spin_outcome(true);
+        if !yield_now {
+            'spin: loop {
+                for _ in 0..64 {
+                    if inner.poll(&mut out, 1) == 1 {
+                        if slot.is_some() {
+                            super::spin_outcome(true);
+                        }
+                        return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                     }
-                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                    std::hint::spin_loop();
                 }
-                std::hint::spin_loop();
-            }
-            if Instant::now() >= spin_end {
-                break 'spin;
+                if Instant::now() >= spin_end {
+                    break 'spin;
+                }
             }
         }
         if slot.is_some() {
@@ -903,7 +911,7 @@ impl CompletionQueue for ShmCq {
         drop(slot);
         // A thread allowed to poll with yields does so for a while before it sleeps
         // (see `transport::set_yield_wait`).
-        let yield_end = super::yield_wait_end(Instant::now()).min(end);
+        let yield_end = super::yield_wait_end(if yield_now { start } else { Instant::now() }).min(end);
         while Instant::now() < yield_end {
             for _ in 0..8 {
                 if inner.poll(&mut out, 1) == 1 {
