@@ -252,10 +252,13 @@ fn duration_ns(d: Duration) -> u64 {
 
 /// Does `name` equal `prefix + op + suffix`?
 fn is_name(name: &str, prefix: &str, op: &str, suffix: &str) -> bool {
-    name.len() == prefix.len() + op.len() + suffix.len()
-        && name.starts_with(prefix)
-        && name[prefix.len()..].starts_with(op)
-        && name.ends_with(suffix)
+    // One pass over a few bytes, which stops at the first that differs (READ against
+    // UPDATE: the first): this runs for every operation a client thread records, and
+    // three slice comparisons (three calls of the C library's memcmp) per series were
+    // 6% of a 16-thread shm run's client CPU.
+    let n = name.as_bytes();
+    n.len() == prefix.len() + op.len() + suffix.len()
+        && prefix.bytes().chain(op.bytes()).chain(suffix.bytes()).zip(n).all(|(a, &b)| a == b)
 }
 
 /// Well-known operation names, in report order (longest first where one is a prefix).
@@ -436,6 +439,19 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn a_series_name_is_prefix_operation_suffix_exactly() {
+        assert!(is_name("READ", "", "READ", ""));
+        assert!(is_name("READ-FAILED", "", "READ", "-FAILED"));
+        assert!(is_name("Intended-READ", "Intended-", "READ", ""));
+        assert!(!is_name("READ", "", "READ", "-FAILED"));
+        assert!(!is_name("READ-FAILED", "", "READ", ""));
+        assert!(!is_name("UPDATE", "", "READ", ""));
+        assert!(!is_name("READX", "", "READ", "Y"));
+        assert!(!is_name("Intended-READ", "", "READ", ""));
+        assert!(!is_name("READ-MODIFY-WRITE", "", "READ", ""));
+    }
 
     #[test]
     fn names_follow_ycsb() {
