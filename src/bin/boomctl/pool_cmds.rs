@@ -341,7 +341,7 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         human_bytes(h.pool_size),
         h.segment_count,
         human_bytes(h.segment_size),
-        boomkv::log::format::FORMAT_VERSION,
+        h.format_version,
         rep.next_version
     )?;
     crate::outln!(

@@ -20,7 +20,7 @@
 //! | offset | size | field | meaning |
 //! |---|---|---|---|
 //! | 0 | 8 | magic | `BOOMKVPL` |
-//! | 8 | 4 | format_version | [`FORMAT_VERSION`] |
+//! | 8 | 4 | format_version | [`FORMAT_VERSION`] (2 is read too) |
 //! | 12 | 4 | header_size | 4096; segments start here |
 //! | 16 | 16 | uuid | random, identifies the pool |
 //! | 32 | 8 | pool_size | bytes of the pool file |
@@ -57,7 +57,7 @@
 //! | offset | size | field | meaning |
 //! |---|---|---|---|
 //! | 0 | 8 | magic | `BOOMSEG1` |
-//! | 8 | 4 | format_version | [`FORMAT_VERSION`] |
+//! | 8 | 4 | format_version | [`SEGMENT_VERSION`] |
 //! | 12 | 4 | checksum | CRC-32C of bytes 0..12 and 16..56 |
 //! | 16 | 8 | segment_id | index of this segment in the pool |
 //! | 24 | 8 | owner | client id owning this segment's log ([`CLEANER_OWNER`] for the cleaner, [`TOMBSTONE_OWNER`] for the server's tombstone log) |
@@ -130,9 +130,21 @@
 
 use crate::error::{Error, Result};
 
-/// Format version written in the pool and segment headers (2: entry seals, checked
-/// `count`, the version high-water mark; version 1 pools are refused).
-pub const FORMAT_VERSION: u32 = 2;
+/// Format version a new pool's header carries. 3: the pool may hold a cell table or a
+/// Clover arena (descriptor lines at pool offsets 256 and up, runs of segments without
+/// segment headers), which a reader of version 2 would take for free segments and
+/// overwrite; so it must refuse the pool instead. Version 2 pools (entry seals, checked
+/// `count`, the version high-water mark) are read as they are, but a cell table or an
+/// arena is not created in them ([`PoolHeader::holds_runs`]); version 1 is refused.
+pub const FORMAT_VERSION: u32 = 3;
+
+/// Oldest pool header version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 2;
+
+/// Format version in every segment header: the segment header has not changed since
+/// pool version 2, and an older reader must accept the segments of a version 2 pool
+/// that a newer build wrote to.
+pub const SEGMENT_VERSION: u32 = 2;
 
 /// Pool header magic.
 pub const POOL_MAGIC: [u8; 8] = *b"BOOMKVPL";
@@ -244,6 +256,9 @@ pub struct PoolHeader {
     /// Key of the entry seals and `count` checks (never shown, never sent).
     #[serde(skip)]
     pub seal_key: [u8; 16],
+    /// The header's format version: [`FORMAT_VERSION`] for a pool this build made,
+    /// down to [`OLDEST_FORMAT_VERSION`] for an older one.
+    pub format_version: u32,
 }
 
 impl PoolHeader {
@@ -263,7 +278,22 @@ impl PoolHeader {
                 "a pool of {pool_size} bytes cannot hold one {segment_size}-byte segment; use a larger --pool-size or a smaller --segment-size"
             )));
         }
-        Ok(PoolHeader { uuid, pool_size, segment_size, segment_count, created, seal_key: [0; 16] })
+        Ok(PoolHeader {
+            uuid,
+            pool_size,
+            segment_size,
+            segment_count,
+            created,
+            seal_key: [0; 16],
+            format_version: FORMAT_VERSION,
+        })
+    }
+
+    /// Whether the pool's version lets it hold runs of segments without segment
+    /// headers (a cell table, a Clover arena): a version 2 reader would take them for
+    /// free segments and write over them, so they go only into version 3 pools.
+    pub fn holds_runs(&self) -> bool {
+        self.format_version >= 3
     }
 
     /// The keyed checks of this pool's entries and counts.
@@ -275,7 +305,7 @@ impl PoolHeader {
     pub fn encode(&self) -> [u8; POOL_HEADER_LEN] {
         let mut b = [0u8; POOL_HEADER_LEN];
         b[0..8].copy_from_slice(&POOL_MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.format_version.to_le_bytes());
         b[12..16].copy_from_slice(&(POOL_HEADER_SIZE as u32).to_le_bytes());
         b[16..32].copy_from_slice(&self.uuid);
         b[32..40].copy_from_slice(&self.pool_size.to_le_bytes());
@@ -300,11 +330,13 @@ impl PoolHeader {
         let ver = u32_at(b, 8);
         if ver == 1 {
             return Err(bad(format!(
-                "format version 1 (written before entry seals and the version high-water mark); this boomctl reads only version {FORMAT_VERSION} and does not migrate: load the data into a new pool"
+                "format version 1 (written before entry seals and the version high-water mark); this boomctl reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION} and does not migrate: load the data into a new pool"
             )));
         }
-        if ver != FORMAT_VERSION {
-            return Err(bad(format!("format version {ver}, this boomctl reads version {FORMAT_VERSION}")));
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&ver) {
+            return Err(bad(format!(
+                "format version {ver}, this boomctl reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION} (a newer boomctl made the pool?)"
+            )));
         }
         let stored = u32_at(b, POOL_CHECKSUM_OFF);
         let c = crc32c::crc32c(&b[..POOL_CHECKSUM_OFF]);
@@ -325,6 +357,7 @@ impl PoolHeader {
             segment_count: u64_at(b, 48),
             created: u64_at(b, 56),
             seal_key,
+            format_version: ver,
         };
         let check = PoolHeader::new(h.pool_size, h.segment_size, uuid, h.created).map_err(|e| bad(e.to_string()))?;
         if seal_key == [0; 16] {
@@ -546,7 +579,7 @@ impl SegmentHeader {
     pub fn encode(&self, sealer: &Sealer) -> [u8; SEG_FIXED_LEN] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
         b[16..24].copy_from_slice(&self.segment_id.to_le_bytes());
         b[24..32].copy_from_slice(&self.owner.to_le_bytes());
         b[32..40].copy_from_slice(&self.prev.to_le_bytes());
@@ -569,7 +602,7 @@ impl SegmentHeader {
             return Err(bad("no segment magic".into()));
         }
         let ver = u32_at(b, 8);
-        if ver != FORMAT_VERSION {
+        if ver != SEGMENT_VERSION {
             return Err(bad(format!("format version {ver}")));
         }
         let stored = u32_at(b, 12);

@@ -79,6 +79,13 @@ impl Pool {
         if self.media.is_read_only() {
             return Err(Error::invalid(format!("the pool is read-only: {what} cannot be created")));
         }
+        if !self.header.holds_runs() {
+            return Err(Error::invalid(format!(
+                "the pool has format version {}, which older boomctl builds read without knowing of {what}s (they would write over it): {what} goes only into a pool of version {}; load the data into a new pool",
+                self.header.format_version,
+                crate::log::format::FORMAT_VERSION
+            )));
+        }
         let ss = self.segment_size();
         let need = bytes.div_ceil(ss).max(1);
         let mut a = self.lock();

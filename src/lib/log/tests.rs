@@ -325,3 +325,40 @@ fn an_exhausted_version_counter_is_an_error_never_a_wrap() {
     assert!(matches!(e, Error::VersionsExhausted { .. }), "{e}");
     assert!(e.to_string().contains("version counter exhausted"));
 }
+
+#[test]
+fn a_version_2_pool_is_read_and_written_but_gets_no_cell_table_or_arena() {
+    let mut img = filled_pool_bytes();
+    assert_eq!(u32::from_le_bytes(img[8..12].try_into().unwrap()), FORMAT_VERSION, "a new pool is the current version");
+    let keys = recover_image(&img).unwrap().1.keys;
+    let mut h = PoolHeader::decode(&img, img.len() as u64).unwrap();
+    assert!(h.holds_runs());
+    // What a build of version 2 wrote: the same header under the older version.
+    h.format_version = 2;
+    img[..POOL_HEADER_LEN].copy_from_slice(&h.encode());
+    let (pool, rep) = recover_image(&img).unwrap();
+    assert_eq!(rep.keys, keys);
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!(pool.header().format_version, 2);
+    assert_eq!(value_of(&pool, b"a17").unwrap(), vec![1u8; 200]);
+    let mut w = LocalWriter::new(&pool);
+    w.append(b"a17", b"after", false).unwrap();
+    // A cell table or an arena would be free segments to a version 2 reader: refused.
+    for e in [pool.create_cell_table(16, 64).unwrap_err(), pool.create_clover_arena(16, 64 << 10, 64).unwrap_err()] {
+        assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+        assert!(e.to_string().contains("format version 2"), "{e}");
+    }
+    let after = pool.media().durable_image().unwrap();
+    assert_eq!(
+        PoolHeader::decode(&after, after.len() as u64).unwrap().format_version,
+        2,
+        "the header is not rewritten"
+    );
+    let (pool, _) = recover_image(&after).unwrap();
+    assert_eq!(value_of(&pool, b"a17").unwrap(), b"after", "segments written by this build read back");
+    // A version this build does not know is refused, not guessed at.
+    h.format_version = FORMAT_VERSION + 1;
+    img[..POOL_HEADER_LEN].copy_from_slice(&h.encode());
+    let e = recover_image(&img).unwrap_err().to_string();
+    assert!(e.contains(&format!("format version {}", FORMAT_VERSION + 1)) && e.contains("newer"), "{e}");
+}
