@@ -788,9 +788,11 @@ impl CompletionQueue for TcpCq {
                     super::spin_outcome(false);
                 }
                 if *yield_end.get_or_insert_with(|| super::yield_wait_end(now)) > now {
-                    let t = inner.spin_once(&mut events, &mut few);
+                    // Yield first, then look: what this thread waits for has just been
+                    // asked for, and a look before the other threads have had their
+                    // turn finds the socket empty (a recv for nothing per wait).
                     std::thread::yield_now();
-                    t
+                    inner.spin_once(&mut events, &mut few)
                 } else {
                     match if end - now >= BLOCKING_RECV { inner.lone_conn() } else { None } {
                         // Alone on one connection: sleep in its socket (no eventfd to wake).
