@@ -878,7 +878,7 @@ impl CompletionQueue for ShmCq {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
         let start = Instant::now();
-        let end = deadline(timeout);
+        let end = start.checked_add(timeout).unwrap_or_else(|| deadline(timeout));
         let slot = super::spin_slot();
         let spin = if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
         let spin_end = start + spin;
@@ -912,12 +912,14 @@ impl CompletionQueue for ShmCq {
         // A thread allowed to poll with yields does so for a while before it sleeps
         // (see `transport::set_yield_wait`).
         let yield_end = super::yield_wait_end(if yield_now { start } else { Instant::now() }).min(end);
+        // Yield, then look: the poll above found nothing a moment ago, and the other
+        // threads' turns are what the reply needs time for.
         while Instant::now() < yield_end {
             for _ in 0..8 {
+                std::thread::yield_now();
                 if inner.poll(&mut out, 1) == 1 {
                     return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                 }
-                std::thread::yield_now();
             }
         }
         let seq = word32(&inner.doorbell, 0);
