@@ -141,6 +141,9 @@ pub const FORMAT_VERSION: u32 = 3;
 /// Oldest pool header version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 2;
 
+/// First pool header version whose pools may hold a cell table or a Clover arena.
+pub const RUNS_FORMAT_VERSION: u32 = 3;
+
 /// Format version in every segment header: the segment header has not changed since
 /// pool version 2, and an older reader must accept the segments of a version 2 pool
 /// that a newer build wrote to.
@@ -293,7 +296,7 @@ impl PoolHeader {
     /// headers (a cell table, a Clover arena): a version 2 reader would take them for
     /// free segments and write over them, so they go only into version 3 pools.
     pub fn holds_runs(&self) -> bool {
-        self.format_version >= 3
+        self.format_version >= RUNS_FORMAT_VERSION
     }
 
     /// The keyed checks of this pool's entries and counts.

@@ -81,9 +81,9 @@ impl Pool {
         }
         if !self.header.holds_runs() {
             return Err(Error::invalid(format!(
-                "the pool has format version {}, which older boomctl builds read without knowing of {what}s (they would write over it): {what} goes only into a pool of version {}; load the data into a new pool",
+                "the pool has format version {}: builds that read it know no cell tables or arenas and would take {what} for free space and write over it, so it goes only into a pool of version {} or later; load the data into a new pool",
                 self.header.format_version,
-                crate::log::format::FORMAT_VERSION
+                crate::log::format::RUNS_FORMAT_VERSION
             )));
         }
         let ss = self.segment_size();

@@ -1416,7 +1416,12 @@ pub(crate) fn yield_wait_end(now: std::time::Instant) -> std::time::Instant {
 
 /// A point in time `d` from now, saturating far in the future.
 pub(crate) fn deadline(d: Duration) -> std::time::Instant {
-    let now = std::time::Instant::now();
+    deadline_from(std::time::Instant::now(), d)
+}
+
+/// A point in time `d` after `now` (a clock reading the caller has already taken),
+/// saturating far in the future.
+pub(crate) fn deadline_from(now: std::time::Instant, d: Duration) -> std::time::Instant {
     now.checked_add(d).unwrap_or(now + Duration::from_secs(86400 * 365))
 }
 

@@ -70,9 +70,9 @@ use rustix::net::{
 
 use super::region::{peer_guard_enter, peer_guard_exit, CopyCounters, CopyWatch, Pd, TABLE_BYTES};
 use super::{
-    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion, Mr,
-    QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_PRIVATE_DATA,
-    PROTOCOL_VERSION,
+    deadline, deadline_from, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener,
+    MemoryRegion, Mr, QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus,
+    MAX_PRIVATE_DATA, PROTOCOL_VERSION,
 };
 use crate::error::{Error, Result};
 use crate::pmem::shared::{file_len, futex_wait, futex_wake, is_shrink_sealed, sealed_memfd, ReadOnlyWords};
@@ -878,7 +878,7 @@ impl CompletionQueue for ShmCq {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
         let start = Instant::now();
-        let end = start.checked_add(timeout).unwrap_or_else(|| deadline(timeout));
+        let end = deadline_from(start, timeout);
         let slot = super::spin_slot();
         let spin = if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
         let spin_end = start + spin;
