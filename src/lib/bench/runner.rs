@@ -508,7 +508,7 @@ impl<D: Db> Worker<D> {
             let s = Instant::now();
             let outcome = execute(&mut self.client, &op, &self.values, &mut buf);
             let end = Instant::now();
-            record(&mut m, &op, &outcome, s, end, intended);
+            record(&mut m, &op, &outcome, s, end, intended.unwrap_or(s));
             self.stream.complete(&op)?;
             if let Some(e) = outcome.error {
                 self.sh.note_error(&e);
@@ -534,15 +534,15 @@ impl<D: Db> Worker<D> {
     }
 
     /// Under a target rate, waits for operation `k`'s intended start and returns it;
-    /// otherwise the intended start is now.
-    fn pace(&self, t0: Instant, k: u64) -> Instant {
-        let Some(r) = self.rate else { return Instant::now() };
+    /// otherwise `None`: the intended start is the start (no clock reading for it).
+    fn pace(&self, t0: Instant, k: u64) -> Option<Instant> {
+        let r = self.rate?;
         let at = t0 + Duration::from_secs_f64(k as f64 / r);
         let now = Instant::now();
         if at > now {
             std::thread::sleep(at - now);
         }
-        at
+        Some(at)
     }
 }
 

@@ -1361,6 +1361,12 @@ pub(crate) fn cores() -> usize {
 /// a woken client) that would complete what it waits for, and throughput falls as
 /// clients are added.
 pub fn spin_slot() -> Option<SpinSlot> {
+    spin_slot_at(std::time::Instant::now())
+}
+
+/// [`spin_slot`] for a caller that has just read the clock (`now`): a wait on the hot
+/// path reads it as few times as it can.
+pub(crate) fn spin_slot_at(now: std::time::Instant) -> Option<SpinSlot> {
     use std::sync::atomic::Ordering;
     // A thread whose recent spins ran out before their completion came (many clients
     // queue at one server worker) parks at once instead: its spin only takes the core
@@ -1371,7 +1377,7 @@ pub fn spin_slot() -> Option<SpinSlot> {
         score >= 0 || waits % 16 == 0
     });
     participate();
-    advance_epoch(std::time::Instant::now());
+    advance_epoch(now);
     if !worth || !core_to_spare() {
         return None;
     }

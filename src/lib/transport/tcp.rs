@@ -83,9 +83,9 @@ use rustix::event::{epoll, EventfdFlags};
 
 use super::region::{guard_enter, guard_exit, Pd};
 use super::{
-    deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion, Mr,
-    QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE, MAX_PRIVATE_DATA,
-    PROTOCOL_VERSION,
+    deadline, deadline_from, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener,
+    MemoryRegion, Mr, QpStats, QueuePair, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, MAX_MESSAGE,
+    MAX_PRIVATE_DATA, PROTOCOL_VERSION,
 };
 use crate::error::{Error, Result};
 use crate::pmem::Mapping;
@@ -759,13 +759,15 @@ impl CompletionQueue for TcpCq {
         if inner.pop_into(&mut out, 1) == 1 {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
-        let end = deadline(timeout);
+        // One clock reading for the deadline, the spin slot and the spin's end.
+        let start = Instant::now();
+        let end = deadline_from(start, timeout);
         // Spin while there is traffic: a thread that executes one-sided operations
         // inline (which complete nothing here) stays hot instead of parking between them.
-        let mut slot = super::spin_slot();
+        let mut slot = super::spin_slot_at(start);
         let spin =
             |slot: &Option<super::SpinSlot>| if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
-        let mut spin_end = deadline(spin(&slot));
+        let mut spin_end = deadline_from(start, spin(&slot));
         inner.waiting.fetch_add(1, Ordering::SeqCst);
         let _g = WaitGuard(&inner.waiting);
         let mut events = Vec::with_capacity(64);
