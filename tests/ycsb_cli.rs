@@ -312,3 +312,50 @@ fn help_has_examples_and_completions_know_the_values() {
         assert!(bash.contains(values), "no completion for {values}");
     }
 }
+
+#[test]
+fn client_counters_count_the_measured_writes_only() {
+    // Workload A, 2 threads, with a warm-up whose writes must not be counted: every
+    // measured UPDATE is either appended or rewritten in place, nothing else is.
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "a",
+        "--quiet",
+        "--threads",
+        "2",
+        "--warmup",
+        "500",
+        "-p",
+        "recordcount=200",
+        "-p",
+        "operationcount=4000",
+    ]);
+    let r = rows(&out.stdout);
+    let updates = num(&r, "UPDATE", "Return=OK");
+    assert!(updates > 1000.0, "{r:?}");
+    assert_eq!(num(&r, "CLIENT", "Appends") + num(&r, "CLIENT", "InPlaceUpdates"), updates, "{r:?}");
+    assert_eq!(num(&r, "CLIENT", "TornReadRetries"), 0.0, "{r:?}");
+    // The JSON export carries the same counts.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    run(&[
+        "ycsb",
+        "--mix",
+        "a",
+        "--quiet",
+        "--protocol",
+        "rfp",
+        "--json",
+        json.to_str().unwrap(),
+        "-p",
+        "recordcount=100",
+        "-p",
+        "operationcount=1000",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let c = &v["client"];
+    assert!(c["fetch_retries"].is_u64(), "{v}");
+    assert_eq!(c["torn_retries"].as_u64(), Some(0), "{v}");
+    assert!(c["appends"].as_u64().unwrap() > 0, "{v}");
+}

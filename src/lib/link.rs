@@ -27,7 +27,7 @@ pub struct PutInfo {
 }
 
 /// Counters of one client.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ClientCounters {
     /// Segments granted.
     pub grants: u64,
@@ -43,6 +43,42 @@ pub struct ClientCounters {
     /// was installing (a retransmitted request the device executed again: seen over
     /// soft-RoCE under load), taken as succeeded.
     pub cas_replays: u64,
+}
+
+impl ClientCounters {
+    /// The counts since `before` (an earlier reading of the same client).
+    pub fn since(&self, before: &ClientCounters) -> ClientCounters {
+        ClientCounters {
+            grants: self.grants.saturating_sub(before.grants),
+            appends: self.appends.saturating_sub(before.appends),
+            in_place: self.in_place.saturating_sub(before.in_place),
+            torn_retries: self.torn_retries.saturating_sub(before.torn_retries),
+            fetch_retries: self.fetch_retries.saturating_sub(before.fetch_retries),
+            cas_replays: self.cas_replays.saturating_sub(before.cas_replays),
+        }
+    }
+
+    /// Adds another client's counts (the total of a run's clients).
+    pub fn add(&mut self, o: &ClientCounters) {
+        self.grants += o.grants;
+        self.appends += o.appends;
+        self.in_place += o.in_place;
+        self.torn_retries += o.torn_retries;
+        self.fetch_retries += o.fetch_retries;
+        self.cas_replays += o.cas_replays;
+    }
+
+    /// Each counter with the name a report prints it under (YCSB's style of names).
+    pub fn named(&self) -> [(&'static str, u64); 6] {
+        [
+            ("SegmentGrants", self.grants),
+            ("Appends", self.appends),
+            ("InPlaceUpdates", self.in_place),
+            ("TornReadRetries", self.torn_retries),
+            ("FetchRetries", self.fetch_retries),
+            ("CasReplays", self.cas_replays),
+        ]
+    }
 }
 
 /// One thing that arrived for the client.

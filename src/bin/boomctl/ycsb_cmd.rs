@@ -560,6 +560,11 @@ fn write_reports(
             writeln!(out, "[SPACE], {name}, {v}")?;
         }
     }
+    if let Some(c) = &result.client {
+        for (name, v) in c.named() {
+            writeln!(out, "[CLIENT], {name}, {v}")?;
+        }
+    }
     out.flush()?;
     drop(out);
     if let Some(csv) = &a.csv {
@@ -577,6 +582,9 @@ fn write_reports(
         v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
         if let Some(sp) = space {
             v["space"] = serde_json::to_value(sp)?;
+        }
+        if let Some(c) = &result.client {
+            v["client"] = serde_json::to_value(c)?;
         }
         std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
     }

@@ -20,7 +20,7 @@ use crate::bench::hlog::HlogWriter;
 use crate::bench::measure::{MeasurementInterval, Measurements, Status};
 use crate::bench::report::RunInfo;
 use crate::bench::status;
-use crate::client::{Client, ClientOptions};
+use crate::client::{Client, ClientCounters, ClientOptions};
 use crate::error::{Error, Result};
 use crate::transport::{Endpoint, Transport};
 use crate::workload::{CoreWorkload, Op, OpKind};
@@ -119,6 +119,9 @@ pub struct RunResult {
     pub errors: u64,
     /// The first failure's message, if any failed.
     pub first_error: Option<String>,
+    /// What boomkv's clients counted during the phase (warm-up excluded), summed over
+    /// the threads; `None` for a store whose binding counts nothing (Redis).
+    pub client: Option<ClientCounters>,
 }
 
 /// A source of values: a fixed random buffer, sliced.
@@ -135,6 +138,7 @@ struct Shared {
     stop: AtomicBool,
     fatal: std::sync::Mutex<Option<String>>,
     first_error: std::sync::Mutex<Option<String>>,
+    client: std::sync::Mutex<Option<ClientCounters>>,
 }
 
 /// A store a YCSB thread drives, as YCSB's DB bindings are: boomkv's own client, or a
@@ -149,6 +153,11 @@ pub trait Db: Send {
     fn scan(&mut self, start: &[u8], count: u32) -> Result<usize>;
     /// The largest value the store accepts, when it says.
     fn max_value(&self) -> Option<u64>;
+    /// The client's own counters so far (torn reads retried, segments granted, ...),
+    /// for a binding that keeps them.
+    fn counters(&self) -> Option<ClientCounters> {
+        None
+    }
 }
 
 impl<T: Transport> Db for Client<T> {
@@ -166,6 +175,10 @@ impl<T: Transport> Db for Client<T> {
 
     fn max_value(&self) -> Option<u64> {
         Some(u64::from(Client::max_value(self)))
+    }
+
+    fn counters(&self) -> Option<ClientCounters> {
+        Some(Client::counters(self))
     }
 }
 
@@ -370,6 +383,7 @@ fn phase<D: Db + 'static>(
         stop: AtomicBool::new(false),
         fatal: std::sync::Mutex::new(None),
         first_error: std::sync::Mutex::new(None),
+        client: std::sync::Mutex::new(None),
     });
     let values = Arc::new(value_buffer(w.config().value_size.max() as usize, opts.seed ^ 0x5EED));
     let (tx, rx) = mpsc::channel::<Measurements>();
@@ -429,7 +443,8 @@ fn phase<D: Db + 'static>(
         h.finish()?;
     }
     let first_error = sh.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error })
+    let client = sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error, client })
 }
 
 /// Connects every client first, so connection set-up is not measured, and refuses a
@@ -492,6 +507,7 @@ impl<D: Db> Worker<D> {
             }
         }
         self.barrier.wait();
+        let counted_from = self.client.counters();
         let t0 = Instant::now();
         let mut last_send = t0;
         let mut k = 0u64;
@@ -525,6 +541,10 @@ impl<D: Db> Worker<D> {
         }
         // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
         // connection) is measured as CLEANUP, without a status.
+        if let (Some(before), Some(now)) = (counted_from, self.client.counters()) {
+            let mut total = self.sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            total.get_or_insert_with(ClientCounters::default).add(&now.since(&before));
+        }
         let cleanup = Instant::now();
         drop(self.client);
         let took = cleanup.elapsed();
