@@ -447,6 +447,9 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         s.scans,
         s.errors
     )?;
+    // The server counts what it serves; the passive protocols' clients read and write the
+    // pool with one-sided operations it never sees.
+    crate::outln!("              (served by the server; pDPM-Direct and Clover clients bypass it: not counted)")?;
     crate::outln!("keys          {} indexed", s.index_entries)?;
     crate::outln!(
         "space         {} appended, {} updated in place, {} live, {} garbage",
