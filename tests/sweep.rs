@@ -127,6 +127,7 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
         "--sizes 32,4k",
         "## Machine load during the runs",
         "other processes ",
+        "CPU speed: a fixed integer loop, timed before each of ",
         "## Spread between repeats",
     ] {
         assert!(setup.contains(want), "{want} not in SETUP.md:\n{setup}");

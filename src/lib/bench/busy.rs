@@ -8,10 +8,16 @@
 //! guests on our CPUs), and the load average at the end. Our own process, embedded
 //! servers included, does not count; a server started separately (`--server`) does.
 //!
+//! A virtual machine's CPUs can also be slower in one run than in the next with no
+//! steal time and no other process to show for it (a busy host, frequency changes): on
+//! a 2-vCPU guest a fixed integer loop took anywhere from 0.40 to 0.56 s, run to run,
+//! while the guest was idle and its steal counter read 0. So a sweep also times a fixed
+//! loop before every run ([`SpeedLog`]) and says how much that time moved.
+//!
 //! This module owns only the reading and the verdict; callers print it. It imports
 //! nothing from the rest of the crate.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Other processes may use this much CPU (in CPUs, averaged over the run) before a run
 /// is called busy: a tenth of one CPU.
@@ -178,6 +184,96 @@ impl MachineLoad {
     }
 }
 
+/// A sweep whose speed samples spread more than this (10th to 90th percentile, over the
+/// median) ran on a machine whose speed changed under it.
+pub const SPEED_SPREAD_LIMIT_PCT: f64 = 15.0;
+
+/// Iterations of the speed sample's loop: a few hundred microseconds on a current CPU.
+const SPEED_LOOP: u32 = 200_000;
+
+/// How long a fixed loop of dependent integer operations takes now: the fastest of
+/// three tries, so an interrupt or a preemption during one try does not count as the
+/// machine being slow. About a millisecond in all.
+pub fn speed_sample() -> Duration {
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            // xorshift64: each step depends on the last, so neither the compiler nor the
+            // CPU can do the loop's work in fewer steps; black_box keeps it from being
+            // computed at compile time.
+            let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15u64);
+            for _ in 0..SPEED_LOOP {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+            }
+            std::hint::black_box(x);
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+/// The speed samples of a sweep, one before each run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpeedLog {
+    us: Vec<f64>,
+}
+
+impl SpeedLog {
+    /// Takes a sample ([`speed_sample`]) and keeps it.
+    pub fn sample(&mut self) {
+        self.push(speed_sample().as_secs_f64() * 1e6);
+    }
+
+    /// Keeps a sample of `us` microseconds.
+    pub fn push(&mut self, us: f64) {
+        self.us.push(us);
+    }
+
+    /// The median, the 10th and the 90th percentile (nearest rank) of the samples, in
+    /// microseconds; `None` before two samples.
+    pub fn quantiles(&self) -> Option<(f64, f64, f64)> {
+        if self.us.len() < 2 {
+            return None;
+        }
+        let mut v = self.us.clone();
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Some((at(0.5), at(0.1), at(0.9)))
+    }
+
+    /// The 10th-to-90th percentile range over the median, in percent.
+    pub fn spread_pct(&self) -> Option<f64> {
+        let (med, lo, hi) = self.quantiles()?;
+        (med > 0.0).then(|| 100.0 * (hi - lo) / med)
+    }
+
+    /// A line for reports and SETUP.md; `None` before two samples.
+    pub fn describe(&self) -> Option<String> {
+        let (med, lo, hi) = self.quantiles()?;
+        Some(format!(
+            "CPU speed: a fixed integer loop, timed before each of {} runs (the fastest of 3 tries), took \
+             {med:.0} us (median), {lo:.0} .. {hi:.0} us (10th .. 90th percentile): a {:.0}% spread",
+            self.us.len(),
+            self.spread_pct().unwrap_or(0.0)
+        ))
+    }
+
+    /// Why the machine's speed makes the runs hard to compare, when it does.
+    pub fn warning(&self) -> Option<String> {
+        let (_, lo, hi) = self.quantiles()?;
+        let spread = self.spread_pct()?;
+        (spread > SPEED_SPREAD_LIMIT_PCT).then(|| {
+            format!(
+                "the machine's speed changed during the runs: a fixed loop took {lo:.0} .. {hi:.0} us, a \
+                 {spread:.0}% spread (more than {SPEED_SPREAD_LIMIT_PCT:.0}%) that steal time and other processes \
+                 do not account for"
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +322,36 @@ mod tests {
             assert!(l.cpus >= 1 && l.others_cpus >= 0.0 && l.others_cpus <= l.cpus as f64 + 0.01, "{l:?}");
             assert!((0.0..=100.0).contains(&l.steal_pct));
         }
+    }
+
+    #[test]
+    fn speed_spread_is_the_middle_eighty_percent_over_the_median() {
+        let mut l = SpeedLog::default();
+        assert_eq!(l.describe(), None);
+        l.push(400.0);
+        assert_eq!(l.quantiles(), None, "one sample has no spread");
+        // Ten samples: 400 .. 490 us and one slow outlier at 900 us. Nearest rank:
+        // 10th percentile = 1st, median = 5th, 90th = 9th: the outlier does not count.
+        for us in [410.0, 420.0, 430.0, 440.0, 450.0, 460.0, 470.0, 480.0, 900.0] {
+            l.push(us);
+        }
+        assert_eq!(l.quantiles(), Some((440.0, 400.0, 480.0)));
+        let spread = l.spread_pct().unwrap();
+        assert!((spread - 100.0 * 80.0 / 440.0).abs() < 1e-9, "{spread}");
+        assert!(spread > SPEED_SPREAD_LIMIT_PCT);
+        assert!(l.warning().unwrap().contains("400 .. 480 us"), "{:?}", l.warning());
+        assert!(l.describe().unwrap().contains("each of 10 runs"), "{:?}", l.describe());
+        // A steady machine: no warning.
+        let mut q = SpeedLog::default();
+        for us in [400.0, 405.0, 398.0, 402.0] {
+            q.push(us);
+        }
+        assert_eq!(q.warning(), None, "{:?}", q.quantiles());
+    }
+
+    #[test]
+    fn a_speed_sample_takes_real_time() {
+        let d = speed_sample();
+        assert!(d > Duration::ZERO && d < Duration::from_secs(5), "{d:?}");
     }
 }

@@ -791,6 +791,7 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     let started = Instant::now();
     let probe = crate::bench::busy::LoadProbe::start();
+    let mut speed = crate::bench::busy::SpeedLog::default();
     let mut ctx = context::Context::new(o, prog.bars());
     for (preset, runs) in &todo {
         let fresh = o.overwrite && !o.resume;
@@ -800,6 +801,8 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         for (pt, rep) in runs {
             let label = if o.repeats > 1 { format!("{} #{}", pt.label(), rep + 1) } else { pt.label() };
             prog.start(&label);
+            // Before the run, not during it: the loop takes a millisecond of one CPU.
+            speed.sample();
             let t0 = Instant::now();
             match ctx.run_point(pt, *rep) {
                 Ok(row) => {
@@ -829,10 +832,13 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     if let Some(load) = probe.finish() {
         let _ = writeln!(out, "sweep: machine {}", load.describe());
-        for w in load.warnings() {
+        if let Some(d) = speed.describe() {
+            let _ = writeln!(out, "sweep: {d}");
+        }
+        for w in load.warnings().into_iter().chain(speed.warning()) {
             let _ = writeln!(out, "warning: {w}: these figures may measure the machine, not the protocols");
         }
-        setup::append_load(o, &load)?;
+        setup::append_load(o, &load, &speed)?;
     }
     outcome.rendered = Some(render(&o.out, out)?);
     Ok(outcome)
