@@ -48,24 +48,25 @@ pub struct ClientCounters {
 impl ClientCounters {
     /// The counts since `before` (an earlier reading of the same client).
     pub fn since(&self, before: &ClientCounters) -> ClientCounters {
-        ClientCounters {
-            grants: self.grants.saturating_sub(before.grants),
-            appends: self.appends.saturating_sub(before.appends),
-            in_place: self.in_place.saturating_sub(before.in_place),
-            torn_retries: self.torn_retries.saturating_sub(before.torn_retries),
-            fetch_retries: self.fetch_retries.saturating_sub(before.fetch_retries),
-            cas_replays: self.cas_replays.saturating_sub(before.cas_replays),
-        }
+        self.zip(before, u64::saturating_sub)
     }
 
     /// Adds another client's counts (the total of a run's clients).
     pub fn add(&mut self, o: &ClientCounters) {
-        self.grants += o.grants;
-        self.appends += o.appends;
-        self.in_place += o.in_place;
-        self.torn_retries += o.torn_retries;
-        self.fetch_retries += o.fetch_retries;
-        self.cas_replays += o.cas_replays;
+        *self = self.zip(o, u64::saturating_add);
+    }
+
+    /// Each counter of `self` combined with the same counter of `o` (the one list of the
+    /// fields that `since` and `add` share).
+    fn zip(&self, o: &ClientCounters, f: impl Fn(u64, u64) -> u64) -> ClientCounters {
+        ClientCounters {
+            grants: f(self.grants, o.grants),
+            appends: f(self.appends, o.appends),
+            in_place: f(self.in_place, o.in_place),
+            torn_retries: f(self.torn_retries, o.torn_retries),
+            fetch_retries: f(self.fetch_retries, o.fetch_retries),
+            cas_replays: f(self.cas_replays, o.cas_replays),
+        }
     }
 
     /// Each counter with the name a report prints it under (YCSB's style of names).

@@ -245,25 +245,24 @@ impl SpeedLog {
 
     /// The 10th-to-90th percentile range over the median, in percent.
     pub fn spread_pct(&self) -> Option<f64> {
-        let (med, lo, hi) = self.quantiles()?;
-        (med > 0.0).then(|| 100.0 * (hi - lo) / med)
+        self.quantiles().filter(|q| q.0 > 0.0).map(spread_of)
     }
 
     /// A line for reports and SETUP.md; `None` before two samples.
     pub fn describe(&self) -> Option<String> {
-        let (med, lo, hi) = self.quantiles()?;
+        let q @ (med, lo, hi) = self.quantiles()?;
         Some(format!(
             "CPU speed: a fixed integer loop, timed before each of {} runs (the fastest of 3 tries), took \
              {med:.0} us (median), {lo:.0} .. {hi:.0} us (10th .. 90th percentile): a {:.0}% spread",
             self.us.len(),
-            self.spread_pct().unwrap_or(0.0)
+            spread_of(q)
         ))
     }
 
     /// Why the machine's speed makes the runs hard to compare, when it does.
     pub fn warning(&self) -> Option<String> {
-        let (_, lo, hi) = self.quantiles()?;
-        let spread = self.spread_pct()?;
+        let q @ (_, lo, hi) = self.quantiles()?;
+        let spread = spread_of(q);
         (spread > SPEED_SPREAD_LIMIT_PCT).then(|| {
             format!(
                 "the machine's speed changed during the runs: a fixed loop took {lo:.0} .. {hi:.0} us, a \
@@ -271,6 +270,16 @@ impl SpeedLog {
                  do not account for"
             )
         })
+    }
+}
+
+/// The 10th-to-90th percentile range of `(median, 10th, 90th)` over the median, in
+/// percent (0 for a zero median).
+fn spread_of((med, lo, hi): (f64, f64, f64)) -> f64 {
+    if med > 0.0 {
+        100.0 * (hi - lo) / med
+    } else {
+        0.0
     }
 }
 

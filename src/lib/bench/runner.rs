@@ -539,12 +539,12 @@ impl<D: Db> Worker<D> {
                 break;
             }
         }
-        // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
-        // connection) is measured as CLEANUP, without a status.
         if let (Some(before), Some(now)) = (counted_from, self.client.counters()) {
             let mut total = self.sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             total.get_or_insert_with(ClientCounters::default).add(&now.since(&before));
         }
+        // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
+        // connection) is measured as CLEANUP, without a status.
         let cleanup = Instant::now();
         drop(self.client);
         let took = cleanup.elapsed();
