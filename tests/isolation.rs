@@ -328,12 +328,28 @@ fn polled_slots<T: Transport>(t: &T, s: &Server<T>, p: Protocol) {
     // Nothing came of the forged slot, and the attacker still gets an honest request
     // served once it writes one whole.
     let payload = Msg::RpcGet { key: b"nothing here".to_vec() }.encode(9);
-    let mut whole = slot::encode(1, 0, &payload).to_vec();
+    // RFP's in server-reply mode (the slot's protocol word 1), so its result is SENT too.
+    let mode = u32::from(p == Protocol::Rfp);
+    let mut whole = slot::encode(1, mode, &payload).to_vec();
     whole.extend_from_slice(&payload);
     attacker.buf.write(0, &whole).unwrap();
     assert!(attacker.write(addr, rkey, whole.len() as u32));
-    if p == Protocol::Herd {
-        assert!(matches!(attacker.next_msg(), Some(Msg::NotFound)), "a whole slot is served");
+    assert!(matches!(attacker.next_msg(), Some(Msg::NotFound)), "a whole slot is served");
+    if p == Protocol::Rfp {
+        // A result mode no client asks for costs its sender the connection, no one
+        // else anything.
+        let mut a4 = Raw::speaking(t, ep, p);
+        let (addr4, rkey4, ..) = rings(&mut a4);
+        let mut odd = slot::encode(1, 7, &payload).to_vec();
+        odd.extend_from_slice(&payload);
+        a4.buf.write(0, &odd).unwrap();
+        assert!(a4.write(addr4, rkey4, odd.len() as u32));
+        let t0 = Instant::now();
+        while !a4.qp.is_error() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(a4.qp.is_error(), "a request slot with result mode 7 closes the connection");
+        assert_eq!(victim.get(b"victim").unwrap().unwrap(), b"acknowledged");
     }
     // Another client's request region, and the attacker's own result region (RFP), are
     // not writable by the attacker: the WRITE fails and the connection is lost.

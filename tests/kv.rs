@@ -12,6 +12,7 @@ use std::time::Duration;
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
 use boomkv::log::{Pool, PoolOptions};
+use boomkv::proto::rfp::ResultMode;
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{Endpoint, QpStats, ShmTransport, TcpTransport, Transport};
 use boomkv::wire::Protocol;
@@ -224,7 +225,10 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
     // RFP with a fixed fetch size, so that which results take a second READ is known
     // (auto profiles the transport: on rxe it picks less than these results).
     let fetch_size = boomkv::proto::rfp::FetchSize::Bytes(1024);
-    let mut c = Client::connect(&T::make(), &f.ep, ClientOptions { fetch_size, ..opts(p) }).unwrap();
+    // RFP fetches every result here (its hybrid would switch to server replies where
+    // fetches keep finding nothing; `rfp_result_modes` checks those).
+    let rfp_mode = ResultMode::Fetch;
+    let mut c = Client::connect(&T::make(), &f.ep, ClientOptions { fetch_size, rfp_mode, ..opts(p) }).unwrap();
     c.put(b"warm", b"up").unwrap(); // the segment grant happens here for boom
     let (want_put, want_get) = match p {
         Protocol::Boom | Protocol::Rpc => (1, 1),
@@ -308,6 +312,41 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
         let reads = d(&before, &after, |s| s.reads);
         assert!(reads >= 2 + (r1 - r0) && reads <= 2 + 2 * (r1 - r0), "{p}: {reads} READs, {} retries", r1 - r0);
     }
+}
+
+/// RFP's server-reply mode: every request one WRITE and the server's SEND, no READ,
+/// every size; the hybrid gets every value right whichever way each result comes.
+fn rfp_result_modes<T: Backend>() {
+    let f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
+    let connect = |rfp_mode| Client::connect(&T::make(), &f.ep, ClientOptions { rfp_mode, ..opts(Protocol::Rfp) });
+    let mut c = connect(ResultMode::Reply).unwrap();
+    // The first request sets the regions up (and times READs for the fetch size).
+    assert_eq!(c.get(b"warm").unwrap(), None);
+    for (i, &n) in SIZES.iter().enumerate() {
+        let k = format!("r{i}");
+        let (before, r0) = (c.transport_stats(), c.counters());
+        c.put(k.as_bytes(), &value(i, n)).unwrap();
+        assert_eq!(c.get(k.as_bytes()).unwrap().unwrap(), value(i, n), "size {n}");
+        let (after, r1) = (c.transport_stats(), c.counters());
+        assert_eq!((after.writes - before.writes, after.reads - before.reads), (2, 0), "size {n}: 2 WRITEs, no READ");
+        assert_eq!(after.network_ops() - before.network_ops(), 2, "size {n}");
+        assert_eq!((r1.server_replies - r0.server_replies, r1.fetch_retries - r0.fetch_retries), (2, 0));
+    }
+    assert_eq!(c.get(b"never-written").unwrap(), None);
+    c.delete(b"r1").unwrap();
+    assert_eq!(c.get(b"r1").unwrap(), None);
+    // The hybrid, whichever way its results come (on this machine fetches may or may
+    // not find them at once), and a fetching client reading what the others wrote.
+    let mut h = connect(ResultMode::Hybrid).unwrap();
+    for i in 0..300usize {
+        let k = format!("h{}", i % 50);
+        h.put(k.as_bytes(), &value(i, 100 + i * 37 % 3000)).unwrap();
+        assert_eq!(h.get(k.as_bytes()).unwrap().unwrap(), value(i, 100 + i * 37 % 3000));
+    }
+    let mut fc = connect(ResultMode::Fetch).unwrap();
+    assert_eq!(fc.get(b"h7").unwrap().unwrap(), value(257, 100 + 257 * 37 % 3000));
+    assert_eq!(fc.get(b"r0").unwrap().unwrap(), value(0, SIZES[0]));
+    assert_eq!(fc.counters().server_replies, 0, "fetch mode never asks for a server reply");
 }
 
 fn hybrid_updates<T: Backend>() {
@@ -451,6 +490,11 @@ macro_rules! suite {
                 for p in Protocol::ALL {
                     round_trip_counts::<$t>(p);
                 }
+            }
+            #[test]
+            #[$attr]
+            fn rfp_server_reply_and_hybrid() {
+                rfp_result_modes::<$t>()
             }
             #[test]
             #[$attr]

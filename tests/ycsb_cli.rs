@@ -346,6 +346,8 @@ fn client_counters_count_the_measured_writes_only() {
         "--quiet",
         "--protocol",
         "rfp",
+        "--rfp-mode",
+        "reply",
         "--json",
         json.to_str().unwrap(),
         "-p",
@@ -355,7 +357,9 @@ fn client_counters_count_the_measured_writes_only() {
     ]);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let c = &v["client"];
-    assert!(c["fetch_retries"].is_u64(), "{v}");
+    // Server-reply mode: every operation's result SENT, none fetched.
+    assert_eq!(c["server_replies"].as_u64(), Some(1000), "{v}");
+    assert_eq!(c["fetch_retries"].as_u64(), Some(0), "{v}");
     assert_eq!(c["torn_retries"].as_u64(), Some(0), "{v}");
     assert!(c["appends"].as_u64().unwrap() > 0, "{v}");
 }

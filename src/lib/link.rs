@@ -39,6 +39,9 @@ pub struct ClientCounters {
     pub torn_retries: u64,
     /// RFP: READs of a reply that was not there yet (or torn), fetched again.
     pub fetch_retries: u64,
+    /// RFP: requests whose result the server sent (server-reply mode) instead of
+    /// leaving it to be fetched.
+    pub server_replies: u64,
     /// pDPM-Direct, Clover: compare-and-swaps that returned the very word this client
     /// was installing (a retransmitted request the device executed again: seen over
     /// soft-RoCE under load), taken as succeeded.
@@ -65,18 +68,20 @@ impl ClientCounters {
             in_place: f(self.in_place, o.in_place),
             torn_retries: f(self.torn_retries, o.torn_retries),
             fetch_retries: f(self.fetch_retries, o.fetch_retries),
+            server_replies: f(self.server_replies, o.server_replies),
             cas_replays: f(self.cas_replays, o.cas_replays),
         }
     }
 
     /// Each counter with the name a report prints it under (YCSB's style of names).
-    pub fn named(&self) -> [(&'static str, u64); 6] {
+    pub fn named(&self) -> [(&'static str, u64); 7] {
         [
             ("SegmentGrants", self.grants),
             ("Appends", self.appends),
             ("InPlaceUpdates", self.in_place),
             ("TornReadRetries", self.torn_retries),
             ("FetchRetries", self.fetch_retries),
+            ("ServerReplies", self.server_replies),
             ("CasReplays", self.cas_replays),
         ]
     }
@@ -508,10 +513,11 @@ impl<T: Transport> Link<T> {
         Ok(out)
     }
 
-    /// WRITEs `m` as polled slot `seq` ([`crate::wire::slot`]) into the peer's request
+    /// WRITEs `m` as polled slot `seq` with protocol word `word` ([`crate::wire::slot`];
+    /// RFP's result mode, HERD's 0) into the peer's request
     /// region at `addr` (`cap` bytes) under `rkey`, unsignaled (HERD, RFP): the reply
     /// tells that it landed, and the buffer is not reused before the reply.
-    pub(crate) fn write_slot(&mut self, seq: u32, m: &Msg, addr: u64, rkey: u32, cap: u32) -> Result<()> {
+    pub(crate) fn write_slot(&mut self, seq: u32, word: u32, m: &Msg, addr: u64, rkey: u32, cap: u32) -> Result<()> {
         use crate::wire::slot;
         let req = self.req();
         let mut b = std::mem::take(&mut self.buf);
@@ -521,7 +527,7 @@ impl<T: Transport> Link<T> {
             self.buf = b;
             return Err(Error::TooLarge { what: "request", len: total as u64, limit: cap as u64 });
         }
-        let h = slot::encode(seq, 0, &b);
+        let h = slot::encode(seq, word, &b);
         let r = self.entry_room(total);
         if let Err(e) = r {
             self.buf = b;

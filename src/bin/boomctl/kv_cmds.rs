@@ -254,6 +254,10 @@ pub struct ClientArgs {
     /// RFP: bytes of the first READ of a result, or auto (profiled at connect).
     #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
     pub fetch_size: boomkv::proto::rfp::FetchSize,
+    /// RFP: how results come back: hybrid (fetched, by the server's reply after repeated
+    /// vain fetches, as the paper's client does), fetch (always), or reply (always).
+    #[arg(long, value_name = "hybrid|fetch|reply", default_value = "hybrid")]
+    pub rfp_mode: boomkv::proto::rfp::ResultMode,
     /// pDPM-Direct: cells of the table, if the server's pool has none yet.
     #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS)]
     pub cells: u64,
@@ -278,6 +282,7 @@ impl ClientArgs {
             update_mode: UpdateMode::Hybrid,
             timeout: Duration::from_secs(self.timeout.max(1)),
             fetch_size: self.fetch_size,
+            rfp_mode: self.rfp_mode,
             cells: self.cells,
             cell_value: self.cell_value,
             clover_data: self.clover_data,

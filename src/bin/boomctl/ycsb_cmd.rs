@@ -159,6 +159,11 @@ pub struct TargetArgs {
     /// of READ latency over 64 B..4 KiB).
     #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
     pub fetch_size: FetchSize,
+    /// RFP: how results come back: hybrid (fetched, by the server's reply after 2
+    /// requests in a row fetched in vain 5 times or more, as the paper's client does;
+    /// back after 2 quick replies), fetch (always), or reply (always).
+    #[arg(long, value_name = "hybrid|fetch|reply", default_value = "hybrid")]
+    pub rfp_mode: boomkv::proto::rfp::ResultMode,
     /// pDPM-Direct: cells of the table, if the pool has none yet [default: twice the
     /// keys the workload can write, at least 64].
     #[arg(long, value_name = "N")]
@@ -292,7 +297,7 @@ fn client_options(p: Protocol, mode: UpdateMode) -> ClientOptions {
 
 /// The client options of a `ycsb` run.
 fn target_options(ta: &TargetArgs) -> ClientOptions {
-    ClientOptions { fetch_size: ta.fetch_size, ..client_options(ta.protocol, ta.update_mode) }
+    ClientOptions { fetch_size: ta.fetch_size, rfp_mode: ta.rfp_mode, ..client_options(ta.protocol, ta.update_mode) }
 }
 
 pub fn load(a: LoadArgs) -> anyhow::Result<()> {
@@ -650,6 +655,7 @@ fn run_config(
                 FetchSize::Bytes(n) => n.to_string(),
             },
         ),
+        ("rfp_mode", ta.rfp_mode.name().to_string()),
         ("durability", durability),
         ("flush", flush),
         ("host", host),

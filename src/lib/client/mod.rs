@@ -66,6 +66,9 @@ pub struct ClientOptions {
     pub pool_full_wait: Duration,
     /// RFP: how many bytes the first READ of a result fetches.
     pub fetch_size: crate::proto::rfp::FetchSize,
+    /// RFP: how results come back: hybrid (the paper's: fetched, by server reply after
+    /// repeated vain fetches), fetch, or reply.
+    pub rfp_mode: crate::proto::rfp::ResultMode,
     /// pDPM-Direct: cells to ask for if the pool has no cell table yet.
     pub cells: u64,
     /// pDPM-Direct: the largest value those cells hold (Clover: its versions).
@@ -86,6 +89,7 @@ impl Default for ClientOptions {
             on_write: None,
             pool_full_wait: Duration::from_secs(2),
             fetch_size: crate::proto::rfp::FetchSize::Auto,
+            rfp_mode: crate::proto::rfp::ResultMode::Hybrid,
             cells: crate::proto::pdpm_direct::DEFAULT_CELLS,
             cell_value: crate::proto::pdpm_direct::DEFAULT_CELL_VALUE,
             clover_data: 64 << 20,
@@ -155,6 +159,7 @@ impl<T: Transport> Client<T> {
             on_write: opts.on_write.clone(),
             pool_full_wait: opts.pool_full_wait,
             fetch_size: opts.fetch_size,
+            rfp_mode: opts.rfp_mode,
             cells: (opts.cells, opts.cell_value),
             clover_data: opts.clover_data,
         };

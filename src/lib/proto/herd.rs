@@ -101,7 +101,7 @@ impl Client {
             None => *self.rings.insert(Rings::fetch(l, "HERD setup")?),
         };
         self.seq = next_seq(self.seq);
-        l.write_slot(self.seq, m, r.req_addr, r.req_rkey, r.req_len)
+        l.write_slot(self.seq, 0, m, r.req_addr, r.req_rkey, r.req_len)
     }
 }
 

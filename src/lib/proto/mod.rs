@@ -137,16 +137,12 @@ const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, serve
 /// The receive buffers protocol `p` needs.
 pub fn receive_buffers(p: Protocol) -> ReceiveBuffers {
     match p {
-        Protocol::Boom
-        | Protocol::Rdmp
-        | Protocol::RdmpCc
-        | Protocol::Rfp
-        | Protocol::PdpmDirect
-        | Protocol::Clover => CONTROL_BUFFERS,
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc | Protocol::PdpmDirect | Protocol::Clover => CONTROL_BUFFERS,
         Protocol::Rpc => rpc::RECEIVE_BUFFERS,
         // Replies (with values) are SENT; requests come by WRITE, the receives only
         // carry the setup and stats requests.
-        Protocol::Herd => ReceiveBuffers { client: rpc::RECEIVE_BUFFERS.client, ..CONTROL_BUFFERS },
+        // RFP's the same: its results come SENT in server-reply mode.
+        Protocol::Herd | Protocol::Rfp => ReceiveBuffers { client: rpc::RECEIVE_BUFFERS.client, ..CONTROL_BUFFERS },
     }
 }
 
@@ -161,6 +157,8 @@ pub(crate) struct ClientTuning {
     pub(crate) pool_full_wait: Duration,
     /// RFP: the fetch size.
     pub(crate) fetch_size: rfp::FetchSize,
+    /// RFP: how results come back.
+    pub(crate) rfp_mode: rfp::ResultMode,
     /// pDPM-Direct: the cells and value size to ask for if the pool has no table.
     pub(crate) cells: (u64, u32),
     /// Clover: the bytes of chunks to ask for if the pool has no arena.
@@ -175,7 +173,7 @@ pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> B
         Protocol::Rpc => Box::new(rpc::Client),
         Protocol::RdmpCc => Box::new(rdmp_cc::Client),
         Protocol::Herd => Box::<herd::Client>::default(),
-        Protocol::Rfp => Box::new(rfp::Client::new(tuning.fetch_size)),
+        Protocol::Rfp => Box::new(rfp::Client::new(tuning.fetch_size, tuning.rfp_mode)),
         Protocol::PdpmDirect => Box::new(pdpm_direct::Client::new(tuning.cells.0, tuning.cells.1)),
         Protocol::Clover => Box::new(clover::Client::new(tuning.cells.0, tuning.clover_data, tuning.cells.1)),
     }
@@ -189,7 +187,7 @@ pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn Se
         Protocol::Rpc => Box::new(rpc::Server::new(t)?),
         Protocol::RdmpCc => Box::new(rdmp_cc::Server::default()),
         Protocol::Herd => Box::new(herd::Server::new(t)?),
-        Protocol::Rfp => Box::new(rfp::Server::default()),
+        Protocol::Rfp => Box::new(rfp::Server::new(t)?),
         Protocol::PdpmDirect => Box::new(pdpm_direct::Server::default()),
         Protocol::Clover => Box::new(clover::Server::default()),
     })

@@ -58,9 +58,9 @@ impl<T: Transport> RequestRing<T> {
         &self.mr
     }
 
-    /// The next request if its slot is whole: its sequence number and the message (a
-    /// private copy).
-    pub(crate) fn poll(&mut self) -> Result<Option<(u32, &[u8])>> {
+    /// The next request if its slot is whole: its slot header (sequence number and
+    /// protocol word) and the message (a private copy).
+    pub(crate) fn poll(&mut self) -> Result<Option<(slot::Header, &[u8])>> {
         if self.skip > 0 {
             self.skip -= 1;
             return Ok(None);
@@ -74,15 +74,14 @@ impl<T: Transport> RequestRing<T> {
         map.read(base, &mut self.buf)?;
         // The length that counts is the one in the checked copy: the first look at the
         // header may have caught the sequence number new and the length still old.
-        let Some(len) = slot::check(&self.buf, self.next).map(|(h, _)| h.len as usize) else {
+        let Some(hd) = slot::check(&self.buf, self.next).map(|(h, _)| h) else {
             self.backoff = (self.backoff * 2).clamp(1, 4096);
             self.skip = self.backoff;
             return Ok(None);
         };
-        let seq = self.next;
         self.next = next_seq(self.next);
         self.backoff = 0;
-        Ok(Some((seq, &self.buf[slot::HEADER..slot::HEADER + len])))
+        Ok(Some((hd, &self.buf[slot::HEADER..slot::HEADER + hd.len as usize])))
     }
 }
 

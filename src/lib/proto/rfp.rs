@@ -11,6 +11,11 @@
 //! header and most results; a result larger than FS takes a second READ of the rest; a
 //! result not ready yet is READ again. FS comes from a profiling step: the paper reads
 //! the NIC's READ latency over sizes and takes the largest size before it rises.
+//! *Hybrid transfer*: a client whose fetches keep finding nothing (the server takes
+//! long) switches to server-reply, where the server sends the result; it switches back
+//! when results come quickly again. The paper's client switches after N > 1 calls in a
+//! row each fetched T = 5 times in vain (one slow call, the long tail, does not switch)
+//! and back when the result header's processing time gets short.
 //!
 //! # What is reproduced
 //!
@@ -29,6 +34,13 @@
 //!   128 B .. 4 KiB of the result region when the client connects and takes the
 //!   largest size whose median is within 15% (+50 ns) of the 64 B median: where this
 //!   transport's READ latency stops being flat.
+//! - **Hybrid transfer** (`--rfp-mode hybrid`, the default; [`ResultMode`]): after
+//!   [`SWITCH_STREAK`] (2) requests in a row that each took [`VAIN_FETCHES`] (5) or more
+//!   vain fetches, the client's requests ask for server-reply; the server then answers
+//!   as RDMA-KV's does (a GET's entry copied PM -> DRAM and SENT), counted in
+//!   [`crate::link::ClientCounters::server_replies`]. After 2 replies in a row that came
+//!   sooner than 5 READs of FS bytes take (timed at connect), it fetches again.
+//!   `--rfp-mode fetch` and `reply` fix either way, for comparing them.
 //!
 //! # What differs, and why
 //!
@@ -38,8 +50,18 @@
 //!   in `shm` or `tcp` orders the bytes of one copy.
 //! - Polling and region setup as [`super::herd`] (a worker parks for at most 50 us after
 //!   2 ms of quiet; one SEND round trip sets the regions up on the first request).
-//! - The paper's client falls back to server-reply RPC when it fetches in vain too
-//!   often; this one keeps fetching (the fetch retries are counted and reported).
+//! - The mode travels in each request (the slot's protocol word: 0 fetch, 1 reply;
+//!   any other value is a protocol error that closes the connection), not in a flag
+//!   the client WRITEs apart and the server re-reads every microsecond: a switch takes
+//!   effect from the next request, so the server never answers a request in a mode
+//!   the client no longer waits in, and a result never arrives twice.
+//! - Switching back: the paper's client watches the server's processing time in the
+//!   result header. A request here waits mostly in the server's queue, which the
+//!   processing time does not see (over `shm` a READ is a local copy taking a fraction
+//!   of a microsecond, so five are over before a busy worker polls the request), so
+//!   the client times the reply's whole round trip instead.
+//! - Server-reply results are SENT (into the client's receive buffers, as HERD's and
+//!   RDMA-KV's replies are), not WRITTEN into a client buffer the client polls.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -78,17 +100,97 @@ impl std::str::FromStr for FetchSize {
     }
 }
 
+/// How results come back ([`ClientOptions`](crate::client::ClientOptions)`::rfp_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResultMode {
+    /// The paper's hybrid: fetch, and switch to server-reply after [`SWITCH_STREAK`]
+    /// requests in a row fetched in vain [`VAIN_FETCHES`] times or more; back to
+    /// fetching after as many server replies in a row came within what that many
+    /// fetches take.
+    #[default]
+    Hybrid,
+    /// Always fetch (remote fetching alone).
+    Fetch,
+    /// Always let the server send the result (server-reply alone).
+    Reply,
+}
+
+impl ResultMode {
+    /// The name users type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResultMode::Hybrid => "hybrid",
+            ResultMode::Fetch => "fetch",
+            ResultMode::Reply => "reply",
+        }
+    }
+}
+
+impl std::str::FromStr for ResultMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [ResultMode::Hybrid, ResultMode::Fetch, ResultMode::Reply]
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("RFP result mode '{s}': expected hybrid, fetch or reply"))
+    }
+}
+
+/// Fetches of one request that found no result before the client counts the request
+/// as fetched in vain (the paper's T: 5).
+pub const VAIN_FETCHES: u32 = 5;
+/// Requests in a row that decide a switch (the paper's N > 1: one slow call, the long
+/// tail, does not switch).
+pub const SWITCH_STREAK: u32 = 2;
+
+/// The request slot's protocol word: where the result goes.
+const WORD_FETCH: u32 = 0;
+const WORD_REPLY: u32 = 1;
+
+/// The hybrid's decision, request by request (pure, so it is tested alone).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Switch {
+    /// Results come by server reply now.
+    replying: bool,
+    /// Requests in a row that spoke for switching.
+    streak: u32,
+}
+
+impl Switch {
+    fn vote(&mut self, for_switch: bool) {
+        self.streak = if for_switch { self.streak + 1 } else { 0 };
+        if self.streak >= SWITCH_STREAK {
+            self.replying = !self.replying;
+            self.streak = 0;
+        }
+    }
+
+    /// A fetched request: `vain` fetches found nothing.
+    fn fetched(&mut self, vain: u64) {
+        self.vote(vain >= u64::from(VAIN_FETCHES));
+    }
+
+    /// A server-reply request whose result came `after` the request was posted; fetching
+    /// would have found it within [`VAIN_FETCHES`] READs of `read` each if `after` is
+    /// shorter than those.
+    fn replied(&mut self, after: Duration, read: Duration) {
+        self.vote(after < read * VAIN_FETCHES);
+    }
+}
+
 // ---- server side ----
 
-/// RFP's server half: the polled request region and the result region.
+/// RFP's server half: the polled request region, the result region, and RDMA-KV's
+/// request handling for requests in server-reply mode.
 pub(crate) struct Server<T: Transport> {
     ring: Option<RequestRing<T>>,
     results: Option<FetchedReplies<T>>,
+    rpc: rpc::Server<T>,
 }
 
-impl<T: Transport> Default for Server<T> {
-    fn default() -> Self {
-        Server { ring: None, results: None }
+impl<T: Transport> Server<T> {
+    pub(crate) fn new(t: &T) -> Result<Server<T>> {
+        Ok(Server { ring: None, results: None, rpc: rpc::Server::new(t)? })
     }
 }
 
@@ -140,11 +242,17 @@ impl<T: Transport> ServerSide<T> for Server<T> {
     }
 
     fn poll(&mut self, cx: &mut Ctx<'_, T>) -> Result<bool> {
-        let Server { ring, results } = self;
+        let Server { ring, results, rpc } = self;
         let Some(ring) = ring.as_mut() else { return Ok(false) };
-        let Some((seq, raw)) = ring.poll()? else { return Ok(false) };
+        let Some((hd, raw)) = ring.poll()? else { return Ok(false) };
+        match hd.word {
+            WORD_FETCH => {}
+            // Server-reply: RDMA-KV's handling, the result SENT.
+            WORD_REPLY => return rpc.on_receive(cx, raw).map(|()| true),
+            w => return Err(Error::Protocol(format!("a request slot with result mode {w} (0 fetch, 1 reply)"))),
+        }
         let Some(mut f) = results.take() else { return Err(Error::Protocol("no result region".into())) };
-        (f.seq, f.since) = (seq, Instant::now());
+        (f.seq, f.since) = (hd.seq, Instant::now());
         // Replies of this request go to the result region (Ctx::reply), not a SEND.
         cx.conn.fetched = Some(f);
         let r = serve(cx, raw);
@@ -159,23 +267,38 @@ impl<T: Transport> ServerSide<T> for Server<T> {
 
 // ---- client side ----
 
-/// RFP's client half: its regions, the next sequence number, the fetch size.
+/// RFP's client half: its regions, the next sequence number, the fetch size, and the
+/// hybrid's state.
 pub(crate) struct Client {
     rings: Option<Rings>,
     seq: u32,
     want: FetchSize,
     fetch: u32,
+    mode: ResultMode,
+    switch: Switch,
+    /// The median READ of `fetch` bytes, timed at connect (the hybrid's yardstick).
+    read: Duration,
+}
+
+/// How the result of a request comes back.
+enum Via {
+    /// Fetched: the reply message is at `l.buf[at..at + n]`.
+    Fetched(usize, usize),
+    /// The server SENDs it; the request was posted at this instant.
+    Sent(Instant),
 }
 
 impl Client {
-    pub(crate) fn new(want: FetchSize) -> Client {
-        Client { rings: None, seq: 0, want, fetch: 0 }
+    pub(crate) fn new(want: FetchSize, mode: ResultMode) -> Client {
+        let switch = Switch { replying: mode == ResultMode::Reply, streak: 0 };
+        Client { rings: None, seq: 0, want, fetch: 0, mode, switch, read: Duration::ZERO }
     }
 
-    /// The knee of the READ latency over the result region (see the module doc).
-    fn profile<T: Transport>(l: &mut Link<T>, r: &Rings) -> Result<u32> {
+    /// The knee of the READ latency over the result region (see the module doc), and
+    /// the median READ at that size.
+    fn profile<T: Transport>(l: &mut Link<T>, r: &Rings) -> Result<(u32, Duration)> {
         let mut base = None;
-        let mut best = 64u32.min(r.res_len);
+        let mut best = (64u32.min(r.res_len), Duration::ZERO);
         for size in [64u32, 128, 256, 512, 1024, 2048, 4096] {
             if size > r.res_len {
                 break;
@@ -183,14 +306,15 @@ impl Client {
             let t = l.time_reads(size, r.res_addr, r.res_rkey, 16)?;
             let b = *base.get_or_insert(t);
             if t <= b.mul_f64(1.15) + Duration::from_nanos(50) {
-                best = size;
+                best = (size, t);
             }
         }
         Ok(best)
     }
 
-    /// WRITEs `m` and fetches its reply; returns where the reply message is in `l.buf`.
-    fn request<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg) -> Result<(usize, usize)> {
+    /// WRITEs `m`; fetches its reply, or leaves it to the server's SEND in server-reply
+    /// mode.
+    fn request<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg) -> Result<Via> {
         let r = match self.rings {
             Some(r) => r,
             None => {
@@ -198,28 +322,62 @@ impl Client {
                 if (r.res_len as usize) < crate::wire::slot::HEADER {
                     return Err(Error::Protocol(format!("a result region of {} bytes", r.res_len)));
                 }
-                self.fetch = match self.want {
-                    FetchSize::Bytes(n) => n.min(r.res_len),
+                (self.fetch, self.read) = match self.want {
+                    FetchSize::Bytes(n) => {
+                        let n = n.min(r.res_len);
+                        (n, l.time_reads(n, r.res_addr, r.res_rkey, 16)?)
+                    }
                     FetchSize::Auto => Self::profile(l, &r)?,
                 };
                 *self.rings.insert(r)
             }
         };
         self.seq = next_seq(self.seq);
-        l.write_slot(self.seq, m, r.req_addr, r.req_rkey, r.req_len)?;
-        l.fetch_slot(self.seq, r.res_addr, r.res_rkey, r.res_len, self.fetch)
+        if self.switch.replying {
+            let posted = Instant::now();
+            l.write_slot(self.seq, WORD_REPLY, m, r.req_addr, r.req_rkey, r.req_len)?;
+            l.counters.server_replies += 1;
+            return Ok(Via::Sent(posted));
+        }
+        l.write_slot(self.seq, WORD_FETCH, m, r.req_addr, r.req_rkey, r.req_len)?;
+        let before = l.counters.fetch_retries;
+        let (at, n) = l.fetch_slot(self.seq, r.res_addr, r.res_rkey, r.res_len, self.fetch)?;
+        if self.mode == ResultMode::Hybrid {
+            self.switch.fetched(l.counters.fetch_retries - before);
+        }
+        Ok(Via::Fetched(at, n))
+    }
+
+    /// A server reply came: the hybrid's vote on switching back to fetching.
+    fn replied(&mut self, posted: Instant) {
+        if self.mode == ResultMode::Hybrid {
+            self.switch.replied(posted.elapsed(), self.read);
+        }
     }
 }
 
 impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let (at, n) = self.request(l, &rpc::put_request(key, value, tomb)?)?;
-        let m = Msg::decode(&l.buf[at..at + n])?.0;
+        let m = match self.request(l, &rpc::put_request(key, value, tomb)?)? {
+            Via::Fetched(at, n) => Msg::decode(&l.buf[at..at + n])?.0,
+            Via::Sent(posted) => {
+                let m = l.wait_msg("PUT")?;
+                self.replied(posted);
+                m
+            }
+        };
         rpc::put_reply(l, m)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let (at, n) = self.request(l, &Msg::RpcGet { key: key.to_vec() })?;
+        let (at, n) = match self.request(l, &Msg::RpcGet { key: key.to_vec() })? {
+            Via::Fetched(at, n) => (at, n),
+            Via::Sent(posted) => {
+                let r = rpc::value_reply(l);
+                self.replied(posted);
+                return r;
+            }
+        };
         let reply = &l.buf[at..at + n];
         if is_rpc_value(reply) && n >= RPC_VALUE_OFF {
             return Ok(Some((at + RPC_VALUE_OFF, n - RPC_VALUE_OFF)));
@@ -229,5 +387,47 @@ impl<T: Transport> ClientSide<T> for Client {
             Msg::Error { code, message } => Err(Error::Server { code, message }),
             m => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hybrid_switches_only_after_a_streak() {
+        let mut s = Switch::default();
+        // The long tail: one request fetched in vain, then a quick one: no switch.
+        s.fetched(u64::from(VAIN_FETCHES));
+        s.fetched(0);
+        s.fetched(u64::from(VAIN_FETCHES) + 3);
+        assert!(!s.replying);
+        // Two in a row: server-reply from the next request on.
+        s.fetched(u64::from(VAIN_FETCHES));
+        assert!(s.replying);
+        let read = Duration::from_micros(2);
+        // Replies slower than five fetches keep it; one quick reply alone does not
+        // switch back either.
+        s.replied(read * 6, read);
+        s.replied(read * 4, read);
+        s.replied(read * VAIN_FETCHES, read);
+        assert!(s.replying);
+        s.replied(read * 4, read);
+        s.replied(Duration::from_nanos(1), read);
+        assert!(!s.replying);
+        assert_eq!(s.streak, 0);
+        // Fewer vain fetches than the threshold never switch.
+        for _ in 0..100 {
+            s.fetched(u64::from(VAIN_FETCHES) - 1);
+        }
+        assert!(!s.replying);
+    }
+
+    #[test]
+    fn result_modes_parse_by_name() {
+        for m in [ResultMode::Hybrid, ResultMode::Fetch, ResultMode::Reply] {
+            assert_eq!(m.name().to_uppercase().parse::<ResultMode>(), Ok(m));
+        }
+        assert!("both".parse::<ResultMode>().unwrap_err().contains("hybrid, fetch or reply"));
     }
 }
