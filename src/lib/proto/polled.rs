@@ -74,14 +74,14 @@ impl<T: Transport> RequestRing<T> {
         map.read(base, &mut self.buf)?;
         // The length that counts is the one in the checked copy: the first look at the
         // header may have caught the sequence number new and the length still old.
-        let Some(hd) = slot::check(&self.buf, self.next).map(|(h, _)| h) else {
+        let Some((hd, payload)) = slot::check(&self.buf, self.next) else {
             self.backoff = (self.backoff * 2).clamp(1, 4096);
             self.skip = self.backoff;
             return Ok(None);
         };
         self.next = next_seq(self.next);
         self.backoff = 0;
-        Ok(Some((hd, &self.buf[slot::HEADER..slot::HEADER + hd.len as usize])))
+        Ok(Some((hd, payload)))
     }
 }
 
