@@ -12,7 +12,7 @@ use std::time::Duration;
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
 use boomkv::log::{Pool, PoolOptions};
-use boomkv::proto::rfp::ResultMode;
+use boomkv::proto::rfp::{FetchSize, ResultMode};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{Endpoint, QpStats, ShmTransport, TcpTransport, Transport};
 use boomkv::wire::Protocol;
@@ -320,8 +320,10 @@ fn rfp_result_modes<T: Backend>() {
     let f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
     let connect = |rfp_mode| Client::connect(&T::make(), &f.ep, ClientOptions { rfp_mode, ..opts(Protocol::Rfp) });
     let mut c = connect(ResultMode::Reply).unwrap();
-    // The first request sets the regions up (and times READs for the fetch size).
+    // The first request sets the regions up; a client that never fetches times no
+    // READs for a fetch size.
     assert_eq!(c.get(b"warm").unwrap(), None);
+    assert_eq!(c.transport_stats().reads, 0, "a server-reply client READs nothing, not even at setup");
     for (i, &n) in SIZES.iter().enumerate() {
         let k = format!("r{i}");
         let (before, r0) = (c.transport_stats(), c.counters());
@@ -343,8 +345,17 @@ fn rfp_result_modes<T: Backend>() {
         h.put(k.as_bytes(), &value(i, 100 + i * 37 % 3000)).unwrap();
         assert_eq!(h.get(k.as_bytes()).unwrap().unwrap(), value(i, 100 + i * 37 % 3000));
     }
-    let mut fc = connect(ResultMode::Fetch).unwrap();
+    // A fetching client with a given fetch size times nothing at setup either: its
+    // first GET READs only its result (a fetch, any vain ones, and the rest if longer).
+    let mut fc = Client::connect(
+        &T::make(),
+        &f.ep,
+        ClientOptions { rfp_mode: ResultMode::Fetch, fetch_size: FetchSize::Bytes(256), ..opts(Protocol::Rfp) },
+    )
+    .unwrap();
     assert_eq!(fc.get(b"h7").unwrap().unwrap(), value(257, 100 + 257 * 37 % 3000));
+    let reads = fc.transport_stats().reads;
+    assert!(reads <= fc.counters().fetch_retries + 2, "{reads} READs for one GET: setup timed READs");
     assert_eq!(fc.get(b"r0").unwrap().unwrap(), value(0, SIZES[0]));
     assert_eq!(fc.counters().server_replies, 0, "fetch mode never asks for a server reply");
 }

@@ -33,7 +33,8 @@
 //! - **FS** (`--fetch-size auto|BYTES`, [`FetchSize`]): `auto` times 16 READs of 64 B,
 //!   128 B .. 4 KiB of the result region when the client connects and takes the
 //!   largest size whose median is within 15% (+50 ns) of the 64 B median: where this
-//!   transport's READ latency stops being flat.
+//!   transport's READ latency stops being flat. A `--rfp-mode reply` client, which
+//!   never fetches, times nothing.
 //! - **Hybrid transfer** (`--rfp-mode hybrid`, the default; [`ResultMode`]): after
 //!   [`SWITCH_STREAK`] (2) requests in a row that each took [`VAIN_FETCHES`] (5) or more
 //!   vain fetches, the client's requests ask for server-reply; the server then answers
@@ -284,8 +285,9 @@ pub(crate) struct Client {
 enum Via {
     /// Fetched: the reply message is at `l.buf[at..at + n]`.
     Fetched(usize, usize),
-    /// The server SENDs it; the request was posted at this instant.
-    Sent(Instant),
+    /// The server SENDs it; the request was posted at this instant (timed only by
+    /// the hybrid).
+    Sent(Option<Instant>),
 }
 
 impl Client {
@@ -322,19 +324,24 @@ impl Client {
                 if (r.res_len as usize) < crate::wire::slot::HEADER {
                     return Err(Error::Protocol(format!("a result region of {} bytes", r.res_len)));
                 }
-                (self.fetch, self.read) = match self.want {
-                    FetchSize::Bytes(n) => {
+                // Only the hybrid needs the READ time, and a client that never fetches
+                // needs no fetch size: connect does no timing READs it would not use.
+                (self.fetch, self.read) = match (self.want, self.mode) {
+                    (_, ResultMode::Reply) => (r.res_len, Duration::ZERO),
+                    (FetchSize::Bytes(n), ResultMode::Fetch) => (n.min(r.res_len), Duration::ZERO),
+                    (FetchSize::Bytes(n), ResultMode::Hybrid) => {
                         let n = n.min(r.res_len);
                         (n, l.time_reads(n, r.res_addr, r.res_rkey, 16)?)
                     }
-                    FetchSize::Auto => Self::profile(l, &r)?,
+                    (FetchSize::Auto, _) => Self::profile(l, &r)?,
                 };
                 *self.rings.insert(r)
             }
         };
         self.seq = next_seq(self.seq);
         if self.switch.replying {
-            let posted = Instant::now();
+            // The clock only for the hybrid's vote on switching back.
+            let posted = (self.mode == ResultMode::Hybrid).then(Instant::now);
             l.write_slot(self.seq, WORD_REPLY, m, r.req_addr, r.req_rkey, r.req_len)?;
             l.counters.server_replies += 1;
             return Ok(Via::Sent(posted));
@@ -349,8 +356,8 @@ impl Client {
     }
 
     /// A server reply came: the hybrid's vote on switching back to fetching.
-    fn replied(&mut self, posted: Instant) {
-        if self.mode == ResultMode::Hybrid {
+    fn replied(&mut self, posted: Option<Instant>) {
+        if let Some(posted) = posted {
             self.switch.replied(posted.elapsed(), self.read);
         }
     }
