@@ -224,7 +224,7 @@ fn round_trip_counts<T: Backend>(p: Protocol) {
     let f = Fixture::<T>::new(32 << 20, 4 << 20, cfg(1, false));
     // RFP with a fixed fetch size, so that which results take a second READ is known
     // (auto profiles the transport: on rxe it picks less than these results).
-    let fetch_size = boomkv::proto::rfp::FetchSize::Bytes(1024);
+    let fetch_size = FetchSize::Bytes(1024);
     // RFP fetches every result here (its hybrid would switch to server replies where
     // fetches keep finding nothing; `rfp_result_modes` checks those).
     let rfp_mode = ResultMode::Fetch;
