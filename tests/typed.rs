@@ -117,3 +117,53 @@ fn a_scan_across_segments_returns_every_live_entry_in_key_order() {
     }
     assert!(s.stats().grants >= 4, "the keys must span several segments");
 }
+
+#[test]
+fn a_pool_that_cannot_hold_a_cell_table_or_an_arena_refuses_with_its_code() {
+    let ask = |s: &Server<TcpTransport>, protocol: Protocol, cells: u64| {
+        let o = ClientOptions {
+            protocol,
+            cells,
+            cell_value: 1000,
+            clover_data: 1 << 20,
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        Client::connect(&TcpTransport::new().unwrap(), &s.endpoints()[0], o).and_then(|mut c| c.put(b"k", b"v"))
+    };
+    // Free segments, but not the run a table of 100,000 cells needs: the pool is full
+    // for it.
+    let d = tempfile::tempdir().unwrap();
+    let s = server(d.path());
+    match ask(&s, Protocol::PdpmDirect, 100_000) {
+        Err(e @ Error::Server { code: ErrorCode::PoolFull, .. }) => {
+            assert!(e.is_fatal());
+            assert!(e.to_string().contains("consecutive free segments"), "{e}");
+        }
+        other => panic!("expected a PoolFull refusal, got {other:?}"),
+    }
+    drop(s);
+    // A pool of format version 2 holds neither (its readers would take them for free
+    // space): the server cannot, whatever the space, and says so with its own code.
+    let path = boomkv::pmem::resolve_pool_path(d.path()).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let len = bytes.len() as u64;
+    let mut h = boomkv::log::format::PoolHeader::decode(&bytes, len).unwrap();
+    h.format_version = 2;
+    bytes[..boomkv::log::format::POOL_HEADER_LEN].copy_from_slice(&h.encode());
+    std::fs::write(&path, &bytes).unwrap();
+    let s = server(d.path());
+    for p in [Protocol::PdpmDirect, Protocol::Clover] {
+        match ask(&s, p, 64) {
+            Err(e @ Error::Server { code: ErrorCode::Unsupported, .. }) => {
+                assert!(e.is_fatal());
+                assert!(e.to_string().contains("format version 2"), "{p:?}: {e}");
+            }
+            other => panic!("{p:?}: expected an Unsupported refusal, got {other:?}"),
+        }
+    }
+    // The pool itself still serves the log's protocols.
+    let mut boom = client(&s, Protocol::Boom);
+    boom.put(b"k", b"v").unwrap();
+    assert_eq!(boom.get(b"k").unwrap().unwrap(), b"v");
+}

@@ -65,6 +65,10 @@ pub enum Error {
         /// Bytes per segment.
         segment_size: u64,
     },
+    /// The pool has free segments, but not the run of consecutive ones a cell table or
+    /// an arena needs.
+    #[error("pool full: {0}")]
+    NoRoom(String),
     /// A key or value is over its limit.
     #[error("{what} of {len} bytes is over the limit of {limit} bytes")]
     TooLarge {
@@ -138,6 +142,8 @@ pub enum ErrorCode {
     Internal,
     /// Scans need the ordered index.
     NoScan,
+    /// The server cannot do this with its pool (an older format, read-only media).
+    Unsupported,
 }
 
 impl Error {
@@ -145,9 +151,23 @@ impl Error {
     /// connection is gone, the pool is full, or the server or protocol does not do it.
     pub fn is_fatal(&self) -> bool {
         match self {
-            Error::ConnectionLost { .. } | Error::Unsupported(_) | Error::PoolFull { .. } => true,
-            Error::Server { code, .. } => matches!(code, ErrorCode::PoolFull | ErrorCode::NoScan),
+            Error::ConnectionLost { .. } | Error::Unsupported(_) | Error::PoolFull { .. } | Error::NoRoom(_) => true,
+            Error::Server { code, .. } => {
+                matches!(code, ErrorCode::PoolFull | ErrorCode::NoScan | ErrorCode::Unsupported)
+            }
             _ => false,
+        }
+    }
+
+    /// The code a server refuses a request with when this error stops it: typed, so a
+    /// client can tell a full pool from one that cannot hold what it asked for.
+    pub fn refusal_code(&self) -> ErrorCode {
+        match self {
+            Error::PoolFull { .. } | Error::NoRoom(_) => ErrorCode::PoolFull,
+            Error::Unsupported(_) => ErrorCode::Unsupported,
+            Error::TooLarge { .. } => ErrorCode::TooLarge,
+            Error::Invalid(_) => ErrorCode::BadRequest,
+            _ => ErrorCode::Internal,
         }
     }
 

@@ -426,6 +426,7 @@ fn error_code_to_u16(c: ErrorCode) -> u16 {
         ErrorCode::Quota => 5,
         ErrorCode::Internal => 6,
         ErrorCode::NoScan => 7,
+        ErrorCode::Unsupported => 8,
     }
 }
 
@@ -438,6 +439,7 @@ fn error_code_from_u16(v: u16) -> Result<ErrorCode> {
         5 => ErrorCode::Quota,
         6 => ErrorCode::Internal,
         7 => ErrorCode::NoScan,
+        8 => ErrorCode::Unsupported,
         o => return Err(Error::corrupt("message", format!("unknown error code {o}"))),
     })
 }

@@ -77,10 +77,10 @@ impl Pool {
     /// its first segment and length. `what` names the structure in the error.
     pub(crate) fn take_run(&self, bytes: u64, what: &str) -> Result<(u64, u64)> {
         if self.media.is_read_only() {
-            return Err(Error::invalid(format!("the pool is read-only: {what} cannot be created")));
+            return Err(Error::Unsupported(format!("the pool is read-only: {what} cannot be created")));
         }
         if !self.header.holds_runs() {
-            return Err(Error::invalid(format!(
+            return Err(Error::Unsupported(format!(
                 "the pool has format version {}: builds that read it know no cell tables or arenas and would take {what} for free space and write over it, so it goes only into a pool of version {} or later; load the data into a new pool",
                 self.header.format_version,
                 crate::log::format::RUNS_FORMAT_VERSION
@@ -107,7 +107,7 @@ impl Pool {
         }
         let fits = (free.len() as u64).saturating_sub(reserve) >= need;
         let Some(first) = run.filter(|_| fits) else {
-            return Err(Error::invalid(format!(
+            return Err(Error::NoRoom(format!(
                 "{what} needs {need} consecutive free segments of {ss} bytes ({bytes} bytes); the pool has {} free segments ({reserve} kept in reserve): serve a larger pool (--pool-size) or ask for less",
                 free.len()
             )));

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::format::*;
 use super::*;
+use crate::error::ErrorCode;
 use crate::pmem::{CrashOptions, FlushKind, Media};
 
 fn value_of(pool: &Pool, key: &[u8]) -> Option<Vec<u8>> {
@@ -345,7 +346,8 @@ fn a_version_2_pool_is_read_and_written_but_gets_no_cell_table_or_arena() {
     w.append(b"a17", b"after", false).unwrap();
     // A cell table or an arena would be free segments to a version 2 reader: refused.
     for e in [pool.create_cell_table(16, 64).unwrap_err(), pool.create_clover_arena(16, 64 << 10, 64).unwrap_err()] {
-        assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        assert_eq!(e.refusal_code(), ErrorCode::Unsupported);
         assert!(e.to_string().contains("format version 2"), "{e}");
     }
     let after = pool.media().durable_image().unwrap();

@@ -120,7 +120,7 @@ impl<T: Transport> Server<T> {
                         ));
                         a
                     }
-                    Err(e) => return cx.refuse(req, ErrorCode::PoolFull, e.to_string()),
+                    Err(e) => return cx.refuse(req, e.refusal_code(), e.to_string()),
                 }
             }
         };
