@@ -86,6 +86,10 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
         assert!(t.req(i, "put_avg_us").unwrap() > 0.0 && t.req(i, "get_p99_us").unwrap() > 0.0);
         assert_eq!(t.req(i, "errors").unwrap(), 0.0);
         assert!(out.join(t.str(i, "put_hlog").unwrap()).exists());
+        // The machine's speed sample taken before the run (a loop of about a
+        // millisecond; a second would mean a broken timer, not a slow machine).
+        let speed = t.req(i, "speed_us").unwrap();
+        assert!(speed > 0.0 && speed < 1e6, "row {i}: speed_us {speed}");
     }
     let c = Table::read(&out.join("latency-compare.csv")).unwrap();
     assert_eq!(c.rows.len(), 2 * 2 * 2, "op x baseline x size");
@@ -227,7 +231,7 @@ fn bad_input_is_reported_with_the_file() {
     let header = LATENCY.columns().join(",");
     let mut row: Vec<&str> = vec![""; LATENCY.columns().len()];
     row[0] = "boom/32";
-    row[6] = "32";
+    row[LATENCY.columns().iter().position(|c| *c == "size").unwrap()] = "32";
     let put_p50 = LATENCY.columns().iter().position(|c| *c == "put_p50_us").unwrap();
     row[put_p50] = "fast";
     std::fs::write(bad.join("latency.csv"), format!("{header}\n{}\n", row.join(","))).unwrap();

@@ -221,11 +221,6 @@ pub struct SpeedLog {
 }
 
 impl SpeedLog {
-    /// Takes a sample ([`speed_sample`]) and keeps it.
-    pub fn sample(&mut self) {
-        self.push(speed_sample().as_secs_f64() * 1e6);
-    }
-
     /// Keeps a sample of `us` microseconds.
     pub fn push(&mut self, us: f64) {
         self.us.push(us);

@@ -26,12 +26,14 @@ use crate::server::ServerConfig;
 use crate::transport::{Backend, Endpoint, Transport};
 use crate::workload::{names, CoreWorkload, WorkloadSpec};
 
-/// Columns every preset starts with.
-pub const COMMON: [&str; 5] = ["point", "unix_time", "transport", "quick", "repeat"];
+/// Columns every preset starts with. `speed_us` is the machine's speed sample taken
+/// just before the run ([`crate::bench::busy::speed_sample`]: a fixed loop, in
+/// microseconds), so a reader can set each run beside the machine's speed at the time.
+pub const COMMON: [&str; 6] = ["point", "unix_time", "transport", "quick", "repeat", "speed_us"];
 
 /// A preset's column list: [`COMMON`] and then its own.
 macro_rules! cols {
-    ($($c:literal),* $(,)?) => { &["point", "unix_time", "transport", "quick", "repeat", $($c),*] };
+    ($($c:literal),* $(,)?) => { &["point", "unix_time", "transport", "quick", "repeat", "speed_us", $($c),*] };
 }
 pub(crate) use cols;
 
@@ -376,10 +378,11 @@ impl<'a> Context<'a> {
     }
 
     /// Runs repeat `repeat` of one point and returns its CSV row.
-    pub fn run_point(&mut self, pt: &Point, repeat: u64) -> Result<Row> {
+    pub fn run_point(&mut self, pt: &Point, repeat: u64, speed: std::time::Duration) -> Result<Row> {
         self.repeat = repeat;
         let mut row = self.base_row(pt);
         row.insert(COMMON[4], repeat.to_string());
+        row.insert(COMMON[5], format!("{:.1}", speed.as_secs_f64() * 1e6));
         pt.preset.def().run(self, pt, &mut row)?;
         Ok(row)
     }

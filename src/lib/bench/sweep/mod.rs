@@ -802,9 +802,10 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
             let label = if o.repeats > 1 { format!("{} #{}", pt.label(), rep + 1) } else { pt.label() };
             prog.start(&label);
             // Before the run, not during it: the loop takes a millisecond of one CPU.
-            speed.sample();
+            let sample = crate::bench::busy::speed_sample();
+            speed.push(sample.as_secs_f64() * 1e6);
             let t0 = Instant::now();
-            match ctx.run_point(pt, *rep) {
+            match ctx.run_point(pt, *rep, sample) {
                 Ok(row) => {
                     sink.write(&row)?;
                     outcome.ran += 1;
