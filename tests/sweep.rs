@@ -263,19 +263,25 @@ fn bad_input_is_reported_with_the_file() {
     assert_eq!(t.rows.len(), 1);
     assert_eq!(t.str(0, "point").unwrap(), "boom/64");
 
-    // A results file of the version before repeats (no `repeat` column) still renders:
-    // its rows are repeat 0; one run per point gives no verdict.
-    let old = dir.path().join("old");
-    std::fs::create_dir(&old).unwrap();
+    // Results files of earlier versions still render: one without the speed sample
+    // (`speed_us`), and one from before repeats (no `repeat` either), whose rows are
+    // repeat 0; one run per point gives no verdict.
     let csv = std::fs::read_to_string(out_dir.join("latency.csv")).unwrap();
-    let at = t.col("repeat").unwrap();
-    let strip = |line: &str| {
-        let mut f: Vec<&str> = line.split(',').collect();
-        f.remove(at);
-        f.join(",")
-    };
-    let old_csv: Vec<String> = csv.lines().map(strip).collect();
-    std::fs::write(old.join("latency.csv"), old_csv.join("\n") + "\n").unwrap();
-    let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&old).output().unwrap());
-    assert!(stdout.contains("one run per point: no interval and no verdict"), "{stdout}");
+    let (at_repeat, at_speed) = (t.col("repeat").unwrap(), t.col("speed_us").unwrap());
+    for (name, drop) in [("old-speed", vec![at_speed]), ("old-repeat", vec![at_speed, at_repeat])] {
+        let old = dir.path().join(name);
+        std::fs::create_dir(&old).unwrap();
+        let strip = |line: &str| {
+            let f: Vec<&str> = line.split(',').enumerate().filter(|(i, _)| !drop.contains(i)).map(|(_, f)| f).collect();
+            f.join(",")
+        };
+        let old_csv: Vec<String> = csv.lines().map(strip).collect();
+        std::fs::write(old.join("latency.csv"), old_csv.join("\n") + "\n").unwrap();
+        let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&old).output().unwrap());
+        assert!(stdout.contains("one run per point: no interval and no verdict"), "{name}: {stdout}");
+        // It can be re-rendered, not extended.
+        let out = boomctl().args(["sweep", "latency", "--quick", "--resume", "--out"]).arg(&old).output().unwrap();
+        assert!(!out.status.success(), "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("earlier version"), "{name}");
+    }
 }

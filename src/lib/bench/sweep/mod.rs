@@ -31,6 +31,14 @@ pub use presets::{Meta, Preset, PresetDef};
 /// The column that numbers a point's repeats (0, 1, ...).
 pub const REPEAT: &str = "repeat";
 
+/// The column with the machine's speed sample before the run (see
+/// [`context::COMMON`]).
+pub const SPEED: &str = "speed_us";
+
+/// Columns later versions added, with what a file written before each reads as: no
+/// `repeat` column is one run per point (repeat 0); no `speed_us`, no sample (empty).
+const ADDED_COLUMNS: [(&str, &str); 2] = [(REPEAT, "0"), (SPEED, "")];
+
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -543,17 +551,22 @@ impl Table {
         })
     }
 
-    /// Reads a preset's CSV: its header must be the preset's columns. A file of a
-    /// version that wrote no `repeat` column (one run per point) reads as repeat 0.
+    /// Reads a preset's CSV: its header must be the preset's columns. A file of an
+    /// earlier version, without columns added since ([`ADDED_COLUMNS`]), reads with
+    /// their defaults filled in.
     pub fn read_preset(preset: Preset, path: &Path) -> Result<Table> {
         let mut t = Table::read(path)?;
         let cols = preset.columns();
-        let without: Vec<&str> = cols.iter().copied().filter(|c| *c != REPEAT).collect();
-        if t.header != cols && t.header == without {
-            let at = cols.iter().position(|c| *c == REPEAT).unwrap_or(cols.len());
-            t.header.insert(at, REPEAT.to_string());
-            for r in &mut t.rows {
-                r.insert(at.min(r.len()), "0".into());
+        let added = |c: &str| ADDED_COLUMNS.iter().find(|a| a.0 == c).map(|a| a.1);
+        let absent: Vec<&str> =
+            cols.iter().copied().filter(|c| added(c).is_some() && !t.header.iter().any(|h| h == c)).collect();
+        let without: Vec<&str> = cols.iter().copied().filter(|c| !absent.contains(c)).collect();
+        if !absent.is_empty() && t.header == without {
+            for (at, c) in cols.iter().enumerate().filter(|(_, c)| absent.contains(c)) {
+                t.header.insert(at, (*c).to_string());
+                for r in &mut t.rows {
+                    r.insert(at.min(r.len()), added(c).unwrap_or_default().into());
+                }
             }
         }
         if t.header != cols {
@@ -674,8 +687,8 @@ impl CsvSink {
                 return Err(SweepError::Csv {
                     path,
                     line: Some(1),
-                    problem: "its columns are not the ones this version of boomctl writes (a file without the \
-                              `repeat` column can be re-rendered, not extended); use --overwrite or another \
+                    problem: "its columns are not the ones this version of boomctl writes (a file of an earlier \
+                              version can be re-rendered, not extended); use --overwrite or another \
                               --out directory"
                         .into(),
                 });
