@@ -552,7 +552,7 @@ impl Table {
     }
 
     /// Reads a preset's CSV: its header must be the preset's columns. A file of an
-    /// earlier version, without columns added since ([`ADDED_COLUMNS`]), reads with
+    /// earlier version, without columns added since (listed in this module), reads with
     /// their defaults filled in.
     pub fn read_preset(preset: Preset, path: &Path) -> Result<Table> {
         let mut t = Table::read(path)?;
