@@ -3,7 +3,8 @@
 //! One iteration: a fresh pool on the crash-simulating media, a server over a software
 //! transport, several clients doing PUTs (appends and in-place rewrites), DELETEs and
 //! GETs with values of every size, small segments so logs roll over, and the cleaner
-//! running. The simulator is armed to fail at a random crash point: a write-back, a
+//! running (RFP's clients take its three result modes in turn: fetch, server-reply,
+//! hybrid). The simulator is armed to fail at a random crash point: a write-back, a
 //! fence, or a step of the commit or cleaner path. The image captured there (durable
 //! lines plus a random subset of dirty ones, torn at 8-byte granularity) is recovered
 //! and checked against a model of what the clients were told:
@@ -40,6 +41,7 @@ use crate::log::format::{entry_checksum, entry_key, entry_value, stored_checksum
 use crate::log::recovery::{read_segment, walk_segment};
 use crate::log::Pool;
 use crate::pmem::{CrashOptions, FlushKind, Media};
+use crate::proto::rfp::ResultMode;
 use crate::server::{Server, ServerConfig};
 use crate::transport::{Backend, Endpoint, Transport};
 use crate::wire::Protocol;
@@ -308,6 +310,9 @@ impl Clients<'_> {
         .size_passive(o.keys, o.ops * o.threads as u64, o.max_value as u64);
         // Clover: half the pool (the values' sizes vary; most are far below the largest).
         copts.clover_data = o.pool_size / 2;
+        // RFP: every way a result comes back, side by side (the hybrid alone runs almost
+        // only in server-reply mode over shm, which would leave fetched results unchecked).
+        copts.rfp_mode = [ResultMode::Fetch, ResultMode::Reply, ResultMode::Hybrid][ti % 3];
         let mut trng = StdRng::seed_from_u64(seed);
         let mut c = Client::connect(t, self.ep, copts)?;
         for seq in 0..o.ops {
