@@ -5,7 +5,7 @@
 set -euo pipefail
 cargo build --release --features planted-bugs --quiet
 bin=target/release/boomctl
-for p in boom rdmp rpc; do
+for p in boom rdmp rpc rdmp-cc herd rfp pdpm-direct clover; do
   "$bin" crashtest --iterations "${CRASH_ITERATIONS:-300}" --protocol "$p" --quiet
 done
 cargo test --release --features planted-bugs --test planted -- --nocapture
