@@ -117,6 +117,9 @@ pub enum ResultMode {
 }
 
 impl ResultMode {
+    /// Every mode.
+    pub const ALL: [ResultMode; 3] = [ResultMode::Hybrid, ResultMode::Fetch, ResultMode::Reply];
+
     /// The name users type.
     pub fn name(self) -> &'static str {
         match self {
@@ -130,7 +133,7 @@ impl ResultMode {
 impl std::str::FromStr for ResultMode {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        [ResultMode::Hybrid, ResultMode::Fetch, ResultMode::Reply]
+        ResultMode::ALL
             .into_iter()
             .find(|m| m.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| format!("RFP result mode '{s}': expected hybrid, fetch or reply"))
@@ -432,7 +435,7 @@ mod tests {
 
     #[test]
     fn result_modes_parse_by_name() {
-        for m in [ResultMode::Hybrid, ResultMode::Fetch, ResultMode::Reply] {
+        for m in ResultMode::ALL {
             assert_eq!(m.name().to_uppercase().parse::<ResultMode>(), Ok(m));
         }
         assert!("both".parse::<ResultMode>().unwrap_err().contains("hybrid, fetch or reply"));

@@ -377,12 +377,13 @@ impl<'a> Context<'a> {
         Ok(c)
     }
 
-    /// Runs repeat `repeat` of one point and returns its CSV row.
-    pub fn run_point(&mut self, pt: &Point, repeat: u64, speed: std::time::Duration) -> Result<Row> {
+    /// Runs repeat `repeat` of one point and returns its CSV row (`speed_us`: the
+    /// machine's speed sample taken before it).
+    pub fn run_point(&mut self, pt: &Point, repeat: u64, speed_us: f64) -> Result<Row> {
         self.repeat = repeat;
         let mut row = self.base_row(pt);
         row.insert(COMMON[4], repeat.to_string());
-        row.insert(COMMON[5], format!("{:.1}", speed.as_secs_f64() * 1e6));
+        row.insert(COMMON[5], format!("{speed_us:.1}"));
         pt.preset.def().run(self, pt, &mut row)?;
         Ok(row)
     }

@@ -557,15 +557,19 @@ impl Table {
     pub fn read_preset(preset: Preset, path: &Path) -> Result<Table> {
         let mut t = Table::read(path)?;
         let cols = preset.columns();
-        let added = |c: &str| ADDED_COLUMNS.iter().find(|a| a.0 == c).map(|a| a.1);
-        let absent: Vec<&str> =
-            cols.iter().copied().filter(|c| added(c).is_some() && !t.header.iter().any(|h| h == c)).collect();
-        let without: Vec<&str> = cols.iter().copied().filter(|c| !absent.contains(c)).collect();
+        // (position, name, what an older file reads as) of each added column it lacks.
+        let absent: Vec<(usize, &str, &str)> = cols
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !t.header.iter().any(|h| h == *c))
+            .filter_map(|(at, c)| ADDED_COLUMNS.iter().find(|a| a.0 == *c).map(|a| (at, a.0, a.1)))
+            .collect();
+        let without: Vec<&str> = cols.iter().copied().filter(|c| !absent.iter().any(|a| a.1 == *c)).collect();
         if !absent.is_empty() && t.header == without {
-            for (at, c) in cols.iter().enumerate().filter(|(_, c)| absent.contains(c)) {
-                t.header.insert(at, (*c).to_string());
+            for &(at, name, default) in &absent {
+                t.header.insert(at, name.to_string());
                 for r in &mut t.rows {
-                    r.insert(at.min(r.len()), added(c).unwrap_or_default().into());
+                    r.insert(at.min(r.len()), default.into());
                 }
             }
         }
@@ -815,10 +819,10 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
             let label = if o.repeats > 1 { format!("{} #{}", pt.label(), rep + 1) } else { pt.label() };
             prog.start(&label);
             // Before the run, not during it: the loop takes a millisecond of one CPU.
-            let sample = crate::bench::busy::speed_sample();
-            speed.push(sample.as_secs_f64() * 1e6);
+            let speed_us = crate::bench::busy::speed_sample().as_secs_f64() * 1e6;
+            speed.push(speed_us);
             let t0 = Instant::now();
-            match ctx.run_point(pt, *rep, sample) {
+            match ctx.run_point(pt, *rep, speed_us) {
                 Ok(row) => {
                     sink.write(&row)?;
                     outcome.ran += 1;
