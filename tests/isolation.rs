@@ -4,7 +4,9 @@
 //! - another client's rkey used on my own connection (the victim's segment);
 //! - blind rkey guessing with zero-length WRITEs (a free probe before);
 //! - slow and silent sockets beside an honest client (handshakes off the accept path);
-//! - a client that sends GETs and never reads the replies (bounded per connection);
+//! - a client that sends requests and posts no receive for the replies (over shm the
+//!   worker's reply waited for one, for the whole RNR timeout, with every other client
+//!   of that worker behind it);
 //! - HERD/RFP: a forged request slot beside an honest client, WRITEs into another
 //!   client's request region or into a result region;
 //! - RDMP-CC: another value written under the seal the server gave;
@@ -23,9 +25,10 @@ use boomkv::log::format::SEGMENT_HEADER_SIZE;
 use boomkv::log::{Pool, PoolOptions};
 use boomkv::server::{Server, ServerConfig};
 use boomkv::transport::{
-    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport, TcpTransport, Transport, WcOpcode,
+    Access, CompletionQueue, Endpoint, MemoryRegion, QueuePair, ShmTransport, TcpTransport, Transport, TransportConfig,
+    WcOpcode,
 };
-use boomkv::wire::{slot, Msg, Protocol};
+use boomkv::wire::{slot, Hello, Msg, Protocol, Welcome};
 use common::{entry, Raw};
 
 fn quiet() -> ServerConfig {
@@ -283,6 +286,61 @@ fn shm_a_response_buffer_the_client_could_shrink_is_refused() {
     assert_eq!(honest.get(b"k").unwrap().unwrap(), b"value");
     let mut fresh = Client::connect(&t, &s.endpoints()[0], opts()).unwrap();
     assert_eq!(fresh.get(b"k").unwrap().unwrap(), b"value");
+}
+
+/// A client that asks and never posts a receive for the answer. Its replies wait for a
+/// receive (RNR) in its own queue pair; the worker that sent them goes on serving the
+/// honest client beside it, which shares the only worker. The server's RNR timeout is
+/// far longer than the honest client's: a worker that waited for the receive would make
+/// every honest request time out.
+fn no_receives<T: Transport>(client_t: &T, s: &Server<T>) {
+    let ep = &s.endpoints()[0];
+    let mut honest = Client::connect(client_t, ep, opts()).unwrap();
+    honest.put(b"before", b"acknowledged").unwrap();
+    for protocol in [Protocol::Rpc, Protocol::Boom] {
+        let cq = client_t.create_cq().unwrap();
+        let response = client_t.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let hello = Hello { protocol, recv_size: 4096, response: response.remote() };
+        let (qp, w) = client_t.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        let ask = match protocol {
+            Protocol::Rpc => Msg::RpcGet { key: b"before".to_vec() },
+            _ => Msg::Get { key: b"before".to_vec(), buf: response.remote() },
+        };
+        for i in 0..4u32 {
+            qp.post_send_bytes(u64::from(i), &ask.encode(i + 1)).unwrap();
+        }
+        let t0 = Instant::now();
+        for i in 0..50 {
+            let k = format!("k{i}");
+            honest.put(k.as_bytes(), b"v").unwrap();
+            assert_eq!(honest.get(k.as_bytes()).unwrap().unwrap(), b"v", "{protocol:?} attacker beside");
+        }
+        assert_eq!(honest.get(b"before").unwrap().unwrap(), b"acknowledged");
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(20), "50 PUT+GET beside a {protocol:?} client without receives: {took:?}");
+        drop(qp);
+    }
+}
+
+#[test]
+fn shm_a_client_without_receives_costs_the_others_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow_rnr = TransportConfig { rnr_timeout: Duration::from_secs(60), ..Default::default() };
+    let ep = Endpoint::Shm(dir.path().join("iso.sock"));
+    let cfg = ServerConfig { workers: 1, ..quiet() };
+    let s = Server::start(ShmTransport::with_config(slow_rnr).unwrap(), pool(dir.path()), &[ep], cfg).unwrap();
+    no_receives(&ShmTransport::new().unwrap(), &s);
+}
+
+#[test]
+fn tcp_a_client_without_receives_costs_the_others_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow_rnr = TransportConfig { rnr_timeout: Duration::from_secs(60), ..Default::default() };
+    let ep = Endpoint::parse("tcp://127.0.0.1:0").unwrap();
+    let cfg = ServerConfig { workers: 1, ..quiet() };
+    let s = Server::start(TcpTransport::with_config(slow_rnr).unwrap(), pool(dir.path()), &[ep], cfg).unwrap();
+    no_receives(&TcpTransport::new().unwrap(), &s);
 }
 
 /// The request region of a HERD or RFP client, from its setup call.

@@ -40,6 +40,8 @@ macro_rules! conformance_suite {
             local_protection_errors,
             rnr_without_receive_fails_bounded,
             rnr_retry_succeeds_when_receive_arrives,
+            rnr_never_blocks_the_poster_and_keeps_order,
+            rnr_waits_in_a_bounded_send_queue,
             message_longer_than_receive,
             close_flushes_both_sides,
             shared_recv_cq_tells_clients_apart,
@@ -514,6 +516,53 @@ pub fn rnr_retry_succeeds_when_receive_arrives<Tr: Transport>(make: fn() -> Tr, 
     });
     let r = ok(&p.s_recv, "late recv");
     assert_eq!((r.wr_id, r.byte_len), (5, 13));
+}
+
+/// A SEND that finds no receive waits in its queue pair, not in the thread that posted
+/// it (as a NIC retries on its own): the poster goes on at once, here to post the very
+/// receive the SEND needs. Work requests posted behind it on the same queue pair wait
+/// too, in order: a WRITE posted after the stalled SEND does not land before it, and the
+/// completions come in posting order. A poster that waited for the receive could not
+/// post it, and would see the RNR error instead. (On a server, such a wait let one
+/// client that posts no receives hold a worker, and every client it serves, for the
+/// whole RNR timeout.)
+pub fn rnr_never_blocks_the_poster_and_keeps_order<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let marker = b"after the SEND";
+    p.cmr.write(1024, marker).unwrap();
+    p.smr.write(2048, &[0u8; 14]).unwrap();
+    p.cqp.post_send_bytes(1, b"early sender").unwrap();
+    p.cqp.post_write(2, &p.cmr, 1024, marker.len() as u32, p.s_remote.addr + 2048, p.s_remote.rkey, true).unwrap();
+    // Nothing of either may be visible before the receive exists.
+    let mut seen = [0u8; 14];
+    p.smr.read(2048, &mut seen).unwrap();
+    assert_eq!(seen, [0u8; 14], "the WRITE overtook the SEND it was posted behind");
+    p.sqp.post_recv(5, &p.smr, 0, 64).unwrap();
+    let r = ok(&p.s_recv, "the receive posted after the SEND");
+    assert_eq!((r.wr_id, r.byte_len), (5, 12));
+    let mut got = [0u8; 12];
+    p.smr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"early sender");
+    let a = ok(&p.c_send, "the stalled SEND");
+    let b = ok(&p.c_send, "the WRITE behind it");
+    assert_eq!((a.wr_id, b.wr_id), (1, 2), "completions in posting order");
+    p.smr.read(2048, &mut seen).unwrap();
+    assert_eq!(&seen, marker);
+    assert!(!p.cqp.is_error() && !p.sqp.is_error());
+}
+
+/// Work requests that wait for a receive the peer never posts fill the send queue, and
+/// a full send queue refuses the next post (as verbs does) instead of holding more: a
+/// peer that posts no receives costs bounded memory. At the RNR timeout the head fails
+/// and the connection goes to the error state.
+pub fn rnr_waits_in_a_bounded_send_queue<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let depth = test_config().sq_depth as u64;
+    let refused = (0..=depth).find(|&i| p.cqp.post_send_bytes(i, b"nobody listens").is_err());
+    assert!(refused.is_some(), "{} SENDs without a receive were all taken", depth + 1);
+    let c = expect_status(&p.c_send, WcStatus::RnrRetryExceeded, "the head of a full send queue");
+    assert_eq!(c.wr_id, 0);
+    assert!(p.cqp.is_error());
 }
 
 pub fn message_longer_than_receive<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {

@@ -42,7 +42,9 @@
 //!   ordered with the operations around it.
 //! - A SEND or WRITE_WITH_IMM that finds no posted RECV is retried for
 //!   [`TransportConfig::rnr_timeout`], then completes with [`WcStatus::RnrRetryExceeded`]
-//!   (connection to error). A message longer than the posted RECV completes with
+//!   (connection to error). The retries never hold the posting thread: it goes on at
+//!   once, and the work requests it posts behind the waiting one on that queue pair wait
+//!   with it, in order. A message longer than the posted RECV completes with
 //!   [`WcStatus::RemoteInvalidRequest`] at the sender and [`WcStatus::LocalLengthError`]
 //!   at the receiver. Nothing is dropped silently.
 //! - A local buffer outside its region, from another protection domain, or without

@@ -8,6 +8,13 @@
 //! completion into the peer's ring and rings the peer's doorbell. Nothing runs on the
 //! target side, and nothing crosses a thread on the data path.
 //!
+//! The one exception is RNR: a SEND or WRITE_WITH_IMM that finds no receive posted at
+//! the peer does not wait in the posting thread (a server's worker would wait there for
+//! the whole RNR timeout, with every other client it serves behind one client that
+//! posts no receives). It waits in its queue pair's backlog, with every work request
+//! posted behind it, and a process-wide RNR thread retries the backlog every 50 to
+//! 100 us until the receive appears or the RNR timeout fails it, as a NIC retries.
+//!
 //! # Shared memory of one connection
 //!
 //! Each side creates a *queue-pair page* for the direction it receives, and the peer
@@ -421,6 +428,8 @@ impl ShmTransport {
             }),
             pending: Mutex::new(Pending { next: 1, answers: HashMap::new(), closed: false }),
             pending_cv: Condvar::new(),
+            backlog: Mutex::new(Backlog { items: VecDeque::new(), active: false }),
+            backlogged: AtomicBool::new(false),
             stats: StatCounters::default(),
         });
         recv_cq.inner.attach(recv);
@@ -431,7 +440,7 @@ impl ShmTransport {
             .name(format!("boomkv-shm-{qp_num}"))
             .spawn(move || control_thread(c2))
             .map_err(|e| format!("spawning the control thread: {e}"))?;
-        Ok(ShmQp { conn })
+        Ok(ShmQp { conn, owner: true })
     }
 
     fn new_page(&self) -> Result<(File, Arc<Mapping>)> {
@@ -1140,7 +1149,109 @@ struct Conn {
     send: Mutex<SendSide>,
     pending: Mutex<Pending>,
     pending_cv: Condvar,
+    /// Work requests behind a SEND or WRITE_WITH_IMM that found no receive (RNR).
+    backlog: Mutex<Backlog>,
+    /// `backlog.active`, readable without the lock (one load per post).
+    backlogged: AtomicBool,
     stats: StatCounters,
+}
+
+/// A queue pair's send queue while its head waits for a receive of the peer. The
+/// poster does not wait: the head and everything posted behind it wait here, in
+/// order, and the RNR thread ([`retry_stalled`]) runs them as receives appear, or
+/// fails the head at the RNR timeout and flushes the rest, as a NIC does.
+struct Backlog {
+    items: VecDeque<Deferred>,
+    /// Set while the queue pair's posts must go to `items` (from the first RNR until
+    /// the RNR thread finds `items` empty).
+    active: bool,
+}
+
+/// A posted work request that waits in a [`Backlog`].
+struct Deferred {
+    wr_id: u64,
+    opcode: WcOpcode,
+    work: Work,
+}
+
+enum Work {
+    /// A SEND (`write: None`) or WRITE_WITH_IMM, waiting for a receive since `since`.
+    TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, since: Instant },
+    /// Any other work request, run once when its turn comes (its errors complete it).
+    Other(Later),
+}
+
+/// A work request other than SEND or WRITE_WITH_IMM, as it runs when its turn comes.
+type Later = Box<dyn FnOnce(&ShmQp) -> Result<()> + Send>;
+
+/// The local part of a waiting SEND or WRITE_WITH_IMM: the region stays registered
+/// while the handle is held; inline bytes are copied.
+enum OwnedSrc {
+    Mr(Mr, u64, u32),
+    Bytes(Vec<u8>),
+}
+
+impl OwnedSrc {
+    fn of(src: &Src<'_>) -> OwnedSrc {
+        match src {
+            Src::Mr(mr, off, len) => OwnedSrc::Mr((*mr).clone(), *off, *len),
+            Src::Bytes(b) => OwnedSrc::Bytes(b.to_vec()),
+        }
+    }
+
+    fn borrow(&self) -> Src<'_> {
+        match self {
+            OwnedSrc::Mr(mr, off, len) => Src::Mr(mr, *off, *len),
+            OwnedSrc::Bytes(b) => Src::Bytes(b),
+        }
+    }
+}
+
+/// Queue pairs with a backlog, for the RNR thread; `running` while it runs.
+struct Stalled {
+    conns: Vec<std::sync::Weak<Conn>>,
+    running: bool,
+}
+
+static STALLED: Mutex<Stalled> = Mutex::new(Stalled { conns: Vec::new(), running: false });
+
+/// How often the RNR thread looks again at the receive queues its SENDs wait for (a
+/// NIC's RNR NAK timer is 10 us to 655 ms; a sleep here takes 50 to 100 us).
+const RNR_RETRY_EVERY: Duration = Duration::from_micros(50);
+
+/// Hands `c` to the RNR thread, starting it if none runs.
+fn stall(c: &Arc<Conn>) {
+    let mut st = lock(&STALLED);
+    st.conns.push(Arc::downgrade(c));
+    if st.running {
+        return;
+    }
+    st.running = true;
+    let started = std::thread::Builder::new().name("boomkv-shm-rnr".into()).spawn(retry_stalled);
+    if let Err(e) = started {
+        st.running = false;
+        st.conns.clear();
+        drop(st);
+        // Nothing would ever retry the backlog: fail it now rather than hang it.
+        c.flush_backlog(Some(&format!("no thread to retry a SEND without a receive (RNR): {e}")));
+    }
+}
+
+/// The RNR thread: retries every stalled queue pair's backlog until none is left.
+fn retry_stalled() {
+    loop {
+        let conns = {
+            let mut st = lock(&STALLED);
+            if st.conns.is_empty() {
+                st.running = false;
+                return;
+            }
+            std::mem::take(&mut st.conns)
+        };
+        let still: Vec<_> = conns.into_iter().filter(|w| w.upgrade().is_some_and(|c| c.retry_backlog())).collect();
+        lock(&STALLED).conns.extend(still);
+        std::thread::sleep(RNR_RETRY_EVERY);
+    }
 }
 
 impl CopyWatch for Conn {
@@ -1325,27 +1436,72 @@ impl Conn {
         }
     }
 
-    /// The next posted receive of the peer, waiting up to the RNR timeout.
+    /// The next posted receive of the peer, if there is one (the caller waits in the
+    /// backlog, not here).
     fn next_recv(&self, s: &mut SendSide) -> Option<(u64, u32, u32)> {
         let off = rq_slot(s.peer_depth, s.rq_next);
-        let mut until = None;
+        if word(&s.peer_page, off).load(Ordering::Acquire) != s.rq_next + 1 {
+            return None;
+        }
+        let addr = word(&s.peer_page, off + 8).load(Ordering::Relaxed);
+        let lk = word(&s.peer_page, off + 16).load(Ordering::Relaxed);
+        s.rq_next += 1;
+        word(&s.peer_page, OFF_RQ_CONSUMED).store(s.rq_next, Ordering::Release);
+        Some((addr, lk as u32, (lk >> 32) as u32))
+    }
+
+    /// Runs the backlog from its head until a SEND still finds no receive (true: call
+    /// again later) or the backlog is empty (false). A head past the RNR timeout fails
+    /// the connection; the connection in the error state flushes what is left.
+    fn retry_backlog(self: &Arc<Conn>) -> bool {
+        let qp = ShmQp { conn: self.clone(), owner: false };
         loop {
-            if word(&s.peer_page, off).load(Ordering::Acquire) == s.rq_next + 1 {
-                let addr = word(&s.peer_page, off + 8).load(Ordering::Relaxed);
-                let lk = word(&s.peer_page, off + 16).load(Ordering::Relaxed);
-                s.rq_next += 1;
-                word(&s.peer_page, OFF_RQ_CONSUMED).store(s.rq_next, Ordering::Release);
-                return Some((addr, lk as u32, (lk >> 32) as u32));
+            let item = {
+                let mut b = lock(&self.backlog);
+                match b.items.pop_front() {
+                    Some(i) => i,
+                    None => {
+                        b.active = false;
+                        self.backlogged.store(false, Ordering::Release);
+                        return false;
+                    }
+                }
+            };
+            if self.state.is_error() {
+                lock(&self.backlog).items.push_front(item);
+                self.flush_backlog(None);
+                return false;
             }
-            if self.state.is_error() || self.state.quiesced.load(Ordering::Acquire) {
-                return None;
+            let Some(item) = qp.run(item) else { continue };
+            let Work::TwoSided { since, .. } = &item.work else { unreachable!("only a two-sided request waits") };
+            if since.elapsed() >= self.t.inner.cfg.rnr_timeout {
+                let why = format!("no receive posted at the peer within {:?} (RNR)", self.t.inner.cfg.rnr_timeout);
+                let _ = qp.error(item.wr_id, item.opcode, WcStatus::RnrRetryExceeded, why);
+                self.flush_backlog(None);
+                return false;
             }
-            let now = Instant::now();
-            let u = *until.get_or_insert_with(|| now + self.t.inner.cfg.rnr_timeout);
-            if now >= u {
-                return None;
-            }
-            std::thread::yield_now();
+            lock(&self.backlog).items.push_front(item);
+            return true;
+        }
+    }
+
+    /// Completes everything in the backlog with a flush error (the connection is in the
+    /// error state, or is put there with `why`).
+    fn flush_backlog(&self, why: Option<&str>) {
+        if let Some(why) = why {
+            self.state.mark_error(why);
+        }
+        let items: Vec<Deferred> = {
+            let mut b = lock(&self.backlog);
+            b.active = false;
+            self.backlogged.store(false, Ordering::Release);
+            b.items.drain(..).collect()
+        };
+        for d in items {
+            self.send_cq.push(self.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
+        }
+        if let Some(why) = why {
+            self.fail(why, true);
         }
     }
 
@@ -1483,6 +1639,9 @@ fn take_resolved(c: &Conn, r: &mut Rd<'_>, files: Vec<File>) -> std::result::Res
 /// A queue pair of the shm backend. Dropping it closes the connection.
 pub struct ShmQp {
     conn: Arc<Conn>,
+    /// The application's handle (closes the connection when dropped), not the RNR
+    /// thread's.
+    owner: bool,
 }
 
 impl std::fmt::Debug for ShmQp {
@@ -1493,11 +1652,22 @@ impl std::fmt::Debug for ShmQp {
 
 impl Drop for ShmQp {
     fn drop(&mut self) {
-        self.conn.fail("closed locally", false);
+        if self.owner {
+            self.conn.fail("closed locally", false);
+        }
     }
 }
 
+/// What a SEND or WRITE_WITH_IMM came to.
+enum Sent {
+    /// Placed and completed, or failed with its error completion.
+    Done,
+    /// No receive posted at the peer yet: nothing happened.
+    NoReceive,
+}
+
 /// The local part of a send-side work request.
+#[derive(Clone)]
 enum Src<'a> {
     Mr(&'a Mr, u64, u32),
     Bytes(&'a [u8]),
@@ -1631,20 +1801,106 @@ impl ShmQp {
         Ok(())
     }
 
+    /// SEND and WRITE_WITH_IMM, unless a backlog holds earlier work requests: then it
+    /// waits behind them. Without a receive at the peer it starts the backlog.
+    fn post_two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<()> {
+        let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
+        let waiting =
+            |since| Deferred { wr_id, opcode, work: Work::TwoSided { src: OwnedSrc::of(&src), write, since } };
+        if self.conn.backlogged.load(Ordering::Acquire) {
+            let mut b = lock(&self.conn.backlog);
+            if b.active {
+                self.backlog_room(&b)?;
+                b.items.push_back(waiting(Instant::now()));
+                return Ok(());
+            }
+        }
+        match self.two_sided(wr_id, src.clone(), write)? {
+            Sent::Done => Ok(()),
+            Sent::NoReceive => {
+                let item = waiting(Instant::now());
+                {
+                    let mut b = lock(&self.conn.backlog);
+                    b.items.push_back(item);
+                    b.active = true;
+                    self.conn.backlogged.store(true, Ordering::Release);
+                }
+                stall(&self.conn);
+                Ok(())
+            }
+        }
+    }
+
+    /// Any other work request: runs `now` unless a backlog holds earlier work requests;
+    /// then `later` waits behind them.
+    fn post_other(
+        &self,
+        wr_id: u64,
+        opcode: WcOpcode,
+        now: impl FnOnce(&ShmQp) -> Result<()>,
+        later: impl FnOnce() -> Later,
+    ) -> Result<()> {
+        if self.conn.backlogged.load(Ordering::Acquire) {
+            let mut b = lock(&self.conn.backlog);
+            if b.active {
+                self.backlog_room(&b)?;
+                b.items.push_back(Deferred { wr_id, opcode, work: Work::Other(later()) });
+                return Ok(());
+            }
+        }
+        now(self)
+    }
+
+    /// A full send queue refuses the post, as verbs does (`sq_depth` work requests wait
+    /// at most), so a peer that never posts a receive costs this side bounded memory.
+    fn backlog_room(&self, b: &Backlog) -> Result<()> {
+        let depth = self.conn.t.inner.cfg.sq_depth as usize;
+        if b.items.len() >= depth {
+            return Err(Error::Transport(format!(
+                "qp {}: send queue full ({depth} work requests wait for a receive at the peer)",
+                self.conn.qp_num
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs a work request from the backlog; gives it back if it still finds no receive.
+    fn run(&self, d: Deferred) -> Option<Deferred> {
+        let done = match &d.work {
+            Work::TwoSided { src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), *write) {
+                Ok(Sent::NoReceive) => return Some(d),
+                Ok(Sent::Done) => Ok(()),
+                Err(e) => Err(e),
+            },
+            Work::Other(_) => {
+                let Work::Other(f) = d.work else { unreachable!() };
+                f(self)
+            }
+        };
+        if done.is_err() {
+            // Only a connection in the error state refuses a checked request.
+            self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
+        }
+        None
+    }
+
     /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete.
-    fn two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<()> {
+    /// Without a receive posted it does nothing and says so.
+    fn two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<Sent> {
         let c = &self.conn;
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
         let local = match &src {
             Src::Mr(mr, off, len) => match mr.check_local(c.t.inner.pd.id, *off, *len, Access::NONE) {
                 Ok(o) => Some((mr.info().mapping.clone(), o, *len)),
                 Err(()) => {
-                    return self.error(
-                        wr_id,
-                        opcode,
-                        WcStatus::LocalProtectionError,
-                        "local protection error: source buffer outside its region or not ours".into(),
-                    )
+                    return self
+                        .error(
+                            wr_id,
+                            opcode,
+                            WcStatus::LocalProtectionError,
+                            "local protection error: source buffer outside its region or not ours".into(),
+                        )
+                        .map(|()| Sent::Done)
                 }
             },
             _ => None,
@@ -1657,19 +1913,10 @@ impl ShmQp {
         let mut s = lock(&c.send);
         if c.state.is_error() {
             drop(s);
-            return self.check_open();
+            return self.check_open().map(|()| Sent::Done);
         }
         let Some((raddr, rlen, rkey)) = c.next_recv(&mut s) else {
-            drop(s);
-            if c.state.is_error() {
-                return self.check_open();
-            }
-            return self.error(
-                wr_id,
-                opcode,
-                WcStatus::RnrRetryExceeded,
-                format!("no receive posted at the peer within {:?} (RNR)", c.t.inner.cfg.rnr_timeout),
-            );
+            return Ok(Sent::NoReceive);
         };
         if let Some((waddr, wkey, imm)) = write {
             let l = local.as_ref().map(|(m, o, _)| (&**m, *o));
@@ -1680,36 +1927,37 @@ impl ShmQp {
             if !placed {
                 // The receive is consumed but the message was refused; the peer flushes it.
                 drop(s);
-                return self.error(
-                    wr_id,
-                    opcode,
-                    WcStatus::RemoteAccessError,
-                    format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}"),
-                );
+                return self
+                    .error(
+                        wr_id,
+                        opcode,
+                        WcStatus::RemoteAccessError,
+                        format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}"),
+                    )
+                    .map(|()| Sent::Done);
             }
             let ok = c.produce(&mut s, len, Some(imm), WcStatus::Success);
             drop(s);
             if !ok {
-                return self.error(
-                    wr_id,
-                    opcode,
-                    WcStatus::RemoteInvalidRequest,
-                    "peer completion ring overrun".into(),
-                );
+                return self
+                    .error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer completion ring overrun".into())
+                    .map(|()| Sent::Done);
             }
             self.complete(true, wr_id, opcode, len);
-            return Ok(());
+            return Ok(Sent::Done);
         }
         // SEND: copy into the peer's receive buffer.
         if len > rlen {
             c.produce(&mut s, len, None, WcStatus::LocalLengthError);
             drop(s);
-            return self.error(
-                wr_id,
-                opcode,
-                WcStatus::RemoteInvalidRequest,
-                format!("SEND of {len} bytes into a {rlen}-byte receive buffer"),
-            );
+            return self
+                .error(
+                    wr_id,
+                    opcode,
+                    WcStatus::RemoteInvalidRequest,
+                    format!("SEND of {len} bytes into a {rlen}-byte receive buffer"),
+                )
+                .map(|()| Sent::Done);
         }
         let placed = match (&src, &local) {
             (Src::Bytes(b), _) => self.place_bytes(&mut s, rkey, raddr, b),
@@ -1720,9 +1968,26 @@ impl ShmQp {
         let ok = c.produce(&mut s, len, None, status);
         drop(s);
         if !placed || !ok {
-            return self.error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer receive buffer unusable".into());
+            return self
+                .error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer receive buffer unusable".into())
+                .map(|()| Sent::Done);
         }
         self.complete(true, wr_id, opcode, len);
+        Ok(Sent::Done)
+    }
+
+    fn flush_op(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
+        let kind = crate::pmem::FlushKind::detect();
+        let done = self.on_send_side(|c, s| c.one_sided_flush(s, rkey, remote_addr, len, kind))?;
+        if !done {
+            return self.error(
+                wr_id,
+                WcOpcode::Flush,
+                WcStatus::RemoteAccessError,
+                format!("remote access error: FLUSH of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
+            );
+        }
+        self.complete(true, wr_id, WcOpcode::Flush, len);
         Ok(())
     }
 
@@ -1757,14 +2022,14 @@ impl QueuePair for ShmQp {
         self.check_open()?;
         super::check_len(len)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.two_sided(wr_id, Src::Mr(mr, off, len), None)
+        self.post_two_sided(wr_id, Src::Mr(mr, off, len), None)
     }
 
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
         self.check_open()?;
         super::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.two_sided(wr_id, Src::Bytes(data), None)
+        self.post_two_sided(wr_id, Src::Bytes(data), None)
     }
 
     fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
@@ -1812,7 +2077,15 @@ impl QueuePair for ShmQp {
         signaled: bool,
     ) -> Result<()> {
         self.conn.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, true, signaled)
+        self.post_other(
+            wr_id,
+            WcOpcode::Write,
+            |qp| qp.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, true, signaled),
+            || {
+                let mr = mr.clone();
+                Box::new(move |qp| qp.one_sided_op(wr_id, &mr, off, len, remote_addr, rkey, true, signaled))
+            },
+        )
     }
 
     fn post_write_imm(
@@ -1828,12 +2101,20 @@ impl QueuePair for ShmQp {
         self.check_open()?;
         super::check_len(len)?;
         self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
-        self.two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)))
+        self.post_two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)))
     }
 
     fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
         self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
-        self.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, false, true)
+        self.post_other(
+            wr_id,
+            WcOpcode::Read,
+            |qp| qp.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, false, true),
+            || {
+                let mr = mr.clone();
+                Box::new(move |qp| qp.one_sided_op(wr_id, &mr, off, len, remote_addr, rkey, false, true))
+            },
+        )
     }
 
     fn post_compare_swap(
@@ -1847,16 +2128,32 @@ impl QueuePair for ShmQp {
         swap: u64,
     ) -> Result<()> {
         self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
-        self.atomic_op(wr_id, mr, off, remote_addr, rkey, WcOpcode::CompareSwap, |w| {
-            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            }
-        })
+        let cas = move |w: &AtomicU64| match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        };
+        self.post_other(
+            wr_id,
+            WcOpcode::CompareSwap,
+            |qp| qp.atomic_op(wr_id, mr, off, remote_addr, rkey, WcOpcode::CompareSwap, cas),
+            || {
+                let mr = mr.clone();
+                Box::new(move |qp| qp.atomic_op(wr_id, &mr, off, remote_addr, rkey, WcOpcode::CompareSwap, cas))
+            },
+        )
     }
 
     fn post_fetch_add(&self, wr_id: u64, mr: &Mr, off: u64, remote_addr: u64, rkey: u32, add: u64) -> Result<()> {
         self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
-        self.atomic_op(wr_id, mr, off, remote_addr, rkey, WcOpcode::FetchAdd, |w| w.fetch_add(add, Ordering::AcqRel))
+        let faa = move |w: &AtomicU64| w.fetch_add(add, Ordering::AcqRel);
+        self.post_other(
+            wr_id,
+            WcOpcode::FetchAdd,
+            |qp| qp.atomic_op(wr_id, mr, off, remote_addr, rkey, WcOpcode::FetchAdd, faa),
+            || {
+                let mr = mr.clone();
+                Box::new(move |qp| qp.atomic_op(wr_id, &mr, off, remote_addr, rkey, WcOpcode::FetchAdd, faa))
+            },
+        )
     }
 
     /// The initiator has the target's region mapped: it writes the lines back itself,
@@ -1865,18 +2162,12 @@ impl QueuePair for ShmQp {
     fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
         self.check_open()?;
         self.conn.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        let kind = crate::pmem::FlushKind::detect();
-        let done = self.on_send_side(|c, s| c.one_sided_flush(s, rkey, remote_addr, len, kind))?;
-        if !done {
-            return self.error(
-                wr_id,
-                WcOpcode::Flush,
-                WcStatus::RemoteAccessError,
-                format!("remote access error: FLUSH of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
-            );
-        }
-        self.complete(true, wr_id, WcOpcode::Flush, len);
-        Ok(())
+        self.post_other(
+            wr_id,
+            WcOpcode::Flush,
+            |qp| qp.flush_op(wr_id, remote_addr, rkey, len),
+            || Box::new(move |qp| qp.flush_op(wr_id, remote_addr, rkey, len)),
+        )
     }
 
     fn is_error(&self) -> bool {
