@@ -1851,6 +1851,31 @@ impl ShmQp {
         now(self)
     }
 
+    /// A WRITE (`write`) or READ, in its turn (see [`Self::post_other`]).
+    #[allow(clippy::too_many_arguments)]
+    fn post_one_sided(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        write: bool,
+        signaled: bool,
+    ) -> Result<()> {
+        let op = if write { WcOpcode::Write } else { WcOpcode::Read };
+        self.post_other(
+            wr_id,
+            op,
+            |qp| qp.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, write, signaled),
+            || {
+                let mr = mr.clone();
+                Box::new(move |qp| qp.one_sided_op(wr_id, &mr, off, len, remote_addr, rkey, write, signaled))
+            },
+        )
+    }
+
     /// A full send queue refuses the post, as verbs does (`sq_depth` work requests wait
     /// at most), so a peer that never posts a receive costs this side bounded memory.
     fn backlog_room(&self, b: &Backlog) -> Result<()> {
@@ -2077,15 +2102,7 @@ impl QueuePair for ShmQp {
         signaled: bool,
     ) -> Result<()> {
         self.conn.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.post_other(
-            wr_id,
-            WcOpcode::Write,
-            |qp| qp.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, true, signaled),
-            || {
-                let mr = mr.clone();
-                Box::new(move |qp| qp.one_sided_op(wr_id, &mr, off, len, remote_addr, rkey, true, signaled))
-            },
-        )
+        self.post_one_sided(wr_id, mr, off, len, remote_addr, rkey, true, signaled)
     }
 
     fn post_write_imm(
@@ -2106,15 +2123,7 @@ impl QueuePair for ShmQp {
 
     fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
         self.conn.stats.reads.fetch_add(1, Ordering::Relaxed);
-        self.post_other(
-            wr_id,
-            WcOpcode::Read,
-            |qp| qp.one_sided_op(wr_id, mr, off, len, remote_addr, rkey, false, true),
-            || {
-                let mr = mr.clone();
-                Box::new(move |qp| qp.one_sided_op(wr_id, &mr, off, len, remote_addr, rkey, false, true))
-            },
-        )
+        self.post_one_sided(wr_id, mr, off, len, remote_addr, rkey, false, true)
     }
 
     fn post_compare_swap(
