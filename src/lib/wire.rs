@@ -903,7 +903,7 @@ pub mod slot {
     }
 
     fn crc(h: &[u8], payload: &[u8]) -> u32 {
-        crc32c::crc32c_append(crc32c::crc32c(&h[..12]), covered(payload))
+        crate::log::format::crc32c_append(crate::log::format::crc32c(&h[..12]), covered(payload))
     }
 
     /// The header of a slot carrying `payload` (which follows it).

@@ -144,7 +144,7 @@ impl CellTable {
         b[16..24].copy_from_slice(&self.segments.to_le_bytes());
         b[24..32].copy_from_slice(&self.cells.to_le_bytes());
         b[32..40].copy_from_slice(&self.slot_size.to_le_bytes());
-        let c = crc32c::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]);
+        let c = crate::log::format::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]);
         b[DESCRIPTOR_CHECKSUM_OFF..].copy_from_slice(&c.to_le_bytes());
         b
     }
@@ -180,7 +180,7 @@ impl CellTable {
             return Err("cell table descriptor: wrong magic".into());
         }
         let stored = u32::from_le_bytes([b[68], b[69], b[70], b[71]]);
-        if crc32c::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]) != stored {
+        if crate::log::format::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]) != stored {
             return Err("cell table descriptor: checksum mismatch".into());
         }
         let w = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
@@ -226,7 +226,7 @@ pub fn slot_check(cell: u64, version: u64, checksum: u32) -> u64 {
     b[..8].copy_from_slice(&cell.to_le_bytes());
     b[8..16].copy_from_slice(&version.to_le_bytes());
     b[16..].copy_from_slice(&checksum.to_le_bytes());
-    u64::from(crc32c::crc32c(&b)) | ((cell & 0xffff_ffff) << 32)
+    u64::from(crate::log::format::crc32c(&b)) | ((cell & 0xffff_ffff) << 32)
 }
 
 /// Why a slot holds no entry.

@@ -134,7 +134,7 @@ impl Arena {
         for (i, v) in [self.first_segment, self.segments, self.heads, self.chunk_size, self.chunks].iter().enumerate() {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
-        let c = crc32c::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]);
+        let c = crate::log::format::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]);
         b[DESCRIPTOR_CHECKSUM_OFF..].copy_from_slice(&c.to_le_bytes());
         b
     }
@@ -171,7 +171,7 @@ impl Arena {
             return Err("Clover arena descriptor: wrong magic".into());
         }
         let stored = u32::from_le_bytes([b[68], b[69], b[70], b[71]]);
-        if crc32c::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]) != stored {
+        if crate::log::format::crc32c(&b[..DESCRIPTOR_CHECKSUM_OFF]) != stored {
             return Err("Clover arena descriptor: checksum mismatch".into());
         }
         let w = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
@@ -197,7 +197,7 @@ pub fn version_check(off: u64, version: u64, checksum: u32) -> u64 {
     b[..8].copy_from_slice(&off.to_le_bytes());
     b[8..16].copy_from_slice(&version.to_le_bytes());
     b[16..].copy_from_slice(&checksum.to_le_bytes());
-    u64::from(crc32c::crc32c(&b)) | ((off & 0xffff_ffff) << 32)
+    u64::from(crate::log::format::crc32c(&b)) | ((off & 0xffff_ffff) << 32)
 }
 
 /// Stores `version` and the check into the encoded entry `e` of the version at arena
