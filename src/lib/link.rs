@@ -278,9 +278,14 @@ impl<T: Transport> Link<T> {
 
     /// Sends `m` (the request), without waiting.
     pub(crate) fn send(&mut self, m: &Msg) -> Result<()> {
+        self.send_encoded(|req, b| m.encode_into(req, b))
+    }
+
+    /// Sends the request `encode` writes into the (cleared) buffer for request id `req`.
+    pub(crate) fn send_encoded(&mut self, encode: impl FnOnce(u32, &mut Vec<u8>)) -> Result<()> {
         let req = self.req();
         let mut b = std::mem::take(&mut self.buf);
-        m.encode_into(req, &mut b);
+        encode(req, &mut b);
         if b.len() > self.limits.server_recv as usize {
             let len = b.len() as u64;
             self.buf = b;

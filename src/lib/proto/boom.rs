@@ -229,11 +229,11 @@ impl Client {
     fn fetch<T: Transport>(
         l: &mut Link<T>,
         what: &'static str,
-        mut m: impl FnMut(RegionDesc) -> Msg,
+        mut encode: impl FnMut(u32, RegionDesc, &mut Vec<u8>),
     ) -> Result<Option<u32>> {
         loop {
             let buf = l.resp_mr.remote();
-            l.send(&m(buf))?;
+            l.send_encoded(|req, out| encode(req, buf, out))?;
             match l.wait_arrival(what)? {
                 Arrival::Data(DataImm { status: DataStatus::Ok, len }) => return Ok(Some(len)),
                 Arrival::Data(DataImm { status: DataStatus::NotFound, .. }) => return Ok(None),
@@ -297,7 +297,7 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let Some(len) = Self::fetch(l, "GET", |buf| Msg::Get { key: key.to_vec(), buf })? else {
+        let Some(len) = Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? else {
             return Ok(None);
         };
         l.take_response(len as usize)?;
@@ -306,14 +306,15 @@ impl<T: Transport> ClientSide<T> for Client {
 
     /// The entry lands in the response region: the value goes from there into `out`.
     fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
-        let Some(len) = Self::fetch(l, "GET", |buf| Msg::Get { key: key.to_vec(), buf })? else {
+        let Some(len) = Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? else {
             return Ok(Fetched::Absent);
         };
         Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
     }
 
     fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let len = Self::fetch(l, "SCAN", |buf| Msg::Scan { start: start.to_vec(), count, buf })?
+        let scan = |buf| Msg::Scan { start: start.to_vec(), count, buf };
+        let len = Self::fetch(l, "SCAN", |req, buf, out| scan(buf).encode_into(req, out))?
             .ok_or_else(|| Error::Protocol("SCAN failed: NotFound".into()))?;
         l.take_response(len as usize)?;
         let all = &l.buf;
