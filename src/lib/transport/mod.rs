@@ -1412,6 +1412,34 @@ pub fn set_yield_wait(on: bool) {
     YIELD_WAIT.with(|y| y.set(on));
 }
 
+thread_local! {
+    /// Whether this thread's last full wait found no slot to spin in, and its waits
+    /// since, counted (see [`yield_first`]).
+    static YIELDED_LAST: std::cell::Cell<(bool, u8)> = const { std::cell::Cell::new((false, 0)) };
+}
+
+/// Whether a wait of the calling thread should yield its CPU before it first looks at
+/// its receive rings: the thread polls with yields ([`set_yield_wait`]) and its last
+/// full wait had no slot to spin in, so other threads share its CPU. Its request went
+/// out a moment ago and the reply cannot be there yet; looking would pull the ring's
+/// line from the CPU about to write it (a miss here, and an ownership request there).
+/// Every 16th wait takes the full path, so the spin decision follows the load.
+pub(crate) fn yield_first() -> bool {
+    if !YIELD_WAIT.with(std::cell::Cell::get) {
+        return false;
+    }
+    YIELDED_LAST.with(|y| {
+        let (yielded, waits) = y.get();
+        y.set((yielded, waits.wrapping_add(1)));
+        yielded && waits % 16 != 0
+    })
+}
+
+/// Records whether a full wait of the calling thread had a slot to spin in.
+pub(crate) fn note_spin_slot(had: bool) {
+    YIELDED_LAST.with(|y| y.set((!had, y.get().1)));
+}
+
 /// When a wait that starts polling with yields at `now` stops (`now` itself for a
 /// thread that may not; see [`set_yield_wait`]).
 pub(crate) fn yield_wait_end(now: std::time::Instant) -> std::time::Instant {
@@ -1436,6 +1464,23 @@ pub(crate) fn deadline_from(now: std::time::Instant, d: Duration) -> std::time::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_yielding_thread_without_a_spin_slot_yields_before_it_looks() {
+        std::thread::spawn(|| {
+            assert!(!yield_first(), "a thread that may not poll with yields");
+            set_yield_wait(true);
+            note_spin_slot(true);
+            assert!((0..32).all(|_| !yield_first()), "a thread that spun in its last wait");
+            note_spin_slot(false);
+            let n = (0..32).filter(|_| yield_first()).count();
+            assert_eq!(n, 30, "every 16th wait takes the full path");
+            set_yield_wait(false);
+            assert!(!yield_first());
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn only_a_thread_that_asked_polls_with_yields() {

@@ -837,6 +837,20 @@ impl CqInner {
         futex_wake(seq, u32::MAX);
     }
 
+    /// Takes up to `max` completions produced in this process (send side, flushes,
+    /// local errors), without looking at the receive rings.
+    fn poll_local(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        if self.local_len.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let _p = lock(&self.poller);
+        let mut q = lock(&self.local);
+        let n = max.min(q.len());
+        out.extend(q.drain(..n));
+        self.local_len.store(q.len(), Ordering::Release);
+        n
+    }
+
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
         let start = out.len();
         let mut p = lock(&self.poller);
@@ -883,6 +897,14 @@ impl CompletionQueue for ShmCq {
         let inner = &self.inner;
         // No allocation until a completion is there (one wait per request on the hot path).
         let mut out = Vec::new();
+        // A client sharing its CPU: what is local (its SEND's completion), then its CPU
+        // to the other clients before it looks at its rings (see `yield_first`).
+        if super::yield_first() {
+            if inner.poll_local(&mut out, 1) == 1 {
+                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            }
+            std::thread::yield_now();
+        }
         if inner.poll(&mut out, 1) == 1 {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
@@ -893,6 +915,7 @@ impl CompletionQueue for ShmCq {
         let start = Instant::now();
         let end = deadline_from(start, timeout);
         let slot = super::spin_slot_at(start);
+        super::note_spin_slot(slot.is_some());
         let spin = if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
         let spin_end = start + spin;
         // A thread that may poll with yields but not spin goes to its yields at once:
