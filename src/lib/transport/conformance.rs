@@ -42,6 +42,7 @@ macro_rules! conformance_suite {
             rnr_retry_succeeds_when_receive_arrives,
             rnr_never_blocks_the_poster_and_keeps_order,
             rnr_waits_in_a_bounded_send_queue,
+            rnr_timeout_counts_from_the_head,
             message_longer_than_receive,
             close_flushes_both_sides,
             shared_recv_cq_tells_clients_apart,
@@ -563,6 +564,27 @@ pub fn rnr_waits_in_a_bounded_send_queue<Tr: Transport>(make: fn() -> Tr, ep: fn
     let c = expect_status(&p.c_send, WcStatus::RnrRetryExceeded, "the head of a full send queue");
     assert_eq!(c.wr_id, 0);
     assert!(p.cqp.is_error());
+}
+
+/// A SEND queued behind another that waits for a receive gets the whole RNR timeout
+/// from when it reaches the head, as a NIC counts retries from the first time it sends
+/// the message: here the second SEND waits longer than the timeout in all, but less of
+/// it at the head, and succeeds.
+pub fn rnr_timeout_counts_from_the_head<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    let rnr = test_config().rnr_timeout;
+    p.cqp.post_send_bytes(1, b"first").unwrap();
+    p.cqp.post_send_bytes(2, b"second").unwrap();
+    std::thread::sleep(rnr * 6 / 10);
+    p.sqp.post_recv(5, &p.smr, 0, 64).unwrap();
+    std::thread::sleep(rnr * 6 / 10);
+    p.sqp.post_recv(6, &p.smr, 64, 64).unwrap();
+    let a = ok(&p.c_send, "the first SEND, its receive posted within the timeout");
+    assert_eq!(a.wr_id, 1);
+    let b = ok(&p.c_send, "the second SEND: its time at the head was within the timeout");
+    assert_eq!(b.wr_id, 2);
+    assert_eq!(ok(&p.s_recv, "first").wr_id, 5);
+    assert_eq!(ok(&p.s_recv, "second").wr_id, 6);
 }
 
 pub fn message_longer_than_receive<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {

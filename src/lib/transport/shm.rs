@@ -428,7 +428,7 @@ impl ShmTransport {
             }),
             pending: Mutex::new(Pending { next: 1, answers: HashMap::new(), closed: false }),
             pending_cv: Condvar::new(),
-            backlog: Mutex::new(Backlog { items: VecDeque::new(), active: false }),
+            backlog: Mutex::new(Backlog { items: VecDeque::new(), active: false, head_out: false, bytes: 0 }),
             backlogged: AtomicBool::new(false),
             stats: StatCounters::default(),
         });
@@ -1188,6 +1188,49 @@ struct Backlog {
     /// Set while the queue pair's posts must go to `items` (from the first RNR until
     /// the RNR thread finds `items` empty).
     active: bool,
+    /// Whether the RNR thread has the head out of `items`, running it.
+    head_out: bool,
+    /// Bytes of inline SENDs held in `items`.
+    bytes: usize,
+}
+
+/// Bytes of inline SENDs one queue pair's backlog holds at most (as tcp's send
+/// backlog): with `sq_depth` requests of up to 16 MiB each, a peer that posts no
+/// receives could otherwise cost gigabytes.
+const BACKLOG_BYTES: usize = 64 << 20;
+
+impl Backlog {
+    fn held(d: &Deferred) -> usize {
+        match &d.work {
+            Work::TwoSided { src: OwnedSrc::Bytes(b), .. } => b.len(),
+            _ => 0,
+        }
+    }
+
+    fn push_back(&mut self, d: Deferred) {
+        self.bytes += Self::held(&d);
+        self.items.push_back(d);
+    }
+
+    /// Puts the head back (it still finds no receive).
+    fn put_back(&mut self, d: Deferred) {
+        self.bytes += Self::held(&d);
+        self.items.push_front(d);
+        self.head_out = false;
+    }
+
+    /// Takes the head out to run it.
+    fn take_head(&mut self) -> Option<Deferred> {
+        let d = self.items.pop_front()?;
+        self.bytes -= Self::held(&d);
+        self.head_out = true;
+        Some(d)
+    }
+
+    fn drain(&mut self) -> Vec<Deferred> {
+        self.bytes = 0;
+        self.items.drain(..).collect()
+    }
 }
 
 /// A posted work request that waits in a [`Backlog`].
@@ -1198,8 +1241,10 @@ struct Deferred {
 }
 
 enum Work {
-    /// A SEND (`write: None`) or WRITE_WITH_IMM, waiting for a receive since `since`.
-    TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, since: Instant },
+    /// A SEND (`write: None`) or WRITE_WITH_IMM, waiting for a receive since `since`:
+    /// since it first reached the head of the queue (`None` before), as a NIC counts
+    /// RNR retries from the first time it sends the message.
+    TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, since: Option<Instant> },
     /// Any other work request, run once when its turn comes (its errors complete it).
     Other(Later),
 }
@@ -1481,29 +1526,34 @@ impl Conn {
         loop {
             let item = {
                 let mut b = lock(&self.backlog);
-                match b.items.pop_front() {
+                match b.take_head() {
                     Some(i) => i,
                     None => {
                         b.active = false;
+                        b.head_out = false;
                         self.backlogged.store(false, Ordering::Release);
                         return false;
                     }
                 }
             };
             if self.state.is_error() {
-                lock(&self.backlog).items.push_front(item);
+                lock(&self.backlog).put_back(item);
                 self.flush_backlog(None);
                 return false;
             }
-            let Some(item) = qp.run(item) else { continue };
-            let Work::TwoSided { since, .. } = &item.work else { unreachable!("only a two-sided request waits") };
-            if since.elapsed() >= self.t.inner.cfg.rnr_timeout {
+            let Some(mut item) = qp.run(item) else {
+                lock(&self.backlog).head_out = false;
+                continue;
+            };
+            let Work::TwoSided { since, .. } = &mut item.work else { unreachable!("only a two-sided request waits") };
+            if since.get_or_insert_with(Instant::now).elapsed() >= self.t.inner.cfg.rnr_timeout {
                 let why = format!("no receive posted at the peer within {:?} (RNR)", self.t.inner.cfg.rnr_timeout);
                 let _ = qp.error(item.wr_id, item.opcode, WcStatus::RnrRetryExceeded, why);
+                lock(&self.backlog).head_out = false;
                 self.flush_backlog(None);
                 return false;
             }
-            lock(&self.backlog).items.push_front(item);
+            lock(&self.backlog).put_back(item);
             return true;
         }
     }
@@ -1518,7 +1568,7 @@ impl Conn {
             let mut b = lock(&self.backlog);
             b.active = false;
             self.backlogged.store(false, Ordering::Release);
-            b.items.drain(..).collect()
+            b.drain()
         };
         for d in items {
             self.send_cq.push(self.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
@@ -1677,6 +1727,8 @@ impl Drop for ShmQp {
     fn drop(&mut self) {
         if self.owner {
             self.conn.fail("closed locally", false);
+            // The RNR thread holds only a weak handle: what waits completes now.
+            self.conn.flush_backlog(None);
         }
     }
 }
@@ -1830,21 +1882,25 @@ impl ShmQp {
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
         let waiting =
             |since| Deferred { wr_id, opcode, work: Work::TwoSided { src: OwnedSrc::of(&src), write, since } };
+        let inline = match &src {
+            Src::Bytes(b) => b.len(),
+            Src::Mr(..) => 0,
+        };
         if self.conn.backlogged.load(Ordering::Acquire) {
             let mut b = lock(&self.conn.backlog);
             if b.active {
-                self.backlog_room(&b)?;
-                b.items.push_back(waiting(Instant::now()));
+                self.backlog_room(&b, inline)?;
+                b.push_back(waiting(None));
                 return Ok(());
             }
         }
         match self.two_sided(wr_id, src.clone(), write)? {
             Sent::Done => Ok(()),
             Sent::NoReceive => {
-                let item = waiting(Instant::now());
+                let item = waiting(Some(Instant::now()));
                 {
                     let mut b = lock(&self.conn.backlog);
-                    b.items.push_back(item);
+                    b.push_back(item);
                     b.active = true;
                     self.conn.backlogged.store(true, Ordering::Release);
                 }
@@ -1866,8 +1922,8 @@ impl ShmQp {
         if self.conn.backlogged.load(Ordering::Acquire) {
             let mut b = lock(&self.conn.backlog);
             if b.active {
-                self.backlog_room(&b)?;
-                b.items.push_back(Deferred { wr_id, opcode, work: Work::Other(later()) });
+                self.backlog_room(&b, 0)?;
+                b.push_back(Deferred { wr_id, opcode, work: Work::Other(later()) });
                 return Ok(());
             }
         }
@@ -1887,6 +1943,8 @@ impl ShmQp {
         write: bool,
         signaled: bool,
     ) -> Result<()> {
+        self.check_open()?;
+        super::check_len(len)?;
         let op = if write { WcOpcode::Write } else { WcOpcode::Read };
         self.post_other(
             wr_id,
@@ -1901,12 +1959,18 @@ impl ShmQp {
 
     /// A full send queue refuses the post, as verbs does (`sq_depth` work requests wait
     /// at most), so a peer that never posts a receive costs this side bounded memory.
-    fn backlog_room(&self, b: &Backlog) -> Result<()> {
+    fn backlog_room(&self, b: &Backlog, inline: usize) -> Result<()> {
         let depth = self.conn.t.inner.cfg.sq_depth as usize;
-        if b.items.len() >= depth {
+        if b.items.len() + usize::from(b.head_out) >= depth {
             return Err(Error::Transport(format!(
                 "qp {}: send queue full ({depth} work requests wait for a receive at the peer)",
                 self.conn.qp_num
+            )));
+        }
+        if b.bytes + inline > BACKLOG_BYTES {
+            return Err(Error::Transport(format!(
+                "qp {}: {} bytes of SENDs wait for a receive at the peer already; try again later",
+                self.conn.qp_num, b.bytes
             )));
         }
         Ok(())
@@ -1926,7 +1990,8 @@ impl ShmQp {
             }
         };
         if done.is_err() {
-            // Only a connection in the error state refuses a checked request.
+            // Every argument was checked before the request was queued: only a
+            // connection in the error state refuses it now.
             self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
         }
         None
@@ -2160,6 +2225,8 @@ impl QueuePair for ShmQp {
         swap: u64,
     ) -> Result<()> {
         self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        self.check_open()?;
+        super::check_atomic_addr(remote_addr)?;
         let cas = move |w: &AtomicU64| match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
             Ok(v) | Err(v) => v,
         };
@@ -2176,6 +2243,8 @@ impl QueuePair for ShmQp {
 
     fn post_fetch_add(&self, wr_id: u64, mr: &Mr, off: u64, remote_addr: u64, rkey: u32, add: u64) -> Result<()> {
         self.conn.stats.atomics.fetch_add(1, Ordering::Relaxed);
+        self.check_open()?;
+        super::check_atomic_addr(remote_addr)?;
         let faa = move |w: &AtomicU64| w.fetch_add(add, Ordering::AcqRel);
         self.post_other(
             wr_id,
@@ -2216,6 +2285,7 @@ impl QueuePair for ShmQp {
 
     fn close(&self) {
         self.conn.fail("closed locally", false);
+        self.conn.flush_backlog(None);
     }
 }
 
@@ -2241,6 +2311,31 @@ mod tests {
     }
 
     crate::conformance_suite!(make, ep);
+
+    /// Requests that wait for a receive complete with a flush error when their queue
+    /// pair is dropped: the RNR thread holds only a weak handle, and an accepted post
+    /// is never dropped silently.
+    #[test]
+    fn dropping_a_queue_pair_flushes_what_waits_for_a_receive() {
+        let p = conformance::pair(make, ep);
+        p.cqp.post_send_bytes(1, b"nobody listens").unwrap();
+        p.cqp.post_write(2, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
+        let conformance::Pair { cqp, c_send, .. } = p;
+        drop(cqp);
+        for wr in [1, 2] {
+            let c = c_send.wait(conformance::T).unwrap();
+            assert_eq!((c.wr_id, c.status), (wr, WcStatus::WrFlushError));
+        }
+    }
+
+    /// Inline SENDs waiting for a receive hold at most `BACKLOG_BYTES` between them.
+    #[test]
+    fn the_bytes_waiting_for_a_receive_are_bounded() {
+        let p = conformance::pair(make, ep);
+        let msg = vec![7u8; 1 << 20];
+        let taken = (0..100).take_while(|&i| p.cqp.post_send_bytes(i, &msg).is_ok()).count();
+        assert!((64..=66).contains(&taken), "{taken} MiB of SENDs held for a peer without receives");
+    }
 
     #[test]
     fn version_mismatch_and_garbage_are_refused() {
