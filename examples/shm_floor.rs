@@ -124,15 +124,24 @@ fn main() {
     let (mut seconds, mut repeats, mut size) = (2.0f64, 3usize, 2048usize);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
+    let usage = "usage: shm_floor [--threads LIST] [--seconds S] [--repeats N] [--size BYTES]";
+    let fail = |why: String| -> ! {
+        eprintln!("shm_floor: {why}\n{usage}");
+        std::process::exit(2)
+    };
     while let Some(a) = it.next() {
-        let mut v = || it.next().unwrap_or_else(|| panic!("{a} needs a value")).clone();
+        let v = it.next().unwrap_or_else(|| fail(format!("{a} needs a value")));
+        let bad = || -> ! { fail(format!("{a}: {v:?} is not a number")) };
         match a.as_str() {
-            "--threads" => threads = v().split(',').map(|t| t.parse().expect("--threads: numbers")).collect(),
-            "--seconds" => seconds = v().parse().expect("--seconds: a number"),
-            "--repeats" => repeats = v().parse().expect("--repeats: a number"),
-            "--size" => size = v().parse().expect("--size: bytes"),
-            _ => panic!("unknown argument {a} (--threads LIST --seconds S --repeats N --size BYTES)"),
+            "--threads" => threads = v.split(',').map(|t| t.parse().unwrap_or_else(|_| bad())).collect(),
+            "--seconds" => seconds = v.parse().unwrap_or_else(|_| bad()),
+            "--repeats" => repeats = v.parse().unwrap_or_else(|_| bad()),
+            "--size" => size = v.parse().unwrap_or_else(|_| bad()),
+            _ => fail(format!("unknown argument {a}")),
         }
+    }
+    if threads.is_empty() || threads.contains(&0) || repeats == 0 || !seconds.is_finite() || seconds <= 0.0 {
+        fail("threads, repeats and seconds must be positive".into());
     }
     let combos = [
         (Place::Split, Wait::Yield),

@@ -672,11 +672,17 @@ fn get_body(w: &mut W, key: &[u8], buf: &RegionDesc) {
     w.bytes16(key).region(buf);
 }
 
+/// A writer over `out` (cleared) that starts with a message's header.
+fn header(out: &mut Vec<u8>, opc: u8, req: u32) -> W {
+    let mut w = W(std::mem::take(out));
+    w.0.clear();
+    w.u8(opc).u8(0).u16(0).u32(req);
+    w
+}
+
 impl Msg {
     /// Encodes the message with request id `req` into `out` (cleared first).
     pub fn encode_into(&self, req: u32, out: &mut Vec<u8>) {
-        let mut w = W(std::mem::take(out));
-        w.0.clear();
         let opc = match self {
             Msg::GrantSegment => op::GRANT,
             Msg::SegmentGranted { .. } => op::GRANTED,
@@ -705,7 +711,7 @@ impl Msg {
             Msg::ChunkReq => op::CHUNK_REQ,
             Msg::Chunk { .. } => op::CHUNK,
         };
-        w.u8(opc).u8(0).u16(0).u32(req);
+        let mut w = header(out, opc, req);
         match self {
             Msg::GrantSegment | Msg::StatsReq | Msg::NotFound | Msg::RingsReq | Msg::ChunkReq => {}
             Msg::SegmentGranted { segment, region } => {
@@ -773,9 +779,7 @@ impl Msg {
     /// the same bytes, without the message's own copy of the key, one allocation less on
     /// the client's hottest path.
     pub fn encode_get_into(req: u32, key: &[u8], buf: &RegionDesc, out: &mut Vec<u8>) {
-        let mut w = W(std::mem::take(out));
-        w.0.clear();
-        w.u8(op::GET).u8(0).u16(0).u32(req);
+        let mut w = header(out, op::GET, req);
         get_body(&mut w, key, buf);
         *out = w.0;
     }

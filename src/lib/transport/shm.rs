@@ -1231,6 +1231,16 @@ impl Backlog {
         self.bytes = 0;
         self.items.drain(..).collect()
     }
+
+    /// Starts or ends the backlog: posts go to `items` while it is active, and
+    /// `mirror` (the queue pair's lock-free copy of the flag) says so.
+    fn set_active(&mut self, on: bool, mirror: &AtomicBool) {
+        self.active = on;
+        if !on {
+            self.head_out = false;
+        }
+        mirror.store(on, Ordering::Release);
+    }
 }
 
 /// A posted work request that waits in a [`Backlog`].
@@ -1529,9 +1539,7 @@ impl Conn {
                 match b.take_head() {
                     Some(i) => i,
                     None => {
-                        b.active = false;
-                        b.head_out = false;
-                        self.backlogged.store(false, Ordering::Release);
+                        b.set_active(false, &self.backlogged);
                         return false;
                     }
                 }
@@ -1566,8 +1574,7 @@ impl Conn {
         }
         let items: Vec<Deferred> = {
             let mut b = lock(&self.backlog);
-            b.active = false;
-            self.backlogged.store(false, Ordering::Release);
+            b.set_active(false, &self.backlogged);
             b.drain()
         };
         for d in items {
@@ -1882,17 +1889,8 @@ impl ShmQp {
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
         let waiting =
             |since| Deferred { wr_id, opcode, work: Work::TwoSided { src: OwnedSrc::of(&src), write, since } };
-        let inline = match &src {
-            Src::Bytes(b) => b.len(),
-            Src::Mr(..) => 0,
-        };
-        if self.conn.backlogged.load(Ordering::Acquire) {
-            let mut b = lock(&self.conn.backlog);
-            if b.active {
-                self.backlog_room(&b, inline)?;
-                b.push_back(waiting(None));
-                return Ok(());
-            }
+        if self.queued(|| waiting(None))? {
+            return Ok(());
         }
         match self.two_sided(wr_id, src.clone(), write)? {
             Sent::Done => Ok(()),
@@ -1901,13 +1899,28 @@ impl ShmQp {
                 {
                     let mut b = lock(&self.conn.backlog);
                     b.push_back(item);
-                    b.active = true;
-                    self.conn.backlogged.store(true, Ordering::Release);
+                    b.set_active(true, &self.conn.backlogged);
                 }
                 stall(&self.conn);
                 Ok(())
             }
         }
+    }
+
+    /// Queues the work request `make` builds behind a backlog if the queue pair has
+    /// one (a full one refuses it); false when it has none and the request runs now.
+    fn queued(&self, make: impl FnOnce() -> Deferred) -> Result<bool> {
+        if !self.conn.backlogged.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let mut b = lock(&self.conn.backlog);
+        if !b.active {
+            return Ok(false);
+        }
+        let d = make();
+        self.backlog_room(&b, Backlog::held(&d))?;
+        b.push_back(d);
+        Ok(true)
     }
 
     /// Any other work request: runs `now` unless a backlog holds earlier work requests;
@@ -1919,13 +1932,8 @@ impl ShmQp {
         now: impl FnOnce(&ShmQp) -> Result<()>,
         later: impl FnOnce() -> Later,
     ) -> Result<()> {
-        if self.conn.backlogged.load(Ordering::Acquire) {
-            let mut b = lock(&self.conn.backlog);
-            if b.active {
-                self.backlog_room(&b, 0)?;
-                b.push_back(Deferred { wr_id, opcode, work: Work::Other(later()) });
-                return Ok(());
-            }
+        if self.queued(|| Deferred { wr_id, opcode, work: Work::Other(later()) })? {
+            return Ok(());
         }
         now(self)
     }
@@ -1978,16 +1986,13 @@ impl ShmQp {
 
     /// Runs a work request from the backlog; gives it back if it still finds no receive.
     fn run(&self, d: Deferred) -> Option<Deferred> {
-        let done = match &d.work {
-            Work::TwoSided { src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), *write) {
+        let done = match d.work {
+            Work::TwoSided { ref src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), write) {
                 Ok(Sent::NoReceive) => return Some(d),
                 Ok(Sent::Done) => Ok(()),
                 Err(e) => Err(e),
             },
-            Work::Other(_) => {
-                let Work::Other(f) = d.work else { unreachable!() };
-                f(self)
-            }
+            Work::Other(f) => f(self),
         };
         if done.is_err() {
             // Every argument was checked before the request was queued: only a
