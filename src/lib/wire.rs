@@ -285,6 +285,16 @@ impl<'a> R<'a> {
         }
         self.take(n)
     }
+    /// A message's header: its opcode and request id.
+    fn message_header(&mut self) -> Result<(u8, u32)> {
+        let opc = self.u8()?;
+        let (flags, reserved) = (self.u8()?, self.u16()?);
+        if flags != 0 || reserved != 0 {
+            return Err(Error::corrupt("message", format!("flags {flags:#x} / reserved {reserved:#x} must be zero")));
+        }
+        Ok((opc, self.u32()?))
+    }
+
     fn done(&self) -> Result<()> {
         if self.b.is_empty() {
             Ok(())
@@ -794,12 +804,7 @@ impl Msg {
     /// Decodes a message; returns it and its request id.
     pub fn decode(b: &[u8]) -> Result<(Msg, u32)> {
         let mut r = R { b, what: "message" };
-        let opc = r.u8()?;
-        let (flags, reserved) = (r.u8()?, r.u16()?);
-        if flags != 0 || reserved != 0 {
-            return Err(Error::corrupt("message", format!("flags {flags:#x} / reserved {reserved:#x} must be zero")));
-        }
-        let req = r.u32()?;
+        let (opc, req) = r.message_header()?;
         let m = match opc {
             op::GRANT => Msg::GrantSegment,
             op::GRANTED => Msg::SegmentGranted { segment: r.u64()?, region: r.region()? },
@@ -864,6 +869,31 @@ impl Msg {
         r.done()?;
         Ok((m, req))
     }
+}
+
+/// A GET request read where it landed, its key borrowed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct GetRef<'a> {
+    /// Request id.
+    pub req: u32,
+    /// The key.
+    pub key: &'a [u8],
+    /// The client's buffer for the entry.
+    pub buf: RegionDesc,
+}
+
+/// `b` decoded as a GET, the key not copied (checked as [`Msg::decode`] checks it);
+/// `None` if `b` is another message.
+pub fn decode_get(b: &[u8]) -> Result<Option<GetRef<'_>>> {
+    if b.first() != Some(&op::GET) {
+        return Ok(None);
+    }
+    let mut r = R { b, what: "message" };
+    let (_, req) = r.message_header()?;
+    let key = r.bytes16(MAX_KEY)?;
+    let buf = r.region()?;
+    r.done()?;
+    Ok(Some(GetRef { req, key, buf }))
 }
 
 /// Whether `b` is an RpcPut message (checked without decoding, so the server can copy
@@ -1051,6 +1081,28 @@ mod tests {
             let mut out = junk;
             Msg::encode_get_into(req, &key, &buf, &mut out);
             prop_assert_eq!(&out, &Msg::Get { key, buf }.encode(req));
+        }
+
+        /// The borrowed GET decoder accepts exactly what the message decoder accepts as a
+        /// GET, with the same fields, and passes on every other message.
+        #[test]
+        fn a_get_decoded_in_place_is_the_message(b in proptest::collection::vec(any::<u8>(), 0..128),
+                                                 key in proptest::collection::vec(any::<u8>(), 0..64),
+                                                 req in any::<u32>(), addr in any::<u64>(), len in any::<u64>(),
+                                                 rkey in any::<u32>(), cut in 0usize..200) {
+            let buf = RegionDesc { addr, len, rkey };
+            let mut good = Msg::Get { key: key.clone(), buf }.encode(req);
+            for bytes in [b, good.clone(), { good.truncate(cut.min(good.len())); good }] {
+                match (decode_get(&bytes), Msg::decode(&bytes)) {
+                    (Ok(Some(g)), Ok((Msg::Get { key, buf }, req))) => {
+                        prop_assert_eq!(g, GetRef { req, key: &key, buf });
+                    }
+                    (Ok(None), Ok((m, _))) => prop_assert!(!matches!(m, Msg::Get { .. }), "{:?}", m),
+                    (Ok(None), Err(_)) => prop_assert!(bytes.first() != Some(&op::GET)),
+                    (Err(_), Err(_)) => {}
+                    (g, m) => prop_assert!(false, "in place {:?}, message {:?}", g, m),
+                }
+            }
         }
     }
 

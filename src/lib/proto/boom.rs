@@ -69,10 +69,20 @@ impl std::fmt::Debug for WriteHook {
 pub(crate) struct Server;
 
 impl<T: Transport> ServerSide<T> for Server {
+    /// A GET is served with its key read where it landed (no copy; every GET comes this
+    /// way); anything else is decoded.
+    fn on_receive(&mut self, cx: &mut Ctx<'_, T>, raw: &[u8]) -> Result<()> {
+        if let Some(g) = crate::wire::decode_get(raw)? {
+            return get(cx, g.key, g.buf);
+        }
+        let (m, req) = Msg::decode(raw)?;
+        self.on_msg(cx, m, req)
+    }
+
     fn on_msg(&mut self, cx: &mut Ctx<'_, T>, m: Msg, req: u32) -> Result<()> {
         match m {
             Msg::GrantSegment => grant(cx, req),
-            Msg::Get { key, buf } => get(cx, key, buf),
+            Msg::Get { key, buf } => get(cx, &key, buf),
             Msg::Scan { start, count, buf } => scan(cx, start, count, buf),
             Msg::RpcPut { entry } => cx.server_delete(&entry, req),
             m => cx.common(m, req),
@@ -109,8 +119,8 @@ fn data_imm<T: Transport>(cx: &mut Ctx<'_, T>, buf: &RegionDesc, status: DataSta
 }
 
 /// A GET: WRITE_WITH_IMM the entry from PM into the client's buffer.
-fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: Vec<u8>, buf: RegionDesc) -> Result<()> {
-    let (found, timer) = cx.lookup(&key);
+fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], buf: RegionDesc) -> Result<()> {
+    let (found, timer) = cx.lookup(key);
     let Some(loc) = found else { return data_imm(cx, &buf, DataStatus::NotFound, 0) };
     if loc.len as u64 > buf.len {
         return data_imm(cx, &buf, DataStatus::TooSmall, loc.len);

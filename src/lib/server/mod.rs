@@ -419,8 +419,8 @@ impl<T: Transport> Worker<T> {
     fn drop_conn(&mut self, q: u32, why: &str) {
         self.polled.retain(|&p| p != q);
         if let Some(Peer { conn: mut c, mut side }) = self.conns.remove(&q) {
-            for (_, (key, v)) in c.gets.drain() {
-                self.sh.inflight.end(&key, v);
+            for (_, t) in c.gets.drain() {
+                self.sh.inflight.end(t);
             }
             // The protocol settles what it holds in the client's segment while the
             // segment is still its active one.
@@ -446,8 +446,8 @@ impl<T: Transport> Worker<T> {
             }
             return;
         };
-        if let Some((key, v)) = conn.gets.remove(&c.wr_id) {
-            self.sh.inflight.end(&key, v);
+        if let Some(t) = conn.gets.remove(&c.wr_id) {
+            self.sh.inflight.end(t);
             conn.get_bytes = conn.get_bytes.saturating_sub(c.byte_len as u64);
         }
         if !c.status.is_ok() && conn.dead.is_none() {
@@ -461,13 +461,13 @@ impl<T: Transport> Worker<T> {
     }
 
     fn on_recv(&mut self, c: Completion) {
-        let Some(mut peer) = self.conns.remove(&c.qp_num) else {
+        // The peer is used where it is in the map (no move out and back per request).
+        let Some(Peer { conn, side }) = self.conns.get_mut(&c.qp_num) else {
             if !self.gone.contains_key(&c.qp_num) {
                 self.early.push((true, c, self.st.now));
             }
             return;
         };
-        let Peer { conn, side } = &mut peer;
         conn.last_active = self.st.now;
         if !c.status.is_ok() {
             let why = match conn.qp.error_reason() {
@@ -476,7 +476,6 @@ impl<T: Transport> Worker<T> {
                 None => format!("receive completed with {}", c.status),
             };
             conn.close(why.clone());
-            self.conns.insert(c.qp_num, peer);
             self.drop_conn(c.qp_num, &why);
             return;
         }
@@ -509,9 +508,9 @@ impl<T: Transport> Worker<T> {
         if side.polls() && !self.polled.contains(&c.qp_num) {
             self.polled.push(c.qp_num);
         }
-        self.conns.insert(c.qp_num, peer);
         if let Some(why) = dead {
             self.drop_conn(c.qp_num, &why);
         }
     }
 }
+

@@ -37,8 +37,8 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) seg_mr: Option<T::Mr>,
     /// Segments granted so far (for the quota).
     pub(crate) segments: u64,
-    /// wr_id -> (key, version) of GET data writes not yet completed.
-    pub(crate) gets: ConnMap<u64, (Vec<u8>, u64)>,
+    /// wr_id -> the in-flight GET record of each GET data write not yet completed.
+    pub(crate) gets: ConnMap<u64, crate::service::inflight::GetTicket>,
     /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`Conn::max_get_bytes`]).
     pub(crate) get_bytes: u64,
     next_wr: u64,
@@ -456,8 +456,8 @@ impl<T: Transport> Ctx<'_, T> {
 
     /// Records a GET data write `wr` of `key`'s `version` as in flight (the cleaner and
     /// in-place rewrites leave that entry alone until its completion).
-    pub(crate) fn begin_get(&mut self, wr: u64, key: Vec<u8>, version: u64) {
-        self.sh.inflight.begin(&key, version);
-        self.conn.gets.insert(wr, (key, version));
+    pub(crate) fn begin_get(&mut self, wr: u64, key: &[u8], version: u64) {
+        let t = self.sh.inflight.begin(key, version);
+        self.conn.gets.insert(wr, t);
     }
 }
