@@ -419,9 +419,6 @@ impl<T: Transport> Worker<T> {
     fn drop_conn(&mut self, q: u32, why: &str) {
         self.polled.retain(|&p| p != q);
         if let Some(Peer { conn: mut c, mut side }) = self.conns.remove(&q) {
-            for (_, t) in c.gets.drain() {
-                self.sh.inflight.end(t);
-            }
             // The protocol settles what it holds in the client's segment while the
             // segment is still its active one.
             side.before_close(&mut Ctx { sh: &self.sh, conn: &mut c, w: &mut self.st });
@@ -433,6 +430,12 @@ impl<T: Transport> Worker<T> {
             }
             side.on_close();
             c.qp.close();
+            // Closed first: a GET's data write still waiting in the queue pair (for a
+            // receive, or an rkey look-up) is flushed, not copied after its version is
+            // released.
+            for (_, t) in c.gets.drain() {
+                self.sh.inflight.end(t);
+            }
             self.gone.insert(q, self.st.now);
             self.sh.clients.fetch_sub(1, Ordering::AcqRel);
             self.sh.log(&format!("client {} disconnected: {why}", c.id));
@@ -514,3 +517,62 @@ impl<T: Transport> Worker<T> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Client, ClientOptions};
+    use crate::log::PoolOptions;
+    use crate::transport::{Access, QueuePair, ShmTransport, TransportConfig};
+    use crate::wire::{Hello, Msg, Protocol, Welcome};
+
+    /// A client that asks for a GET and never answers the server's look-up of its
+    /// response buffer (a stopped or hostile process) costs the honest client beside it,
+    /// on the server's only worker, nothing: the reply waits in the silent client's send
+    /// queue, not in the worker. The look-up timeout is far longer than the honest
+    /// client's: a worker that waited for the answer would make every honest request
+    /// time out.
+    #[test]
+    fn a_client_that_never_answers_a_lookup_costs_the_others_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
+        o.media.create_size = Some(16 << 20);
+        let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+        let slow = TransportConfig { lookup_timeout: Duration::from_secs(60), ..Default::default() };
+        let ep = Endpoint::Shm(dir.path().join("s.sock"));
+        let cfg = ServerConfig { workers: 1, log_clients: false, cleaner: false, ..Default::default() };
+        let s = Server::start(ShmTransport::with_config(slow).unwrap(), pool, &[ep], cfg).unwrap();
+        let ep = &s.endpoints()[0];
+        let opts = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
+        let mut honest = Client::connect(&ShmTransport::new().unwrap(), ep, opts).unwrap();
+        honest.put(b"before", b"acknowledged").unwrap();
+
+        let silent = ShmTransport::new().unwrap();
+        silent.hold_lookups(true);
+        let cq = silent.create_cq().unwrap();
+        let response = silent.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: response.remote() };
+        let (qp, w) = silent.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        for i in 0..4u32 {
+            let get = Msg::Get { key: b"before".to_vec(), buf: response.remote() };
+            qp.post_send_bytes(u64::from(i), &get.encode(i + 1)).unwrap();
+        }
+        // The worker has taken the silent client's GETs (each is counted before its reply
+        // is posted, which needs the look-up).
+        let until = Instant::now() + Duration::from_secs(10);
+        while s.stats().gets < 1 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(s.stats().gets >= 1, "the worker never took the silent client's GET");
+        let t0 = Instant::now();
+        for i in 0..50 {
+            let k = format!("k{i}");
+            honest.put(k.as_bytes(), b"v").unwrap();
+            assert_eq!(honest.get(k.as_bytes()).unwrap().unwrap(), b"v");
+        }
+        assert_eq!(honest.get(b"before").unwrap().unwrap(), b"acknowledged");
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(20), "50 PUT+GET beside a client that answers no look-up: {took:?}");
+        assert!(!qp.is_error(), "the silent client is still connected: its look-up has not timed out");
+    }
+}

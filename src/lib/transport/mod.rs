@@ -680,6 +680,11 @@ pub struct TransportConfig {
     pub spin: Duration,
     /// Upper bound for the handshake of one incoming connection in `accept`.
     pub handshake_timeout: Duration,
+    /// shm: how long the owner of a region has to answer the first use of its rkey on a
+    /// connection (the initiator asks it for the region's file). The work request waits
+    /// in its send queue meanwhile, the poster does not; without an answer it fails with
+    /// a remote access error.
+    pub lookup_timeout: Duration,
 }
 
 impl Default for TransportConfig {
@@ -692,6 +697,7 @@ impl Default for TransportConfig {
             rnr_timeout: Duration::from_secs(1),
             spin: Duration::from_micros(100),
             handshake_timeout: Duration::from_secs(5),
+            lookup_timeout: Duration::from_secs(2),
         }
     }
 }

@@ -50,7 +50,11 @@
 //! private data, and the page, doorbell and table files), the socket carries rkey
 //! look-ups: the first time an initiator uses an rkey it asks the owner, whose control
 //! thread answers with the region's bounds, access and file (or "no such region"). The
-//! initiator maps the region and caches it. When the socket reports end of file (the
+//! initiator maps the region and caches it. The poster never waits for the answer: the
+//! work request waits in its queue pair's send queue (the backlog, with everything
+//! posted behind it) and the RNR thread runs it once the answer is in, or fails it with
+//! a remote access error after [`TransportConfig::lookup_timeout`], so a peer that is
+//! stopped or hostile holds up only its own queue pair. When the socket reports end of file (the
 //! peer closed the queue pair, hit an error, or died), the connection goes to the error
 //! state and the posted receives are flushed once every completion the peer wrote has
 //! been polled.
@@ -66,7 +70,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -107,9 +111,6 @@ const MAX_CTL_MSG: usize = MAX_PRIVATE_DATA + 256;
 
 /// Peer regions an initiator keeps mapped before it forgets them all.
 const MAX_CACHED_REGIONS: usize = 1024;
-
-/// How long an initiator waits for the owner to answer an rkey look-up.
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -162,13 +163,17 @@ struct Msg {
 }
 
 fn send_msg(sock: &OwnedFd, bytes: &[u8], files: &[&File]) -> std::io::Result<()> {
+    send_msg_with(sock, bytes, files, SendFlags::NOSIGNAL)
+}
+
+fn send_msg_with(sock: &OwnedFd, bytes: &[u8], files: &[&File], flags: SendFlags) -> std::io::Result<()> {
     let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut anc = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
         return Err(std::io::Error::other("too many descriptors for one message"));
     }
-    let n = rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut anc, SendFlags::NOSIGNAL)?;
+    let n = rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut anc, flags)?;
     if n != bytes.len() {
         return Err(std::io::Error::other("short control message"));
     }
@@ -296,6 +301,9 @@ struct Shared {
     pd: Arc<Pd>,
     cfg: TransportConfig,
     next_qp: AtomicU32,
+    /// Tests: this side holds back its answers to rkey look-ups (a stopped or hostile peer).
+    #[cfg(test)]
+    hold_lookups: AtomicBool,
 }
 
 impl std::fmt::Debug for ShmTransport {
@@ -318,7 +326,33 @@ impl ShmTransport {
         if cfg.rq_depth == 0 || cfg.rq_depth > MAX_DEPTH {
             return Err(Error::invalid(format!("rq_depth must be in 1..={MAX_DEPTH}")));
         }
-        Ok(ShmTransport { inner: Arc::new(Shared { pd: Arc::new(Pd::new(true)?), cfg, next_qp: AtomicU32::new(1) }) })
+        if cfg.lookup_timeout.is_zero() {
+            return Err(Error::invalid("lookup_timeout must be more than zero"));
+        }
+        Ok(ShmTransport {
+            inner: Arc::new(Shared {
+                pd: Arc::new(Pd::new(true)?),
+                cfg,
+                next_qp: AtomicU32::new(1),
+                #[cfg(test)]
+                hold_lookups: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Tests: while `hold` is set, this side answers no rkey look-up of its peers (each
+    /// control thread waits with the one it got), as a peer that is stopped or hostile.
+    #[cfg(test)]
+    pub(crate) fn hold_lookups(&self, hold: bool) {
+        self.inner.hold_lookups.store(hold, Ordering::Relaxed);
+    }
+
+    /// Tests: waits while look-ups are held (see [`Self::hold_lookups`]) and `c` is open.
+    fn held_lookup(&self, _c: &Conn) {
+        #[cfg(test)]
+        while self.inner.hold_lookups.load(Ordering::Relaxed) && !_c.state.torn_down.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Registers a region (bound to local queue pair `bound`, if given). A peer reaches
@@ -425,9 +459,9 @@ impl ShmTransport {
                 cq_next: 0,
                 cq_polled: 0,
                 regions: HashMap::new(),
+                asking: HashMap::new(),
             }),
             pending: Mutex::new(Pending { next: 1, answers: HashMap::new(), closed: false }),
-            pending_cv: Condvar::new(),
             backlog: Mutex::new(Backlog { items: VecDeque::new(), active: false, head_out: false, bytes: 0 }),
             backlogged: AtomicBool::new(false),
             stats: StatCounters::default(),
@@ -1131,6 +1165,48 @@ struct SendSide {
     /// Last known count of ring completions the peer has polled.
     cq_polled: u64,
     regions: HashMap<u32, Arc<PeerRegion>>,
+    /// Look-ups asked of the peer and not yet answered: rkey -> (request id, asked at).
+    asking: HashMap<u32, (u64, Instant)>,
+}
+
+/// What an access to a peer region came to.
+enum Reach<R> {
+    /// It ran, with this result.
+    Done(R),
+    /// A remote access error (unknown rkey, out of bounds, no access, revoked).
+    Refused,
+    /// The rkey is being looked up: nothing happened yet; try again later.
+    Asked,
+}
+
+/// What came back for an rkey look-up.
+enum Heard {
+    NotYet,
+    Refused,
+    /// The peer closed the connection without answering.
+    Closed,
+    Found(Resolved, File),
+}
+
+/// What sending an rkey look-up came to.
+enum Asking {
+    Sent(u64),
+    /// It could not be sent (the peer reads none of our look-ups, so its socket is
+    /// full, or another error): a remote access error.
+    Refused,
+    /// The connection is closing.
+    Closed,
+}
+
+/// Where a peer region stands for a work request that needs it.
+enum Lookup {
+    /// Mapped: go on.
+    Ready(Arc<PeerRegion>),
+    /// No such region for us (or the peer did not answer in time): a remote access error.
+    Refused,
+    /// Asked of the peer, not answered yet: the work request waits in the backlog, and
+    /// the poster goes on.
+    Asked,
 }
 
 struct Pending {
@@ -1171,7 +1247,6 @@ struct Conn {
     recv_cq: Arc<CqInner>,
     send: Mutex<SendSide>,
     pending: Mutex<Pending>,
-    pending_cv: Condvar,
     /// Work requests behind a SEND or WRITE_WITH_IMM that found no receive (RNR).
     backlog: Mutex<Backlog>,
     /// `backlog.active`, readable without the lock (one load per post).
@@ -1179,10 +1254,11 @@ struct Conn {
     stats: StatCounters,
 }
 
-/// A queue pair's send queue while its head waits for a receive of the peer. The
-/// poster does not wait: the head and everything posted behind it wait here, in
-/// order, and the RNR thread ([`retry_stalled`]) runs them as receives appear, or
-/// fails the head at the RNR timeout and flushes the rest, as a NIC does.
+/// A queue pair's send queue while its head waits for a receive of the peer, or for
+/// the answer to the look-up of an rkey it uses. The poster does not wait: the head
+/// and everything posted behind it wait here, in order, and the RNR thread
+/// ([`retry_stalled`]) runs them as receives and answers appear, or fails the head at
+/// the RNR (or look-up) timeout and flushes the rest, as a NIC does.
 struct Backlog {
     items: VecDeque<Deferred>,
     /// Set while the queue pair's posts must go to `items` (from the first RNR until
@@ -1255,12 +1331,31 @@ enum Work {
     /// since it first reached the head of the queue (`None` before), as a NIC counts
     /// RNR retries from the first time it sends the message.
     TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, since: Option<Instant> },
-    /// Any other work request, run once when its turn comes (its errors complete it).
+    /// Any other work request, run when its turn comes (its errors complete it), and
+    /// again while an rkey it needs is being looked up.
     Other(Later),
 }
 
 /// A work request other than SEND or WRITE_WITH_IMM, as it runs when its turn comes.
-type Later = Box<dyn FnOnce(&ShmQp) -> Result<()> + Send>;
+type Later = Box<dyn FnMut(&ShmQp) -> Result<Step> + Send>;
+
+/// What running a work request other than SEND or WRITE_WITH_IMM came to.
+enum Step {
+    /// Done, or failed with its error completion.
+    Done,
+    /// The rkey it needs is being looked up; nothing happened yet.
+    Asked,
+}
+
+/// What running a work request from the backlog came to.
+enum Ran {
+    /// Done, or failed with its error completion.
+    Done,
+    /// A SEND or WRITE_WITH_IMM still finds no receive: it goes back.
+    NoReceive(Deferred),
+    /// An rkey it needs is still being looked up: it goes back.
+    Asked(Deferred),
+}
 
 /// The local part of a waiting SEND or WRITE_WITH_IMM: the region stays registered
 /// while the handle is held; inline bytes are copied.
@@ -1285,13 +1380,15 @@ impl OwnedSrc {
     }
 }
 
-/// Queue pairs with a backlog, for the RNR thread; `running` while it runs.
+/// Queue pairs with a backlog, for the RNR thread; `running` while it runs (`thread`
+/// is its handle once it has one).
 struct Stalled {
     conns: Vec<std::sync::Weak<Conn>>,
     running: bool,
+    thread: Option<std::thread::Thread>,
 }
 
-static STALLED: Mutex<Stalled> = Mutex::new(Stalled { conns: Vec::new(), running: false });
+static STALLED: Mutex<Stalled> = Mutex::new(Stalled { conns: Vec::new(), running: false, thread: None });
 
 /// How often the RNR thread looks again at the receive queues its SENDs wait for (a
 /// NIC's RNR NAK timer is 10 us to 655 ms; a sleep here takes 50 to 100 us).
@@ -1306,6 +1403,10 @@ fn stall(c: &Arc<Conn>) {
     }
     st.running = true;
     let started = std::thread::Builder::new().name("boomkv-shm-rnr".into()).spawn(retry_stalled);
+    match &started {
+        Ok(h) => st.thread = Some(h.thread().clone()),
+        Err(_) => st.thread = None,
+    }
     if let Err(e) = started {
         st.running = false;
         st.conns.clear();
@@ -1322,13 +1423,22 @@ fn retry_stalled() {
             let mut st = lock(&STALLED);
             if st.conns.is_empty() {
                 st.running = false;
+                st.thread = None;
                 return;
             }
             std::mem::take(&mut st.conns)
         };
         let still: Vec<_> = conns.into_iter().filter(|w| w.upgrade().is_some_and(|c| c.retry_backlog())).collect();
         lock(&STALLED).conns.extend(still);
-        std::thread::sleep(RNR_RETRY_EVERY);
+        // Woken early by an rkey look-up's answer (see `wake_rnr_thread`).
+        std::thread::park_timeout(RNR_RETRY_EVERY);
+    }
+}
+
+/// Wakes the RNR thread, if one runs: a look-up it waits for has been answered.
+fn wake_rnr_thread() {
+    if let Some(t) = &lock(&STALLED).thread {
+        t.unpark();
     }
 }
 
@@ -1367,12 +1477,13 @@ impl Conn {
         let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Both);
     }
 
-    /// Asks the peer for the region behind `rkey` and maps it.
-    fn resolve(&self, rkey: u32) -> Option<Arc<PeerRegion>> {
+    /// Sends the peer a look-up of `rkey`, without waiting: a peer that lets its control
+    /// socket fill up (it reads none of our look-ups) must not hold the poster either.
+    fn ask(&self, rkey: u32) -> Asking {
         let id = {
             let mut p = lock(&self.pending);
             if p.closed {
-                return None;
+                return Asking::Closed;
             }
             let id = p.next;
             p.next += 1;
@@ -1382,29 +1493,101 @@ impl Conn {
         let mut msg = vec![MSG_RESOLVE];
         msg.extend_from_slice(&id.to_le_bytes());
         msg.extend_from_slice(&rkey.to_le_bytes());
-        if send_msg(&self.sock, &msg, &[]).is_err() {
-            lock(&self.pending).answers.remove(&id);
-            return None;
+        match send_msg_with(&self.sock, &msg, &[], SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+            Ok(()) => Asking::Sent(id),
+            Err(e) => {
+                lock(&self.pending).answers.remove(&id);
+                use std::io::ErrorKind::{BrokenPipe, ConnectionReset, NotConnected};
+                if matches!(e.kind(), BrokenPipe | ConnectionReset | NotConnected) {
+                    return Asking::Closed;
+                }
+                log_event(&format!(
+                    "qp {} (peer qp {}): cannot send an rkey look-up ({e}; a full socket means the peer reads none)",
+                    self.qp_num, self.peer_qp_num
+                ));
+                Asking::Refused
+            }
         }
-        let until = Instant::now() + RESOLVE_TIMEOUT;
+    }
+
+    /// The answer to look-up `id`, if it came. Never waits.
+    fn answer(&self, id: u64) -> Heard {
         let mut p = lock(&self.pending);
-        let answer = loop {
-            match p.answers.get(&id) {
-                Some(Answer::Waiting) => {}
-                _ => match p.answers.remove(&id) {
-                    Some(Answer::Found(r, f)) => break Some((r, f)),
-                    _ => break None,
-                },
-            }
-            let now = Instant::now();
-            if p.closed || now >= until {
-                p.answers.remove(&id);
-                break None;
-            }
-            p = self.pending_cv.wait_timeout(p, until - now).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+        match p.answers.get(&id) {
+            Some(Answer::Waiting) if p.closed => Heard::Closed,
+            Some(Answer::Waiting) => Heard::NotYet,
+            _ => match p.answers.remove(&id) {
+                Some(Answer::Found(r, f)) => Heard::Found(r, f),
+                _ => Heard::Refused,
+            },
+        }
+    }
+
+    /// Whether the peer answered an outstanding look-up with "no such region" before it
+    /// closed (the backlog's head is the only work request that can be waiting for one).
+    fn refused_lookup(&self) -> bool {
+        let s = lock(&self.send);
+        let p = lock(&self.pending);
+        s.asking.values().any(|(id, _)| matches!(p.answers.get(id), Some(Answer::NotFound)))
+    }
+
+    /// Forgets look-up `id` (timed out): a late answer is dropped.
+    fn forget(&self, id: u64) {
+        lock(&self.pending).answers.remove(&id);
+    }
+
+    /// The region behind `rkey`, never waiting for the peer: from the cache; else the
+    /// answer to an earlier look-up, mapped; else a look-up is sent and the caller
+    /// waits in the backlog. A peer that does not answer within the look-up timeout
+    /// gets a refusal, which fails the work request with a remote access error (a NIC
+    /// checks an rkey without asking anyone; a peer that never answers must not hold
+    /// the posting thread, a server's worker, with every client it serves).
+    fn lookup(&self, s: &mut SendSide, rkey: u32) -> Lookup {
+        if let Some(r) = s.regions.get(&rkey) {
+            return Lookup::Ready(r.clone());
+        }
+        let Some(&(id, asked)) = s.asking.get(&rkey) else {
+            return match self.ask(rkey) {
+                Asking::Sent(id) => {
+                    s.asking.insert(rkey, (id, Instant::now()));
+                    Lookup::Asked
+                }
+                Asking::Refused => Lookup::Refused,
+                // The connection is going to the error state, which flushes the request.
+                Asking::Closed => Lookup::Asked,
+            };
         };
-        drop(p);
-        let (r, file) = answer?;
+        let answer = match self.answer(id) {
+            Heard::Found(r, file) => Some((r, file)),
+            Heard::Refused => None,
+            // As above: the error state follows and flushes the request.
+            Heard::Closed => return Lookup::Asked,
+            Heard::NotYet if asked.elapsed() < self.t.inner.cfg.lookup_timeout => return Lookup::Asked,
+            Heard::NotYet => {
+                self.forget(id);
+                log_event(&format!(
+                    "qp {} (peer qp {}): the peer did not answer the look-up of rkey {rkey:#x} within {:?}",
+                    self.qp_num, self.peer_qp_num, self.t.inner.cfg.lookup_timeout
+                ));
+                None
+            }
+        };
+        s.asking.remove(&rkey);
+        match answer.and_then(|(r, file)| self.map_region(rkey, r, file)) {
+            Some(r) => {
+                if s.regions.len() >= MAX_CACHED_REGIONS {
+                    // Regions come and go (segments are granted and sealed); forget the old ones.
+                    s.regions.clear();
+                }
+                s.regions.insert(rkey, r.clone());
+                Lookup::Ready(r)
+            }
+            None => Lookup::Refused,
+        }
+    }
+
+    /// Maps the region the peer's answer for `rkey` describes, after checking it.
+    fn map_region(&self, rkey: u32, r: Resolved, file: File) -> Option<Arc<PeerRegion>> {
         if r.rkey != rkey || r.slot >= super::region::SLOTS {
             return None;
         }
@@ -1435,22 +1618,8 @@ impl Conn {
         }))
     }
 
-    /// The peer region for `rkey`, from the cache or a look-up.
-    fn region(&self, s: &mut SendSide, rkey: u32) -> Option<Arc<PeerRegion>> {
-        if let Some(r) = s.regions.get(&rkey) {
-            return Some(r.clone());
-        }
-        let r = self.resolve(rkey)?;
-        if s.regions.len() >= MAX_CACHED_REGIONS {
-            // Regions come and go (segments are granted and sealed); forget the old ones.
-            s.regions.clear();
-        }
-        s.regions.insert(rkey, r.clone());
-        Some(r)
-    }
-
     /// Copies between our `local` and the peer's `[raddr, raddr + len)` under `rkey`,
-    /// checking `need`. False is a remote access error.
+    /// checking `need`.
     #[allow(clippy::too_many_arguments)]
     fn one_sided(
         &self,
@@ -1461,7 +1630,7 @@ impl Conn {
         need: Access,
         local: (&Mapping, u64),
         to_peer: bool,
-    ) -> bool {
+    ) -> Reach<bool> {
         self.on_peer_region(s, rkey, raddr, len as u64, need, |m, off| {
             if to_peer {
                 local.0.copy_to(local.1, m, off, len as usize).is_ok()
@@ -1469,12 +1638,11 @@ impl Conn {
                 m.copy_to(off, local.0, local.1, len as usize).is_ok()
             }
         })
-        .unwrap_or(false)
     }
 
     /// Runs `f` on the peer's mapping at the offset of `[raddr, raddr + len)` under
     /// `rkey`, after the rkey, bounds and `need` checks, inside the copy guard (so a
-    /// revocation waits for it). `None` is a remote access error.
+    /// revocation waits for it).
     fn on_peer_region<R>(
         &self,
         s: &mut SendSide,
@@ -1483,8 +1651,28 @@ impl Conn {
         len: u64,
         need: Access,
         f: impl FnOnce(&Mapping, u64) -> R,
+    ) -> Reach<R> {
+        match self.lookup(s, rkey) {
+            Lookup::Ready(r) => self.within(s, &r, rkey, raddr, len, need, f).map_or(Reach::Refused, Reach::Done),
+            Lookup::Refused => Reach::Refused,
+            Lookup::Asked => Reach::Asked,
+        }
+    }
+
+    /// Runs `f` on `r` (the peer's region under `rkey`, looked up) at the offset of
+    /// `[raddr, raddr + len)`, after the bounds and `need` checks, inside the copy guard.
+    /// `None` is a remote access error.
+    #[allow(clippy::too_many_arguments)]
+    fn within<R>(
+        &self,
+        s: &mut SendSide,
+        r: &PeerRegion,
+        rkey: u32,
+        raddr: u64,
+        len: u64,
+        need: Access,
+        f: impl FnOnce(&Mapping, u64) -> R,
     ) -> Option<R> {
-        let r = self.region(s, rkey)?;
         let off = r.translate(raddr, len).filter(|_| r.access.contains(need))?;
         let copies = self.copy_counters();
         if !peer_guard_enter(&s.peer_table, &copies, r.slot, rkey) {
@@ -1498,12 +1686,18 @@ impl Conn {
     }
 
     /// Writes back the peer's `[raddr, raddr + len)` under `rkey` (needs REMOTE_WRITE)
-    /// and fences. False is a remote access error.
-    fn one_sided_flush(&self, s: &mut SendSide, rkey: u32, raddr: u64, len: u32, kind: crate::pmem::FlushKind) -> bool {
+    /// and fences.
+    fn one_sided_flush(
+        &self,
+        s: &mut SendSide,
+        rkey: u32,
+        raddr: u64,
+        len: u32,
+        kind: crate::pmem::FlushKind,
+    ) -> Reach<bool> {
         self.on_peer_region(s, rkey, raddr, len as u64, Access::REMOTE_WRITE, |m, off| {
             crate::pmem::persist_remote(m, kind, off, len as usize).is_ok()
         })
-        .unwrap_or(false)
     }
 
     /// This side's copy counters, in its own page.
@@ -1515,22 +1709,27 @@ impl Conn {
     }
 
     /// The next posted receive of the peer, if there is one (the caller waits in the
-    /// backlog, not here).
-    fn next_recv(&self, s: &mut SendSide) -> Option<(u64, u32, u32)> {
+    /// backlog, not here): `(addr, len, rkey)`. It stays posted until [`Self::consume_recv`].
+    fn peek_recv(&self, s: &SendSide) -> Option<(u64, u32, u32)> {
         let off = rq_slot(s.peer_depth, s.rq_next);
         if word(&s.peer_page, off).load(Ordering::Acquire) != s.rq_next + 1 {
             return None;
         }
         let addr = word(&s.peer_page, off + 8).load(Ordering::Relaxed);
         let lk = word(&s.peer_page, off + 16).load(Ordering::Relaxed);
-        s.rq_next += 1;
-        word(&s.peer_page, OFF_RQ_CONSUMED).store(s.rq_next, Ordering::Release);
         Some((addr, lk as u32, (lk >> 32) as u32))
     }
 
-    /// Runs the backlog from its head until a SEND still finds no receive (true: call
-    /// again later) or the backlog is empty (false). A head past the RNR timeout fails
-    /// the connection; the connection in the error state flushes what is left.
+    /// Takes the receive [`Self::peek_recv`] saw.
+    fn consume_recv(&self, s: &mut SendSide) {
+        s.rq_next += 1;
+        word(&s.peer_page, OFF_RQ_CONSUMED).store(s.rq_next, Ordering::Release);
+    }
+
+    /// Runs the backlog from its head until a SEND still finds no receive or an rkey is
+    /// still being looked up (true: call again later) or the backlog is empty (false).
+    /// A head past the RNR timeout fails the connection (a look-up has its own timeout,
+    /// see [`Conn::lookup`]); the connection in the error state flushes what is left.
     fn retry_backlog(self: &Arc<Conn>) -> bool {
         let qp = ShmQp { conn: self.clone(), owner: false };
         loop {
@@ -1545,13 +1744,36 @@ impl Conn {
                 }
             };
             if self.state.is_error() {
-                lock(&self.backlog).put_back(item);
+                if self.refused_lookup() {
+                    // The peer refused the head's rkey, then closed (as a peer does after
+                    // a remote access error): the head fails as it would have had the
+                    // refusal come first (see `two_sided`), not with a flush.
+                    let (status, why) = match item.opcode {
+                        WcOpcode::Send => (WcStatus::RemoteInvalidRequest, "peer receive buffer unusable"),
+                        _ => {
+                            (WcStatus::RemoteAccessError, "remote access error: the peer knows no region for the rkey")
+                        }
+                    };
+                    let _ = qp.error(item.wr_id, item.opcode, status, why.to_string());
+                    lock(&self.backlog).head_out = false;
+                } else {
+                    lock(&self.backlog).put_back(item);
+                }
                 self.flush_backlog(None);
                 return false;
             }
-            let Some(mut item) = qp.run(item) else {
-                lock(&self.backlog).head_out = false;
-                continue;
+            let mut item = match qp.run(item) {
+                Ran::Done => {
+                    lock(&self.backlog).head_out = false;
+                    continue;
+                }
+                Ran::Asked(item) => {
+                    if self.wait_again(item) {
+                        return true;
+                    }
+                    continue;
+                }
+                Ran::NoReceive(item) => item,
             };
             let Work::TwoSided { since, .. } = &mut item.work else { unreachable!("only a two-sided request waits") };
             if since.get_or_insert_with(Instant::now).elapsed() >= self.t.inner.cfg.rnr_timeout {
@@ -1561,9 +1783,17 @@ impl Conn {
                 self.flush_backlog(None);
                 return false;
             }
-            lock(&self.backlog).put_back(item);
-            return true;
+            if self.wait_again(item) {
+                return true;
+            }
         }
+    }
+
+    /// Puts the head back to wait; false if the connection went to the error state
+    /// while it ran (the next round fails or flushes it, the head first).
+    fn wait_again(&self, item: Deferred) -> bool {
+        lock(&self.backlog).put_back(item);
+        !self.state.is_error()
     }
 
     /// Completes everything in the backlog with a flush error (the connection is in the
@@ -1574,8 +1804,15 @@ impl Conn {
         }
         let items: Vec<Deferred> = {
             let mut b = lock(&self.backlog);
-            b.set_active(false, &self.backlogged);
-            b.drain()
+            if b.head_out {
+                // The RNR thread is running the head: it sees the error state when that
+                // returns and flushes then, the head first (flushing the others now would
+                // complete them before the head).
+                Vec::new()
+            } else {
+                b.set_active(false, &self.backlogged);
+                b.drain()
+            }
         };
         for d in items {
             self.send_cq.push(self.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
@@ -1618,7 +1855,10 @@ fn control_thread(c: Arc<Conn>) {
         };
         let mut r = Rd(&msg.bytes);
         let res = match r.u8() {
-            Ok(MSG_RESOLVE) => answer_resolve(&c, &mut r),
+            Ok(MSG_RESOLVE) => {
+                c.t.held_lookup(&c);
+                answer_resolve(&c, &mut r)
+            }
             Ok(MSG_RESOLVED) => take_resolved(&c, &mut r, msg.files),
             Ok(t) => Err(format!("unknown control message type {t}")),
             Err(e) => Err(e),
@@ -1627,11 +1867,7 @@ fn control_thread(c: Arc<Conn>) {
             break Some(e);
         }
     };
-    {
-        let mut p = lock(&c.pending);
-        p.closed = true;
-        c.pending_cv.notify_all();
-    }
+    lock(&c.pending).closed = true;
     let orderly = why.is_none();
     c.fail(
         why.as_deref().unwrap_or("peer closed the connection"),
@@ -1711,7 +1947,9 @@ fn take_resolved(c: &Conn, r: &mut Rd<'_>, files: Vec<File>) -> std::result::Res
     let mut p = lock(&c.pending);
     if let Some(slot) = p.answers.get_mut(&id) {
         *slot = answer;
-        c.pending_cv.notify_all();
+        drop(p);
+        // The work request that asked waits in the backlog.
+        wake_rnr_thread();
     }
     Ok(())
 }
@@ -1746,6 +1984,8 @@ enum Sent {
     Done,
     /// No receive posted at the peer yet: nothing happened.
     NoReceive,
+    /// An rkey it needs is being looked up: nothing happened.
+    Asked,
 }
 
 /// The local part of a send-side work request.
@@ -1769,7 +2009,7 @@ impl ShmQp {
         rkey: u32,
         write: bool,
         signaled: bool,
-    ) -> Result<()> {
+    ) -> Result<Step> {
         self.check_open()?;
         super::check_len(len)?;
         let c = &self.conn;
@@ -1784,20 +2024,20 @@ impl ShmQp {
             } else {
                 "READ destination outside its region or not LOCAL_WRITE"
             };
-            return self.error(wr_id, op, WcStatus::LocalProtectionError, format!("local protection error: {what}"));
+            let why = format!("local protection error: {what}");
+            return self.error(wr_id, op, WcStatus::LocalProtectionError, why).map(|()| Step::Done);
         };
-        let ok = self
+        let r = self
             .on_send_side(|c, s| c.one_sided(s, rkey, remote_addr, len, remote, (&mr.info().mapping, loff), write))?;
-        if !ok {
-            return self.error(
-                wr_id,
-                op,
-                WcStatus::RemoteAccessError,
-                format!("remote access error: {name} of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
-            );
+        match r {
+            Reach::Asked => return Ok(Step::Asked),
+            Reach::Done(true) => self.complete(signaled, wr_id, op, len),
+            Reach::Done(false) | Reach::Refused => {
+                let why = format!("remote access error: {name} of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}");
+                self.error(wr_id, op, WcStatus::RemoteAccessError, why)?;
+            }
         }
-        self.complete(signaled, wr_id, op, len);
-        Ok(())
+        Ok(Step::Done)
     }
 
     /// An atomic on the peer's 8-byte word: `op` runs on it (real atomics on the shared
@@ -1812,36 +2052,33 @@ impl ShmQp {
         rkey: u32,
         opcode: WcOpcode,
         op: impl FnOnce(&AtomicU64) -> u64,
-    ) -> Result<()> {
+    ) -> Result<Step> {
         self.check_open()?;
         super::check_atomic_addr(remote_addr)?;
         let c = &self.conn;
         let Ok(loff) = mr.check_local(c.t.inner.pd.id, off, 8, Access::LOCAL_WRITE) else {
             let why = "local protection error: atomic result outside its region or not LOCAL_WRITE";
-            return self.error(wr_id, opcode, WcStatus::LocalProtectionError, why.into());
+            return self.error(wr_id, opcode, WcStatus::LocalProtectionError, why.into()).map(|()| Step::Done);
         };
         let r = self.on_send_side(|c, s| {
             c.on_peer_region(s, rkey, remote_addr, 8, Access::REMOTE_ATOMIC, |m, roff| m.atomic_u64(roff).map(op))
         })?;
         let status = match r {
-            Some(Ok(old)) => {
+            Reach::Asked => return Ok(Step::Asked),
+            Reach::Done(Ok(old)) => {
                 if mr.info().mapping.write(loff, &old.to_le_bytes()).is_err() {
                     WcStatus::LocalProtectionError
                 } else {
                     self.complete(true, wr_id, opcode, 8);
-                    return Ok(());
+                    return Ok(Step::Done);
                 }
             }
             // In bounds and allowed, but not an aligned word.
-            Some(Err(_)) => WcStatus::RemoteInvalidRequest,
-            None => WcStatus::RemoteAccessError,
+            Reach::Done(Err(_)) => WcStatus::RemoteInvalidRequest,
+            Reach::Refused => WcStatus::RemoteAccessError,
         };
-        self.error(
-            wr_id,
-            opcode,
-            status,
-            format!("{status}: atomic on 8 bytes at {remote_addr:#x} with rkey {rkey:#x}"),
-        )
+        let why = format!("{status}: atomic on 8 bytes at {remote_addr:#x} with rkey {rkey:#x}");
+        self.error(wr_id, opcode, status, why).map(|()| Step::Done)
     }
 
     /// Runs `f` with the send side locked (so nothing reaches the peer after a failure
@@ -1894,14 +2131,9 @@ impl ShmQp {
         }
         match self.two_sided(wr_id, src.clone(), write)? {
             Sent::Done => Ok(()),
-            Sent::NoReceive => {
-                let item = waiting(Some(Instant::now()));
-                {
-                    let mut b = lock(&self.conn.backlog);
-                    b.push_back(item);
-                    b.set_active(true, &self.conn.backlogged);
-                }
-                stall(&self.conn);
+            sent => {
+                // An RNR wait counts from now; a look-up has a clock of its own.
+                self.start_backlog(waiting(matches!(sent, Sent::NoReceive).then(Instant::now)));
                 Ok(())
             }
         }
@@ -1929,13 +2161,27 @@ impl ShmQp {
         &self,
         wr_id: u64,
         opcode: WcOpcode,
-        now: impl FnOnce(&ShmQp) -> Result<()>,
-        later: impl FnOnce() -> Later,
+        now: impl FnOnce(&ShmQp) -> Result<Step>,
+        later: impl Fn() -> Later,
     ) -> Result<()> {
         if self.queued(|| Deferred { wr_id, opcode, work: Work::Other(later()) })? {
             return Ok(());
         }
-        now(self)
+        if let Step::Asked = now(self)? {
+            self.start_backlog(Deferred { wr_id, opcode, work: Work::Other(later()) });
+        }
+        Ok(())
+    }
+
+    /// Starts the backlog with `item`, which could not run now, and hands the queue
+    /// pair to the RNR thread.
+    fn start_backlog(&self, item: Deferred) {
+        {
+            let mut b = lock(&self.conn.backlog);
+            b.push_back(item);
+            b.set_active(true, &self.conn.backlogged);
+        }
+        stall(&self.conn);
     }
 
     /// A WRITE (`write`) or READ, in its turn (see [`Self::post_other`]).
@@ -1985,21 +2231,26 @@ impl ShmQp {
     }
 
     /// Runs a work request from the backlog; gives it back if it still finds no receive.
-    fn run(&self, d: Deferred) -> Option<Deferred> {
-        let done = match d.work {
-            Work::TwoSided { ref src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), write) {
-                Ok(Sent::NoReceive) => return Some(d),
+    fn run(&self, mut d: Deferred) -> Ran {
+        let done = match &mut d.work {
+            Work::TwoSided { src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), *write) {
+                Ok(Sent::NoReceive) => return Ran::NoReceive(d),
+                Ok(Sent::Asked) => return Ran::Asked(d),
                 Ok(Sent::Done) => Ok(()),
                 Err(e) => Err(e),
             },
-            Work::Other(f) => f(self),
+            Work::Other(f) => match f(self) {
+                Ok(Step::Asked) => return Ran::Asked(d),
+                Ok(Step::Done) => Ok(()),
+                Err(e) => Err(e),
+            },
         };
         if done.is_err() {
             // Every argument was checked before the request was queued: only a
             // connection in the error state refuses it now.
             self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
         }
-        None
+        Ran::Done
     }
 
     /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete.
@@ -2033,16 +2284,47 @@ impl ShmQp {
             drop(s);
             return self.check_open().map(|()| Sent::Done);
         }
-        let Some((raddr, rlen, rkey)) = c.next_recv(&mut s) else {
+        // The region the data goes to is looked up before a receive is consumed: while
+        // the look-up is out the request waits in the backlog and the receive stays
+        // posted; a refused WRITE_WITH_IMM consumes none.
+        let target = match write {
+            Some((waddr, wkey, _)) => match c.lookup(&mut s, wkey) {
+                Lookup::Asked => return Ok(Sent::Asked),
+                Lookup::Ready(r) => Some(r),
+                Lookup::Refused => {
+                    drop(s);
+                    let why = format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}");
+                    return self.error(wr_id, opcode, WcStatus::RemoteAccessError, why).map(|()| Sent::Done);
+                }
+            },
+            None => None,
+        };
+        let Some((raddr, rlen, rkey)) = c.peek_recv(&s) else {
             return Ok(Sent::NoReceive);
         };
+        let target = match (target, write) {
+            (Some(r), _) => Some(r),
+            (None, Some(_)) => None,
+            (None, None) => match c.lookup(&mut s, rkey) {
+                Lookup::Asked => return Ok(Sent::Asked),
+                Lookup::Ready(r) => Some(r),
+                Lookup::Refused => None,
+            },
+        };
+        c.consume_recv(&mut s);
+        // The data into the target region: a WRITE into the client's region, a SEND into
+        // the peer's receive buffer.
+        let place = |s: &mut SendSide, key: u32, addr: u64, need: Access| -> bool {
+            let Some(r) = &target else { return false };
+            c.within(s, r, key, addr, len as u64, need, |m, off| match (&src, &local) {
+                (Src::Bytes(b), _) => m.write(off, b).is_ok(),
+                (_, Some((lm, lo, _))) => lm.copy_to(*lo, m, off, len as usize).is_ok(),
+                _ => false,
+            })
+            .unwrap_or(false)
+        };
         if let Some((waddr, wkey, imm)) = write {
-            let l = local.as_ref().map(|(m, o, _)| (&**m, *o));
-            let placed = match l {
-                Some(l) => c.one_sided(&mut s, wkey, waddr, len, Access::REMOTE_WRITE, l, true),
-                None => false,
-            };
-            if !placed {
+            if !place(&mut s, wkey, waddr, Access::REMOTE_WRITE) {
                 // The receive is consumed but the message was refused; the peer flushes it.
                 drop(s);
                 return self
@@ -2077,11 +2359,7 @@ impl ShmQp {
                 )
                 .map(|()| Sent::Done);
         }
-        let placed = match (&src, &local) {
-            (Src::Bytes(b), _) => self.place_bytes(&mut s, rkey, raddr, b),
-            (_, Some((m, o, _))) => c.one_sided(&mut s, rkey, raddr, len, Access::LOCAL_WRITE, (m, *o), true),
-            _ => true,
-        };
+        let placed = place(&mut s, rkey, raddr, Access::LOCAL_WRITE);
         let status = if placed { WcStatus::Success } else { WcStatus::LocalProtectionError };
         let ok = c.produce(&mut s, len, None, status);
         drop(s);
@@ -2094,34 +2372,17 @@ impl ShmQp {
         Ok(Sent::Done)
     }
 
-    fn flush_op(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
+    fn flush_op(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<Step> {
         let kind = crate::pmem::FlushKind::detect();
-        let done = self.on_send_side(|c, s| c.one_sided_flush(s, rkey, remote_addr, len, kind))?;
-        if !done {
-            return self.error(
-                wr_id,
-                WcOpcode::Flush,
-                WcStatus::RemoteAccessError,
-                format!("remote access error: FLUSH of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}"),
-            );
+        match self.on_send_side(|c, s| c.one_sided_flush(s, rkey, remote_addr, len, kind))? {
+            Reach::Asked => return Ok(Step::Asked),
+            Reach::Done(true) => self.complete(true, wr_id, WcOpcode::Flush, len),
+            Reach::Done(false) | Reach::Refused => {
+                let why = format!("remote access error: FLUSH of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}");
+                self.error(wr_id, WcOpcode::Flush, WcStatus::RemoteAccessError, why)?;
+            }
         }
-        self.complete(true, wr_id, WcOpcode::Flush, len);
-        Ok(())
-    }
-
-    fn place_bytes(&self, s: &mut SendSide, rkey: u32, raddr: u64, data: &[u8]) -> bool {
-        let c = &self.conn;
-        let Some(r) = c.region(s, rkey) else { return false };
-        let Some(off) = r.translate(raddr, data.len() as u64).filter(|_| r.access.contains(Access::LOCAL_WRITE)) else {
-            return false;
-        };
-        let copies = c.copy_counters();
-        if !peer_guard_enter(&s.peer_table, &copies, r.slot, rkey) {
-            return false;
-        }
-        let ok = r.mapping.write(off, data).is_ok();
-        peer_guard_exit(&copies);
-        ok
+        Ok(Step::Done)
     }
 }
 
@@ -2331,6 +2592,63 @@ mod tests {
             let c = c_send.wait(conformance::T).unwrap();
             assert_eq!((c.wr_id, c.status), (wr, WcStatus::WrFlushError));
         }
+    }
+
+    /// A peer that never answers the look-up of its rkey (stopped, or hostile) holds no
+    /// poster: the WRITE and the SEND posted behind it wait in the send queue while the
+    /// poster goes on; at the look-up timeout the WRITE fails with a remote access error,
+    /// the SEND is flushed, and the connection is closed.
+    #[test]
+    fn a_peer_that_never_answers_a_lookup_holds_no_poster() {
+        fn slow() -> ShmTransport {
+            let cfg = TransportConfig { lookup_timeout: Duration::from_secs(1), ..conformance::test_config() };
+            ShmTransport::with_config(cfg).unwrap()
+        }
+        let p = conformance::pair(slow, ep);
+        p.st.hold_lookups(true);
+        let t0 = Instant::now();
+        p.cqp.post_write(1, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
+        p.cqp.post_send_bytes(2, b"behind the WRITE").unwrap();
+        assert!(t0.elapsed() < Duration::from_millis(500), "posting took {:?}", t0.elapsed());
+        let mut out = Vec::new();
+        assert_eq!(p.c_send.poll(&mut out, 4), 0, "completed before the look-up could time out: {out:?}");
+        let c = p.c_send.wait(conformance::T).unwrap();
+        assert_eq!((c.wr_id, c.status), (1, WcStatus::RemoteAccessError));
+        assert!(
+            t0.elapsed() >= Duration::from_millis(500),
+            "failed after {:?}, before the look-up timeout",
+            t0.elapsed()
+        );
+        let c = p.c_send.wait(conformance::T).unwrap();
+        assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushError));
+        assert!(p.cqp.is_error());
+    }
+
+    /// A look-up answered late still lets the work request run, in order: the poster
+    /// posts the WRITE (the first use of the rkey), then a READ of the same bytes behind
+    /// it; nothing completes while the answer is held back, and once it is given both
+    /// complete, the READ seeing the WRITE.
+    #[test]
+    fn work_behind_a_lookup_runs_in_order_once_it_is_answered() {
+        let p = conformance::pair(make, ep);
+        p.st.hold_lookups(true);
+        p.cmr.write(0, b"written!").unwrap();
+        p.cqp.post_write(1, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
+        p.cqp.post_read(2, &p.cmr, 8, 8, p.s_remote.addr, p.s_remote.rkey).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut out = Vec::new();
+        assert_eq!(p.c_send.poll(&mut out, 4), 0, "completed while the look-up was held: {out:?}");
+        p.st.hold_lookups(false);
+        for wr in [1, 2] {
+            let c = p.c_send.wait(conformance::T).unwrap();
+            assert_eq!((c.wr_id, c.status), (wr, WcStatus::Success));
+        }
+        let mut back = [0u8; 8];
+        p.cmr.read(8, &mut back).unwrap();
+        assert_eq!(&back, b"written!");
+        let mut there = [0u8; 8];
+        p.smr.read(0, &mut there).unwrap();
+        assert_eq!(&there, b"written!");
     }
 
     /// Inline SENDs waiting for a receive hold at most `BACKLOG_BYTES` between them.
