@@ -1324,6 +1324,8 @@ struct Deferred {
     wr_id: u64,
     opcode: WcOpcode,
     work: Work,
+    /// The rkey whose look-up it last waited for, if any.
+    asked: Option<u32>,
 }
 
 enum Work {
@@ -1344,7 +1346,7 @@ enum Step {
     /// Done, or failed with its error completion.
     Done,
     /// The rkey it needs is being looked up; nothing happened yet.
-    Asked,
+    Asked(u32),
 }
 
 /// What running a work request from the backlog came to.
@@ -1523,12 +1525,13 @@ impl Conn {
         }
     }
 
-    /// Whether the peer answered an outstanding look-up with "no such region" before it
-    /// closed (the backlog's head is the only work request that can be waiting for one).
-    fn refused_lookup(&self) -> bool {
+    /// Whether the peer answered the look-up of `rkey` (the one a work request waited
+    /// for) with "no such region" before it closed.
+    fn refused_lookup(&self, rkey: Option<u32>) -> bool {
+        let Some(rkey) = rkey else { return false };
         let s = lock(&self.send);
         let p = lock(&self.pending);
-        s.asking.values().any(|(id, _)| matches!(p.answers.get(id), Some(Answer::NotFound)))
+        s.asking.get(&rkey).is_some_and(|(id, _)| matches!(p.answers.get(id), Some(Answer::NotFound)))
     }
 
     /// Forgets look-up `id` (timed out): a late answer is dropped.
@@ -1744,7 +1747,7 @@ impl Conn {
                 }
             };
             if self.state.is_error() {
-                if self.refused_lookup() {
+                if self.refused_lookup(item.asked) {
                     // The peer refused the head's rkey, then closed (as a peer does after
                     // a remote access error): the head fails as it would have had the
                     // refusal come first (see `two_sided`), not with a flush.
@@ -1984,8 +1987,8 @@ enum Sent {
     Done,
     /// No receive posted at the peer yet: nothing happened.
     NoReceive,
-    /// An rkey it needs is being looked up: nothing happened.
-    Asked,
+    /// The rkey it needs is being looked up: nothing happened.
+    Asked(u32),
 }
 
 /// The local part of a send-side work request.
@@ -2030,7 +2033,7 @@ impl ShmQp {
         let r = self
             .on_send_side(|c, s| c.one_sided(s, rkey, remote_addr, len, remote, (&mr.info().mapping, loff), write))?;
         match r {
-            Reach::Asked => return Ok(Step::Asked),
+            Reach::Asked => return Ok(Step::Asked(rkey)),
             Reach::Done(true) => self.complete(signaled, wr_id, op, len),
             Reach::Done(false) | Reach::Refused => {
                 let why = format!("remote access error: {name} of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}");
@@ -2064,7 +2067,7 @@ impl ShmQp {
             c.on_peer_region(s, rkey, remote_addr, 8, Access::REMOTE_ATOMIC, |m, roff| m.atomic_u64(roff).map(op))
         })?;
         let status = match r {
-            Reach::Asked => return Ok(Step::Asked),
+            Reach::Asked => return Ok(Step::Asked(rkey)),
             Reach::Done(Ok(old)) => {
                 if mr.info().mapping.write(loff, &old.to_le_bytes()).is_err() {
                     WcStatus::LocalProtectionError
@@ -2124,19 +2127,22 @@ impl ShmQp {
     /// waits behind them. Without a receive at the peer it starts the backlog.
     fn post_two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<()> {
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
-        let waiting =
-            |since| Deferred { wr_id, opcode, work: Work::TwoSided { src: OwnedSrc::of(&src), write, since } };
-        if self.queued(|| waiting(None))? {
+        let waiting = |since, asked| Deferred {
+            wr_id,
+            opcode,
+            work: Work::TwoSided { src: OwnedSrc::of(&src), write, since },
+            asked,
+        };
+        if self.queued(|| waiting(None, None))? {
             return Ok(());
         }
         match self.two_sided(wr_id, src.clone(), write)? {
-            Sent::Done => Ok(()),
-            sent => {
-                // An RNR wait counts from now; a look-up has a clock of its own.
-                self.start_backlog(waiting(matches!(sent, Sent::NoReceive).then(Instant::now)));
-                Ok(())
-            }
+            Sent::Done => {}
+            // An RNR wait counts from now; a look-up has a clock of its own.
+            Sent::NoReceive => self.start_backlog(waiting(Some(Instant::now()), None)),
+            Sent::Asked(k) => self.start_backlog(waiting(None, Some(k))),
         }
+        Ok(())
     }
 
     /// Queues the work request `make` builds behind a backlog if the queue pair has
@@ -2164,11 +2170,11 @@ impl ShmQp {
         now: impl FnOnce(&ShmQp) -> Result<Step>,
         later: impl Fn() -> Later,
     ) -> Result<()> {
-        if self.queued(|| Deferred { wr_id, opcode, work: Work::Other(later()) })? {
+        if self.queued(|| Deferred { wr_id, opcode, work: Work::Other(later()), asked: None })? {
             return Ok(());
         }
-        if let Step::Asked = now(self)? {
-            self.start_backlog(Deferred { wr_id, opcode, work: Work::Other(later()) });
+        if let Step::Asked(k) = now(self)? {
+            self.start_backlog(Deferred { wr_id, opcode, work: Work::Other(later()), asked: Some(k) });
         }
         Ok(())
     }
@@ -2235,12 +2241,18 @@ impl ShmQp {
         let done = match &mut d.work {
             Work::TwoSided { src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), *write) {
                 Ok(Sent::NoReceive) => return Ran::NoReceive(d),
-                Ok(Sent::Asked) => return Ran::Asked(d),
+                Ok(Sent::Asked(k)) => {
+                    d.asked = Some(k);
+                    return Ran::Asked(d);
+                }
                 Ok(Sent::Done) => Ok(()),
                 Err(e) => Err(e),
             },
             Work::Other(f) => match f(self) {
-                Ok(Step::Asked) => return Ran::Asked(d),
+                Ok(Step::Asked(k)) => {
+                    d.asked = Some(k);
+                    return Ran::Asked(d);
+                }
                 Ok(Step::Done) => Ok(()),
                 Err(e) => Err(e),
             },
@@ -2289,7 +2301,7 @@ impl ShmQp {
         // posted; a refused WRITE_WITH_IMM consumes none.
         let target = match write {
             Some((waddr, wkey, _)) => match c.lookup(&mut s, wkey) {
-                Lookup::Asked => return Ok(Sent::Asked),
+                Lookup::Asked => return Ok(Sent::Asked(wkey)),
                 Lookup::Ready(r) => Some(r),
                 Lookup::Refused => {
                     drop(s);
@@ -2306,7 +2318,7 @@ impl ShmQp {
             (Some(r), _) => Some(r),
             (None, Some(_)) => None,
             (None, None) => match c.lookup(&mut s, rkey) {
-                Lookup::Asked => return Ok(Sent::Asked),
+                Lookup::Asked => return Ok(Sent::Asked(rkey)),
                 Lookup::Ready(r) => Some(r),
                 Lookup::Refused => None,
             },
@@ -2375,7 +2387,7 @@ impl ShmQp {
     fn flush_op(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<Step> {
         let kind = crate::pmem::FlushKind::detect();
         match self.on_send_side(|c, s| c.one_sided_flush(s, rkey, remote_addr, len, kind))? {
-            Reach::Asked => return Ok(Step::Asked),
+            Reach::Asked => return Ok(Step::Asked(rkey)),
             Reach::Done(true) => self.complete(true, wr_id, WcOpcode::Flush, len),
             Reach::Done(false) | Reach::Refused => {
                 let why = format!("remote access error: FLUSH of {len} bytes at {remote_addr:#x} with rkey {rkey:#x}");
@@ -2649,6 +2661,24 @@ mod tests {
         let mut there = [0u8; 8];
         p.smr.read(0, &mut there).unwrap();
         assert_eq!(&there, b"written!");
+    }
+
+    /// An rkey the peer refuses fails the request that waited for its look-up with a
+    /// remote access error, whether the RNR thread sees the refusal or the peer's close
+    /// (which follows it) first; the request behind it is flushed.
+    #[test]
+    fn a_refused_lookup_fails_its_request_and_flushes_the_rest() {
+        let p = conformance::pair(make, ep);
+        p.st.hold_lookups(true);
+        let forged = p.s_remote.rkey ^ 0x10000;
+        p.cqp.post_write(1, &p.cmr, 0, 8, p.s_remote.addr, forged, true).unwrap();
+        p.cqp.post_write(2, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
+        p.st.hold_lookups(false);
+        let c = p.c_send.wait(conformance::T).unwrap();
+        assert_eq!((c.wr_id, c.status), (1, WcStatus::RemoteAccessError));
+        let c = p.c_send.wait(conformance::T).unwrap();
+        assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushError));
+        assert!(p.cqp.is_error());
     }
 
     /// Inline SENDs waiting for a receive hold at most `BACKLOG_BYTES` between them.
