@@ -1396,11 +1396,29 @@ static STALLED: Mutex<Stalled> = Mutex::new(Stalled { conns: Vec::new(), running
 /// NIC's RNR NAK timer is 10 us to 655 ms; a sleep here takes 50 to 100 us).
 const RNR_RETRY_EVERY: Duration = Duration::from_micros(50);
 
+/// How often the RNR thread looks again when its queue pairs wait only for look-ups
+/// (their answers wake it; this is the resolution of the look-up timeout).
+const LOOKUP_RETRY_EVERY: Duration = Duration::from_millis(5);
+
+/// What a stalled queue pair's backlog waits for after a retry.
+enum Waits {
+    /// Nothing: the backlog is empty, or was failed or flushed.
+    Nothing,
+    /// A receive at the peer (RNR).
+    Receive,
+    /// The answer to an rkey look-up.
+    Lookup,
+}
+
 /// Hands `c` to the RNR thread, starting it if none runs.
 fn stall(c: &Arc<Conn>) {
     let mut st = lock(&STALLED);
     st.conns.push(Arc::downgrade(c));
     if st.running {
+        // It may be parked for a look-up's long wait; this queue pair may need a quick one.
+        if let Some(t) = &st.thread {
+            t.unpark();
+        }
         return;
     }
     st.running = true;
@@ -1430,10 +1448,23 @@ fn retry_stalled() {
             }
             std::mem::take(&mut st.conns)
         };
-        let still: Vec<_> = conns.into_iter().filter(|w| w.upgrade().is_some_and(|c| c.retry_backlog())).collect();
+        let mut receive = false;
+        let still: Vec<_> = conns
+            .into_iter()
+            .filter(|w| match w.upgrade().map(|c| c.retry_backlog()) {
+                Some(Waits::Receive) => {
+                    receive = true;
+                    true
+                }
+                Some(Waits::Lookup) => true,
+                Some(Waits::Nothing) | None => false,
+            })
+            .collect();
         lock(&STALLED).conns.extend(still);
-        // Woken early by an rkey look-up's answer (see `wake_rnr_thread`).
-        std::thread::park_timeout(RNR_RETRY_EVERY);
+        // Woken early by an rkey look-up's answer (`wake_rnr_thread`) and by a queue pair
+        // newly stalled (`stall`): while only look-ups are out, nothing else needs a look
+        // sooner than their timeouts' resolution.
+        std::thread::park_timeout(if receive { RNR_RETRY_EVERY } else { LOOKUP_RETRY_EVERY });
     }
 }
 
@@ -1730,10 +1761,10 @@ impl Conn {
     }
 
     /// Runs the backlog from its head until a SEND still finds no receive or an rkey is
-    /// still being looked up (true: call again later) or the backlog is empty (false).
-    /// A head past the RNR timeout fails the connection (a look-up has its own timeout,
-    /// see [`Conn::lookup`]); the connection in the error state flushes what is left.
-    fn retry_backlog(self: &Arc<Conn>) -> bool {
+    /// still being looked up (call again later) or the backlog is empty. A head past the
+    /// RNR timeout fails the connection (a look-up has its own timeout, see
+    /// [`Conn::lookup`]); the connection in the error state flushes what is left.
+    fn retry_backlog(self: &Arc<Conn>) -> Waits {
         let qp = ShmQp { conn: self.clone(), owner: false };
         loop {
             let item = {
@@ -1742,7 +1773,7 @@ impl Conn {
                     Some(i) => i,
                     None => {
                         b.set_active(false, &self.backlogged);
-                        return false;
+                        return Waits::Nothing;
                     }
                 }
             };
@@ -1763,7 +1794,7 @@ impl Conn {
                     lock(&self.backlog).put_back(item);
                 }
                 self.flush_backlog(None);
-                return false;
+                return Waits::Nothing;
             }
             let mut item = match qp.run(item) {
                 Ran::Done => {
@@ -1772,7 +1803,7 @@ impl Conn {
                 }
                 Ran::Asked(item) => {
                     if self.wait_again(item) {
-                        return true;
+                        return Waits::Lookup;
                     }
                     continue;
                 }
@@ -1784,10 +1815,10 @@ impl Conn {
                 let _ = qp.error(item.wr_id, item.opcode, WcStatus::RnrRetryExceeded, why);
                 lock(&self.backlog).head_out = false;
                 self.flush_backlog(None);
-                return false;
+                return Waits::Nothing;
             }
             if self.wait_again(item) {
-                return true;
+                return Waits::Receive;
             }
         }
     }
