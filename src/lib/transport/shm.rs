@@ -2327,6 +2327,10 @@ impl ShmQp {
             drop(s);
             return self.check_open().map(|()| Sent::Done);
         }
+        let refused_write = |waddr: u64, wkey: u32| {
+            let why = format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}");
+            self.error(wr_id, opcode, WcStatus::RemoteAccessError, why).map(|()| Sent::Done)
+        };
         // The region the data goes to is looked up before a receive is consumed: while
         // the look-up is out the request waits in the backlog and the receive stays
         // posted; a refused WRITE_WITH_IMM consumes none.
@@ -2336,8 +2340,7 @@ impl ShmQp {
                 Lookup::Ready(r) => Some(r),
                 Lookup::Refused => {
                     drop(s);
-                    let why = format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}");
-                    return self.error(wr_id, opcode, WcStatus::RemoteAccessError, why).map(|()| Sent::Done);
+                    return refused_write(waddr, wkey);
                 }
             },
             None => None,
@@ -2345,10 +2348,10 @@ impl ShmQp {
         let Some((raddr, rlen, rkey)) = c.peek_recv(&s) else {
             return Ok(Sent::NoReceive);
         };
-        let target = match (target, write) {
-            (Some(r), _) => Some(r),
-            (None, Some(_)) => None,
-            (None, None) => match c.lookup(&mut s, rkey) {
+        // A SEND's target is the receive buffer just peeked (a WRITE_WITH_IMM has its own).
+        let target = match target {
+            Some(r) => Some(r),
+            None => match c.lookup(&mut s, rkey) {
                 Lookup::Asked => return Ok(Sent::Asked(rkey)),
                 Lookup::Ready(r) => Some(r),
                 Lookup::Refused => None,
@@ -2370,14 +2373,7 @@ impl ShmQp {
             if !place(&mut s, wkey, waddr, Access::REMOTE_WRITE) {
                 // The receive is consumed but the message was refused; the peer flushes it.
                 drop(s);
-                return self
-                    .error(
-                        wr_id,
-                        opcode,
-                        WcStatus::RemoteAccessError,
-                        format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}"),
-                    )
-                    .map(|()| Sent::Done);
+                return refused_write(waddr, wkey);
             }
             let ok = c.produce(&mut s, len, Some(imm), WcStatus::Success);
             drop(s);
@@ -2621,6 +2617,12 @@ mod tests {
 
     crate::conformance_suite!(make, ep);
 
+    /// The next completion of `cq` is work request `wr` with `status`.
+    fn expect(cq: &ShmCq, wr: u64, status: WcStatus) {
+        let c = cq.wait(conformance::T).unwrap();
+        assert_eq!((c.wr_id, c.status), (wr, status), "{c:?}");
+    }
+
     /// Requests that wait for a receive complete with a flush error when their queue
     /// pair is dropped: the RNR thread holds only a weak handle, and an accepted post
     /// is never dropped silently.
@@ -2655,15 +2657,13 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_millis(500), "posting took {:?}", t0.elapsed());
         let mut out = Vec::new();
         assert_eq!(p.c_send.poll(&mut out, 4), 0, "completed before the look-up could time out: {out:?}");
-        let c = p.c_send.wait(conformance::T).unwrap();
-        assert_eq!((c.wr_id, c.status), (1, WcStatus::RemoteAccessError));
+        expect(&p.c_send, 1, WcStatus::RemoteAccessError);
         assert!(
             t0.elapsed() >= Duration::from_millis(500),
             "failed after {:?}, before the look-up timeout",
             t0.elapsed()
         );
-        let c = p.c_send.wait(conformance::T).unwrap();
-        assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushError));
+        expect(&p.c_send, 2, WcStatus::WrFlushError);
         assert!(p.cqp.is_error());
     }
 
@@ -2682,10 +2682,8 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(p.c_send.poll(&mut out, 4), 0, "completed while the look-up was held: {out:?}");
         p.st.hold_lookups(false);
-        for wr in [1, 2] {
-            let c = p.c_send.wait(conformance::T).unwrap();
-            assert_eq!((c.wr_id, c.status), (wr, WcStatus::Success));
-        }
+        expect(&p.c_send, 1, WcStatus::Success);
+        expect(&p.c_send, 2, WcStatus::Success);
         let mut back = [0u8; 8];
         p.cmr.read(8, &mut back).unwrap();
         assert_eq!(&back, b"written!");
@@ -2705,10 +2703,8 @@ mod tests {
         p.cqp.post_write(1, &p.cmr, 0, 8, p.s_remote.addr, forged, true).unwrap();
         p.cqp.post_write(2, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
         p.st.hold_lookups(false);
-        let c = p.c_send.wait(conformance::T).unwrap();
-        assert_eq!((c.wr_id, c.status), (1, WcStatus::RemoteAccessError));
-        let c = p.c_send.wait(conformance::T).unwrap();
-        assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushError));
+        expect(&p.c_send, 1, WcStatus::RemoteAccessError);
+        expect(&p.c_send, 2, WcStatus::WrFlushError);
         assert!(p.cqp.is_error());
     }
 
