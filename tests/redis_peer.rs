@@ -127,3 +127,44 @@ fn sweep_peers_compares_boomkv_with_redis() {
         assert!(out.join(format!("{stem}.svg")).exists(), "{stem}");
     }
 }
+
+#[test]
+fn several_redis_clients_per_thread_send_before_they_read() {
+    // Each client's GET or SET goes out before the thread reads any reply; the replies
+    // are read in order. Every operation still gets its own reply.
+    let Some(r) = redis() else { return };
+    let url = r.url();
+    let (ok, out, err) = boomctl(&[
+        "ycsb",
+        "--db",
+        &url,
+        "--mix",
+        "a",
+        "--records",
+        "300",
+        "--ops",
+        "3000",
+        "--threads",
+        "1",
+        "--clients",
+        "4",
+        "--size",
+        "100",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("[CONFIG], clients, 4"), "{out}");
+    assert!(out.contains("[CLEANUP], Operations, 4"), "{out}");
+    let count = |name: &str, metric: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("[{name}], {metric}, ")))
+            .and_then(|l| l.rsplit(", ").next())
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (reads, updates) = (count("READ", "Operations"), count("UPDATE", "Operations"));
+    assert_eq!(reads + updates, 3000, "{out}");
+    assert_eq!(count("READ", "Return=OK"), reads, "{out}");
+    assert_eq!(count("UPDATE", "Return=OK"), updates, "{out}");
+    assert!(!out.contains("NOT_FOUND") && !out.contains("ERROR"), "{out}");
+}

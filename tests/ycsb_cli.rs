@@ -363,3 +363,49 @@ fn client_counters_count_the_measured_writes_only() {
     assert_eq!(c["torn_retries"].as_u64(), Some(0), "{v}");
     assert!(c["appends"].as_u64().unwrap() > 0, "{v}");
 }
+
+#[test]
+fn several_clients_per_thread_serve_a_whole_run() {
+    // BOOM splits its GETs and PUTs (each client's request stays in flight while the
+    // thread starts the others'); RDMP does not (each runs whole). Workload A: half
+    // reads, half updates; F: read-modify-writes, which run whole.
+    for (transport, protocol, mix) in
+        [("shm", "boom", "a"), ("tcp", "boom", "a"), ("shm", "rdmp", "a"), ("shm", "boom", "f")]
+    {
+        let args = [
+            "ycsb",
+            "--mix",
+            mix,
+            "--quiet",
+            "--threads",
+            "2",
+            "--clients",
+            "5",
+            "--transport",
+            transport,
+            "--protocol",
+            protocol,
+            "--size",
+            "300",
+            "-p",
+            "recordcount=200",
+            "-p",
+            "operationcount=3000",
+        ];
+        let out = run(&args);
+        let r = rows(&out.stdout);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("[CONFIG], clients, 5") && text.contains("[CONFIG], threads, 2"), "{args:?}: {text}");
+        assert_eq!(num(&r, "CLEANUP", "Operations"), 5.0, "{args:?}: one per client");
+        // Every operation counted once, and every read found the record the load wrote.
+        let reads = num(&r, "READ", "Operations");
+        assert_eq!(num(&r, "READ", "Return=OK"), reads, "{args:?}: {text}");
+        let writes = if mix == "f" { 0.0 } else { num(&r, "UPDATE", "Operations") };
+        assert_eq!(reads + writes, 3000.0, "{args:?}: {text}");
+        assert_eq!(num(&r, "UPDATE", "Return=OK"), num(&r, "UPDATE", "Operations"), "{args:?}");
+        assert!(!text.contains("ERROR") && !text.contains("NOT_FOUND"), "{args:?}: {text}");
+    }
+    let small = ["--quiet", "-p", "recordcount=5", "-p", "operationcount=5"];
+    fails_with(&[&["ycsb", "--threads", "3", "--clients", "2"][..], &small].concat(), "fewer than the 3 threads");
+    fails_with(&[&["ycsb", "--clients", "0"][..], &small].concat(), "--clients 0");
+}

@@ -143,6 +143,8 @@ pub(crate) struct Link<T: Transport> {
     pub(crate) counters: ClientCounters,
     next_wr: u64,
     next_req: u32,
+    /// Scratch for [`Link::poll_arrival`]'s look at the completion queue.
+    polled: Vec<Completion>,
 }
 
 impl<T: Transport> Link<T> {
@@ -179,6 +181,7 @@ impl<T: Transport> Link<T> {
             counters: ClientCounters::default(),
             next_wr: 0,
             next_req: 0,
+            polled: Vec::with_capacity(1),
         })
     }
 
@@ -206,42 +209,69 @@ impl<T: Transport> Link<T> {
                 Err(Error::Timeout(d, _)) => return Err(Error::Timeout(d, what)),
                 Err(e) => return Err(e),
             };
-            if !c.status.is_ok() {
-                return Err(self.lost(what, &c));
+            if let Some(arrival) = self.arrival(c, what) {
+                return arrival;
             }
-            if c.wr_id & WR_SEND != 0 {
-                continue;
-            }
-            let slot = c.wr_id;
-            let arrival = match (c.opcode, c.imm) {
-                (WcOpcode::RecvWithImm, Some(imm)) => Ok(Arrival::Data(DataImm::decode(imm))),
-                (WcOpcode::Recv, _) => {
-                    self.buf.resize(c.byte_len as usize, 0);
-                    self.recv_mr.read(slot * self.recv_size as u64, &mut self.buf)?;
-                    if crate::wire::is_rpc_value(&self.buf) && self.buf.len() >= RPC_VALUE_OFF {
-                        // Leave the (possibly large) entry where it is: no second copy.
-                        Ok(Arrival::RpcValue(self.buf.len() - RPC_VALUE_OFF))
-                    } else {
-                        Msg::decode(&self.buf).map(|(m, _)| Arrival::Msg(m))
-                    }
-                }
-                (op, _) => Err(Error::Protocol(format!("unexpected completion {op:?}"))),
-            };
-            // Receives go back in pairs: one request is in flight at a time, so two of
-            // the four stay posted, and a pair shares the ring's cache lines.
-            self.unposted.push(slot);
-            if self.unposted.len() >= REPOST_BATCH {
-                // One chained post (verbs: one `ibv_post_recv`) for the pair.
-                let size = self.recv_size;
-                let mut bufs = [(0u64, 0u64, 0u32); REPOST_BATCH];
-                for (b, &s) in bufs.iter_mut().zip(&self.unposted) {
-                    *b = (s, s * size as u64, size);
-                }
-                self.unposted.clear();
-                self.qp.post_recv_batch(&self.recv_mr, &bufs)?;
-            }
-            return arrival;
         }
+    }
+
+    /// The next message or data immediate if one has come, without waiting: what a
+    /// client with several requests in flight on one thread polls (see
+    /// [`crate::client::Client::get_start`]).
+    pub(crate) fn poll_arrival(&mut self, what: &'static str) -> Result<Option<Arrival>> {
+        loop {
+            self.polled.clear();
+            if self.cq.poll(&mut self.polled, 1) == 0 {
+                return Ok(None);
+            }
+            let Some(c) = self.polled.pop() else { return Ok(None) };
+            if let Some(arrival) = self.arrival(c, what) {
+                return arrival.map(Some);
+            }
+        }
+    }
+
+    /// What completion `c` brought: `None` for a send's completion, else the message
+    /// or data immediate (its receive slot goes back to the ring).
+    fn arrival(&mut self, c: Completion, what: &'static str) -> Option<Result<Arrival>> {
+        if !c.status.is_ok() {
+            return Some(Err(self.lost(what, &c)));
+        }
+        if c.wr_id & WR_SEND != 0 {
+            return None;
+        }
+        let slot = c.wr_id;
+        let arrival = match (c.opcode, c.imm) {
+            (WcOpcode::RecvWithImm, Some(imm)) => Ok(Arrival::Data(DataImm::decode(imm))),
+            (WcOpcode::Recv, _) => {
+                self.buf.resize(c.byte_len as usize, 0);
+                match self.recv_mr.read(slot * self.recv_size as u64, &mut self.buf) {
+                    Err(e) => Err(e),
+                    // Leave the (possibly large) entry where it is: no second copy.
+                    Ok(()) if crate::wire::is_rpc_value(&self.buf) && self.buf.len() >= RPC_VALUE_OFF => {
+                        Ok(Arrival::RpcValue(self.buf.len() - RPC_VALUE_OFF))
+                    }
+                    Ok(()) => Msg::decode(&self.buf).map(|(m, _)| Arrival::Msg(m)),
+                }
+            }
+            (op, _) => Err(Error::Protocol(format!("unexpected completion {op:?}"))),
+        };
+        // Receives go back in pairs: one request is in flight at a time, so two of
+        // the four stay posted, and a pair shares the ring's cache lines.
+        self.unposted.push(slot);
+        if self.unposted.len() >= REPOST_BATCH {
+            // One chained post (verbs: one `ibv_post_recv`) for the pair.
+            let size = self.recv_size;
+            let mut bufs = [(0u64, 0u64, 0u32); REPOST_BATCH];
+            for (b, &s) in bufs.iter_mut().zip(&self.unposted) {
+                *b = (s, s * size as u64, size);
+            }
+            self.unposted.clear();
+            if let Err(e) = self.qp.post_recv_batch(&self.recv_mr, &bufs) {
+                return Some(Err(e));
+            }
+        }
+        Some(arrival)
     }
 
     /// The error for a failed completion while waiting for `what`.
@@ -269,11 +299,7 @@ impl<T: Transport> Link<T> {
 
     /// Waits for the next control message; a server error comes back as its typed error.
     pub(crate) fn wait_msg(&mut self, what: &'static str) -> Result<Msg> {
-        match self.wait_arrival(what)? {
-            Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
-            Arrival::Msg(m) => Ok(m),
-            Arrival::Data(_) | Arrival::RpcValue(_) => Err(Error::Protocol(format!("unexpected data during {what}"))),
-        }
+        message(what, self.wait_arrival(what)?)
     }
 
     /// Sends `m` (the request), without waiting.
@@ -658,6 +684,15 @@ impl<T: Transport> Link<T> {
         out.resize(len - head, 0);
         self.resp_mr.read(head as u64, out)?;
         Ok(fmt::entry_checksum_parts(&self.buf, out) == h.checksum)
+    }
+}
+
+/// The message an arrival during `what` brought (a server's refusal as its error).
+pub(crate) fn message(what: &'static str, a: Arrival) -> Result<Msg> {
+    match a {
+        Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
+        Arrival::Msg(m) => Ok(m),
+        Arrival::Data(_) | Arrival::RpcValue(_) => Err(Error::Protocol(format!("unexpected data during {what}"))),
     }
 }
 

@@ -206,6 +206,7 @@ pub struct TargetArgs {
     after_help = "Examples:\n  boomctl ycsb --mix b --size 2k                    # embedded server, shm transport\n  \
 boomctl ycsb --mix a --protocol rdmp --threads 2 --ops 100000\n  \
 boomctl ycsb --server 10.0.0.5:7470 --workload workloads/workloadc -p recordcount=100000\n  \
+boomctl ycsb --mix b --threads 1 --clients 16        # 16 clients on one thread\n  \
 boomctl ycsb --mix b --dry-run --print-ops 20\n  boomctl ycsb --merge a.hlog b.hlog            # one report from several clients"
 )]
 pub struct YcsbArgs {
@@ -216,6 +217,14 @@ pub struct YcsbArgs {
     /// Client threads, one connection each (threadcount).
     #[arg(long)]
     threads: Option<u64>,
+    /// Clients in all, one connection each, spread over the threads [default: one per
+    /// thread]. A thread with several clients starts a read or write for each and
+    /// collects the answers as they come (BOOM and Redis; other protocols' requests,
+    /// read-modify-writes and scans run whole), as memtier's clients per thread do:
+    /// clients that outnumber the CPUs then cost no switch between threads per
+    /// operation. Each client is closed-loop, as a YCSB thread is.
+    #[arg(long, value_name = "N")]
+    clients: Option<u64>,
     /// Operations to run (operationcount).
     #[arg(long)]
     ops: Option<u64>,
@@ -226,7 +235,7 @@ pub struct YcsbArgs {
     /// operation's intended start (coordinated-omission correction, Intended-* rows).
     #[arg(long, value_name = "OPS")]
     target: Option<f64>,
-    /// Unmeasured operations per thread before the measured run.
+    /// Unmeasured operations per client before the measured run.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
     /// Skip the load phase (the server already holds the records).
@@ -375,8 +384,16 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         Some(p) => Some(p.clone()),
         None => spec.hdr_file_output()?,
     };
+    let clients = match a.clients {
+        Some(0) => bail!("--clients 0: a run needs a client at least"),
+        Some(c) if (c as usize) < threads => {
+            bail!("--clients {c} is fewer than the {threads} threads: each thread needs a client at least")
+        }
+        c => c.map(|c| c as usize),
+    };
     let run_opts = RunOptions {
         threads,
+        clients,
         // --duration alone bounds the run by time: it runs until the clock stops it.
         ops: if a.duration.is_some() && a.ops.is_none() { u64::MAX } else { cfg.operation_count },
         duration: spec.max_execution_time()?,
@@ -508,7 +525,7 @@ fn run_phases(
             let backend = ta.transport.unwrap_or(Backend::Shm);
             let pool_size = match ta.pool_size {
                 Some(p) => p,
-                None => embedded_pool_size(cfg, run_opts.ops, threads, ta)?,
+                None => embedded_pool_size(cfg, run_opts.ops, run_opts.clients.unwrap_or(threads), ta)?,
             };
             let mut server = boomkv::server::ServerConfig { log_clients: false, ..Default::default() };
             if let Some(n) = ta.workers {
@@ -643,6 +660,7 @@ fn run_config(
         ("records", cfg.record_count.to_string()),
         ("operations", operations.to_string()),
         ("threads", threads.to_string()),
+        ("clients", o.clients.unwrap_or(threads).to_string()),
         ("value_size", value_bytes),
         ("distribution", distribution),
         ("seed", seed.to_string()),
@@ -696,11 +714,11 @@ fn workload_keys(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
 fn embedded_pool_size(
     cfg: &boomkv::workload::CoreConfig,
     ops: u64,
-    threads: usize,
+    clients: usize,
     ta: &TargetArgs,
 ) -> anyhow::Result<u64> {
     let keys = workload_keys(cfg, ops);
-    let (value, clients) = (cfg.value_size.max(), threads as u64);
+    let (value, clients) = (cfg.value_size.max(), clients as u64);
     let writes = run_writes(ops, keys);
     let size =
         boomkv::bench::embedded::pool_size_for_protocol(ta.protocol, keys, writes, value, clients, ta.segment_size);

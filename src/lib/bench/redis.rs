@@ -64,6 +64,42 @@ impl Db for RedisDb {
         }
     }
 
+    /// Sends the GET without reading its reply: the replies of a thread's clients are
+    /// then read in the order they were asked for (Redis answers each connection in
+    /// order, and the server serves them in about the order they came).
+    fn read_start(&mut self, key: &[u8], _out: &mut Vec<u8>) -> Result<Option<bool>> {
+        let cmd = redis::cmd("GET").arg(key).get_packed_command();
+        self.conn.send_packed_command(&cmd).map_err(|e| failed("GET", &e))?;
+        Ok(None)
+    }
+
+    /// Waits for the reply (a blocking read, as `read` does).
+    fn read_poll(&mut self, _key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        let reply = self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("GET", &e))?;
+        let v: Option<Vec<u8>> = redis::from_redis_value(reply).map_err(|e| failed("GET", &e.into()))?;
+        Ok(Some(match v {
+            Some(v) => {
+                out.clear();
+                out.extend_from_slice(&v);
+                true
+            }
+            None => false,
+        }))
+    }
+
+    /// Sends the SET without reading its reply (see `read_start`).
+    fn write_start(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let cmd = redis::cmd("SET").arg(key).arg(value).get_packed_command();
+        self.conn.send_packed_command(&cmd).map_err(|e| failed("SET", &e))?;
+        Ok(false)
+    }
+
+    /// Waits for the SET's reply.
+    fn write_poll(&mut self, _key: &[u8]) -> Result<bool> {
+        self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("SET", &e))?;
+        Ok(true)
+    }
+
     fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         redis::cmd("SET").arg(key).arg(value).query::<()>(&mut self.conn).map_err(|e| failed("SET", &e))
     }

@@ -1,12 +1,16 @@
 //! The YCSB runner: `load` and `run` phases with client threads, throttling with
 //! coordinated-omission correction, interval logging and progress.
 //!
-//! Each thread has its own [`Client`] (its own connection) and its own op stream; it
-//! records into its own [`Measurements`] and hands a snapshot to the collector once per
+//! Each client has its own connection ([`Client`], or another store's [`Db`]) and its
+//! own op stream; a thread drives one client, or several (`RunOptions::clients`): then
+//! it keeps one read or write of each in flight ([`Db::read_start`],
+//! [`Db::write_start`]) and collects the answers as they come, so that clients which
+//! outnumber the CPUs cost no switch between threads per operation. A thread records
+//! into its own [`Measurements`] and hands a snapshot to the collector once per
 //! interval. The collector merges snapshots into the run totals, writes them to the
 //! interval log (`--hdr-log`) and drives the progress display.
 //!
-//! With a target throughput, thread `i` of `n` issues its `k`-th operation at
+//! With a target throughput, client `i` of `n` issues its `k`-th operation at
 //! `start + k * n / target`; the latency from that intended time is recorded too (as
 //! YCSB's `measurement.interval=both` does), so stalls are not hidden.
 
@@ -54,15 +58,20 @@ impl Progress {
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Client threads, one connection each.
+    /// Client threads (YCSB's threadcount).
     pub threads: usize,
+    /// Clients in all, one connection each, spread over the threads (`None`: one per
+    /// thread). A thread with several clients keeps a read of each in flight at once
+    /// and collects the answers as they come, so that clients outnumbering the CPUs
+    /// cost no switch between threads per operation (see [`Db::read_start`]).
+    pub clients: Option<usize>,
     /// Operations in all (run phase), split over the threads.
     pub ops: u64,
     /// Stop after this long even if operations remain.
     pub duration: Option<Duration>,
     /// Target throughput in ops/s over all threads.
     pub target: Option<f64>,
-    /// Unmeasured operations per thread before the measured phase.
+    /// Unmeasured operations per client before the measured phase.
     pub warmup_ops: u64,
     /// Seed of the op streams.
     pub seed: u64,
@@ -91,6 +100,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             threads: 1,
+            clients: None,
             ops: 1000,
             duration: None,
             target: None,
@@ -151,6 +161,27 @@ pub trait Db: Send {
     fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Up to `count` records from `start` on, in key order; how many came back.
     fn scan(&mut self, start: &[u8], count: u32) -> Result<usize>;
+    /// Starts a read of `key` for a thread that keeps the reads of several clients in
+    /// flight (`RunOptions::clients`): `Some(found)` when the read is already done (the
+    /// default: a whole [`Db::read`]), `None` while it is in flight, to be collected by
+    /// [`Db::read_poll`] before anything else is asked of this client.
+    fn read_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        self.read(key, out).map(Some)
+    }
+    /// The read [`Db::read_start`] left in flight, if its answer has come (a binding
+    /// may wait for it here); as [`Db::read`] returns it.
+    fn read_poll(&mut self, _key: &[u8], _out: &mut Vec<u8>) -> Result<Option<bool>> {
+        Err(Error::invalid("no read in flight"))
+    }
+    /// Starts a write as [`Db::read_start`] starts a read: `true` when it is already
+    /// done (the default: a whole [`Db::write`]), `false` while it is in flight.
+    fn write_start(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.write(key, value).map(|()| true)
+    }
+    /// Whether the write [`Db::write_start`] left in flight is done (acknowledged).
+    fn write_poll(&mut self, _key: &[u8]) -> Result<bool> {
+        Err(Error::invalid("no write in flight"))
+    }
     /// The largest value the store accepts, when it says.
     fn max_value(&self) -> Option<u64>;
     /// The client's own counters so far (torn reads retried, segments granted, ...),
@@ -167,6 +198,22 @@ impl<T: Transport> Db for Client<T> {
 
     fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.put(key, value).map(|_| ())
+    }
+
+    fn read_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        self.get_start(key, out)
+    }
+
+    fn read_poll(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        self.get_poll(key, out)
+    }
+
+    fn write_start(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.put_start(key, value).map(|p| p.is_some())
+    }
+
+    fn write_poll(&mut self, key: &[u8]) -> Result<bool> {
+        self.put_poll(key).map(|p| p.is_some())
     }
 
     fn scan(&mut self, start: &[u8], count: u32) -> Result<usize> {
@@ -193,31 +240,23 @@ struct Outcome {
 fn execute<D: Db>(c: &mut D, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> Outcome {
     let key = op.key.as_bytes();
     let val = &values[..op.value_len.min(values.len())];
-    let status = |r: Result<Status>| match r {
-        Ok(s) => (s, None),
-        Err(e) => (Status::Error, Some(e)),
-    };
-    let found = |f: bool| if f { Status::Ok } else { Status::NotFound };
     match op.kind {
         OpKind::ReadModifyWrite => {
             // YCSB times the read and the update separately (each a READ and an UPDATE
             // of its own) and the pair as READ-MODIFY-WRITE; like YCSB it updates
             // whatever the read returned.
-            let (rs, re) = status(c.read(key, buf).map(found));
+            let read = outcome(c.read(key, buf).map(found_status));
             let read_end = Instant::now();
-            let (us, ue) = status(c.write(key, val).map(|()| Status::Ok));
-            Outcome { status: us, error: re.or(ue), rmw_read: Some((rs, read_end)) }
+            let update = outcome(c.write(key, val).map(|()| Status::Ok));
+            Outcome {
+                status: update.status,
+                error: read.error.or(update.error),
+                rmw_read: Some((read.status, read_end)),
+            }
         }
-        _ => {
-            let r = match op.kind {
-                OpKind::Read => c.read(key, buf).map(found),
-                OpKind::Update | OpKind::Insert => c.write(key, val).map(|()| Status::Ok),
-                OpKind::Scan => c.scan(key, op.scan_len as u32).map(|_| Status::Ok),
-                OpKind::ReadModifyWrite => unreachable!("handled above"),
-            };
-            let (s, e) = status(r);
-            Outcome { status: s, error: e, rmw_read: None }
-        }
+        OpKind::Read => outcome(c.read(key, buf).map(found_status)),
+        OpKind::Update | OpKind::Insert => outcome(c.write(key, val).map(|()| Status::Ok)),
+        OpKind::Scan => outcome(c.scan(key, op.scan_len as u32).map(|_| Status::Ok)),
     }
 }
 
@@ -363,8 +402,9 @@ pub fn run_db<D: Db + 'static>(
     phase(connect, w, opts, opts.ops, false)
 }
 
-/// One phase (load or run): connects the clients, runs one worker thread per client,
-/// collects their measurements while it shows progress, and assembles the result.
+/// One phase (load or run): connects the clients, runs the worker threads (each
+/// drives its share of the clients), collects their measurements while it shows
+/// progress, and assembles the result.
 fn phase<D: Db + 'static>(
     connect: impl Fn() -> Result<D>,
     w: &CoreWorkload,
@@ -373,10 +413,14 @@ fn phase<D: Db + 'static>(
     loading: bool,
 ) -> Result<RunResult> {
     let threads = opts.threads.max(1);
+    let n = opts.clients.unwrap_or(threads);
+    if n < threads {
+        return Err(Error::invalid(format!("{n} clients for {threads} threads: each thread needs a client at least")));
+    }
     if let Some(c) = &opts.client_cpus {
         c.check_allowed("the client threads")?;
     }
-    let clients = connect_clients(connect, w, threads)?;
+    let clients = connect_clients(connect, w, n)?;
     let sh = Arc::new(Shared {
         done: AtomicU64::new(0),
         errors: AtomicU64::new(0),
@@ -388,15 +432,25 @@ fn phase<D: Db + 'static>(
     let values = Arc::new(value_buffer(w.config().value_size.max() as usize, opts.seed ^ 0x5EED));
     let (tx, rx) = mpsc::channel::<Measurements>();
     let barrier = Arc::new(std::sync::Barrier::new(threads + 1));
-    let mut handles = Vec::new();
+    // Client i goes to thread i % threads; each has its own op stream, its share of the
+    // operations and of the target rate, as YCSB's threads have.
+    let mut shares: Vec<Vec<Lane<D>>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, c) in clients.into_iter().enumerate() {
         // Loading shares one key sequence (the stream ends it); the run splits the ops.
-        let ops =
-            if loading { u64::MAX } else { total / threads as u64 + u64::from((i as u64) < total % threads as u64) };
-        let job = Worker {
+        let ops = if loading { u64::MAX } else { total / n as u64 + u64::from((i as u64) < total % n as u64) };
+        shares[i % threads].push(Lane {
             client: c,
             stream: w.stream(opts.seed, i as u64),
             ops,
+            done: 0,
+            buf: Vec::new(),
+            in_flight: None,
+        });
+    }
+    let mut handles = Vec::new();
+    for lanes in shares {
+        let job = Worker {
+            lanes,
             loading,
             // Measurements go to the collector at least four times per status line, so a
             // line never goes out just before the batch that belongs in it arrives.
@@ -404,7 +458,7 @@ fn phase<D: Db + 'static>(
             measurement: opts.measurement,
             warmup: opts.warmup_ops,
             duration: opts.duration,
-            rate: opts.target.map(|r| r / threads as f64).filter(|r| *r > 0.0),
+            rate: opts.target.map(|r| r / n as f64).filter(|r| *r > 0.0),
             sh: sh.clone(),
             values: values.clone(),
             tx: tx.clone(),
@@ -449,9 +503,9 @@ fn phase<D: Db + 'static>(
 
 /// Connects every client first, so connection set-up is not measured, and refuses a
 /// workload whose values the store would refuse (it would only fail every write).
-fn connect_clients<D: Db>(connect: impl Fn() -> Result<D>, w: &CoreWorkload, threads: usize) -> Result<Vec<D>> {
+fn connect_clients<D: Db>(connect: impl Fn() -> Result<D>, w: &CoreWorkload, n: usize) -> Result<Vec<D>> {
     let mut clients = Vec::new();
-    for _ in 0..threads {
+    for _ in 0..n {
         clients.push(connect()?);
     }
     if let Some(limit) = clients.first().and_then(Db::max_value) {
@@ -463,19 +517,31 @@ fn connect_clients<D: Db>(connect: impl Fn() -> Result<D>, w: &CoreWorkload, thr
     Ok(clients)
 }
 
-/// One client thread's job.
-struct Worker<D: Db> {
+/// One client of a thread: its connection, its op stream and its share of the work.
+struct Lane<D: Db> {
     client: D,
     stream: crate::workload::OpStream,
     /// Operations to run (`u64::MAX` when loading: the stream ends the phase).
     ops: u64,
+    /// Operations run (measured ones).
+    done: u64,
+    /// Where its reads' values go.
+    buf: Vec<u8>,
+    /// The read or write in flight (a thread with several clients): the operation,
+    /// when it started, and when it was meant to start.
+    in_flight: Option<(Op, Instant, Instant)>,
+}
+
+/// One client thread's job.
+struct Worker<D: Db> {
+    lanes: Vec<Lane<D>>,
     loading: bool,
     /// Hand measurements to the collector this often.
     send_every: Duration,
     measurement: MeasurementInterval,
     warmup: u64,
     duration: Option<Duration>,
-    /// This thread's share of the target rate (operations per second).
+    /// Each client's share of the target rate (operations per second).
     rate: Option<f64>,
     sh: Arc<Shared>,
     values: Arc<Vec<u8>>,
@@ -484,9 +550,15 @@ struct Worker<D: Db> {
     cpus: Option<crate::cpus::CpuList>,
 }
 
+/// What a thread has counted since the measured phase began.
+struct Tally {
+    m: Measurements,
+    t0: Instant,
+    last_send: Instant,
+}
+
 impl<D: Db> Worker<D> {
     fn run(mut self) -> Result<()> {
-        let mut m = Measurements::new(self.measurement);
         let mut buf = Vec::new();
         // A thread that cannot be pinned stops the run after the barrier (the collector
         // waits for every thread there).
@@ -500,61 +572,189 @@ impl<D: Db> Worker<D> {
         // does not sleep needs no wake-up.
         crate::transport::set_yield_wait(self.cpus.is_some());
         if !self.loading {
-            for _ in 0..self.warmup {
-                let op = self.stream.next_op();
-                let _ = execute(&mut self.client, &op, &self.values, &mut buf);
-                self.stream.complete(&op)?;
+            for lane in &mut self.lanes {
+                for _ in 0..self.warmup {
+                    let op = lane.stream.next_op();
+                    let _ = execute(&mut lane.client, &op, &self.values, &mut buf);
+                    lane.stream.complete(&op)?;
+                }
             }
         }
         self.barrier.wait();
-        let counted_from = self.client.counters();
+        let counted_from: Vec<Option<ClientCounters>> = self.lanes.iter().map(|l| l.client.counters()).collect();
         let t0 = Instant::now();
-        let mut last_send = t0;
-        let mut k = 0u64;
-        while k < self.ops && !self.sh.stop.load(Ordering::Relaxed) {
-            let op = if self.loading {
-                match self.stream.next_load_op() {
-                    Some(op) => op,
-                    None => break,
-                }
-            } else {
-                self.stream.next_op()
-            };
-            let intended = self.pace(t0, k);
-            let s = Instant::now();
-            let outcome = execute(&mut self.client, &op, &self.values, &mut buf);
-            let end = Instant::now();
-            record(&mut m, &op, &outcome, s, end, intended.unwrap_or(s));
-            self.stream.complete(&op)?;
-            if let Some(e) = outcome.error {
-                self.sh.note_error(&e);
-            }
-            self.sh.done.fetch_add(1, Ordering::Relaxed);
-            k += 1;
-            if end.duration_since(last_send) >= self.send_every {
-                last_send = end;
-                let _ = self.tx.send(m.take());
-            }
-            if self.duration.is_some_and(|d| end.duration_since(t0) >= d) {
-                break;
+        let mut tally = Tally { m: Measurements::new(self.measurement), t0, last_send: t0 };
+        if self.lanes.len() == 1 {
+            self.run_one(&mut tally, &mut buf)?;
+        } else {
+            self.run_many(&mut tally)?;
+        }
+        let mut m = tally.m;
+        for (lane, before) in self.lanes.iter().zip(counted_from) {
+            if let (Some(before), Some(now)) = (before, lane.client.counters()) {
+                let mut total = self.sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                total.get_or_insert_with(ClientCounters::default).add(&now.since(&before));
             }
         }
-        if let (Some(before), Some(now)) = (counted_from, self.client.counters()) {
-            let mut total = self.sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            total.get_or_insert_with(ClientCounters::default).add(&now.since(&before));
-        }
-        // YCSB's DBWrapper.cleanup: each thread's DB cleanup (here: closing the
+        // YCSB's DBWrapper.cleanup: each client's DB cleanup (here: closing the
         // connection) is measured as CLEANUP, without a status.
-        let cleanup = Instant::now();
-        drop(self.client);
-        let took = cleanup.elapsed();
-        m.measure("CLEANUP", took, took);
+        for lane in self.lanes {
+            let cleanup = Instant::now();
+            drop(lane.client);
+            let took = cleanup.elapsed();
+            m.measure("CLEANUP", took, took);
+        }
         let _ = self.tx.send(m.take());
         Ok(())
     }
 
-    /// Under a target rate, waits for operation `k`'s intended start and returns it;
-    /// otherwise `None`: the intended start is the start (no clock reading for it).
+    /// The next operation of `lane`, or `None` when its share (or the load) is done.
+    fn next_op(&self, lane: &mut Lane<D>) -> Option<Op> {
+        if lane.done >= lane.ops {
+            None
+        } else if self.loading {
+            let op = lane.stream.next_load_op();
+            if op.is_none() {
+                lane.ops = lane.done;
+            }
+            op
+        } else {
+            Some(lane.stream.next_op())
+        }
+    }
+
+    /// One client on this thread: each operation waits for its answer.
+    fn run_one(&mut self, tally: &mut Tally, buf: &mut Vec<u8>) -> Result<()> {
+        let mut lane = self.lanes.pop().ok_or_else(|| Error::invalid("a client thread without a client"))?;
+        let r = (|| {
+            while !self.sh.stop.load(Ordering::Relaxed) {
+                let Some(op) = self.next_op(&mut lane) else { break };
+                let intended = self.pace(tally.t0, lane.done);
+                let s = Instant::now();
+                let outcome = execute(&mut lane.client, &op, &self.values, buf);
+                if self.finish(tally, &mut lane, &op, &outcome, s, intended)? {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        self.lanes.push(lane);
+        r
+    }
+
+    /// Several clients on this thread: each keeps its read or write in flight while
+    /// the thread starts the others' operations and collects the answers as they come
+    /// (read-modify-writes and scans run whole, as with one client). A client under a
+    /// target rate whose next operation is not due yet is passed over; when none has
+    /// anything to do but wait for its time, the thread sleeps until the first is due.
+    fn run_many(&mut self, tally: &mut Tally) -> Result<()> {
+        let mut lanes = std::mem::take(&mut self.lanes);
+        let r = (|| {
+            let mut issuing = true;
+            let mut idle_rounds = 0u32;
+            loop {
+                issuing &= !self.sh.stop.load(Ordering::Relaxed);
+                let mut in_flight = false;
+                let mut progressed = false;
+                let mut first_due: Option<Instant> = None;
+                for lane in &mut lanes {
+                    if let Some((op, s, intended)) = lane.in_flight.take() {
+                        let Some(outcome) = poll_op(lane, &op) else {
+                            lane.in_flight = Some((op, s, intended));
+                            in_flight = true;
+                            continue;
+                        };
+                        progressed = true;
+                        if self.finish(tally, lane, &op, &outcome, s, Some(intended))? {
+                            issuing = false;
+                        }
+                    }
+                    if !issuing {
+                        continue;
+                    }
+                    let intended = match self.rate {
+                        Some(r) => {
+                            let at = tally.t0 + Duration::from_secs_f64(lane.done as f64 / r);
+                            if at > Instant::now() {
+                                first_due = Some(first_due.map_or(at, |d| d.min(at)));
+                                continue;
+                            }
+                            Some(at)
+                        }
+                        None => None,
+                    };
+                    let Some(op) = self.next_op(lane) else { continue };
+                    progressed = true;
+                    let s = Instant::now();
+                    let intended = intended.unwrap_or(s);
+                    match start_op(lane, &op, &self.values) {
+                        None => {
+                            lane.in_flight = Some((op, s, intended));
+                            in_flight = true;
+                        }
+                        Some(outcome) => {
+                            if self.finish(tally, lane, &op, &outcome, s, Some(intended))? {
+                                issuing = false;
+                            }
+                        }
+                    }
+                }
+                if progressed {
+                    idle_rounds = 0;
+                    continue;
+                }
+                if !in_flight {
+                    match first_due {
+                        Some(at) if issuing => std::thread::sleep(at.saturating_duration_since(Instant::now())),
+                        _ => break,
+                    }
+                    continue;
+                }
+                // Nothing came this round: a short pause, and now and then the CPU to
+                // whoever shares it (a server worker, when the threads are not placed).
+                idle_rounds += 1;
+                if idle_rounds % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Ok(())
+        })();
+        self.lanes = lanes;
+        r
+    }
+
+    /// Records `lane`'s finished operation `op` (started at `s`, meant to start at
+    /// `intended`) and hands the measurements on when it is time; whether the
+    /// thread's run is over (its time is up).
+    fn finish(
+        &self,
+        tally: &mut Tally,
+        lane: &mut Lane<D>,
+        op: &Op,
+        outcome: &Outcome,
+        s: Instant,
+        intended: Option<Instant>,
+    ) -> Result<bool> {
+        let end = Instant::now();
+        record(&mut tally.m, op, outcome, s, end, intended.unwrap_or(s));
+        lane.stream.complete(op)?;
+        if let Some(e) = &outcome.error {
+            self.sh.note_error(e);
+        }
+        self.sh.done.fetch_add(1, Ordering::Relaxed);
+        lane.done += 1;
+        if end.duration_since(tally.last_send) >= self.send_every {
+            tally.last_send = end;
+            let _ = self.tx.send(tally.m.take());
+        }
+        Ok(self.duration.is_some_and(|d| end.duration_since(tally.t0) >= d))
+    }
+
+    /// Under a target rate, waits for a client's `k`-th operation's intended start and
+    /// returns it; otherwise `None`: the intended start is the start (no clock
+    /// reading for it).
     fn pace(&self, t0: Instant, k: u64) -> Option<Instant> {
         let r = self.rate?;
         let at = t0 + Duration::from_secs_f64(k as f64 / r);
@@ -563,6 +763,58 @@ impl<D: Db> Worker<D> {
             std::thread::sleep(at - now);
         }
         Some(at)
+    }
+}
+
+/// Starts `op` on `lane`'s client: `None` while it is in flight (a read or a write
+/// the store can leave in flight), else its outcome (everything else runs whole).
+fn start_op<D: Db>(lane: &mut Lane<D>, op: &Op, values: &[u8]) -> Option<Outcome> {
+    let key = op.key.as_bytes();
+    match op.kind {
+        OpKind::Read => match lane.client.read_start(key, &mut lane.buf) {
+            Ok(None) => None,
+            Ok(Some(found)) => Some(outcome(Ok(found_status(found)))),
+            Err(e) => Some(outcome(Err(e))),
+        },
+        OpKind::Update | OpKind::Insert => {
+            match lane.client.write_start(key, &values[..op.value_len.min(values.len())]) {
+                Ok(false) => None,
+                Ok(true) => Some(outcome(Ok(Status::Ok))),
+                Err(e) => Some(outcome(Err(e))),
+            }
+        }
+        OpKind::ReadModifyWrite | OpKind::Scan => Some(execute(&mut lane.client, op, values, &mut lane.buf)),
+    }
+}
+
+/// The outcome of `lane`'s operation `op` in flight, if its answer has come.
+fn poll_op<D: Db>(lane: &mut Lane<D>, op: &Op) -> Option<Outcome> {
+    let key = op.key.as_bytes();
+    let r = if op.kind == OpKind::Read {
+        lane.client.read_poll(key, &mut lane.buf).map(|f| f.map(found_status))
+    } else {
+        lane.client.write_poll(key).map(|done| done.then_some(Status::Ok))
+    };
+    match r {
+        Ok(None) => None,
+        Ok(Some(s)) => Some(outcome(Ok(s))),
+        Err(e) => Some(outcome(Err(e))),
+    }
+}
+
+fn found_status(found: bool) -> Status {
+    if found {
+        Status::Ok
+    } else {
+        Status::NotFound
+    }
+}
+
+/// A single operation's outcome (not a read-modify-write).
+fn outcome(r: Result<Status>) -> Outcome {
+    match r {
+        Ok(status) => Outcome { status, error: None, rmw_read: None },
+        Err(e) => Outcome { status: Status::Error, error: Some(e), rmw_read: None },
     }
 }
 

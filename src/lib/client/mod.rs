@@ -128,6 +128,35 @@ pub struct Client<T: Transport> {
     side: Box<dyn ClientSide<T>>,
     protocol: Protocol,
     torn_retries: u32,
+    /// How long the request in flight (split GET or PUT) has been polled for.
+    polled: Polled,
+}
+
+/// Fruitless polls of a request in flight, and from when they count: the clock is
+/// read once per [`Polled::EVERY`] polls, so that a request whose answer never comes
+/// fails after the link's timeout, as a waiting one does, without a clock reading
+/// per poll.
+#[derive(Default)]
+struct Polled {
+    polls: u32,
+    since: Option<std::time::Instant>,
+}
+
+impl Polled {
+    const EVERY: u32 = 1024;
+
+    /// Counts a fruitless poll; the timeout error once the answer is `timeout` late.
+    fn miss(&mut self, timeout: Duration, what: &'static str) -> Result<()> {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % Self::EVERY == 0 {
+            let now = std::time::Instant::now();
+            if now.duration_since(*self.since.get_or_insert(now)) > timeout {
+                *self = Polled::default();
+                return Err(Error::Timeout(timeout, what));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<T: Transport> Client<T> {
@@ -164,7 +193,7 @@ impl<T: Transport> Client<T> {
             clover_data: opts.clover_data,
         };
         let side = crate::proto::client_side(opts.protocol, &tuning);
-        Ok(Client { link, side, protocol: opts.protocol, torn_retries: opts.torn_retries })
+        Ok(Client { link, side, protocol: opts.protocol, torn_retries: opts.torn_retries, polled: Polled::default() })
     }
 
     /// The id the server gave this client (the owner of its log).
@@ -213,6 +242,27 @@ impl<T: Transport> Client<T> {
         self.side.put(&mut self.link, key, value, false)
     }
 
+    /// Starts a PUT of `key` without waiting for the server's answer (see
+    /// [`Client::get_start`]): `Some` when it is already done (the protocol has no
+    /// split PUT: only BOOM has), `None` while it is in flight, to be collected by
+    /// [`Client::put_poll`] before anything else is sent on this client.
+    pub fn put_start(&mut self, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        self.check_sizes(key, value)?;
+        self.side.put_start(&mut self.link, key, value)
+    }
+
+    /// The PUT [`Client::put_start`] left in flight, if the server's answer has come:
+    /// then it is acknowledged, as after [`Client::put`].
+    pub fn put_poll(&mut self, key: &[u8]) -> Result<Option<PutInfo>> {
+        match self.side.put_poll(&mut self.link, key)? {
+            None => self.polled.miss(self.link.timeout, "PUT").map(|()| None),
+            done => {
+                self.polled = Polled::default();
+                Ok(done)
+            }
+        }
+    }
+
     /// Deletes `key` (a durable tombstone); deleting an absent key is not an error.
     pub fn delete(&mut self, key: &[u8]) -> Result<PutInfo> {
         self.check_sizes(key, b"")?;
@@ -229,7 +279,12 @@ impl<T: Transport> Client<T> {
     /// returns whether the key exists.
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_sizes(key, b"")?;
-        for _ in 0..=self.torn_retries {
+        self.get_tries(key, out, self.torn_retries + 1)
+    }
+
+    /// Up to `tries` whole GETs of `key`, until one is not torn.
+    fn get_tries(&mut self, key: &[u8], out: &mut Vec<u8>, tries: u32) -> Result<bool> {
+        for _ in 0..tries {
             match self.side.get_value(&mut self.link, key, out)? {
                 Fetched::Absent => return Ok(false),
                 Fetched::Value => return Ok(true),
@@ -240,6 +295,40 @@ impl<T: Transport> Client<T> {
             "the entry of this key failed its checksum {} times in a row",
             self.torn_retries + 1
         )))
+    }
+
+    /// Starts a GET of `key` without waiting for its answer, so that one thread can
+    /// keep the requests of several clients in flight (`boomctl ycsb --clients`).
+    /// `Some(found)` when the GET is already done: the protocol has no split GET (only
+    /// BOOM has), and this was a whole [`Client::get_into`]. `None` while it is in
+    /// flight: [`Client::get_poll`] collects it, and no other request may be sent on
+    /// this client until it has.
+    pub fn get_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        self.check_sizes(key, b"")?;
+        if self.side.get_start(&mut self.link, key)? {
+            Ok(None)
+        } else {
+            self.get_tries(key, out, self.torn_retries + 1).map(Some)
+        }
+    }
+
+    /// The GET [`Client::get_start`] left in flight, if its answer has come: whether
+    /// `key` exists (its value is then in `out`). A torn entry is read again at once,
+    /// as [`Client::get_into`] would, waiting for the answers.
+    pub fn get_poll(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        let got = self.side.get_poll(&mut self.link, key, out)?;
+        if got.is_some() {
+            self.polled = Polled::default();
+        }
+        match got {
+            None => self.polled.miss(self.link.timeout, "GET").map(|()| None),
+            Some(Fetched::Absent) => Ok(Some(false)),
+            Some(Fetched::Value) => Ok(Some(true)),
+            Some(Fetched::Torn) => {
+                self.link.counters.torn_retries += 1;
+                self.get_tries(key, out, self.torn_retries).map(Some)
+            }
+        }
     }
 
     /// Up to `count` live key-value pairs from `start` on, in key order (BOOM protocol;

@@ -192,6 +192,8 @@ pub(crate) struct Client {
     hybrid: HybridTable,
     on_write: Option<WriteHook>,
     pool_full_wait: Duration,
+    /// The PUT [`ClientSide::put_start`] left in flight.
+    put_in_flight: Option<Written>,
 }
 
 impl Client {
@@ -201,6 +203,7 @@ impl Client {
             hybrid: HybridTable::new(tuning.update_mode),
             on_write: tuning.on_write.clone(),
             pool_full_wait: tuning.pool_full_wait,
+            put_in_flight: None,
         }
     }
 
@@ -234,33 +237,10 @@ impl Client {
         }
     }
 
-    /// Sends `m` (a GET or SCAN naming the response buffer) and waits for its data
-    /// immediate, growing the buffer and asking again when it is too small.
-    fn fetch<T: Transport>(
-        l: &mut Link<T>,
-        what: &'static str,
-        mut encode: impl FnMut(u32, RegionDesc, &mut Vec<u8>),
-    ) -> Result<Option<u32>> {
-        loop {
-            let buf = l.resp_mr.remote();
-            l.send_encoded(|req, out| encode(req, buf, out))?;
-            match l.wait_arrival(what)? {
-                Arrival::Data(DataImm { status: DataStatus::Ok, len }) => return Ok(Some(len)),
-                Arrival::Data(DataImm { status: DataStatus::NotFound, .. }) => return Ok(None),
-                Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => l.grow_response(len as u64)?,
-                Arrival::Data(DataImm { status: DataStatus::Error, .. }) => {
-                    return Err(Error::Protocol(format!("the server failed the {what}")))
-                }
-                Arrival::Msg(Msg::Error { code, message }) => return Err(Error::Server { code, message }),
-                Arrival::Msg(m) => return Err(Error::Protocol(format!("expected {what} data, got {m:?}"))),
-                Arrival::RpcValue(_) => return Err(Error::Protocol("unexpected RPC value".into())),
-            }
-        }
-    }
-}
-
-impl<T: Transport> ClientSide<T> for Client {
-    fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
+    /// A PUT up to its WRITE_WITH_IMM (a grant first when the segment is full):
+    /// `Written` once the entry is on its way, `Done` when the server did it whole (a
+    /// DELETE that takes no segment).
+    fn post_put<T: Transport>(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<Posted> {
         let segment_size = l.limits.segment_size;
         let len = ENTRY_HEADER_SIZE + key.len() as u64 + value.len() as u64;
         let slot = fmt::slot_size(key.len(), value.len());
@@ -273,7 +253,7 @@ impl<T: Transport> ClientSide<T> for Client {
                 if self.seg.as_ref().is_none_or(|s| s.tail + slot > segment_size) {
                     if tomb {
                         // A DELETE never takes a segment: the server logs the tombstone.
-                        return super::server_delete(l, key);
+                        return super::server_delete(l, key).map(Posted::Done);
                     }
                     self.grant(l)?;
                 }
@@ -285,13 +265,20 @@ impl<T: Transport> ClientSide<T> for Client {
         let (seg_id, region) =
             self.seg.as_ref().map(|s| (s.id, s.region)).ok_or_else(|| Error::Protocol("no segment".into()))?;
         let imm = PutImm { offset, in_place }.encode().ok_or_else(|| Error::invalid("segment offset too large"))?;
-        let mut intent = WriteIntent { segment: seg_id, offset, in_place, done: false };
+        let intent = WriteIntent { segment: seg_id, offset, in_place, done: false };
         self.tell(&intent);
         l.write_entry(n, region.at(offset), region.rkey, imm)?;
-        let (version, min_get) = match l.wait_msg("PUT")? {
+        Ok(Posted::Written(Written { intent, capacity }))
+    }
+
+    /// The rest of a PUT once the server's answer `m` came.
+    fn put_done<T: Transport>(&mut self, key: &[u8], w: Written, m: Msg, l: &mut Link<T>) -> Result<PutInfo> {
+        let (version, min_get) = match m {
             Msg::PutOk { version, min_get_version } => (version, min_get_version),
             m => return Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
         };
+        let Written { mut intent, capacity } = w;
+        let (offset, in_place) = (intent.offset, intent.in_place);
         intent.done = true;
         self.tell(&intent);
         if in_place {
@@ -304,6 +291,96 @@ impl<T: Transport> ClientSide<T> for Client {
         }
         self.hybrid.record(key, SlotInfo { offset, capacity, version }, min_get);
         Ok(PutInfo { version, in_place })
+    }
+
+    /// Sends `m` (a GET or SCAN naming the response buffer) and waits for its data
+    /// immediate, growing the buffer and asking again when it is too small.
+    fn fetch<T: Transport>(
+        l: &mut Link<T>,
+        what: &'static str,
+        mut encode: impl FnMut(u32, RegionDesc, &mut Vec<u8>),
+    ) -> Result<Option<u32>> {
+        loop {
+            let buf = l.resp_mr.remote();
+            l.send_encoded(|req, out| encode(req, buf, out))?;
+            match answer(l.wait_arrival(what)?, what)? {
+                Answer::Len(len) => return Ok(Some(len)),
+                Answer::Absent => return Ok(None),
+                Answer::TooSmall(len) => l.grow_response(u64::from(len))?,
+            }
+        }
+    }
+
+    /// The value of `key` from an entry of `len` bytes in the response region.
+    fn value_of<T: Transport>(l: &mut Link<T>, key: &[u8], len: u32, out: &mut Vec<u8>) -> Result<Fetched> {
+        Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
+    }
+}
+
+/// How far [`Client::post_put`] took a PUT.
+enum Posted {
+    /// The server did it whole (a DELETE without a segment).
+    Done(PutInfo),
+    /// The entry is written; the server's answer is to come.
+    Written(Written),
+}
+
+/// A PUT whose entry is written and whose answer is to come.
+struct Written {
+    intent: WriteIntent,
+    capacity: u64,
+}
+
+/// What the server answered a GET or SCAN with.
+enum Answer {
+    /// The data is in the response region: this many bytes.
+    Len(u32),
+    /// No such key.
+    Absent,
+    /// The response region is smaller than the data (this many bytes): grow, ask again.
+    TooSmall(u32),
+}
+
+fn answer(a: Arrival, what: &'static str) -> Result<Answer> {
+    match a {
+        Arrival::Data(DataImm { status: DataStatus::Ok, len }) => Ok(Answer::Len(len)),
+        Arrival::Data(DataImm { status: DataStatus::NotFound, .. }) => Ok(Answer::Absent),
+        Arrival::Data(DataImm { status: DataStatus::TooSmall, len }) => Ok(Answer::TooSmall(len)),
+        Arrival::Data(DataImm { status: DataStatus::Error, .. }) => {
+            Err(Error::Protocol(format!("the server failed the {what}")))
+        }
+        Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
+        Arrival::Msg(m) => Err(Error::Protocol(format!("expected {what} data, got {m:?}"))),
+        Arrival::RpcValue(_) => Err(Error::Protocol("unexpected RPC value".into())),
+    }
+}
+
+impl<T: Transport> ClientSide<T> for Client {
+    fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
+        match self.post_put(l, key, value, tomb)? {
+            Posted::Done(info) => Ok(info),
+            Posted::Written(w) => {
+                let m = l.wait_msg("PUT")?;
+                self.put_done(key, w, m, l)
+            }
+        }
+    }
+
+    fn put_start(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        match self.post_put(l, key, value, false)? {
+            Posted::Done(info) => Ok(Some(info)),
+            Posted::Written(w) => {
+                self.put_in_flight = Some(w);
+                Ok(None)
+            }
+        }
+    }
+
+    fn put_poll(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<PutInfo>> {
+        let Some(a) = l.poll_arrival("PUT")? else { return Ok(None) };
+        let w = self.put_in_flight.take().ok_or_else(|| Error::invalid("no PUT in flight"))?;
+        let m = crate::link::message("PUT", a)?;
+        self.put_done(key, w, m, l).map(Some)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
@@ -319,7 +396,30 @@ impl<T: Transport> ClientSide<T> for Client {
         let Some(len) = Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? else {
             return Ok(Fetched::Absent);
         };
-        Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
+        Self::value_of(l, key, len, out)
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        let buf = l.resp_mr.remote();
+        l.send_encoded(|req, out| Msg::encode_get_into(req, key, &buf, out))?;
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        let Some(a) = l.poll_arrival("GET")? else { return Ok(None) };
+        let len = match answer(a, "GET")? {
+            Answer::Len(len) => len,
+            Answer::Absent => return Ok(Some(Fetched::Absent)),
+            // Rare (the buffer grows once to the largest value): finish it as a whole GET.
+            Answer::TooSmall(len) => {
+                l.grow_response(u64::from(len))?;
+                match Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? {
+                    Some(len) => len,
+                    None => return Ok(Some(Fetched::Absent)),
+                }
+            }
+        };
+        Self::value_of(l, key, len, out).map(Some)
     }
 
     fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

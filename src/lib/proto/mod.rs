@@ -77,6 +77,33 @@ pub(crate) trait ClientSide<T: Transport>: Send {
         Ok(if crate::link::decode_value(&l.buf, key, start, n, out) { Fetched::Value } else { Fetched::Torn })
     }
 
+    /// Starts a PUT of `key` (not a DELETE) and returns without waiting for the
+    /// server's answer, which [`ClientSide::put_poll`] then collects: `None` while it
+    /// is in flight, `Some` when it is already done, as it always is with the default
+    /// (a whole [`ClientSide::put`]).
+    fn put_start(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        self.put(l, key, value, false).map(Some)
+    }
+
+    /// The answer to the PUT [`ClientSide::put_start`] left in flight, if it has come.
+    fn put_poll(&mut self, _l: &mut Link<T>, _key: &[u8]) -> Result<Option<PutInfo>> {
+        Err(Error::invalid("no PUT in flight: this protocol has no split PUT"))
+    }
+
+    /// Sends a GET of `key` and returns without waiting for the answer, which
+    /// [`ClientSide::get_poll`] then collects: how a thread keeps requests of several
+    /// clients in flight at once. `false` for a protocol without such a split GET (the
+    /// default): the caller does a whole [`ClientSide::get_value`] instead.
+    fn get_start(&mut self, _l: &mut Link<T>, _key: &[u8]) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The answer to the GET [`ClientSide::get_start`] sent, if it has come (`None`:
+    /// not yet), with the value in `out` as [`ClientSide::get_value`] leaves it.
+    fn get_poll(&mut self, _l: &mut Link<T>, _key: &[u8], _out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        Err(Error::invalid("no GET in flight: this protocol has no split GET"))
+    }
+
     /// Up to `count` live entries from `start` on, in key order.
     fn scan(&mut self, _l: &mut Link<T>, _start: &[u8], _count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         Err(Error::Unsupported("scans are implemented for the boom protocol only".into()))

@@ -525,6 +525,48 @@ mod tests {
     use crate::transport::{Access, QueuePair, ShmTransport, TransportConfig};
     use crate::wire::{Hello, Msg, Protocol, Welcome};
 
+    /// A server with one worker over shm, whose look-ups of its clients' regions wait
+    /// `lookup_timeout` for an answer, on a small pool in a temporary directory.
+    fn one_worker(lookup_timeout: Duration) -> (tempfile::TempDir, Server<ShmTransport>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
+        o.media.create_size = Some(16 << 20);
+        let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+        let slow = TransportConfig { lookup_timeout, ..Default::default() };
+        let ep = Endpoint::Shm(dir.path().join("s.sock"));
+        let cfg = ServerConfig { workers: 1, log_clients: false, cleaner: false, ..Default::default() };
+        let s = Server::start(ShmTransport::with_config(slow).unwrap(), pool, &[ep], cfg).unwrap();
+        (dir, s)
+    }
+
+    /// A GET left in flight by a client with several requests on one thread
+    /// (`Client::get_start`) whose answer never comes fails with the client's timeout,
+    /// as a waiting one does; it is not polled for ever (a PUT's poll counts the same). Here the
+    /// answers never come because the client's own transport holds its look-up answers,
+    /// so the server's replies never reach it.
+    #[test]
+    fn a_split_request_whose_answer_never_comes_times_out() {
+        let (_dir, s) = one_worker(Duration::from_secs(60));
+        let ep = &s.endpoints()[0];
+        let deaf = ShmTransport::new().unwrap();
+        deaf.hold_lookups(true);
+        let timeout = Duration::from_millis(300);
+        let mut c = Client::connect(&deaf, ep, ClientOptions { timeout, ..Default::default() }).unwrap();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        assert_eq!(c.get_start(b"k", &mut out).unwrap(), None, "a BOOM GET stays in flight");
+        let e = loop {
+            match c.get_poll(b"k", &mut out) {
+                Ok(None) => std::hint::spin_loop(),
+                Ok(Some(found)) => panic!("an answer came: {found}"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(e, Error::Timeout(d, "GET") if d == timeout), "{e}");
+        assert!(t0.elapsed() >= timeout, "{:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+
     /// A client that asks for a GET and never answers the server's look-up of its
     /// response buffer (a stopped or hostile process) costs the honest client beside it,
     /// on the server's only worker, nothing: the reply waits in the silent client's send
@@ -533,14 +575,7 @@ mod tests {
     /// time out.
     #[test]
     fn a_client_that_never_answers_a_lookup_costs_the_others_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
-        o.media.create_size = Some(16 << 20);
-        let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
-        let slow = TransportConfig { lookup_timeout: Duration::from_secs(60), ..Default::default() };
-        let ep = Endpoint::Shm(dir.path().join("s.sock"));
-        let cfg = ServerConfig { workers: 1, log_clients: false, cleaner: false, ..Default::default() };
-        let s = Server::start(ShmTransport::with_config(slow).unwrap(), pool, &[ep], cfg).unwrap();
+        let (_dir, s) = one_worker(Duration::from_secs(60));
         let ep = &s.endpoints()[0];
         let opts = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
         let mut honest = Client::connect(&ShmTransport::new().unwrap(), ep, opts).unwrap();
