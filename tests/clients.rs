@@ -164,3 +164,17 @@ fn a_target_rate_paces_each_client_of_a_thread() {
     assert!(t.elapsed() >= Duration::from_millis(195), "{:?}", t.elapsed());
     assert_eq!(count(&r, "Intended-READ"), 400);
 }
+
+#[test]
+fn a_paced_thread_stops_when_its_clients_are_done() {
+    // 8 operations at 8 ops/s over 4 clients on one thread: each client's two are due
+    // at 0 and 0.5 s, so the run ends just after 0.5 s, not a client's interval later.
+    let w = workload('c', 10, 8);
+    let seen = Arc::new(Seen::default());
+    let o = RunOptions { threads: 1, clients: Some(4), ops: 8, target: Some(8.0), ..Default::default() };
+    let connect = || Ok(Slow { seen: seen.clone(), polls: 0, noted: false });
+    let r = runner::load_and_run_db(connect, &w, &o, Phases { load: false, run: true }).unwrap();
+    assert_eq!(r.result.run.operations, 8);
+    let took = r.result.run.runtime_ms();
+    assert!((490..900).contains(&took), "run time {took} ms: 500 expected, 1000 if it waited past the last");
+}

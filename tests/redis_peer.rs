@@ -126,6 +126,41 @@ fn sweep_peers_compares_boomkv_with_redis() {
     for stem in ["peers-b-throughput", "peers-b-p99"] {
         assert!(out.join(format!("{stem}.svg")).exists(), "{stem}");
     }
+
+    // --client-threads: the counts are of clients, on (up to) that many threads, for
+    // every peer; the summary and the CSV say so.
+    let out = dir.path().join("clients");
+    let out_s = out.to_str().unwrap();
+    let (ok, stdout, err) = boomctl(&[
+        "sweep",
+        "peers",
+        "--quick",
+        "--mixes",
+        "b",
+        "--threads",
+        "1,4",
+        "--client-threads",
+        "1",
+        "--ops",
+        "400",
+        "--keys",
+        "200",
+        "--repeats",
+        "1",
+        "--quiet",
+        "--out",
+        out_s,
+    ]);
+    assert!(ok, "{err}");
+    let t = boomkv::bench::sweep::Table::read(&out.join("peers.csv")).unwrap();
+    assert_eq!(t.rows.len(), 2 * 4, "counts x peers");
+    for i in 0..t.rows.len() {
+        assert_eq!(t.req(i, "client_threads").unwrap(), 1.0, "row {i}");
+        assert_eq!(t.req(i, "errors").unwrap(), 0.0, "row {i}");
+    }
+    assert!(stdout.contains("mix  clients  tcp kops/s"), "{stdout}");
+    assert!(stdout.contains("at every client count: "), "{stdout}");
+    assert!(stdout.contains("on up to 1 thread (--client-threads)"), "{stdout}");
 }
 
 #[test]

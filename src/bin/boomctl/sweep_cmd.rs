@@ -84,6 +84,12 @@ pub struct SweepArgs {
     /// Worker threads of the embedded servers.
     #[arg(long, value_name = "N")]
     workers: Option<String>,
+    /// peers: run each count of --threads as that many clients on N threads (fewer
+    /// for a smaller count), each thread keeping its clients' requests in flight
+    /// together (`ycsb --clients`), for boomkv and Redis alike [default: one thread
+    /// per client, as YCSB has].
+    #[arg(long, value_name = "N")]
+    client_threads: Option<String>,
     /// Transport of the embedded servers: shm (default), tcp, or verbs (feature `rdma`;
     /// device from $BOOMKV_RDMA_DEVICE).
     #[arg(long, value_name = "shm|tcp|verbs")]
@@ -152,6 +158,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         ("ops", &a.ops),
         ("keys", &a.keys),
         ("workers", &a.workers),
+        ("client-threads", &a.client_threads),
     ] {
         if let Some(v) = v {
             cli.set(name, v)?;

@@ -669,7 +669,8 @@ impl<D: Db> Worker<D> {
                             issuing = false;
                         }
                     }
-                    if !issuing {
+                    // A client whose share is done waits for nothing, not even its time.
+                    if !issuing || lane.done >= lane.ops {
                         continue;
                     }
                     let intended = match self.rate {

@@ -145,13 +145,19 @@ struct Polled {
 impl Polled {
     const EVERY: u32 = 1024;
 
+    /// A new request is in flight: its wait counts from now on, whatever became of
+    /// the one before (answered, failed or timed out).
+    fn start(&mut self) {
+        *self = Polled::default();
+    }
+
     /// Counts a fruitless poll; the timeout error once the answer is `timeout` late.
     fn miss(&mut self, timeout: Duration, what: &'static str) -> Result<()> {
         self.polls = self.polls.wrapping_add(1);
         if self.polls % Self::EVERY == 0 {
             let now = std::time::Instant::now();
             if now.duration_since(*self.since.get_or_insert(now)) > timeout {
-                *self = Polled::default();
+                self.start();
                 return Err(Error::Timeout(timeout, what));
             }
         }
@@ -248,6 +254,7 @@ impl<T: Transport> Client<T> {
     /// [`Client::put_poll`] before anything else is sent on this client.
     pub fn put_start(&mut self, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
         self.check_sizes(key, value)?;
+        self.polled.start();
         self.side.put_start(&mut self.link, key, value)
     }
 
@@ -256,10 +263,7 @@ impl<T: Transport> Client<T> {
     pub fn put_poll(&mut self, key: &[u8]) -> Result<Option<PutInfo>> {
         match self.side.put_poll(&mut self.link, key)? {
             None => self.polled.miss(self.link.timeout, "PUT").map(|()| None),
-            done => {
-                self.polled = Polled::default();
-                Ok(done)
-            }
+            done => Ok(done),
         }
     }
 
@@ -279,7 +283,7 @@ impl<T: Transport> Client<T> {
     /// returns whether the key exists.
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_sizes(key, b"")?;
-        self.get_tries(key, out, self.torn_retries + 1)
+        self.get_tries(key, out, self.torn_retries.saturating_add(1))
     }
 
     /// Up to `tries` whole GETs of `key`, until one is not torn.
@@ -293,7 +297,7 @@ impl<T: Transport> Client<T> {
         }
         Err(Error::Protocol(format!(
             "the entry of this key failed its checksum {} times in a row",
-            self.torn_retries + 1
+            self.torn_retries.saturating_add(1)
         )))
     }
 
@@ -305,10 +309,11 @@ impl<T: Transport> Client<T> {
     /// this client until it has.
     pub fn get_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
         self.check_sizes(key, b"")?;
+        self.polled.start();
         if self.side.get_start(&mut self.link, key)? {
             Ok(None)
         } else {
-            self.get_tries(key, out, self.torn_retries + 1).map(Some)
+            self.get_tries(key, out, self.torn_retries.saturating_add(1)).map(Some)
         }
     }
 
@@ -316,11 +321,7 @@ impl<T: Transport> Client<T> {
     /// `key` exists (its value is then in `out`). A torn entry is read again at once,
     /// as [`Client::get_into`] would, waiting for the answers.
     pub fn get_poll(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
-        let got = self.side.get_poll(&mut self.link, key, out)?;
-        if got.is_some() {
-            self.polled = Polled::default();
-        }
-        match got {
+        match self.side.get_poll(&mut self.link, key, out)? {
             None => self.polled.miss(self.link.timeout, "GET").map(|()| None),
             Some(Fetched::Absent) => Ok(Some(false)),
             Some(Fetched::Value) => Ok(Some(true)),
@@ -343,6 +344,35 @@ impl<T: Transport> Client<T> {
             Msg::Stats { json } => serde_json::from_slice(&json)
                 .map_err(|e| Error::corrupt("stats", format!("not the statistics of this version: {e}"))),
             m => Err(Error::Protocol(format!("expected stats, got {m:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request in flight times out once its answer is `timeout` late, counted from
+    /// its own first polls: the clock of a request before it (failed, answered or timed
+    /// out) does not carry over.
+    #[test]
+    fn a_polled_request_times_out_from_its_own_start() {
+        let timeout = Duration::from_millis(30);
+        let mut p = Polled::default();
+        let t0 = std::time::Instant::now();
+        let e = loop {
+            if let Err(e) = p.miss(timeout, "GET") {
+                break e;
+            }
+        };
+        assert!(matches!(e, Error::Timeout(d, "GET") if d == timeout), "{e}");
+        assert!(t0.elapsed() >= timeout);
+        // A request that failed after a long wait leaves its clock behind; the next
+        // one's start clears it, so its first thousands of polls are no timeout.
+        let mut p = Polled { polls: 0, since: Some(std::time::Instant::now() - Duration::from_secs(60)) };
+        p.start();
+        for _ in 0..(4 * Polled::EVERY) {
+            p.miss(timeout, "GET").unwrap();
         }
     }
 }

@@ -163,6 +163,11 @@ pub struct Axes {
     pub keys: Option<u64>,
     /// Server worker threads of embedded servers.
     pub workers: Option<usize>,
+    /// peers: the threads that carry the clients. With it, each count of the threads
+    /// axis is a number of clients, spread over this many threads (fewer when the count
+    /// is smaller), each keeping its clients' requests in flight together
+    /// (`RunOptions::clients`); without it, one thread per client, as YCSB has.
+    pub client_threads: Option<usize>,
 }
 
 /// Parses a comma-separated list with `f`, naming the axis in errors.
@@ -226,10 +231,20 @@ impl Axes {
             "ops" => self.ops = Some(parse_count("ops", value)?),
             "keys" => self.keys = Some(parse_count("keys", value)?),
             "workers" => self.workers = Some(parse_count("workers", value)? as usize),
+            "client-threads" => {
+                self.client_threads = Some(match value.trim().parse::<usize>() {
+                    Ok(n) if (1..=1024).contains(&n) => n,
+                    _ => {
+                        return Err(SweepError::Invalid(format!(
+                            "--client-threads: '{value}' is not a thread count (1..1024)"
+                        )))
+                    }
+                });
+            }
             other => {
                 return Err(SweepError::Invalid(format!(
                     "unknown axis '{other}' (expected sizes, protocols, threads, thetas, segment-sizes, mixes, \
-                     flushes, ops, keys, workers)"
+                     flushes, ops, keys, workers, client-threads)"
                 )))
             }
         }
@@ -241,7 +256,7 @@ impl Axes {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f.clone(); } )* };
         }
-        take!(sizes, protocols, threads, thetas, segment_sizes, mixes, flushes, ops, keys, workers);
+        take!(sizes, protocols, threads, thetas, segment_sizes, mixes, flushes, ops, keys, workers, client_threads);
     }
 }
 

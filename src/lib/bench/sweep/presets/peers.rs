@@ -48,6 +48,7 @@ pub const COLUMNS: &[&str] = cols!(
     "errors",
     "cores",
     "hlog",
+    "client_threads",
 );
 
 /// What a point runs against.
@@ -101,7 +102,8 @@ impl PresetDef for Peers {
             name: "peers",
             about: "YCSB A, B, C vs client threads 1..16: boomkv over tcp and shm against Redis",
             reproduces: "no figure of the paper",
-            method: "peers: YCSB A, B, C (--mixes) at 2 KiB (--sizes) with 1, 2, 4, 8, 16 client threads (--threads) \
+            method: "peers: YCSB A, B, C (--mixes) at 2 KiB (--sizes) with 1, 2, 4, 8, 16 client threads (--threads; \
+                     with --client-threads K, that many clients on up to K threads) \
                      against boomkv (protocol boom) over tcp and shm, embedded, and against redis-server started here \
                      (no persistence; AOF everysec), interleaved at each point; a fresh server per point, R records \
                      loaded, then N operations or the run time (quick: R = 10000, N = 20000, 2 s; full: R = 100000, \
@@ -174,8 +176,15 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     s.set(names::SEED, &cx.o.seed.to_string())?;
     let w = CoreWorkload::new(&s)?;
     let hlog = cx.hlog(pt, "");
+    // With --client-threads the count is of clients, carried by that many threads (or
+    // fewer), for every peer alike.
+    let (threads, clients) = match cx.o.axes.client_threads {
+        Some(k) => (k.min(at.threads), Some(at.threads)),
+        None => (at.threads, None),
+    };
     let mut ro =
-        cx.run_opts(format!("{} {} x{}", at.mix, at.peer.name(), at.threads), at.threads, n, 0, Some(hlog.clone()));
+        cx.run_opts(format!("{} {} x{}", at.mix, at.peer.name(), at.threads), threads, n, 0, Some(hlog.clone()));
+    ro.clients = clients;
     ro.duration = Some(Duration::from_secs(pick(cx.o.quick, 2, 10)));
     let phases = Phases { load: true, run: true };
     let r: PhasesResult = match at.peer {
@@ -226,6 +235,9 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     row.insert("errors", r.result.errors.to_string());
     row.insert("cores", std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).to_string());
     row.insert("hlog", file_name(&hlog));
+    if clients.is_some() {
+        row.insert("client_threads", threads.to_string());
+    }
     Ok(())
 }
 
@@ -250,9 +262,21 @@ fn boom<T: Transport>(
     Ok(r?)
 }
 
-/// Throughput and p99 against client threads, per mix, one line per peer.
+/// What the counts of a table are: `clients` (carried by the threads of the largest
+/// `client_threads` of its rows: `--client-threads`) or client `threads`.
+fn counted(t: &Table) -> (&'static str, Option<u64>) {
+    let k = (0..t.rows.len()).filter_map(|r| t.num(r, "client_threads").ok().flatten()).map(|v| v as u64).max();
+    (if k.is_some() { "clients" } else { "threads" }, k)
+}
+
+/// Throughput and p99 against client threads (or clients), per mix, one line per peer.
 fn figures(t: &Table) -> Result<Vec<Figure>> {
     let mut figs = Vec::new();
+    let x_label = match counted(t) {
+        (_, Some(k)) => format!("clients, on up to {k} threads (log scale)"),
+        _ => "client threads (log scale)".into(),
+    };
+    let (what_counts, _) = counted(t);
     let cores = t.rows.first().map(|_| t.str(0, "cores")).transpose()?.unwrap_or("?").to_string();
     for mix in t.distinct("mix")? {
         for (col, what, y, stem) in [
@@ -268,10 +292,14 @@ fn figures(t: &Table) -> Result<Vec<Figure>> {
             }
             figs.push(Figure::Line(LineFigure {
                 stem: format!("peers-{mix}-{stem}"),
-                title: format!("YCSB {} {what} vs client threads, boomkv and Redis", mix.to_uppercase()),
+                title: format!(
+                    "YCSB {} {what} vs {}, boomkv and Redis",
+                    mix.to_uppercase(),
+                    if what_counts == "clients" { "clients" } else { "client threads" }
+                ),
                 x: XAxis::Log2,
                 y,
-                x_label: "client threads (log scale)".into(),
+                x_label: x_label.clone(),
                 y_label: if y == YAxis::Kops {
                     format!("throughput (kops/s), {}", range_note(t)?)
                 } else {
@@ -296,11 +324,13 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
     }
     let ratio = |a: f64, r: f64| (r > 0.0).then(|| a / r);
     let x = |v: f64| format!("{v:.2}x");
+    let (unit, carried) = counted(t);
+    let count = if unit == "clients" { "client count" } else { "thread count" };
     for mix in t.distinct("mix")? {
         let m = mix.to_uppercase();
         let mut tab = TextTable::new(&[
             "mix",
-            "threads",
+            unit,
             "tcp kops/s",
             "shm kops/s",
             "redis kops/s",
@@ -371,13 +401,10 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
             format!("{} ({})", overall.word(), each.join("; "))
         };
         if !tcp_vs.is_empty() {
-            b.line(&format!(
-                "target {m}: boomkv over tcp >= 1.0x Redis at every thread count: {}",
-                judge(&tcp_vs, 1.0)
-            ));
+            b.line(&format!("target {m}: boomkv over tcp >= 1.0x Redis at every {count}: {}", judge(&tcp_vs, 1.0)));
         }
         if !shm_vs.is_empty() {
-            b.line(&format!("target {m}: boomkv over shm >= 5x Redis at every thread count: {}", judge(&shm_vs, 5.0)));
+            b.line(&format!("target {m}: boomkv over shm >= 5x Redis at every {count}: {}", judge(&shm_vs, 5.0)));
         }
         // No collapse: the largest count against the best of the smaller ones (by
         // median), paired by repeat.
@@ -387,7 +414,7 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
             if let Some(&(bn, br)) = best {
                 if let Some(p) = Paired::of(&t.across(lr, "ops_per_sec")?, &t.across(br, "ops_per_sec")?, ratio) {
                     b.line(&format!(
-                        "target {m}: no collapse, boomkv over tcp at {last} threads >= 0.9x its best ({bn} threads): \
+                        "target {m}: no collapse, boomkv over tcp at {last} {unit} >= 0.9x its best ({bn} {unit}): \
                          {}: {}",
                         p.text(x),
                         p.at_least(0.9).word()
@@ -396,9 +423,17 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
             }
         }
     }
+    let shape = match carried {
+        Some(k) => format!(
+            "Each count is of clients (one connection each) on up to {k} thread{} (--client-threads): a thread \
+             sends a request for each of its clients and collects the replies as they come, for boomkv and Redis \
+             alike",
+            if k == 1 { "" } else { "s" }
+        ),
+        None => "Redis requests wait for their reply (one connection per thread), as boomkv's do".to_string(),
+    };
     b.para(&format!(
-        "Throughput of every operation, the median of the repeats; ratios: {}. Redis requests wait for their reply \
-         (one connection per thread), as boomkv's do.",
+        "Throughput of every operation, the median of the repeats; ratios: {}. {shape}.",
         interval_note(repeats(t)?)
     ));
     Ok(())
