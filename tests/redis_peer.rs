@@ -27,42 +27,43 @@ fn boomctl(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `boomctl ycsb --db URL` on workload A, 300 records, 3000 operations of 100 bytes,
+/// with `threads` (and whatever else); its report.
+fn ycsb_a(url: &str, threads: &[&str]) -> String {
+    let base = ["ycsb", "--db", url, "--mix", "a", "--records", "300", "--ops", "3000", "--size", "100", "--quiet"];
+    let (ok, out, err) = boomctl(&[&base[..], threads].concat());
+    assert!(ok, "{err}");
+    out
+}
+
+/// The value of the report row `[name], metric, value` (0 when there is none).
+fn count(out: &str, name: &str, metric: &str) -> u64 {
+    out.lines()
+        .find(|l| l.starts_with(&format!("[{name}], {metric}, ")))
+        .and_then(|l| l.rsplit(", ").next())
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Every operation of a workload-A report answered, and every read found its record.
+fn all_answered(out: &str) {
+    let (reads, updates) = (count(out, "READ", "Operations"), count(out, "UPDATE", "Operations"));
+    assert_eq!(reads + updates, 3000, "{out}");
+    assert_eq!(count(out, "READ", "Return=OK"), reads, "{out}");
+    assert_eq!(count(out, "UPDATE", "Return=OK"), updates, "{out}");
+    assert!(!out.contains("NOT_FOUND") && !out.contains("ERROR"), "{out}");
+}
+
 #[test]
 fn ycsb_runs_against_redis_with_the_same_report() {
     let Some(r) = redis() else { return };
     let url = r.url();
-    let (ok, out, err) = boomctl(&[
-        "ycsb",
-        "--db",
-        &url,
-        "--mix",
-        "a",
-        "--records",
-        "300",
-        "--ops",
-        "3000",
-        "--threads",
-        "2",
-        "--size",
-        "100",
-        "--quiet",
-    ]);
-    assert!(ok, "{err}");
+    let out = ycsb_a(&url, &["--threads", "2"]);
     assert!(out.contains("[CONFIG], protocol, redis"), "{out}");
     assert!(out.contains(&format!("[CONFIG], transport, {url}")), "{out}");
     assert!(out.contains("[OVERALL], Throughput(ops/sec)"), "{out}");
     // The load wrote every record, so every read finds one.
-    let count = |name: &str| {
-        out.lines()
-            .find(|l| l.starts_with(&format!("[{name}], Operations, ")))
-            .and_then(|l| l.rsplit(", ").next())
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let (reads, updates) = (count("READ"), count("UPDATE"));
-    assert_eq!(reads + updates, 3000, "{out}");
-    assert!(out.contains(&format!("[READ], Return=OK, {reads}")), "{out}");
-    assert!(!out.contains("NOT_FOUND") && !out.contains("ERROR"), "{out}");
+    all_answered(&out);
     // Scans are refused with a reason, before anything runs.
     let (ok, _, err) = boomctl(&["ycsb", "--db", &url, "--mix", "e", "--records", "10", "--ops", "10", "--quiet"]);
     assert!(!ok && err.contains("scans"), "{err}");
@@ -168,38 +169,8 @@ fn several_redis_clients_per_thread_send_before_they_read() {
     // Each client's GET or SET goes out before the thread reads any reply; the replies
     // are read in order. Every operation still gets its own reply.
     let Some(r) = redis() else { return };
-    let url = r.url();
-    let (ok, out, err) = boomctl(&[
-        "ycsb",
-        "--db",
-        &url,
-        "--mix",
-        "a",
-        "--records",
-        "300",
-        "--ops",
-        "3000",
-        "--threads",
-        "1",
-        "--clients",
-        "4",
-        "--size",
-        "100",
-        "--quiet",
-    ]);
-    assert!(ok, "{err}");
+    let out = ycsb_a(&r.url(), &["--threads", "1", "--clients", "4"]);
     assert!(out.contains("[CONFIG], clients, 4"), "{out}");
     assert!(out.contains("[CLEANUP], Operations, 4"), "{out}");
-    let count = |name: &str, metric: &str| {
-        out.lines()
-            .find(|l| l.starts_with(&format!("[{name}], {metric}, ")))
-            .and_then(|l| l.rsplit(", ").next())
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let (reads, updates) = (count("READ", "Operations"), count("UPDATE", "Operations"));
-    assert_eq!(reads + updates, 3000, "{out}");
-    assert_eq!(count("READ", "Return=OK"), reads, "{out}");
-    assert_eq!(count("UPDATE", "Return=OK"), updates, "{out}");
-    assert!(!out.contains("NOT_FOUND") && !out.contains("ERROR"), "{out}");
+    all_answered(&out);
 }
