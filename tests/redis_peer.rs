@@ -127,6 +127,19 @@ fn sweep_peers_compares_boomkv_with_redis() {
     for stem in ["peers-b-throughput", "peers-b-p99"] {
         assert!(out.join(format!("{stem}.svg")).exists(), "{stem}");
     }
+    // A results file from before --client-threads (no such column) still renders.
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    let csv = std::fs::read_to_string(out.join("peers.csv")).unwrap();
+    let at = t.col("client_threads").unwrap();
+    let strip = |line: &str| -> String {
+        line.split(',').enumerate().filter(|(i, _)| *i != at).map(|(_, f)| f).collect::<Vec<_>>().join(",")
+    };
+    let old_csv: Vec<String> = csv.lines().map(strip).collect();
+    std::fs::write(old.join("peers.csv"), old_csv.join("\n") + "\n").unwrap();
+    let (ok, stdout, err) = boomctl(&["sweep", "--plot-only", old.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("at every thread count: "), "{stdout}");
 
     // --client-threads: the counts are of clients, on (up to) that many threads, for
     // every peer; the summary and the CSV say so.

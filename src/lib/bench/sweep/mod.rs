@@ -36,8 +36,9 @@ pub const REPEAT: &str = "repeat";
 pub const SPEED: &str = "speed_us";
 
 /// Columns later versions added, with what a file written before each reads as: no
-/// `repeat` column is one run per point (repeat 0); no `speed_us`, no sample (empty).
-const ADDED_COLUMNS: [(&str, &str); 2] = [(REPEAT, "0"), (SPEED, "")];
+/// `repeat` column is one run per point (repeat 0); no `speed_us`, no sample (empty);
+/// no `client_threads` (peers), one thread per client (empty).
+const ADDED_COLUMNS: [(&str, &str); 3] = [(REPEAT, "0"), (SPEED, ""), ("client_threads", "")];
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
