@@ -409,3 +409,33 @@ fn several_clients_per_thread_serve_a_whole_run() {
     fails_with(&[&["ycsb", "--threads", "3", "--clients", "2"][..], &small].concat(), "fewer than the 3 threads");
     fails_with(&[&["ycsb", "--clients", "0"][..], &small].concat(), "--clients 0");
 }
+
+#[test]
+fn a_server_logged_protocol_with_many_clients_fits_the_smallest_embedded_pool() {
+    // An --ops far beyond the file system sizes the embedded pool by its need alone:
+    // the records, and a segment for each client. HERD's server logs each connection's
+    // writes in a segment of its own, and the load's connections keep theirs (sealed,
+    // holding records) while the run's take new ones: 8 threads failed with "pool full"
+    // when the pool had room for one phase's clients only.
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "b",
+        "--protocol",
+        "herd",
+        "--threads",
+        "8",
+        "--size",
+        "2k",
+        "--quiet",
+        "-p",
+        "recordcount=2000",
+        "--ops",
+        "50000000",
+        "--duration",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("ERROR"), "{text}");
+    assert_eq!(num(&rows(&out.stdout), "CLEANUP", "Operations"), 8.0);
+}

@@ -49,7 +49,8 @@ impl Default for EmbeddedOptions {
 /// The pool an embedded server needs for `entries` keys with values of up to
 /// `value_size` bytes, written by `clients` clients with segments of `segment_size`:
 /// every key's entry twice over (live data, and room for the cleaner to work), a
-/// segment per client and four spare; at least 256 MiB, rounded up to a power of two
+/// segment for each client of the load and each of the run (the load's stay sealed,
+/// holding records, until the cleaner compacts them) and four spare; at least 256 MiB, rounded up to a power of two
 /// (the file is sparse; [`pool_need`] is the size before rounding). `boomctl ycsb` and
 /// the sweeps size their pools with it.
 pub fn pool_size_for(entries: u64, value_size: u64, clients: u64, segment_size: u64) -> u64 {
@@ -63,7 +64,7 @@ pub fn pool_need(entries: u64, value_size: u64, clients: u64, segment_size: u64)
     let slot = value_size + crate::log::format::ENTRY_HEADER_SIZE + 64;
     slot.saturating_mul(entries)
         .saturating_mul(2)
-        .saturating_add(clients.saturating_add(4).saturating_mul(segment_size))
+        .saturating_add(clients.saturating_mul(2).saturating_add(4).saturating_mul(segment_size))
         .max(256 << 20)
 }
 
