@@ -19,6 +19,8 @@ struct Seen {
     in_flight: AtomicUsize,
     most_in_flight: AtomicUsize,
     finished: AtomicU64,
+    /// Requests started split (`read_start`, `write_start`), not whole.
+    split: AtomicU64,
     /// Clients that ran on each thread, by thread name.
     threads: Mutex<std::collections::BTreeMap<String, usize>>,
 }
@@ -53,6 +55,11 @@ impl Slow {
     }
 }
 
+/// Connects slow stores that report to `seen`.
+fn slow(seen: &Arc<Seen>) -> impl Fn() -> Result<Slow> + '_ {
+    move || Ok(Slow { seen: seen.clone(), polls: 0, noted: false })
+}
+
 impl Db for Slow {
     fn read(&mut self, _key: &[u8], _out: &mut Vec<u8>) -> Result<bool> {
         self.begin();
@@ -68,6 +75,7 @@ impl Db for Slow {
         Ok(0)
     }
     fn read_start(&mut self, _key: &[u8], _out: &mut Vec<u8>) -> Result<Option<bool>> {
+        self.seen.split.fetch_add(1, Ordering::SeqCst);
         self.begin();
         Ok(None)
     }
@@ -75,6 +83,7 @@ impl Db for Slow {
         Ok(self.poll().then_some(true))
     }
     fn write_start(&mut self, _key: &[u8], _value: &[u8]) -> Result<bool> {
+        self.seen.split.fetch_add(1, Ordering::SeqCst);
         self.begin();
         Ok(false)
     }
@@ -102,7 +111,7 @@ fn a_thread_keeps_one_request_of_each_of_its_clients_in_flight() {
     let w = workload('a', 100, 2000);
     let seen = Arc::new(Seen::default());
     let o = RunOptions { threads: 2, clients: Some(6), ops: 2000, ..Default::default() };
-    let connect = || Ok(Slow { seen: seen.clone(), polls: 0, noted: false });
+    let connect = slow(&seen);
     let r = runner::load_and_run_db(connect, &w, &o, Phases { load: true, run: true }).unwrap();
     assert_eq!(r.result.run.operations, 2000);
     assert_eq!(count(&r, "READ") + count(&r, "UPDATE"), 2000);
@@ -124,10 +133,13 @@ fn one_client_per_thread_keeps_nothing_in_flight_behind_another() {
     let w = workload('b', 50, 600);
     let seen = Arc::new(Seen::default());
     let o = RunOptions { threads: 3, ops: 600, ..Default::default() };
-    let connect = || Ok(Slow { seen: seen.clone(), polls: 0, noted: false });
+    let connect = slow(&seen);
     let r = runner::load_and_run_db(connect, &w, &o, Phases { load: false, run: true }).unwrap();
     assert_eq!(r.result.run.operations, 600);
     assert!(seen.most_in_flight.load(Ordering::SeqCst) <= 3);
+    // Each operation ran whole, as before clients per thread: none was started split.
+    assert_eq!(seen.split.load(Ordering::SeqCst), 0);
+    assert_eq!(seen.finished.load(Ordering::SeqCst), 600);
 }
 
 #[test]
@@ -135,7 +147,7 @@ fn fewer_clients_than_threads_is_refused() {
     let w = workload('b', 10, 10);
     let seen = Arc::new(Seen::default());
     let o = RunOptions { threads: 4, clients: Some(2), ops: 10, ..Default::default() };
-    let connect = || Ok(Slow { seen: seen.clone(), polls: 0, noted: false });
+    let connect = slow(&seen);
     let Err(e) = runner::load_and_run_db(connect, &w, &o, Phases { load: false, run: true }) else {
         panic!("fewer clients than threads ran")
     };
@@ -157,7 +169,7 @@ fn a_target_rate_paces_each_client_of_a_thread() {
         measurement: MeasurementInterval::Both,
         ..Default::default()
     };
-    let connect = || Ok(Slow { seen: seen.clone(), polls: 0, noted: false });
+    let connect = slow(&seen);
     let t = Instant::now();
     let r = runner::load_and_run_db(connect, &w, &o, Phases { load: false, run: true }).unwrap();
     assert_eq!(r.result.run.operations, 400);
@@ -172,7 +184,7 @@ fn a_paced_thread_stops_when_its_clients_are_done() {
     let w = workload('c', 10, 8);
     let seen = Arc::new(Seen::default());
     let o = RunOptions { threads: 1, clients: Some(4), ops: 8, target: Some(8.0), ..Default::default() };
-    let connect = || Ok(Slow { seen: seen.clone(), polls: 0, noted: false });
+    let connect = slow(&seen);
     let r = runner::load_and_run_db(connect, &w, &o, Phases { load: false, run: true }).unwrap();
     assert_eq!(r.result.run.operations, 8);
     let took = r.result.run.runtime_ms();

@@ -81,6 +81,15 @@ fn a_redis_that_is_not_there_is_one_clear_error() {
     assert!(!ok && err.contains("redis://"), "{err}");
 }
 
+/// A quick `sweep peers` of workload B (400 operations, 200 keys) into `out`, with
+/// `args`; its standard output.
+fn sweep_peers(out: &std::path::Path, args: &[&str]) -> String {
+    let base = ["sweep", "peers", "--quick", "--mixes", "b", "--ops", "400", "--keys", "200", "--quiet", "--out"];
+    let (ok, stdout, err) = boomctl(&[&base[..], &[out.to_str().unwrap()], args].concat());
+    assert!(ok, "{err}");
+    stdout
+}
+
 /// `sweep peers`: boomkv over tcp and shm and two Redis servers it starts itself, every
 /// (mix, threads) point interleaved and repeated, ratios and verdicts in the summary.
 #[test]
@@ -88,26 +97,7 @@ fn sweep_peers_compares_boomkv_with_redis() {
     let Some(_installed) = redis() else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("peers");
-    let out_s = out.to_str().unwrap();
-    let (ok, stdout, err) = boomctl(&[
-        "sweep",
-        "peers",
-        "--quick",
-        "--mixes",
-        "b",
-        "--threads",
-        "1,2",
-        "--ops",
-        "400",
-        "--keys",
-        "200",
-        "--repeats",
-        "2",
-        "--quiet",
-        "--out",
-        out_s,
-    ]);
-    assert!(ok, "{err}");
+    let stdout = sweep_peers(&out, &["--threads", "1,2", "--repeats", "2"]);
     let t = boomkv::bench::sweep::Table::read(&out.join("peers.csv")).unwrap();
     assert_eq!(t.rows.len(), 2 * 4 * 2, "threads x peers x repeats");
     for peer in ["boom-tcp", "boom-shm", "redis", "redis-aof"] {
@@ -144,28 +134,7 @@ fn sweep_peers_compares_boomkv_with_redis() {
     // --client-threads: the counts are of clients, on (up to) that many threads, for
     // every peer; the summary and the CSV say so.
     let out = dir.path().join("clients");
-    let out_s = out.to_str().unwrap();
-    let (ok, stdout, err) = boomctl(&[
-        "sweep",
-        "peers",
-        "--quick",
-        "--mixes",
-        "b",
-        "--threads",
-        "1,4",
-        "--client-threads",
-        "1",
-        "--ops",
-        "400",
-        "--keys",
-        "200",
-        "--repeats",
-        "1",
-        "--quiet",
-        "--out",
-        out_s,
-    ]);
-    assert!(ok, "{err}");
+    let stdout = sweep_peers(&out, &["--threads", "1,4", "--client-threads", "1", "--repeats", "1"]);
     let t = boomkv::bench::sweep::Table::read(&out.join("peers.csv")).unwrap();
     assert_eq!(t.rows.len(), 2 * 4, "counts x peers");
     for i in 0..t.rows.len() {

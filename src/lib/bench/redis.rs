@@ -53,15 +53,13 @@ fn failed(during: &'static str, e: &redis::RedisError) -> Error {
 
 impl Db for RedisDb {
     fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(&mut self.conn).map_err(|e| failed("GET", &e))?;
-        match v {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.read_start(key, out)?;
+        self.read_poll(key, out).map(|found| found.unwrap_or(false))
+    }
+
+    fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write_start(key, value)?;
+        self.write_poll(key).map(|_| ())
     }
 
     /// Sends the GET without reading its reply: the replies of a thread's clients are
@@ -73,7 +71,7 @@ impl Db for RedisDb {
         Ok(None)
     }
 
-    /// Waits for the reply (a blocking read, as `read` does).
+    /// Waits for the reply (a blocking read).
     fn read_poll(&mut self, _key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
         let reply = self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("GET", &e))?;
         let v: Option<Vec<u8>> = redis::from_redis_value(reply).map_err(|e| failed("GET", &e.into()))?;
@@ -98,10 +96,6 @@ impl Db for RedisDb {
     fn write_poll(&mut self, _key: &[u8]) -> Result<bool> {
         self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("SET", &e))?;
         Ok(true)
-    }
-
-    fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        redis::cmd("SET").arg(key).arg(value).query::<()>(&mut self.conn).map_err(|e| failed("SET", &e))
     }
 
     fn scan(&mut self, _start: &[u8], _count: u32) -> Result<usize> {

@@ -61,15 +61,15 @@ pub struct RunOptions {
     /// Client threads (YCSB's threadcount).
     pub threads: usize,
     /// Clients in all, one connection each, spread over the threads (`None`: one per
-    /// thread). A thread with several clients keeps a read of each in flight at once
-    /// and collects the answers as they come, so that clients outnumbering the CPUs
-    /// cost no switch between threads per operation (see [`Db::read_start`]).
+    /// thread). A thread with several clients keeps a read or write of each in flight
+    /// at once and collects the answers as they come, so that clients outnumbering the
+    /// CPUs cost no switch between threads per operation (see [`Db::read_start`]).
     pub clients: Option<usize>,
-    /// Operations in all (run phase), split over the threads.
+    /// Operations in all (run phase), split over the clients.
     pub ops: u64,
     /// Stop after this long even if operations remain.
     pub duration: Option<Duration>,
-    /// Target throughput in ops/s over all threads.
+    /// Target throughput in ops/s over all clients.
     pub target: Option<f64>,
     /// Unmeasured operations per client before the measured phase.
     pub warmup_ops: u64,
@@ -239,7 +239,7 @@ struct Outcome {
 
 fn execute<D: Db>(c: &mut D, op: &Op, values: &[u8], buf: &mut Vec<u8>) -> Outcome {
     let key = op.key.as_bytes();
-    let val = &values[..op.value_len.min(values.len())];
+    let val = value_of(op, values);
     match op.kind {
         OpKind::ReadModifyWrite => {
             // YCSB times the read and the update separately (each a READ and an UPDATE
@@ -559,7 +559,6 @@ struct Tally {
 
 impl<D: Db> Worker<D> {
     fn run(mut self) -> Result<()> {
-        let mut buf = Vec::new();
         // A thread that cannot be pinned stops the run after the barrier (the collector
         // waits for every thread there).
         if let Some(Err(e)) = self.cpus.as_ref().map(crate::cpus::CpuList::pin_current_thread) {
@@ -575,7 +574,7 @@ impl<D: Db> Worker<D> {
             for lane in &mut self.lanes {
                 for _ in 0..self.warmup {
                     let op = lane.stream.next_op();
-                    let _ = execute(&mut lane.client, &op, &self.values, &mut buf);
+                    let _ = execute(&mut lane.client, &op, &self.values, &mut lane.buf);
                     lane.stream.complete(&op)?;
                 }
             }
@@ -585,7 +584,7 @@ impl<D: Db> Worker<D> {
         let t0 = Instant::now();
         let mut tally = Tally { m: Measurements::new(self.measurement), t0, last_send: t0 };
         if self.lanes.len() == 1 {
-            self.run_one(&mut tally, &mut buf)?;
+            self.run_one(&mut tally)?;
         } else {
             self.run_many(&mut tally)?;
         }
@@ -624,14 +623,14 @@ impl<D: Db> Worker<D> {
     }
 
     /// One client on this thread: each operation waits for its answer.
-    fn run_one(&mut self, tally: &mut Tally, buf: &mut Vec<u8>) -> Result<()> {
+    fn run_one(&mut self, tally: &mut Tally) -> Result<()> {
         let mut lane = self.lanes.pop().ok_or_else(|| Error::invalid("a client thread without a client"))?;
         let r = (|| {
             while !self.sh.stop.load(Ordering::Relaxed) {
                 let Some(op) = self.next_op(&mut lane) else { break };
                 let intended = self.pace(tally.t0, lane.done);
                 let s = Instant::now();
-                let outcome = execute(&mut lane.client, &op, &self.values, buf);
+                let outcome = execute(&mut lane.client, &op, &self.values, &mut lane.buf);
                 if self.finish(tally, &mut lane, &op, &outcome, s, intended)? {
                     break;
                 }
@@ -673,17 +672,11 @@ impl<D: Db> Worker<D> {
                     if !issuing || lane.done >= lane.ops {
                         continue;
                     }
-                    let intended = match self.rate {
-                        Some(r) => {
-                            let at = tally.t0 + Duration::from_secs_f64(lane.done as f64 / r);
-                            if at > Instant::now() {
-                                first_due = Some(first_due.map_or(at, |d| d.min(at)));
-                                continue;
-                            }
-                            Some(at)
-                        }
-                        None => None,
-                    };
+                    let intended = self.due(tally.t0, lane.done);
+                    if let Some(at) = intended.filter(|&at| at > Instant::now()) {
+                        first_due = Some(first_due.map_or(at, |d| d.min(at)));
+                        continue;
+                    }
                     let Some(op) = self.next_op(lane) else { continue };
                     progressed = true;
                     let s = Instant::now();
@@ -753,12 +746,17 @@ impl<D: Db> Worker<D> {
         Ok(self.duration.is_some_and(|d| end.duration_since(tally.t0) >= d))
     }
 
+    /// Under a target rate, a client's `k`-th operation's intended start (`None`
+    /// without one).
+    fn due(&self, t0: Instant, k: u64) -> Option<Instant> {
+        self.rate.map(|r| t0 + Duration::from_secs_f64(k as f64 / r))
+    }
+
     /// Under a target rate, waits for a client's `k`-th operation's intended start and
     /// returns it; otherwise `None`: the intended start is the start (no clock
     /// reading for it).
     fn pace(&self, t0: Instant, k: u64) -> Option<Instant> {
-        let r = self.rate?;
-        let at = t0 + Duration::from_secs_f64(k as f64 / r);
+        let at = self.due(t0, k)?;
         let now = Instant::now();
         if at > now {
             std::thread::sleep(at - now);
@@ -777,13 +775,11 @@ fn start_op<D: Db>(lane: &mut Lane<D>, op: &Op, values: &[u8]) -> Option<Outcome
             Ok(Some(found)) => Some(outcome(Ok(found_status(found)))),
             Err(e) => Some(outcome(Err(e))),
         },
-        OpKind::Update | OpKind::Insert => {
-            match lane.client.write_start(key, &values[..op.value_len.min(values.len())]) {
-                Ok(false) => None,
-                Ok(true) => Some(outcome(Ok(Status::Ok))),
-                Err(e) => Some(outcome(Err(e))),
-            }
-        }
+        OpKind::Update | OpKind::Insert => match lane.client.write_start(key, value_of(op, values)) {
+            Ok(false) => None,
+            Ok(true) => Some(outcome(Ok(Status::Ok))),
+            Err(e) => Some(outcome(Err(e))),
+        },
         OpKind::ReadModifyWrite | OpKind::Scan => Some(execute(&mut lane.client, op, values, &mut lane.buf)),
     }
 }
@@ -801,6 +797,11 @@ fn poll_op<D: Db>(lane: &mut Lane<D>, op: &Op) -> Option<Outcome> {
         Ok(Some(s)) => Some(outcome(Ok(s))),
         Err(e) => Some(outcome(Err(e))),
     }
+}
+
+/// The value `op` writes: the first `value_len` bytes of the value buffer.
+fn value_of<'v>(op: &Op, values: &'v [u8]) -> &'v [u8] {
+    &values[..op.value_len.min(values.len())]
 }
 
 fn found_status(found: bool) -> Status {

@@ -283,7 +283,12 @@ impl<T: Transport> Client<T> {
     /// returns whether the key exists.
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.check_sizes(key, b"")?;
-        self.get_tries(key, out, self.torn_retries.saturating_add(1))
+        self.get_tries(key, out, self.attempts())
+    }
+
+    /// GETs of a key before its torn entry is an error: the first and the retries.
+    fn attempts(&self) -> u32 {
+        self.torn_retries.saturating_add(1)
     }
 
     /// Up to `tries` whole GETs of `key`, until one is not torn.
@@ -295,10 +300,7 @@ impl<T: Transport> Client<T> {
                 Fetched::Torn => self.link.counters.torn_retries += 1,
             }
         }
-        Err(Error::Protocol(format!(
-            "the entry of this key failed its checksum {} times in a row",
-            self.torn_retries.saturating_add(1)
-        )))
+        Err(Error::Protocol(format!("the entry of this key failed its checksum {} times in a row", self.attempts())))
     }
 
     /// Starts a GET of `key` without waiting for its answer, so that one thread can
@@ -313,7 +315,7 @@ impl<T: Transport> Client<T> {
         if self.side.get_start(&mut self.link, key)? {
             Ok(None)
         } else {
-            self.get_tries(key, out, self.torn_retries.saturating_add(1)).map(Some)
+            self.get_tries(key, out, self.attempts()).map(Some)
         }
     }
 

@@ -311,6 +311,11 @@ impl Client {
         }
     }
 
+    /// A whole GET of `key` ([`Client::fetch`]): the entry's length, `None` if absent.
+    fn fetch_get<T: Transport>(l: &mut Link<T>, key: &[u8]) -> Result<Option<u32>> {
+        Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))
+    }
+
     /// The value of `key` from an entry of `len` bytes in the response region.
     fn value_of<T: Transport>(l: &mut Link<T>, key: &[u8], len: u32, out: &mut Vec<u8>) -> Result<Fetched> {
         Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
@@ -384,7 +389,7 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let Some(len) = Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? else {
+        let Some(len) = Self::fetch_get(l, key)? else {
             return Ok(None);
         };
         l.take_response(len as usize)?;
@@ -393,7 +398,7 @@ impl<T: Transport> ClientSide<T> for Client {
 
     /// The entry lands in the response region: the value goes from there into `out`.
     fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
-        let Some(len) = Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? else {
+        let Some(len) = Self::fetch_get(l, key)? else {
             return Ok(Fetched::Absent);
         };
         Self::value_of(l, key, len, out)
@@ -413,10 +418,7 @@ impl<T: Transport> ClientSide<T> for Client {
             // Rare (the buffer grows once to the largest value): finish it as a whole GET.
             Answer::TooSmall(len) => {
                 l.grow_response(u64::from(len))?;
-                match Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))? {
-                    Some(len) => len,
-                    None => return Ok(Some(Fetched::Absent)),
-                }
+                return self.get_value(l, key, out).map(Some);
             }
         };
         Self::value_of(l, key, len, out).map(Some)

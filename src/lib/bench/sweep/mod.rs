@@ -205,12 +205,7 @@ impl Axes {
                     Some(parse_list("protocols", value, |x| x.parse::<Protocol>().map_err(SweepError::Invalid))?)
                 };
             }
-            "threads" => {
-                self.threads = Some(parse_list("threads", value, |x| match x.parse::<usize>() {
-                    Ok(n) if (1..=1024).contains(&n) => Ok(n),
-                    _ => Err(SweepError::Invalid(format!("'{x}' is not a thread count (1..1024)"))),
-                })?);
-            }
+            "threads" => self.threads = Some(parse_list("threads", value, thread_count)?),
             "thetas" => self.thetas = Some(parse_list("thetas", value, Skew::from_str)?),
             "segment-sizes" => self.segment_sizes = Some(parse_list("segment-sizes", value, parse_size)?),
             "mixes" => {
@@ -233,14 +228,9 @@ impl Axes {
             "keys" => self.keys = Some(parse_count("keys", value)?),
             "workers" => self.workers = Some(parse_count("workers", value)? as usize),
             "client-threads" => {
-                self.client_threads = Some(match value.trim().parse::<usize>() {
-                    Ok(n) if (1..=1024).contains(&n) => n,
-                    _ => {
-                        return Err(SweepError::Invalid(format!(
-                            "--client-threads: '{value}' is not a thread count (1..1024)"
-                        )))
-                    }
-                });
+                self.client_threads = Some(
+                    thread_count(value.trim()).map_err(|e| SweepError::Invalid(format!("--client-threads: {e}")))?,
+                );
             }
             other => {
                 return Err(SweepError::Invalid(format!(
@@ -258,6 +248,14 @@ impl Axes {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f.clone(); } )* };
         }
         take!(sizes, protocols, threads, thetas, segment_sizes, mixes, flushes, ops, keys, workers, client_threads);
+    }
+}
+
+/// A count of threads, 1 to 1024.
+fn thread_count(x: &str) -> Result<usize> {
+    match x.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(SweepError::Invalid(format!("'{x}' is not a thread count (1..1024)"))),
     }
 }
 

@@ -262,21 +262,19 @@ fn boom<T: Transport>(
     Ok(r?)
 }
 
-/// What the counts of a table are: `clients` (carried by the threads of the largest
-/// `client_threads` of its rows: `--client-threads`) or client `threads`.
-fn counted(t: &Table) -> (&'static str, Option<u64>) {
-    let k = (0..t.rows.len()).filter_map(|r| t.num(r, "client_threads").ok().flatten()).map(|v| v as u64).max();
-    (if k.is_some() { "clients" } else { "threads" }, k)
+/// The threads that carried a table's clients (the largest `client_threads` of its
+/// rows: `--client-threads`), or `None`: its counts are of client threads.
+fn carried(t: &Table) -> Option<u64> {
+    (0..t.rows.len()).filter_map(|r| t.num(r, "client_threads").ok().flatten()).map(|v| v as u64).max()
 }
 
 /// Throughput and p99 against client threads (or clients), per mix, one line per peer.
 fn figures(t: &Table) -> Result<Vec<Figure>> {
     let mut figs = Vec::new();
-    let x_label = match counted(t) {
-        (_, Some(k)) => format!("clients, on up to {k} threads (log scale)"),
-        _ => "client threads (log scale)".into(),
+    let (counts, x_label) = match carried(t) {
+        Some(k) => ("clients", format!("clients, on up to {k} threads (log scale)")),
+        None => ("client threads", "client threads (log scale)".to_string()),
     };
-    let (what_counts, _) = counted(t);
     let cores = t.rows.first().map(|_| t.str(0, "cores")).transpose()?.unwrap_or("?").to_string();
     for mix in t.distinct("mix")? {
         for (col, what, y, stem) in [
@@ -292,11 +290,7 @@ fn figures(t: &Table) -> Result<Vec<Figure>> {
             }
             figs.push(Figure::Line(LineFigure {
                 stem: format!("peers-{mix}-{stem}"),
-                title: format!(
-                    "YCSB {} {what} vs {}, boomkv and Redis",
-                    mix.to_uppercase(),
-                    if what_counts == "clients" { "clients" } else { "client threads" }
-                ),
+                title: format!("YCSB {} {what} vs {counts}, boomkv and Redis", mix.to_uppercase()),
                 x: XAxis::Log2,
                 y,
                 x_label: x_label.clone(),
@@ -324,8 +318,8 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
     }
     let ratio = |a: f64, r: f64| (r > 0.0).then(|| a / r);
     let x = |v: f64| format!("{v:.2}x");
-    let (unit, carried) = counted(t);
-    let count = if unit == "clients" { "client count" } else { "thread count" };
+    let carried = carried(t);
+    let (unit, count) = if carried.is_some() { ("clients", "client count") } else { ("threads", "thread count") };
     for mix in t.distinct("mix")? {
         let m = mix.to_uppercase();
         let mut tab = TextTable::new(&[
