@@ -658,6 +658,32 @@ impl<T: Transport> Link<T> {
         Ok(())
     }
 
+    /// Grows the response buffer for an answer the server says needs `len` bytes (a GET
+    /// or SCAN that found it too small), up to `limit`. A server that asks for no more
+    /// than the buffer already holds, or for more than any answer can need, is not
+    /// believed: asking again would loop for ever, and growing would let the server size
+    /// the client's memory.
+    pub(crate) fn grow_answer(&mut self, len: u32, limit: u64, what: &'static str) -> Result<()> {
+        let (len, have) = (u64::from(len), self.resp_mr.len());
+        if len <= have {
+            return Err(Error::Protocol(format!(
+                "the server found the {have}-byte response buffer too small for {len} bytes of {what} data"
+            )));
+        }
+        if len > limit {
+            return Err(Error::Protocol(format!(
+                "the server asked for {len} bytes of response buffer for a {what}; its limits allow {limit}"
+            )));
+        }
+        self.grow_response(len)
+    }
+
+    /// The most a GET of `key` can need: one entry with the largest value the server
+    /// announced.
+    pub(crate) fn get_room(&self, key: &[u8]) -> u64 {
+        ENTRY_HEADER_SIZE + key.len() as u64 + u64::from(self.limits.max_value)
+    }
+
     /// Copies the first `len` bytes of the response buffer into `buf`.
     pub(crate) fn take_response(&mut self, len: usize) -> Result<()> {
         self.buf.resize(len, 0);

@@ -141,10 +141,13 @@ fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], buf: RegionDesc) -> Result
     r
 }
 
+/// The most entries one SCAN answers.
+const MAX_SCAN: u32 = 10_000;
+
 /// A SCAN: the entries written back to back into the client's buffer, then one
 /// immediate with the total length.
 fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: RegionDesc) -> Result<()> {
-    let items = match cx.pool().index().scan(&start, count.min(10_000) as usize) {
+    let items = match cx.pool().index().scan(&start, count.min(MAX_SCAN) as usize) {
         Ok(v) => v,
         Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
     };
@@ -295,9 +298,12 @@ impl Client {
 
     /// Sends `m` (a GET or SCAN naming the response buffer) and waits for its data
     /// immediate, growing the buffer and asking again when it is too small.
+    /// The server's "too small" must ask for more than the buffer holds and at most
+    /// `room` bytes ([`Link::grow_answer`]), so this asks at most once more per growth.
     fn fetch<T: Transport>(
         l: &mut Link<T>,
         what: &'static str,
+        room: u64,
         mut encode: impl FnMut(u32, RegionDesc, &mut Vec<u8>),
     ) -> Result<Option<u32>> {
         loop {
@@ -306,14 +312,15 @@ impl Client {
             match answer(l.wait_arrival(what)?, what)? {
                 Answer::Len(len) => return Ok(Some(len)),
                 Answer::Absent => return Ok(None),
-                Answer::TooSmall(len) => l.grow_response(u64::from(len))?,
+                Answer::TooSmall(len) => l.grow_answer(len, room, what)?,
             }
         }
     }
 
     /// A whole GET of `key` ([`Client::fetch`]): the entry's length, `None` if absent.
     fn fetch_get<T: Transport>(l: &mut Link<T>, key: &[u8]) -> Result<Option<u32>> {
-        Self::fetch(l, "GET", |req, buf, out| Msg::encode_get_into(req, key, &buf, out))
+        let room = l.get_room(key);
+        Self::fetch(l, "GET", room, |req, buf, out| Msg::encode_get_into(req, key, &buf, out))
     }
 
     /// The value of `key` from an entry of `len` bytes in the response region.
@@ -417,7 +424,7 @@ impl<T: Transport> ClientSide<T> for Client {
             Answer::Absent => return Ok(Some(Fetched::Absent)),
             // Rare (the buffer grows once to the largest value): finish it as a whole GET.
             Answer::TooSmall(len) => {
-                l.grow_response(u64::from(len))?;
+                l.grow_answer(len, l.get_room(key), "GET")?;
                 return self.get_value(l, key, out).map(Some);
             }
         };
@@ -426,7 +433,10 @@ impl<T: Transport> ClientSide<T> for Client {
 
     fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let scan = |buf| Msg::Scan { start: start.to_vec(), count, buf };
-        let len = Self::fetch(l, "SCAN", |req, buf, out| scan(buf).encode_into(req, out))?
+        // The immediate carries a length below 2^30.
+        let entry = ENTRY_HEADER_SIZE + u64::from(fmt::MAX_KEY_LEN) + u64::from(l.limits.max_value);
+        let room = (u64::from(count.min(MAX_SCAN)) * entry).min(1 << 30);
+        let len = Self::fetch(l, "SCAN", room, |req, buf, out| scan(buf).encode_into(req, out))?
             .ok_or_else(|| Error::Protocol("SCAN failed: NotFound".into()))?;
         l.take_response(len as usize)?;
         let all = &l.buf;
