@@ -1,6 +1,6 @@
-//! Clover (Tsai et al., ATC'20, with pDPM-Direct; the survey in
-//! `shared/papers/survey-nvm-rdma-rdmp-kv.txt` section 3.2, figures 16-19): passive
-//! data, with a metadata server for space only.
+//! Clover (Tsai et al., ATC'20, with pDPM-Direct; Liu Xuran's "Survey on Distributed
+//! Storage Systems Based on NVM and RDMA" (HUST, 2020), section 3.2, figures 16-19):
+//! passive data, with a metadata server for space only.
 //!
 //! # The paper's design
 //!

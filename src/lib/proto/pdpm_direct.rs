@@ -1,7 +1,8 @@
 //! pDPM-Direct (Tsai et al., "Disaggregating Persistent Memory and Controlling Them
-//! Remotely", ATC'20; the survey in `shared/papers/survey-nvm-rdma-rdmp-kv.txt`
-//! section 3.2, figures 12 and 13): passive persistent memory. The memory node's CPU
-//! takes no part in reads or writes; clients manage the data with one-sided RDMA.
+//! Remotely", ATC'20; Liu Xuran's "Survey on Distributed Storage Systems Based on NVM
+//! and RDMA" (HUST, 2020), section 3.2, figures 12 and 13): passive persistent memory.
+//! The memory node's CPU takes no part in reads or writes; clients manage the data with
+//! one-sided RDMA.
 //!
 //! # The paper's design
 //!

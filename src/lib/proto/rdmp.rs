@@ -1,6 +1,6 @@
-//! The RDMP-KV baseline (two-phase, NVM-aware; SC'20, as the survey in
-//! `shared/papers/survey-nvm-rdma-rdmp-kv.txt` section 3.1 and the BOOM-KV paper
-//! section 1.3 describe it). Two round trips per PUT and per GET.
+//! The RDMP-KV baseline (two-phase, NVM-aware; SC'20, as Liu Xuran's "Survey on
+//! Distributed Storage Systems Based on NVM and RDMA" (HUST, 2020), section 3.1, and
+//! the BOOM-KV paper section 1.3 describe it). Two round trips per PUT and per GET.
 //!
 //! - **PUT**: phase 1, `Alloc { len }`: the server allocates a persistent object of
 //!   that size at the tail of the client's log (granting segments itself, no extra round

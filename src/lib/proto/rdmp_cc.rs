@@ -1,8 +1,9 @@
-//! RDMP-KV's client-centric mode, RDMP-CC (SC'20; the survey in
-//! `shared/papers/survey-nvm-rdma-rdmp-kv.txt` section 3.1, figure 6): like [`super::rdmp`]
-//! two phases, but the client makes its own WRITE durable, bypassing the server's CPU,
-//! with the persistence the RDMA hardware offers (the paper's "RDMA Commit"; here the
-//! transport's one-sided FLUSH, the IBTA's RDMA FLUSH: [`crate::transport::QueuePair::post_flush`]).
+//! RDMP-KV's client-centric mode, RDMP-CC (SC'20; Liu Xuran's "Survey on Distributed
+//! Storage Systems Based on NVM and RDMA" (HUST, 2020), section 3.1, figure 6): like
+//! [`super::rdmp`] two phases, but the client makes its own WRITE durable, bypassing
+//! the server's CPU, with the persistence the RDMA hardware offers (the paper's "RDMA
+//! Commit"; here the transport's one-sided FLUSH, the IBTA's RDMA FLUSH:
+//! [`crate::transport::QueuePair::post_flush`]).
 //!
 //! # The paper's design
 //!

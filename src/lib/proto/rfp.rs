@@ -1,8 +1,9 @@
-//! Remote fetching (RFP; Su et al., EuroSys'17, "Jakiro"; `shared/papers/remote-fetching.txt`):
-//! the client WRITEs its request into server memory, the server polls, processes and
-//! leaves the result in a result buffer it owns, and the client fetches the result with
-//! READs. The server's NIC only ever serves inbound operations (the paper's point: a
-//! NIC's inbound rate is several times its outbound rate).
+//! Remote fetching (RFP; Su et al., EuroSys'17, "RFP: When RPC is Faster than
+//! Server-Bypass with RDMA"): the client WRITEs its request into server memory, the
+//! server polls, processes and leaves the result in a result buffer it owns, and the
+//! client fetches the result with READs. The server's NIC only ever serves inbound
+//! operations (the paper's point: a NIC's inbound rate is several times its outbound
+//! rate).
 //!
 //! # The design
 //!
