@@ -431,6 +431,52 @@ fn short_lived_clients_do_not_fill_the_pool<T: Backend>() {
     assert!(st.cleaner.segments_freed >= segments as u64, "{st:?}");
 }
 
+/// Two clients keep a request each in flight at once (what `ycsb --clients` does with
+/// one thread): the protocols with one round trip per request (BOOM, RDMA-KV, HERD)
+/// split them; the others run them whole in `*_start`. Either way every answer is right.
+fn split_requests_stay_in_flight_together<T: Backend>() {
+    // Every protocol's clients take segments of their own (pDPM-Direct a cell table).
+    let f = Fixture::<T>::new(256 << 20, 4 << 20, cfg(1, false));
+    for p in Protocol::ALL {
+        let splits = matches!(p, Protocol::Boom | Protocol::Rpc | Protocol::Herd);
+        let mut cs = [f.client(p), f.client(p)];
+        for round in 0..3usize {
+            let keys = [format!("{p}-a"), format!("{p}-b")];
+            let vals = [value(round, 3000), value(round + 7, 5)];
+            let mut done = [None, None];
+            for (i, c) in cs.iter_mut().enumerate() {
+                done[i] = c.put_start(keys[i].as_bytes(), &vals[i]).unwrap();
+                assert_eq!(done[i].is_none(), splits, "{p}: PUT {i} in flight");
+            }
+            for (i, c) in cs.iter_mut().enumerate() {
+                while done[i].is_none() {
+                    done[i] = c.put_poll(keys[i].as_bytes()).unwrap();
+                }
+            }
+            let mut outs = [Vec::new(), Vec::new()];
+            let mut found = [None, None];
+            for (i, c) in cs.iter_mut().enumerate() {
+                found[i] = c.get_start(keys[i].as_bytes(), &mut outs[i]).unwrap();
+                assert_eq!(found[i].is_none(), splits, "{p}: GET {i} in flight");
+            }
+            for (i, c) in cs.iter_mut().enumerate() {
+                while found[i].is_none() {
+                    found[i] = c.get_poll(keys[i].as_bytes(), &mut outs[i]).unwrap();
+                }
+                assert_eq!(found[i], Some(true), "{p}");
+                assert_eq!(outs[i], vals[i], "{p}: client {i}, round {round}");
+            }
+        }
+        // An absent key comes back absent from a split GET too.
+        let mut out = Vec::new();
+        let mut found = cs[0].get_start(b"never-written", &mut out).unwrap();
+        while found.is_none() {
+            found = cs[0].get_poll(b"never-written", &mut out).unwrap();
+        }
+        assert_eq!(found, Some(false), "{p}");
+    }
+}
+
 macro_rules! suite {
     ($m:ident, $t:ty) => {
         suite!(
@@ -516,6 +562,11 @@ macro_rules! suite {
             #[$attr]
             fn short_lived_clients() {
                 short_lived_clients_do_not_fill_the_pool::<$t>()
+            }
+            #[test]
+            #[$attr]
+            fn split_requests_in_flight_together() {
+                split_requests_stay_in_flight_together::<$t>()
             }
             #[test]
             #[$attr]

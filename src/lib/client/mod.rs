@@ -250,7 +250,7 @@ impl<T: Transport> Client<T> {
 
     /// Starts a PUT of `key` without waiting for the server's answer (see
     /// [`Client::get_start`]): `Some` when it is already done (the protocol has no
-    /// split PUT: only BOOM has), `None` while it is in flight, to be collected by
+    /// split PUT: BOOM, RDMA-KV and HERD have), `None` while it is in flight, to be collected by
     /// [`Client::put_poll`] before anything else is sent on this client.
     pub fn put_start(&mut self, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
         self.check_sizes(key, value)?;
@@ -305,8 +305,8 @@ impl<T: Transport> Client<T> {
 
     /// Starts a GET of `key` without waiting for its answer, so that one thread can
     /// keep the requests of several clients in flight (`boomctl ycsb --clients`).
-    /// `Some(found)` when the GET is already done: the protocol has no split GET (only
-    /// BOOM has), and this was a whole [`Client::get_into`]. `None` while it is in
+    /// `Some(found)` when the GET is already done: the protocol has no split GET (BOOM,
+    /// RDMA-KV and HERD have), and this was a whole [`Client::get_into`]. `None` while it is in
     /// flight: [`Client::get_poll`] collects it, and no other request may be sent on
     /// this client until it has.
     pub fn get_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {

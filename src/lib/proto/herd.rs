@@ -1,7 +1,7 @@
-//! HERD-style RPC (Kalia et al., SIGCOMM'14, as the RDMA design guidelines in
-//! `shared/papers/rdma-design-guidelines.txt` describe its RPC): requests WRITTEN into
-//! a per-client request region the server polls, responses SENT. One round trip per
-//! PUT and GET.
+//! HERD-style RPC (Kalia et al., SIGCOMM'14, as Kalia et al.'s "Design Guidelines for
+//! High Performance RDMA Systems", ATC'16, describe its RPC): requests WRITTEN into a
+//! per-client request region the server polls, responses SENT. One round trip per PUT
+//! and GET.
 //!
 //! # The design
 //!
@@ -36,7 +36,7 @@
 //! - The regions are set up by one SEND round trip on the connection's first request.
 
 use super::polled::{next_seq, RequestRing, Rings};
-use super::{rpc, ClientSide, ServerSide};
+use super::{rpc, ClientSide, Fetched, ServerSide};
 use crate::error::Result;
 use crate::link::{Link, PutInfo};
 use crate::service::Ctx;
@@ -115,5 +115,23 @@ impl<T: Transport> ClientSide<T> for Client {
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         self.request(l, &Msg::RpcGet { key: key.to_vec() })?;
         rpc::value_reply(l)
+    }
+
+    fn put_start(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        self.request(l, &rpc::put_request(key, value, false)?)?;
+        Ok(None)
+    }
+
+    fn put_poll(&mut self, l: &mut Link<T>, _key: &[u8]) -> Result<Option<PutInfo>> {
+        rpc::poll_put(l)
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        self.request(l, &Msg::RpcGet { key: key.to_vec() })?;
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        rpc::poll_value(l, key, out)
     }
 }

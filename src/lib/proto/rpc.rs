@@ -14,7 +14,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{ClientSide, ReceiveBuffers, ServerSide};
+use super::{ClientSide, Fetched, ReceiveBuffers, ServerSide};
 use crate::error::{Error, Result};
 use crate::link::{Arrival, Link, PutInfo, RPC_VALUE_OFF};
 use crate::log::format::{self as fmt, EntryHeader, ENTRY_HEADER_SIZE};
@@ -151,15 +151,38 @@ pub(super) fn put_reply<T: Transport>(l: &mut Link<T>, m: Msg) -> Result<PutInfo
     }
 }
 
-/// Waits for the SENT reply to an RPC GET (also HERD's): the entry's place in `l.buf`.
-pub(super) fn value_reply<T: Transport>(l: &mut Link<T>) -> Result<Option<(usize, usize)>> {
-    match l.wait_arrival("GET")? {
+/// What the SENT reply `a` to an RPC GET (also HERD's) says: the entry's place in
+/// `l.buf`, `None` if the key is absent.
+fn value_of(a: Arrival) -> Result<Option<(usize, usize)>> {
+    match a {
         Arrival::RpcValue(n) => Ok(Some((RPC_VALUE_OFF, n))),
         Arrival::Msg(Msg::NotFound) => Ok(None),
         Arrival::Msg(Msg::Error { code, message }) => Err(Error::Server { code, message }),
         Arrival::Msg(m) => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
         Arrival::Data(_) => Err(Error::Protocol("unexpected data write".into())),
     }
+}
+
+/// Waits for the SENT reply to an RPC GET (also HERD's): the entry's place in `l.buf`.
+pub(super) fn value_reply<T: Transport>(l: &mut Link<T>) -> Result<Option<(usize, usize)>> {
+    value_of(l.wait_arrival("GET")?)
+}
+
+/// The reply to a split RPC GET of `key` (also HERD's), if it has come: the value
+/// into `out`, checked as [`ClientSide::get_value`] checks it.
+pub(super) fn poll_value<T: Transport>(l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+    let Some(a) = l.poll_arrival("GET")? else { return Ok(None) };
+    Ok(Some(match value_of(a)? {
+        None => Fetched::Absent,
+        Some((start, n)) if crate::link::decode_value(&l.buf, key, start, n, out) => Fetched::Value,
+        Some(_) => Fetched::Torn,
+    }))
+}
+
+/// The reply to a split RPC PUT (also HERD's), if it has come.
+pub(super) fn poll_put<T: Transport>(l: &mut Link<T>) -> Result<Option<PutInfo>> {
+    let Some(a) = l.poll_arrival("PUT")? else { return Ok(None) };
+    put_reply(l, crate::link::message("PUT", a)?).map(Some)
 }
 
 impl<T: Transport> ClientSide<T> for Client {
@@ -171,5 +194,23 @@ impl<T: Transport> ClientSide<T> for Client {
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         l.send(&Msg::RpcGet { key: key.to_vec() })?;
         value_reply(l)
+    }
+
+    fn put_start(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        l.send(&put_request(key, value, false)?)?;
+        Ok(None)
+    }
+
+    fn put_poll(&mut self, l: &mut Link<T>, _key: &[u8]) -> Result<Option<PutInfo>> {
+        poll_put(l)
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        l.send(&Msg::RpcGet { key: key.to_vec() })?;
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        poll_value(l, key, out)
     }
 }
