@@ -366,15 +366,17 @@ fn client_counters_count_the_measured_writes_only() {
 
 #[test]
 fn several_clients_per_thread_serve_a_whole_run() {
-    // BOOM, RDMA-KV and HERD split their GETs and PUTs (each client's request stays in
-    // flight while the thread starts the others'); RDMP does not (each runs whole).
-    // Workload A: half reads, half updates; F: read-modify-writes, which run whole.
+    // BOOM, RDMA-KV, HERD and RDMP-KV split their GETs and PUTs (each client's request
+    // stays in flight while the thread starts the others'); RFP does not (each runs
+    // whole). Workload A: half reads, half updates; F: read-modify-writes, which run
+    // whole.
     for (transport, protocol, mix) in [
         ("shm", "boom", "a"),
         ("tcp", "boom", "a"),
         ("shm", "rpc", "a"),
         ("tcp", "herd", "a"),
         ("shm", "rdmp", "a"),
+        ("tcp", "rfp", "a"),
         ("shm", "boom", "f"),
     ] {
         let args = [

@@ -642,11 +642,37 @@ impl<T: Transport> Link<T> {
     /// READs `len` bytes at the peer's `addr` under `rkey` into the response buffer,
     /// waits for it, and copies them into `buf`.
     pub(crate) fn read_remote(&mut self, len: u32, addr: u64, rkey: u32, what: &'static str) -> Result<()> {
+        let wr = self.post_read_response(len, addr, rkey, what)?;
+        self.wait_completion(wr, what)?;
+        self.take_response(len as usize)
+    }
+
+    /// Posts a READ of `len` bytes at the peer's `addr` under `rkey` into the start of
+    /// the response buffer, without waiting: its work request, for
+    /// [`Link::poll_completion`].
+    pub(crate) fn post_read_response(&mut self, len: u32, addr: u64, rkey: u32, what: &'static str) -> Result<u64> {
         self.grow_response(u64::from(len))?;
         let wr = self.wr();
         self.qp.post_read(wr, &self.resp_mr, 0, len, addr, rkey).map_err(|e| self.broken(what, e))?;
-        self.wait_completion(wr, what)?;
-        self.take_response(len as usize)
+        Ok(wr)
+    }
+
+    /// Whether this side's work request `wr` (a READ) has completed, skipping the
+    /// completions of earlier sends; no message may be due meanwhile.
+    pub(crate) fn poll_completion(&mut self, wr: u64, what: &'static str) -> Result<bool> {
+        loop {
+            self.polled.clear();
+            if self.cq.poll(&mut self.polled, 1) == 0 {
+                return Ok(false);
+            }
+            let Some(c) = self.polled.pop() else { return Ok(false) };
+            if !c.status.is_ok() {
+                return Err(self.lost(what, &c));
+            }
+            if c.wr_id == wr {
+                return Ok(true);
+            }
+        }
     }
 
     /// Makes the response buffer at least `len` bytes (a power of two).

@@ -219,9 +219,9 @@ pub struct YcsbArgs {
     threads: Option<u64>,
     /// Clients in all, one connection each, spread over the threads [default: one per
     /// thread]. A thread with several clients starts a read or write for each and
-    /// collects the answers as they come (BOOM, RDMA-KV, HERD and Redis; other
-    /// protocols' requests, read-modify-writes and scans run whole), as memtier's
-    /// clients per thread do:
+    /// collects the answers as they come (BOOM, RDMA-KV, HERD, RDMP-KV, RDMP-CC's GETs
+    /// and Redis; RFP, pDPM-Direct and Clover, read-modify-writes and scans run whole),
+    /// as memtier's clients per thread do:
     /// clients that outnumber the CPUs then cost no switch between threads per
     /// operation. Each client is closed-loop, as a YCSB thread is.
     #[arg(long, value_name = "N")]

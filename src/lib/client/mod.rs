@@ -250,8 +250,8 @@ impl<T: Transport> Client<T> {
 
     /// Starts a PUT of `key` without waiting for the server's answer (see
     /// [`Client::get_start`]): `Some` when it is already done (the protocol has no
-    /// split PUT: BOOM, RDMA-KV and HERD have), `None` while it is in flight, to be collected by
-    /// [`Client::put_poll`] before anything else is sent on this client.
+    /// split PUT: RFP, pDPM-Direct, Clover, RDMP-CC), `None` while it is in flight, to
+    /// be collected by [`Client::put_poll`] before anything else is sent on this client.
     pub fn put_start(&mut self, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
         self.check_sizes(key, value)?;
         self.polled.start();
@@ -305,10 +305,10 @@ impl<T: Transport> Client<T> {
 
     /// Starts a GET of `key` without waiting for its answer, so that one thread can
     /// keep the requests of several clients in flight (`boomctl ycsb --clients`).
-    /// `Some(found)` when the GET is already done: the protocol has no split GET (BOOM,
-    /// RDMA-KV and HERD have), and this was a whole [`Client::get_into`]. `None` while it is in
-    /// flight: [`Client::get_poll`] collects it, and no other request may be sent on
-    /// this client until it has.
+    /// `Some(found)` when the GET is already done: the protocol has no split GET (RFP,
+    /// pDPM-Direct and Clover), and this was a whole [`Client::get_into`]. `None` while
+    /// it is in flight: [`Client::get_poll`] collects it, and no other request may be
+    /// sent on this client until it has.
     pub fn get_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
         self.check_sizes(key, b"")?;
         self.polled.start();

@@ -196,9 +196,9 @@ pub(crate) struct ClientTuning {
 pub(crate) fn client_side<T: Transport>(p: Protocol, tuning: &ClientTuning) -> Box<dyn ClientSide<T>> {
     match p {
         Protocol::Boom => Box::new(boom::Client::new(tuning)),
-        Protocol::Rdmp => Box::new(rdmp::Client),
+        Protocol::Rdmp => Box::new(rdmp::Client::default()),
         Protocol::Rpc => Box::new(rpc::Client),
-        Protocol::RdmpCc => Box::new(rdmp_cc::Client),
+        Protocol::RdmpCc => Box::new(rdmp_cc::Client::default()),
         Protocol::Herd => Box::<herd::Client>::default(),
         Protocol::Rfp => Box::new(rfp::Client::new(tuning.fetch_size, tuning.rfp_mode)),
         Protocol::PdpmDirect => Box::new(pdpm_direct::Client::new(tuning.cells.0, tuning.cells.1)),

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{ClientSide, ServerSide};
+use super::{ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
 use crate::link::{Link, PutInfo};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
@@ -116,38 +116,143 @@ impl<T: Transport> Server<T> {
 
 // ---- client side ----
 
-/// RDMP-KV's client half (it keeps no state between requests).
-pub(crate) struct Client;
+/// RDMP-KV's client half: what a split request ([`ClientSide::get_start`],
+/// [`ClientSide::put_start`]) has done so far.
+#[derive(Default)]
+pub(crate) struct Client {
+    pending: Option<Pending>,
+    /// The value of the PUT in flight, until its allocation comes.
+    value: Vec<u8>,
+}
+
+/// The phase a split request is in.
+enum Pending {
+    /// GET, phase 1: the `Locate` is out.
+    Locating,
+    /// GET, phase 2: the READ of the `len`-byte entry is out (work request `wr`).
+    Reading { wr: u64, len: u32 },
+    /// PUT, phase 1: the `Alloc` is out; the value waits in [`Client::value`].
+    Allocating,
+    /// PUT, phase 2: the entry is written; the server's answer is to come.
+    Writing,
+}
+
+/// The entry length of `key` with `value`.
+fn entry_len(key: &[u8], value: &[u8]) -> u32 {
+    ENTRY_HEADER_SIZE as u32 + key.len() as u32 + value.len() as u32
+}
+
+/// What the server answered an `Alloc` with: where the entry goes.
+fn allocated(m: Msg) -> Result<(u64, u32, u32)> {
+    match m {
+        Msg::Allocated { addr, rkey, token } => Ok((addr, rkey, token)),
+        m => Err(Error::Protocol(format!("expected an allocation, got {m:?}"))),
+    }
+}
+
+/// Phase 2 of a PUT: the entry WRITE_WITH_IMMed where the allocation `at` says.
+fn write_entry<T: Transport>(l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool, at: (u64, u32, u32)) -> Result<()> {
+    let (addr, rkey, token) = at;
+    let offset = token as u64 * 8;
+    let n = l.encode_entry(key, value, tomb, offset + fmt::slot_size(key.len(), value.len()))?;
+    let imm = PutImm { offset, in_place: false }.encode().ok_or_else(|| Error::Protocol("bad token".into()))?;
+    l.write_entry(n, addr, rkey, imm)
+}
+
+/// The server's answer to a written entry.
+fn put_done<T: Transport>(l: &mut Link<T>, m: Msg) -> Result<PutInfo> {
+    let version = match m {
+        Msg::PutOk { version, .. } => version,
+        m => return Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
+    };
+    l.counters.appends += 1;
+    Ok(PutInfo { version, in_place: false })
+}
+
+/// What the server answered a `Locate` with: the entry's place, `None` if absent.
+fn located(m: Msg) -> Result<Option<(u64, u32, u32)>> {
+    match m {
+        Msg::Located { addr, rkey, len } => Ok(Some((addr, rkey, len))),
+        Msg::NotFound => Ok(None),
+        m => Err(Error::Protocol(format!("expected a location, got {m:?}"))),
+    }
+}
 
 impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let len = ENTRY_HEADER_SIZE as u32 + key.len() as u32 + value.len() as u32;
-        let (addr, rkey, token) = match l.call(&Msg::Alloc { len }, "RDMP allocation") {
-            Ok(Msg::Allocated { addr, rkey, token }) => (addr, rkey, token),
+        let at = match l.call(&Msg::Alloc { len: entry_len(key, value) }, "RDMP allocation") {
+            Ok(m) => allocated(m)?,
             // A DELETE on a full pool: the server logs the tombstone itself.
             Err(Error::Server { code: ErrorCode::PoolFull, .. }) if tomb => return super::server_delete(l, key),
             Err(e) => return Err(e),
-            Ok(m) => return Err(Error::Protocol(format!("expected an allocation, got {m:?}"))),
         };
-        let offset = token as u64 * 8;
-        let n = l.encode_entry(key, value, tomb, offset + fmt::slot_size(key.len(), value.len()))?;
-        let imm = PutImm { offset, in_place: false }.encode().ok_or_else(|| Error::Protocol("bad token".into()))?;
-        l.write_entry(n, addr, rkey, imm)?;
-        let version = match l.wait_msg("PUT")? {
-            Msg::PutOk { version, .. } => version,
-            m => return Err(Error::Protocol(format!("expected a PUT reply, got {m:?}"))),
-        };
-        l.counters.appends += 1;
-        Ok(PutInfo { version, in_place: false })
+        write_entry(l, key, value, tomb, at)?;
+        let m = l.wait_msg("PUT")?;
+        put_done(l, m)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let (addr, rkey, len) = match l.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")? {
-            Msg::Located { addr, rkey, len } => (addr, rkey, len),
-            Msg::NotFound => return Ok(None),
-            m => return Err(Error::Protocol(format!("expected a location, got {m:?}"))),
+        let Some((addr, rkey, len)) = located(l.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")?)? else {
+            return Ok(None);
         };
         l.read_remote(len, addr, rkey, "RDMP READ")?;
         Ok(Some((0, len as usize)))
+    }
+
+    fn put_start(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        l.send(&Msg::Alloc { len: entry_len(key, value) })?;
+        self.value.clear();
+        self.value.extend_from_slice(value);
+        self.pending = Some(Pending::Allocating);
+        Ok(None)
+    }
+
+    fn put_poll(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<PutInfo>> {
+        let Some(a) = l.poll_arrival("PUT")? else { return Ok(None) };
+        let m = crate::link::message("PUT", a);
+        match self.pending.take() {
+            Some(Pending::Allocating) => {
+                let value = std::mem::take(&mut self.value);
+                let r = m.and_then(allocated).and_then(|at| write_entry(l, key, &value, false, at));
+                self.value = value;
+                r?;
+                self.pending = Some(Pending::Writing);
+                Ok(None)
+            }
+            Some(Pending::Writing) => put_done(l, m?).map(Some),
+            _ => Err(Error::invalid("no PUT in flight")),
+        }
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        l.send(&Msg::Locate { key: key.to_vec() })?;
+        self.pending = Some(Pending::Locating);
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        match self.pending.take() {
+            Some(Pending::Locating) => {
+                let Some(a) = l.poll_arrival("RDMP locate")? else {
+                    self.pending = Some(Pending::Locating);
+                    return Ok(None);
+                };
+                let Some((addr, rkey, len)) = located(crate::link::message("RDMP locate", a)?)? else {
+                    return Ok(Some(Fetched::Absent));
+                };
+                let wr = l.post_read_response(len, addr, rkey, "RDMP READ")?;
+                self.pending = Some(Pending::Reading { wr, len });
+                Ok(None)
+            }
+            Some(Pending::Reading { wr, len }) => {
+                if !l.poll_completion(wr, "RDMP READ")? {
+                    self.pending = Some(Pending::Reading { wr, len });
+                    return Ok(None);
+                }
+                let whole = l.response_value(len as usize, key, out)?;
+                Ok(Some(if whole { Fetched::Value } else { Fetched::Torn }))
+            }
+            _ => Err(Error::invalid("no GET in flight")),
+        }
     }
 }

@@ -60,7 +60,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{ClientSide, ServerSide};
+use super::{ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
 use crate::index::Loc;
 use crate::link::{Link, PutInfo};
@@ -243,8 +243,11 @@ impl<T: Transport> ServerSide<T> for Server<T> {
 
 // ---- client side ----
 
-/// RDMP-CC's client half (it keeps no state between requests).
-pub(crate) struct Client;
+/// RDMP-CC's client half: its GETs are RDMP-KV's, split ones included.
+#[derive(Default)]
+pub(crate) struct Client {
+    gets: super::rdmp::Client,
+}
 
 /// Whether this build plants the bug of acknowledging a PUT without its FLUSH.
 fn skip_flush() -> bool {
@@ -288,6 +291,14 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        ClientSide::<T>::get(&mut super::rdmp::Client, l, key)
+        ClientSide::<T>::get(&mut self.gets, l, key)
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        ClientSide::<T>::get_start(&mut self.gets, l, key)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        ClientSide::<T>::get_poll(&mut self.gets, l, key, out)
     }
 }
