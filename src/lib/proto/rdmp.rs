@@ -169,9 +169,14 @@ fn put_done<T: Transport>(l: &mut Link<T>, m: Msg) -> Result<PutInfo> {
     Ok(PutInfo { version, in_place: false })
 }
 
-/// What the server answered a `Locate` with: the entry's place, `None` if absent.
-fn located(m: Msg) -> Result<Option<(u64, u32, u32)>> {
+/// What the server answered a `Locate` of a key with: the entry's place, `None` if
+/// absent. An entry longer than the key with the server's largest value (`room`) is
+/// not READ: a lying server would size the client's response buffer at will.
+fn located(m: Msg, room: u64) -> Result<Option<(u64, u32, u32)>> {
     match m {
+        Msg::Located { len, .. } if u64::from(len) > room => {
+            Err(Error::Protocol(format!("the server located an entry of {len} bytes; its limits allow {room}")))
+        }
         Msg::Located { addr, rkey, len } => Ok(Some((addr, rkey, len))),
         Msg::NotFound => Ok(None),
         m => Err(Error::Protocol(format!("expected a location, got {m:?}"))),
@@ -192,7 +197,8 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let Some((addr, rkey, len)) = located(l.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")?)? else {
+        let m = l.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")?;
+        let Some((addr, rkey, len)) = located(m, l.get_room(key))? else {
             return Ok(None);
         };
         l.read_remote(len, addr, rkey, "RDMP READ")?;
@@ -237,7 +243,7 @@ impl<T: Transport> ClientSide<T> for Client {
                     self.pending = Some(Pending::Locating);
                     return Ok(None);
                 };
-                let Some((addr, rkey, len)) = located(crate::link::message("RDMP locate", a)?)? else {
+                let Some((addr, rkey, len)) = located(crate::link::message("RDMP locate", a)?, l.get_room(key))? else {
                     return Ok(Some(Fetched::Absent));
                 };
                 let wr = l.post_read_response(len, addr, rkey, "RDMP READ")?;
