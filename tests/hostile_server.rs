@@ -20,8 +20,10 @@ const MAX_VALUE: u32 = 1 << 20;
 enum Reply {
     /// A data immediate written to the buffer a GET or SCAN named.
     Imm(DataImm),
-    /// A message.
-    Msg(Msg),
+    /// Messages, one after the other.
+    Msgs(Vec<Msg>),
+    /// Messages, after a pause (the server's thread sleeps: later requests wait).
+    Later(Duration, Vec<Msg>),
 }
 
 /// Starts a fake server speaking `protocol` that answers every request `m` with
@@ -65,7 +67,17 @@ fn fake_server(dir: &std::path::Path, protocol: Protocol, answer: fn(&Msg) -> Op
                 (Some(Reply::Imm(imm)), Msg::Get { buf, .. } | Msg::Scan { buf, .. }) => {
                     qp.post_write_imm(wr, &recv, 0, 0, buf.addr, buf.rkey, imm.encode())
                 }
-                (Some(Reply::Msg(r)), _) => qp.post_send_bytes(wr, &r.encode(req)),
+                (Some(Reply::Later(pause, rs)), _) => {
+                    std::thread::sleep(pause);
+                    rs.iter().try_for_each(|r| {
+                        wr += 1;
+                        qp.post_send_bytes(wr, &r.encode(req))
+                    })
+                }
+                (Some(Reply::Msgs(rs)), _) => rs.iter().try_for_each(|r| {
+                    wr += 1;
+                    qp.post_send_bytes(wr, &r.encode(req))
+                }),
                 _ => continue,
             };
             if posted.is_err() {
@@ -99,11 +111,21 @@ fn ask_of<R: Send + 'static>(
     answer: fn(&Msg) -> Option<Reply>,
     ask: fn(&mut Client<ShmTransport>) -> R,
 ) -> R {
+    ask_within(protocol, Duration::from_secs(5), answer, ask)
+}
+
+/// [`ask_of`] with the client's `timeout`.
+fn ask_within<R: Send + 'static>(
+    protocol: Protocol,
+    timeout: Duration,
+    answer: fn(&Msg) -> Option<Reply>,
+    ask: fn(&mut Client<ShmTransport>) -> R,
+) -> R {
     let dir = tempfile::tempdir().unwrap();
     let ep = fake_server(dir.path(), protocol, answer);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let opts = ClientOptions { protocol, timeout: Duration::from_secs(5), ..Default::default() };
+        let opts = ClientOptions { protocol, timeout, ..Default::default() };
         let mut c = Client::connect(&ShmTransport::new().unwrap(), &ep, opts).unwrap();
         let _ = tx.send(ask(&mut c));
     });
@@ -158,7 +180,7 @@ fn an_rdmp_server_that_locates_an_entry_larger_than_its_limits_is_not_believed()
     // the announced value allow is refused before any buffer grows, split or whole.
     fn huge(m: &Msg) -> Option<Reply> {
         let len = ENTRY_HEADER_SIZE as u32 + 1 + MAX_VALUE + 1;
-        matches!(m, Msg::Locate { .. }).then_some(Reply::Msg(Msg::Located { addr: 4096, rkey: 7, len }))
+        matches!(m, Msg::Locate { .. }).then_some(Reply::Msgs(vec![Msg::Located { addr: 4096, rkey: 7, len }]))
     }
     let r = ask_of(Protocol::Rdmp, huge, |c| c.get(b"k"));
     assert!(is_protocol_error(&r), "{r:?}");
@@ -172,4 +194,70 @@ fn an_rdmp_server_that_locates_an_entry_larger_than_its_limits_is_not_believed()
         }
     });
     assert!(is_protocol_error(&r), "{r:?}");
+}
+
+#[test]
+fn a_message_that_comes_while_a_read_is_out_is_an_error_not_lost() {
+    // The server answers a Locate and at once sends a message nobody asked for. The
+    // client's READ (of a region the server never registered) is out when the message
+    // is polled: it is a protocol error, its receive slot back in the ring. Before, it
+    // was dropped with its slot, and the READ's failure came instead.
+    fn two(m: &Msg) -> Option<Reply> {
+        let located = Msg::Located { addr: 4096, rkey: 7, len: 100 };
+        matches!(m, Msg::Locate { .. }).then_some(Reply::Msgs(vec![located, Msg::NotFound]))
+    }
+    let r = ask_of(Protocol::Rdmp, two, |c| {
+        let mut out = Vec::new();
+        c.get_start(b"k", &mut out)?;
+        // Both messages are in before the first poll, so before the READ is posted.
+        std::thread::sleep(Duration::from_millis(200));
+        loop {
+            if let Some(found) = c.get_poll(b"k", &mut out)? {
+                return Ok(found);
+            }
+        }
+    });
+    assert!(is_protocol_error(&r), "{r:?}");
+}
+
+/// An RDMA-KV server that answers a GET of "slow" only after 1.5 s (NotFound), and one
+/// of any other key at once (its value is "v").
+fn slow_then_quick(m: &Msg) -> Option<Reply> {
+    let Msg::RpcGet { key } = m else { return None };
+    if key.as_slice() == b"slow" {
+        return Some(Reply::Later(Duration::from_millis(1500), vec![Msg::NotFound]));
+    }
+    let mut entry = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + 1];
+    boomkv::log::format::encode_entry(&mut entry, key, b"v", false, 0).unwrap();
+    Some(Reply::Msgs(vec![Msg::RpcValue { entry }]))
+}
+
+/// A split GET of `key`, polled until it is answered.
+fn split_get(c: &mut Client<ShmTransport>, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+    let mut out = Vec::new();
+    let mut found = c.get_start(key, &mut out)?;
+    while found.is_none() {
+        found = c.get_poll(key, &mut out)?;
+    }
+    Ok(found.unwrap_or(false).then_some(out))
+}
+
+#[test]
+fn the_late_reply_to_a_request_that_timed_out_answers_no_later_request() {
+    // The GET of "slow" times out (1 s); its NotFound comes at 1.5 s, before the
+    // answer to the next GET. Taken for that answer, it said "absent" for a key the
+    // server has: it is dropped instead, whole or split.
+    let timeout = Duration::from_secs(1);
+    let (slow, quick, abandoned) = ask_within(Protocol::Rpc, timeout, slow_then_quick, |c| {
+        (c.get(b"slow"), c.get(b"quick"), c.counters().abandoned)
+    });
+    assert!(matches!(slow, Err(Error::Timeout(..))), "{slow:?}");
+    assert_eq!(quick.unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(abandoned, 1);
+    let (slow, quick, abandoned) = ask_within(Protocol::Rpc, timeout, slow_then_quick, |c| {
+        (split_get(c, b"slow"), split_get(c, b"quick"), c.counters().abandoned)
+    });
+    assert!(matches!(slow, Err(Error::Timeout(..))), "{slow:?}");
+    assert_eq!(quick.unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(abandoned, 1);
 }

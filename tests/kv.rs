@@ -432,14 +432,14 @@ fn short_lived_clients_do_not_fill_the_pool<T: Backend>() {
 }
 
 /// Two clients keep a request each in flight at once (what `ycsb --clients` does with
-/// one thread): BOOM, RDMA-KV, HERD and RDMP-KV split their PUTs and GETs, RDMP-CC its
-/// GETs (RDMP-KV's); the others run them whole in `*_start`. Either way every answer is
-/// right.
+/// one thread): BOOM, RDMA-KV, HERD, RFP and RDMP-KV split their PUTs and GETs, RDMP-CC
+/// its GETs (RDMP-KV's); the others run them whole in `*_start`. Either way every answer
+/// is right, and right the first time (no torn read sent it to a whole GET).
 fn split_requests_stay_in_flight_together<T: Backend>() {
     // Every protocol's clients take segments of their own (pDPM-Direct a cell table).
     let f = Fixture::<T>::new(256 << 20, 4 << 20, cfg(1, false));
     for p in Protocol::ALL {
-        let splits = matches!(p, Protocol::Boom | Protocol::Rpc | Protocol::Herd | Protocol::Rdmp);
+        let splits = matches!(p, Protocol::Boom | Protocol::Rpc | Protocol::Herd | Protocol::Rfp | Protocol::Rdmp);
         let splits_gets = splits || p == Protocol::RdmpCc;
         let mut cs = [f.client(p), f.client(p)];
         for round in 0..3usize {
@@ -476,6 +476,9 @@ fn split_requests_stay_in_flight_together<T: Backend>() {
             found = cs[0].get_poll(b"never-written", &mut out).unwrap();
         }
         assert_eq!(found, Some(false), "{p}");
+        for c in &cs {
+            assert_eq!(c.counters().torn_retries, 0, "{p}");
+        }
     }
 }
 

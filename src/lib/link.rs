@@ -46,6 +46,9 @@ pub struct ClientCounters {
     /// was installing (a retransmitted request the device executed again: seen over
     /// soft-RoCE under load), taken as succeeded.
     pub cas_replays: u64,
+    /// Requests given up on after the timeout, whose late replies are dropped when
+    /// they come.
+    pub abandoned: u64,
 }
 
 impl ClientCounters {
@@ -70,11 +73,12 @@ impl ClientCounters {
             fetch_retries: f(self.fetch_retries, o.fetch_retries),
             server_replies: f(self.server_replies, o.server_replies),
             cas_replays: f(self.cas_replays, o.cas_replays),
+            abandoned: f(self.abandoned, o.abandoned),
         }
     }
 
     /// Each counter with the name a report prints it under (YCSB's style of names).
-    pub fn named(&self) -> [(&'static str, u64); 7] {
+    pub fn named(&self) -> [(&'static str, u64); 8] {
         [
             ("SegmentGrants", self.grants),
             ("Appends", self.appends),
@@ -83,6 +87,7 @@ impl ClientCounters {
             ("FetchRetries", self.fetch_retries),
             ("ServerReplies", self.server_replies),
             ("CasReplays", self.cas_replays),
+            ("RepliesAbandoned", self.abandoned),
         ]
     }
 }
@@ -120,6 +125,30 @@ pub(crate) struct Limits {
     pub(crate) server_recv: u32,
 }
 
+/// An RFP fetch of the reply to a request slot ([`Link::fetch_step`]).
+pub(crate) struct SlotFetch {
+    seq: u32,
+    addr: u64,
+    rkey: u32,
+    res_len: u32,
+    fetch: u32,
+    /// The READ out (its work request), and whether it is the second of a long reply.
+    out: Option<(u64, bool)>,
+    /// The reply's length, once the first READ saw its header.
+    total: u64,
+    start: std::time::Instant,
+    tries: u32,
+}
+
+impl SlotFetch {
+    /// A fetch of slot `seq` from the result region (`res_len` bytes at `addr` under
+    /// `rkey`), `fetch` bytes at a time; nothing is posted yet.
+    pub(crate) fn new(seq: u32, addr: u64, rkey: u32, res_len: u32, fetch: u32) -> SlotFetch {
+        let fetch = fetch.clamp(crate::wire::slot::HEADER as u32, res_len);
+        SlotFetch { seq, addr, rkey, res_len, fetch, out: None, total: 0, start: std::time::Instant::now(), tries: 0 }
+    }
+}
+
 /// A client's connection (see the module doc).
 pub(crate) struct Link<T: Transport> {
     t: T,
@@ -145,6 +174,10 @@ pub(crate) struct Link<T: Transport> {
     next_req: u32,
     /// Scratch for [`Link::poll_arrival`]'s look at the completion queue.
     polled: Vec<Completion>,
+    /// Replies still to come for requests given up on (timed out). Replies come in the
+    /// order of the requests, one each, so the next arrivals are theirs: they are
+    /// dropped, not taken for the answer to a later request.
+    stale: u32,
 }
 
 impl<T: Transport> Link<T> {
@@ -182,6 +215,7 @@ impl<T: Transport> Link<T> {
             next_wr: 0,
             next_req: 0,
             polled: Vec::with_capacity(1),
+            stale: 0,
         })
     }
 
@@ -206,13 +240,23 @@ impl<T: Transport> Link<T> {
         loop {
             let c: Completion = match self.cq.wait(self.timeout) {
                 Ok(c) => c,
-                Err(Error::Timeout(d, _)) => return Err(Error::Timeout(d, what)),
+                Err(Error::Timeout(d, _)) => {
+                    self.abandon_reply();
+                    return Err(Error::Timeout(d, what));
+                }
                 Err(e) => return Err(e),
             };
             if let Some(arrival) = self.arrival(c, what) {
                 return arrival;
             }
         }
+    }
+
+    /// The reply to the request in flight will not be waited for (it timed out): when
+    /// it comes, it is dropped.
+    pub(crate) fn abandon_reply(&mut self) {
+        self.stale = self.stale.saturating_add(1);
+        self.counters.abandoned += 1;
     }
 
     /// The next message or data immediate if one has come, without waiting: what a
@@ -271,6 +315,11 @@ impl<T: Transport> Link<T> {
                 return Some(Err(e));
             }
         }
+        if self.stale > 0 {
+            // The late reply to a request given up on: its slot is back, it answers nothing.
+            self.stale -= 1;
+            return None;
+        }
         Some(arrival)
     }
 
@@ -288,12 +337,27 @@ impl<T: Transport> Link<T> {
                 Error::Timeout(d, _) => Error::Timeout(d, what),
                 e => e,
             })?;
-            if !c.status.is_ok() {
-                return Err(self.lost(what, &c));
-            }
-            if c.wr_id == wr {
+            if self.completed(c, wr, what)? {
                 return Ok(());
             }
+        }
+    }
+
+    /// Whether `c` completes this side's work request `wr`; an earlier send's is
+    /// skipped. No message is due while a READ is out: one that comes anyway (a late
+    /// reply, or a server's unasked SEND) gives its receive slot back and is an error,
+    /// not dropped with its slot.
+    fn completed(&mut self, c: Completion, wr: u64, what: &'static str) -> Result<bool> {
+        if !c.status.is_ok() {
+            return Err(self.lost(what, &c));
+        }
+        if c.wr_id == wr {
+            return Ok(true);
+        }
+        match self.arrival(c, what) {
+            None => Ok(false),
+            Some(Err(e)) => Err(e),
+            Some(Ok(_)) => Err(Error::Protocol(format!("a message came while {what} was waiting for a READ"))),
         }
     }
 
@@ -573,54 +637,64 @@ impl<T: Transport> Link<T> {
             .map_err(|e| self.broken("a request", e))
     }
 
-    /// Fetches the reply to slot `seq` from the peer's result region (`res_len` bytes at
-    /// `addr` under `rkey`) with READs (RFP): one READ of `fetch` bytes, a second for the
-    /// rest when the reply is longer, again until the slot carries `seq` and verifies.
-    /// The slot is left in `buf`; returns where its payload starts and its length.
-    pub(crate) fn fetch_slot(
-        &mut self,
-        seq: u32,
-        addr: u64,
-        rkey: u32,
-        res_len: u32,
-        fetch: u32,
-    ) -> Result<(usize, usize)> {
+    /// One step of the fetch `f` of the reply to request slot `seq` from the peer's
+    /// result region with READs (RFP): one READ of `fetch` bytes, a second for the rest
+    /// when the reply is longer, again until the slot carries `seq` and verifies. A step
+    /// posts the next READ, or (with `wait`, once it completes; else if it has) looks at
+    /// what the last one brought. `Some` once the slot is there and verifies: it is left
+    /// in `buf`, and this says where its payload starts and its length.
+    pub(crate) fn fetch_step(&mut self, f: &mut SlotFetch, wait: bool) -> Result<Option<(usize, usize)>> {
         use crate::wire::slot;
-        let fetch = fetch.clamp(slot::HEADER as u32, res_len);
-        self.grow_response(u64::from(res_len))?;
-        let start = std::time::Instant::now();
-        let mut tries = 0u32;
-        loop {
+        let Some((wr, second)) = f.out else {
+            self.grow_response(u64::from(f.res_len))?;
             let wr = self.wr();
-            self.qp.post_read(wr, &self.resp_mr, 0, fetch, addr, rkey).map_err(|e| self.broken("a fetch", e))?;
+            self.qp.post_read(wr, &self.resp_mr, 0, f.fetch, f.addr, f.rkey).map_err(|e| self.broken("a fetch", e))?;
+            f.out = Some((wr, false));
+            return Ok(None);
+        };
+        if wait {
             self.wait_completion(wr, "fetching a reply")?;
+        } else if !self.poll_completion(wr, "fetching a reply")? {
+            return Ok(None);
+        }
+        f.out = None;
+        let mut total = f.total;
+        if !second {
             let mut h = [0u8; slot::HEADER];
             self.resp_mr.read(0, &mut h)?;
-            if let Some(hd) = slot::peek(&h).filter(|hd| hd.seq == seq) {
-                let total = slot::HEADER as u64 + u64::from(hd.len);
-                if total > u64::from(res_len) {
+            if let Some(hd) = slot::peek(&h).filter(|hd| hd.seq == f.seq) {
+                total = slot::HEADER as u64 + u64::from(hd.len);
+                if total > u64::from(f.res_len) {
                     return Err(Error::Protocol(format!("a reply of {} bytes over the result region", hd.len)));
                 }
-                if total > u64::from(fetch) {
+                if total > u64::from(f.fetch) {
                     let wr = self.wr();
-                    let rest = (total - u64::from(fetch)) as u32;
-                    let (off, at) = (u64::from(fetch), addr + u64::from(fetch));
-                    self.qp.post_read(wr, &self.resp_mr, off, rest, at, rkey).map_err(|e| self.broken("a fetch", e))?;
-                    self.wait_completion(wr, "fetching a reply")?;
+                    let rest = (total - u64::from(f.fetch)) as u32;
+                    let (off, at) = (u64::from(f.fetch), f.addr + u64::from(f.fetch));
+                    self.qp
+                        .post_read(wr, &self.resp_mr, off, rest, at, f.rkey)
+                        .map_err(|e| self.broken("a fetch", e))?;
+                    (f.out, f.total) = (Some((wr, true)), total);
+                    return Ok(None);
                 }
-                self.take_response(total as usize)?;
-                if let Some((hd, _)) = slot::check(&self.buf, seq) {
-                    return Ok((slot::HEADER, hd.len as usize));
-                }
+            } else {
+                total = 0;
             }
-            // Not there yet (or torn under the READ): fetch again, as RFP's client does.
-            self.counters.fetch_retries += 1;
-            tries = tries.wrapping_add(1);
-            if tries % 64 == 0 && start.elapsed() > self.timeout {
-                return Err(Error::Timeout(self.timeout, "fetching a reply"));
-            }
-            std::hint::spin_loop();
         }
+        if total > 0 {
+            self.take_response(total as usize)?;
+            if let Some((hd, _)) = slot::check(&self.buf, f.seq) {
+                return Ok(Some((slot::HEADER, hd.len as usize)));
+            }
+        }
+        // Not there yet (or torn under the READ): fetch again, as RFP's client does.
+        self.counters.fetch_retries += 1;
+        f.tries = f.tries.wrapping_add(1);
+        if f.tries % 64 == 0 && f.start.elapsed() > self.timeout {
+            return Err(Error::Timeout(self.timeout, "fetching a reply"));
+        }
+        std::hint::spin_loop();
+        Ok(None)
     }
 
     /// The median time of `n` READs of `len` bytes at the peer's `addr` (RFP's profiling
@@ -666,10 +740,7 @@ impl<T: Transport> Link<T> {
                 return Ok(false);
             }
             let Some(c) = self.polled.pop() else { return Ok(false) };
-            if !c.status.is_ok() {
-                return Err(self.lost(what, &c));
-            }
-            if c.wr_id == wr {
+            if self.completed(c, wr, what)? {
                 return Ok(true);
             }
         }
@@ -712,6 +783,13 @@ impl<T: Transport> Link<T> {
 
     /// Copies the first `len` bytes of the response buffer into `buf`.
     pub(crate) fn take_response(&mut self, len: usize) -> Result<()> {
+        // The length may come from the server: never size `buf` past the region.
+        if len as u64 > self.resp_mr.len() {
+            return Err(Error::Protocol(format!(
+                "the server answered with {len} bytes; the response buffer has {}",
+                self.resp_mr.len()
+            )));
+        }
         self.buf.resize(len, 0);
         self.resp_mr.read(0, &mut self.buf)
     }

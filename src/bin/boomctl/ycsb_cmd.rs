@@ -219,8 +219,8 @@ pub struct YcsbArgs {
     threads: Option<u64>,
     /// Clients in all, one connection each, spread over the threads [default: one per
     /// thread]. A thread with several clients starts a read or write for each and
-    /// collects the answers as they come (BOOM, RDMA-KV, HERD, RDMP-KV, RDMP-CC's GETs
-    /// and Redis; RFP, pDPM-Direct and Clover, read-modify-writes and scans run whole),
+    /// collects the answers as they come (BOOM, RDMA-KV, HERD, RFP, RDMP-KV, RDMP-CC's
+    /// GETs and Redis; pDPM-Direct and Clover, read-modify-writes and scans run whole),
     /// as memtier's clients per thread do:
     /// clients that outnumber the CPUs then cost no switch between threads per
     /// operation. Each client is closed-loop, as a YCSB thread is.

@@ -250,7 +250,7 @@ impl<T: Transport> Client<T> {
 
     /// Starts a PUT of `key` without waiting for the server's answer (see
     /// [`Client::get_start`]): `Some` when it is already done (the protocol has no
-    /// split PUT: RFP, pDPM-Direct, Clover, RDMP-CC), `None` while it is in flight, to
+    /// split PUT: pDPM-Direct, Clover, RDMP-CC), `None` while it is in flight, to
     /// be collected by [`Client::put_poll`] before anything else is sent on this client.
     pub fn put_start(&mut self, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
         self.check_sizes(key, value)?;
@@ -262,7 +262,7 @@ impl<T: Transport> Client<T> {
     /// then it is acknowledged, as after [`Client::put`].
     pub fn put_poll(&mut self, key: &[u8]) -> Result<Option<PutInfo>> {
         match self.side.put_poll(&mut self.link, key)? {
-            None => self.polled.miss(self.link.timeout, "PUT").map(|()| None),
+            None => self.missed("PUT").map(|()| None),
             done => Ok(done),
         }
     }
@@ -286,6 +286,16 @@ impl<T: Transport> Client<T> {
         self.get_tries(key, out, self.attempts())
     }
 
+    /// Counts a poll that found no answer to the split request `what`; once it is
+    /// the timeout late, the request is given up on (its late reply will be dropped).
+    fn missed(&mut self, what: &'static str) -> Result<()> {
+        let r = self.polled.miss(self.link.timeout, what);
+        if r.is_err() && self.side.awaits_reply() {
+            self.link.abandon_reply();
+        }
+        r
+    }
+
     /// GETs of a key before its torn entry is an error: the first and the retries.
     fn attempts(&self) -> u32 {
         self.torn_retries.saturating_add(1)
@@ -305,8 +315,8 @@ impl<T: Transport> Client<T> {
 
     /// Starts a GET of `key` without waiting for its answer, so that one thread can
     /// keep the requests of several clients in flight (`boomctl ycsb --clients`).
-    /// `Some(found)` when the GET is already done: the protocol has no split GET (RFP,
-    /// pDPM-Direct and Clover), and this was a whole [`Client::get_into`]. `None` while
+    /// `Some(found)` when the GET is already done: the protocol has no split GET
+    /// (pDPM-Direct and Clover), and this was a whole [`Client::get_into`]. `None` while
     /// it is in flight: [`Client::get_poll`] collects it, and no other request may be
     /// sent on this client until it has.
     pub fn get_start(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
@@ -324,7 +334,7 @@ impl<T: Transport> Client<T> {
     /// as [`Client::get_into`] would, waiting for the answers.
     pub fn get_poll(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
         match self.side.get_poll(&mut self.link, key, out)? {
-            None => self.polled.miss(self.link.timeout, "GET").map(|()| None),
+            None => self.missed("GET").map(|()| None),
             Some(Fetched::Absent) => Ok(Some(false)),
             Some(Fetched::Value) => Ok(Some(true)),
             Some(Fetched::Torn) => {

@@ -104,6 +104,13 @@ pub(crate) trait ClientSide<T: Transport>: Send {
         Err(Error::invalid("no GET in flight: this protocol has no split GET"))
     }
 
+    /// Whether the split request in flight waits for a reply (a message or a data
+    /// immediate) rather than a READ of its own: a request given up on then has a
+    /// late reply to drop ([`Link::abandon_reply`]).
+    fn awaits_reply(&self) -> bool {
+        true
+    }
+
     /// Up to `count` live entries from `start` on, in key order.
     fn scan(&mut self, _l: &mut Link<T>, _start: &[u8], _count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         Err(Error::Unsupported("scans are implemented for the boom protocol only".into()))

@@ -230,6 +230,10 @@ impl<T: Transport> ClientSide<T> for Client {
         }
     }
 
+    fn awaits_reply(&self) -> bool {
+        !matches!(self.pending, Some(Pending::Reading { .. }))
+    }
+
     fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
         l.send(&Msg::Locate { key: key.to_vec() })?;
         self.pending = Some(Pending::Locating);

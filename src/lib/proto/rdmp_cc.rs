@@ -301,4 +301,8 @@ impl<T: Transport> ClientSide<T> for Client {
     fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
         ClientSide::<T>::get_poll(&mut self.gets, l, key, out)
     }
+
+    fn awaits_reply(&self) -> bool {
+        ClientSide::<T>::awaits_reply(&self.gets)
+    }
 }

@@ -69,9 +69,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::polled::{next_seq, RequestRing, Rings};
-use super::{rpc, ClientSide, ServerSide};
+use super::{rpc, ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
-use crate::link::{Link, PutInfo, RPC_VALUE_OFF};
+use crate::link::{Arrival, Link, PutInfo, SlotFetch, RPC_VALUE_OFF};
 use crate::service::context::FetchedReplies;
 use crate::service::phases::GetTimer;
 use crate::service::Ctx;
@@ -283,21 +283,37 @@ pub(crate) struct Client {
     switch: Switch,
     /// The median READ of `fetch` bytes, timed at connect (the hybrid's yardstick).
     read: Duration,
+    /// How the result of the split request in flight comes back.
+    pending: Option<Via>,
 }
 
 /// How the result of a request comes back.
 enum Via {
-    /// Fetched: the reply message is at `l.buf[at..at + n]`.
-    Fetched(usize, usize),
+    /// Fetched by READs: this fetch, begun when the fetch retries stood at the count.
+    Fetch(SlotFetch, u64),
     /// The server SENDs it; the request was posted at this instant (timed only by
     /// the hybrid).
     Sent(Option<Instant>),
 }
 
+/// What a fetched reply `l.buf[at..at + n]` to an RPC GET says: the entry's place in
+/// `l.buf`, `None` if the key is absent.
+fn fetched_value<T: Transport>(l: &Link<T>, at: usize, n: usize) -> Result<Option<(usize, usize)>> {
+    let reply = &l.buf[at..at + n];
+    if is_rpc_value(reply) && n >= RPC_VALUE_OFF {
+        return Ok(Some((at + RPC_VALUE_OFF, n - RPC_VALUE_OFF)));
+    }
+    match Msg::decode(reply)?.0 {
+        Msg::NotFound => Ok(None),
+        Msg::Error { code, message } => Err(Error::Server { code, message }),
+        m => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
+    }
+}
+
 impl Client {
     pub(crate) fn new(want: FetchSize, mode: ResultMode) -> Client {
         let switch = Switch { replying: mode == ResultMode::Reply, streak: 0 };
-        Client { rings: None, seq: 0, want, fetch: 0, mode, switch, read: Duration::ZERO }
+        Client { rings: None, seq: 0, want, fetch: 0, mode, switch, read: Duration::ZERO, pending: None }
     }
 
     /// The knee of the READ latency over the result region (see the module doc), and
@@ -318,9 +334,9 @@ impl Client {
         Ok(best)
     }
 
-    /// WRITEs `m`; fetches its reply, or leaves it to the server's SEND in server-reply
-    /// mode.
-    fn request<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg) -> Result<Via> {
+    /// WRITEs `m`; says how its reply is to come: fetched, or SENT by the server in
+    /// server-reply mode.
+    fn post<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg) -> Result<Via> {
         let r = match self.rings {
             Some(r) => r,
             None => {
@@ -351,12 +367,58 @@ impl Client {
             return Ok(Via::Sent(posted));
         }
         l.write_slot(self.seq, WORD_FETCH, m, r.req_addr, r.req_rkey, r.req_len)?;
-        let before = l.counters.fetch_retries;
-        let (at, n) = l.fetch_slot(self.seq, r.res_addr, r.res_rkey, r.res_len, self.fetch)?;
-        if self.mode == ResultMode::Hybrid {
-            self.switch.fetched(l.counters.fetch_retries - before);
+        let f = SlotFetch::new(self.seq, r.res_addr, r.res_rkey, r.res_len, self.fetch);
+        Ok(Via::Fetch(f, l.counters.fetch_retries))
+    }
+
+    /// Takes the next step of the reply `via` is bringing (with `wait`, steps until the
+    /// reply is there): `Some` with the reply once it is, and `via` gone.
+    fn step<T: Transport>(
+        &mut self,
+        l: &mut Link<T>,
+        via: &mut Via,
+        wait: bool,
+        what: &'static str,
+    ) -> Result<Option<Reply>> {
+        match via {
+            Via::Fetch(f, before) => loop {
+                if let Some((at, n)) = l.fetch_step(f, wait)? {
+                    if self.mode == ResultMode::Hybrid {
+                        self.switch.fetched(l.counters.fetch_retries - *before);
+                    }
+                    return Ok(Some(Reply::Fetched(at, n)));
+                }
+                if !wait {
+                    return Ok(None);
+                }
+            },
+            Via::Sent(posted) => {
+                let a = if wait {
+                    l.wait_arrival(what)?
+                } else {
+                    let Some(a) = l.poll_arrival(what)? else { return Ok(None) };
+                    a
+                };
+                self.replied(*posted);
+                Ok(Some(Reply::Sent(a)))
+            }
         }
-        Ok(Via::Fetched(at, n))
+    }
+
+    /// WRITEs `m` and waits for its reply.
+    fn request<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg, what: &'static str) -> Result<Reply> {
+        let mut via = self.post(l, m)?;
+        self.step(l, &mut via, true, what)?.ok_or_else(|| Error::Protocol(format!("no reply to the {what}")))
+    }
+
+    /// The next step of the split request in flight (`None`: its reply is still to come).
+    fn poll<T: Transport>(&mut self, l: &mut Link<T>, what: &'static str) -> Result<Option<Reply>> {
+        let mut via = self.pending.take().ok_or_else(|| Error::invalid("no request in flight"))?;
+        let r = self.step(l, &mut via, false, what)?;
+        if r.is_none() {
+            self.pending = Some(via);
+        }
+        Ok(r)
     }
 
     /// A server reply came: the hybrid's vote on switching back to fetching.
@@ -367,37 +429,69 @@ impl Client {
     }
 }
 
+/// A request's reply.
+enum Reply {
+    /// Fetched: the reply message is at `l.buf[at..at + n]`.
+    Fetched(usize, usize),
+    /// SENT by the server.
+    Sent(Arrival),
+}
+
+/// The reply to a PUT, as a message.
+fn put_message<T: Transport>(l: &Link<T>, r: Reply) -> Result<Msg> {
+    match r {
+        Reply::Fetched(at, n) => Ok(Msg::decode(&l.buf[at..at + n])?.0),
+        Reply::Sent(a) => crate::link::message("PUT", a),
+    }
+}
+
+/// The reply to a GET: the entry's place in `l.buf`, `None` if the key is absent.
+fn get_entry<T: Transport>(l: &Link<T>, r: Reply) -> Result<Option<(usize, usize)>> {
+    match r {
+        Reply::Fetched(at, n) => fetched_value(l, at, n),
+        Reply::Sent(a) => rpc::value_of(a),
+    }
+}
+
 impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
-        let m = match self.request(l, &rpc::put_request(key, value, tomb)?)? {
-            Via::Fetched(at, n) => Msg::decode(&l.buf[at..at + n])?.0,
-            Via::Sent(posted) => {
-                let m = l.wait_msg("PUT")?;
-                self.replied(posted);
-                m
-            }
-        };
+        let r = self.request(l, &rpc::put_request(key, value, tomb)?, "PUT")?;
+        let m = put_message(l, r)?;
         rpc::put_reply(l, m)
     }
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
-        let (at, n) = match self.request(l, &Msg::RpcGet { key: key.to_vec() })? {
-            Via::Fetched(at, n) => (at, n),
-            Via::Sent(posted) => {
-                let r = rpc::value_reply(l);
-                self.replied(posted);
-                return r;
-            }
-        };
-        let reply = &l.buf[at..at + n];
-        if is_rpc_value(reply) && n >= RPC_VALUE_OFF {
-            return Ok(Some((at + RPC_VALUE_OFF, n - RPC_VALUE_OFF)));
-        }
-        match Msg::decode(reply)?.0 {
-            Msg::NotFound => Ok(None),
-            Msg::Error { code, message } => Err(Error::Server { code, message }),
-            m => Err(Error::Protocol(format!("expected a value, got {m:?}"))),
-        }
+        let r = self.request(l, &Msg::RpcGet { key: key.to_vec() }, "GET")?;
+        get_entry(l, r)
+    }
+
+    fn put_start(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8]) -> Result<Option<PutInfo>> {
+        self.pending = Some(self.post(l, &rpc::put_request(key, value, false)?)?);
+        Ok(None)
+    }
+
+    fn put_poll(&mut self, l: &mut Link<T>, _key: &[u8]) -> Result<Option<PutInfo>> {
+        let Some(r) = self.poll(l, "PUT")? else { return Ok(None) };
+        let m = put_message(l, r)?;
+        rpc::put_reply(l, m).map(Some)
+    }
+
+    fn awaits_reply(&self) -> bool {
+        matches!(self.pending, Some(Via::Sent(_)))
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        self.pending = Some(self.post(l, &Msg::RpcGet { key: key.to_vec() })?);
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        let Some(r) = self.poll(l, "GET")? else { return Ok(None) };
+        Ok(Some(match get_entry(l, r)? {
+            None => Fetched::Absent,
+            Some((start, n)) if crate::link::decode_value(&l.buf, key, start, n, out) => Fetched::Value,
+            Some(_) => Fetched::Torn,
+        }))
     }
 }
 

@@ -151,9 +151,9 @@ pub(super) fn put_reply<T: Transport>(l: &mut Link<T>, m: Msg) -> Result<PutInfo
     }
 }
 
-/// What the SENT reply `a` to an RPC GET (also HERD's) says: the entry's place in
-/// `l.buf`, `None` if the key is absent.
-fn value_of(a: Arrival) -> Result<Option<(usize, usize)>> {
+/// What the SENT reply `a` to an RPC GET (also HERD's and RFP's) says: the entry's
+/// place in `l.buf`, `None` if the key is absent.
+pub(super) fn value_of(a: Arrival) -> Result<Option<(usize, usize)>> {
     match a {
         Arrival::RpcValue(n) => Ok(Some((RPC_VALUE_OFF, n))),
         Arrival::Msg(Msg::NotFound) => Ok(None),
