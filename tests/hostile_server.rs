@@ -132,6 +132,16 @@ fn ask_within<R: Send + 'static>(
     rx.recv_timeout(Duration::from_secs(20)).expect("the client never came back: it kept asking the server")
 }
 
+/// A split GET of `key`, polled until it is answered.
+fn split_get(c: &mut Client<ShmTransport>, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+    let mut out = Vec::new();
+    let mut found = c.get_start(key, &mut out)?;
+    while found.is_none() {
+        found = c.get_poll(key, &mut out)?;
+    }
+    Ok(found.unwrap_or(false).then_some(out))
+}
+
 fn is_protocol_error<T: std::fmt::Debug>(r: &Result<T, Error>) -> bool {
     matches!(r, Err(Error::Protocol(_)))
 }
@@ -142,18 +152,7 @@ fn a_server_that_finds_every_buffer_too_small_fails_the_get_instead_of_looping()
     let r = ask(|m| too_small(m, |have| have as u32), |c| c.get(b"k"));
     assert!(is_protocol_error(&r), "{r:?}");
     // The split GET (several clients per thread) takes the same way.
-    let r = ask(
-        |m| too_small(m, |have| have as u32),
-        |c| {
-            let mut out = Vec::new();
-            c.get_start(b"k", &mut out)?;
-            loop {
-                if let Some(found) = c.get_poll(b"k", &mut out)? {
-                    return Ok(found);
-                }
-            }
-        },
-    );
+    let r = ask(|m| too_small(m, |have| have as u32), |c| split_get(c, b"k"));
     assert!(is_protocol_error(&r), "{r:?}");
     let r = ask(|m| too_small(m, |have| have as u32), |c| c.scan(b"a", 10));
     assert!(is_protocol_error(&r), "{r:?}");
@@ -184,15 +183,7 @@ fn an_rdmp_server_that_locates_an_entry_larger_than_its_limits_is_not_believed()
     }
     let r = ask_of(Protocol::Rdmp, huge, |c| c.get(b"k"));
     assert!(is_protocol_error(&r), "{r:?}");
-    let r = ask_of(Protocol::Rdmp, huge, |c| {
-        let mut out = Vec::new();
-        c.get_start(b"k", &mut out)?;
-        loop {
-            if let Some(found) = c.get_poll(b"k", &mut out)? {
-                return Ok(found);
-            }
-        }
-    });
+    let r = ask_of(Protocol::Rdmp, huge, |c| split_get(c, b"k"));
     assert!(is_protocol_error(&r), "{r:?}");
 }
 
@@ -230,16 +221,6 @@ fn slow_then_quick(m: &Msg) -> Option<Reply> {
     let mut entry = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + 1];
     boomkv::log::format::encode_entry(&mut entry, key, b"v", false, 0).unwrap();
     Some(Reply::Msgs(vec![Msg::RpcValue { entry }]))
-}
-
-/// A split GET of `key`, polled until it is answered.
-fn split_get(c: &mut Client<ShmTransport>, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-    let mut out = Vec::new();
-    let mut found = c.get_start(key, &mut out)?;
-    while found.is_none() {
-        found = c.get_poll(key, &mut out)?;
-    }
-    Ok(found.unwrap_or(false).then_some(out))
 }
 
 #[test]
