@@ -235,10 +235,15 @@ fn the_late_reply_to_a_request_that_timed_out_answers_no_later_request() {
     assert!(matches!(slow, Err(Error::Timeout(..))), "{slow:?}");
     assert_eq!(quick.unwrap().as_deref(), Some(&b"v"[..]));
     assert_eq!(abandoned, 1);
-    let (slow, quick, abandoned) = ask_within(Protocol::Rpc, timeout, slow_then_quick, |c| {
-        (split_get(c, b"slow"), split_get(c, b"quick"), c.counters().abandoned)
+    // A split GET that timed out is over: polling it again is an error (it would take
+    // the next request's reply for its own), not a second give-up.
+    let (slow, again, quick, abandoned) = ask_within(Protocol::Rpc, timeout, slow_then_quick, |c| {
+        let slow = split_get(c, b"slow");
+        let again = c.get_poll(b"slow", &mut Vec::new());
+        (slow, again, split_get(c, b"quick"), c.counters().abandoned)
     });
     assert!(matches!(slow, Err(Error::Timeout(..))), "{slow:?}");
+    assert!(matches!(again, Err(Error::Invalid(_))), "{again:?}");
     assert_eq!(quick.unwrap().as_deref(), Some(&b"v"[..]));
     assert_eq!(abandoned, 1);
 }

@@ -285,7 +285,11 @@ impl<T: Transport> Link<T> {
             return None;
         }
         let slot = c.wr_id;
-        let arrival = match (c.opcode, c.imm) {
+        // The late reply to a request given up on answers nothing: its slot goes back
+        // unread (`buf` may hold what the request in flight is using).
+        let stale = self.stale > 0;
+        self.stale -= u32::from(stale);
+        let arrival = (!stale).then(|| match (c.opcode, c.imm) {
             (WcOpcode::RecvWithImm, Some(imm)) => Ok(Arrival::Data(DataImm::decode(imm))),
             (WcOpcode::Recv, _) => {
                 self.buf.resize(c.byte_len as usize, 0);
@@ -299,7 +303,7 @@ impl<T: Transport> Link<T> {
                 }
             }
             (op, _) => Err(Error::Protocol(format!("unexpected completion {op:?}"))),
-        };
+        });
         // Receives go back in pairs: one request is in flight at a time, so two of
         // the four stay posted, and a pair shares the ring's cache lines.
         self.unposted.push(slot);
@@ -315,12 +319,7 @@ impl<T: Transport> Link<T> {
                 return Some(Err(e));
             }
         }
-        if self.stale > 0 {
-            // The late reply to a request given up on: its slot is back, it answers nothing.
-            self.stale -= 1;
-            return None;
-        }
-        Some(arrival)
+        arrival
     }
 
     /// The error for a failed completion while waiting for `what`.

@@ -140,6 +140,8 @@ pub struct Client<T: Transport> {
 struct Polled {
     polls: u32,
     since: Option<std::time::Instant>,
+    /// The request timed out and was given up on: there is nothing more to poll.
+    given_up: bool,
 }
 
 impl Polled {
@@ -151,13 +153,22 @@ impl Polled {
         *self = Polled::default();
     }
 
+    /// An error if the request timed out: it was given up on, and its late reply is
+    /// counted to be dropped, so polling on could take the next request's reply for it.
+    fn check(&self, what: &'static str) -> Result<()> {
+        if self.given_up {
+            return Err(Error::invalid(format!("no {what} in flight: the last one timed out")));
+        }
+        Ok(())
+    }
+
     /// Counts a fruitless poll; the timeout error once the answer is `timeout` late.
     fn miss(&mut self, timeout: Duration, what: &'static str) -> Result<()> {
         self.polls = self.polls.wrapping_add(1);
         if self.polls % Self::EVERY == 0 {
             let now = std::time::Instant::now();
             if now.duration_since(*self.since.get_or_insert(now)) > timeout {
-                self.start();
+                *self = Polled { given_up: true, ..Polled::default() };
                 return Err(Error::Timeout(timeout, what));
             }
         }
@@ -261,6 +272,7 @@ impl<T: Transport> Client<T> {
     /// The PUT [`Client::put_start`] left in flight, if the server's answer has come:
     /// then it is acknowledged, as after [`Client::put`].
     pub fn put_poll(&mut self, key: &[u8]) -> Result<Option<PutInfo>> {
+        self.polled.check("PUT")?;
         match self.side.put_poll(&mut self.link, key)? {
             None => self.missed("PUT").map(|()| None),
             done => Ok(done),
@@ -333,6 +345,7 @@ impl<T: Transport> Client<T> {
     /// `key` exists (its value is then in `out`). A torn entry is read again at once,
     /// as [`Client::get_into`] would, waiting for the answers.
     pub fn get_poll(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
+        self.polled.check("GET")?;
         match self.side.get_poll(&mut self.link, key, out)? {
             None => self.missed("GET").map(|()| None),
             Some(Fetched::Absent) => Ok(Some(false)),
@@ -381,8 +394,11 @@ mod tests {
         assert!(t0.elapsed() >= timeout);
         // A request that failed after a long wait leaves its clock behind; the next
         // one's start clears it, so its first thousands of polls are no timeout.
-        let mut p = Polled { polls: 0, since: Some(std::time::Instant::now() - Duration::from_secs(60)) };
+        let mut p =
+            Polled { polls: 0, since: Some(std::time::Instant::now() - Duration::from_secs(60)), given_up: true };
+        assert!(p.check("GET").is_err(), "a request that timed out is not polled on");
         p.start();
+        p.check("GET").unwrap();
         for _ in 0..(4 * Polled::EVERY) {
             p.miss(timeout, "GET").unwrap();
         }
