@@ -11,7 +11,7 @@ use boomkv::log::format::ENTRY_HEADER_SIZE;
 use boomkv::transport::{
     Access, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, ShmTransport, Transport, WcOpcode,
 };
-use boomkv::wire::{DataImm, DataStatus, Msg, Protocol, Welcome};
+use boomkv::wire::{max_get_bytes, DataImm, DataStatus, Msg, Protocol, Welcome};
 
 /// The largest value the fake server announces.
 const MAX_VALUE: u32 = 1 << 20;
@@ -160,10 +160,10 @@ fn a_server_that_finds_every_buffer_too_small_fails_the_get_instead_of_looping()
 
 #[test]
 fn a_server_that_asks_for_more_room_than_its_limits_allow_is_not_believed() {
-    // One byte over a 1-byte key's entry with the announced largest value: refused
+    // One byte over the longest GET reply the announced largest value allows: refused
     // before any buffer grows; just under 1 GiB (the most an immediate says) for a SCAN
     // of 10 entries, too.
-    let r = ask(|m| too_small(m, |_| ENTRY_HEADER_SIZE as u32 + 1 + MAX_VALUE + 1), |c| c.get(b"k"));
+    let r = ask(|m| too_small(m, |_| max_get_bytes(MAX_VALUE) as u32 + 1), |c| c.get(b"k"));
     assert!(is_protocol_error(&r), "{r:?}");
     let r = ask(|m| too_small(m, |_| (1 << 30) - 1), |c| c.scan(b"a", 10));
     assert!(is_protocol_error(&r), "{r:?}");
@@ -175,10 +175,11 @@ fn a_server_that_asks_for_more_room_than_its_limits_allow_is_not_believed() {
 
 #[test]
 fn an_rdmp_server_that_locates_an_entry_larger_than_its_limits_is_not_believed() {
-    // An RDMP GET READs the entry the server located: one over the largest the key and
-    // the announced value allow is refused before any buffer grows, split or whole.
+    // An RDMP GET READs the entry the server located: one over the longest GET reply
+    // the announced largest value allows is refused before any buffer grows, split or
+    // whole.
     fn huge(m: &Msg) -> Option<Reply> {
-        let len = ENTRY_HEADER_SIZE as u32 + 1 + MAX_VALUE + 1;
+        let len = max_get_bytes(MAX_VALUE) as u32 + 1;
         matches!(m, Msg::Locate { .. }).then_some(Reply::Msgs(vec![Msg::Located { addr: 4096, rkey: 7, len }]))
     }
     let r = ask_of(Protocol::Rdmp, huge, |c| c.get(b"k"));

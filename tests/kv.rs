@@ -482,6 +482,24 @@ fn split_requests_stay_in_flight_together<T: Backend>() {
     }
 }
 
+/// A server restarted with a smaller largest value still serves the larger entries
+/// written before: the client believes a reply up to the server's bound on GET replies
+/// in flight (`wire::max_get_bytes`), not only one entry of the new largest value.
+fn entries_over_a_lowered_value_limit_are_still_read<T: Backend>() {
+    let mut f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
+    let protocols = [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc];
+    for p in protocols {
+        f.client(p).put(format!("big-{p}").as_bytes(), &value(3, 100_000)).unwrap();
+    }
+    f.restart(ServerConfig { max_value: 16 << 10, ..cfg(1, false) });
+    for p in protocols {
+        let mut c = f.client(p);
+        assert_eq!(c.max_value(), 16 << 10);
+        let got = c.get(format!("big-{p}").as_bytes()).unwrap();
+        assert_eq!(got, Some(value(3, 100_000)), "{p}");
+    }
+}
+
 macro_rules! suite {
     ($m:ident, $t:ty) => {
         suite!(
@@ -572,6 +590,11 @@ macro_rules! suite {
             #[$attr]
             fn split_requests_in_flight_together() {
                 split_requests_stay_in_flight_together::<$t>()
+            }
+            #[test]
+            #[$attr]
+            fn larger_entries_after_a_lowered_value_limit() {
+                entries_over_a_lowered_value_limit_are_still_read::<$t>()
             }
             #[test]
             #[$attr]

@@ -774,10 +774,12 @@ impl<T: Transport> Link<T> {
         self.grow_response(len)
     }
 
-    /// The most a GET of `key` can need: one entry with the largest value the server
-    /// announced.
-    pub(crate) fn get_room(&self, key: &[u8]) -> u64 {
-        ENTRY_HEADER_SIZE + key.len() as u64 + u64::from(self.limits.max_value)
+    /// The most a GET's entry can need: the longest GET reply a server with the
+    /// announced largest value sends ([`crate::wire::max_get_bytes`]; more than one
+    /// entry with that value, so an entry written under a larger limit before the
+    /// server restarted is still read).
+    pub(crate) fn get_room(&self) -> u64 {
+        crate::wire::max_get_bytes(self.limits.max_value)
     }
 
     /// Copies the first `len` bytes of the response buffer into `buf`.

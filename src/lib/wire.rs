@@ -66,6 +66,14 @@ pub const MSG_HEADER: usize = 8;
 /// The largest message either side may send (RPC PUT of the largest value).
 pub const MAX_MESSAGE: usize = (1 << 20) + 4096;
 
+/// The most bytes of GET replies a server keeps in flight to one client whose largest
+/// value is `max_value`: room for two of the largest values, and at least 4 MiB. So no
+/// single reply is longer; a client believes no longer one (an entry written under a
+/// larger limit before a restart is still served, up to this).
+pub fn max_get_bytes(max_value: u32) -> u64 {
+    (2 * max_value as u64 + (64 << 10)).max(4 << 20)
+}
+
 /// Which protocol a connection speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

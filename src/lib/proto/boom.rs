@@ -319,7 +319,7 @@ impl Client {
 
     /// A whole GET of `key` ([`Client::fetch`]): the entry's length, `None` if absent.
     fn fetch_get<T: Transport>(l: &mut Link<T>, key: &[u8]) -> Result<Option<u32>> {
-        let room = l.get_room(key);
+        let room = l.get_room();
         Self::fetch(l, "GET", room, |req, buf, out| Msg::encode_get_into(req, key, &buf, out))
     }
 
@@ -424,7 +424,7 @@ impl<T: Transport> ClientSide<T> for Client {
             Answer::Absent => return Ok(Some(Fetched::Absent)),
             // Rare (the buffer grows once to the largest value): finish it as a whole GET.
             Answer::TooSmall(len) => {
-                l.grow_answer(len, l.get_room(key), "GET")?;
+                l.grow_answer(len, l.get_room(), "GET")?;
                 return self.get_value(l, key, out).map(Some);
             }
         };
@@ -434,8 +434,7 @@ impl<T: Transport> ClientSide<T> for Client {
     fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let scan = |buf| Msg::Scan { start: start.to_vec(), count, buf };
         // The immediate carries a length below 2^30.
-        let entry = ENTRY_HEADER_SIZE + u64::from(fmt::MAX_KEY_LEN) + u64::from(l.limits.max_value);
-        let room = (u64::from(count.min(MAX_SCAN)) * entry).min(1 << 30);
+        let room = (u64::from(count.min(MAX_SCAN)) * l.get_room()).min(1 << 30);
         let len = Self::fetch(l, "SCAN", room, |req, buf, out| scan(buf).encode_into(req, out))?
             .ok_or_else(|| Error::Protocol("SCAN failed: NotFound".into()))?;
         l.take_response(len as usize)?;

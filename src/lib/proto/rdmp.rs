@@ -170,8 +170,9 @@ fn put_done<T: Transport>(l: &mut Link<T>, m: Msg) -> Result<PutInfo> {
 }
 
 /// What the server answered a `Locate` of a key with: the entry's place, `None` if
-/// absent. An entry longer than the key with the server's largest value (`room`) is
-/// not READ: a lying server would size the client's response buffer at will.
+/// absent. An entry longer than any GET reply the server's limits allow (`room`,
+/// [`Link::get_room`]) is not READ: a lying server would size the client's response
+/// buffer at will.
 fn located(m: Msg, room: u64) -> Result<Option<(u64, u32, u32)>> {
     match m {
         Msg::Located { len, .. } if u64::from(len) > room => {
@@ -198,7 +199,7 @@ impl<T: Transport> ClientSide<T> for Client {
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         let m = l.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")?;
-        let Some((addr, rkey, len)) = located(m, l.get_room(key))? else {
+        let Some((addr, rkey, len)) = located(m, l.get_room())? else {
             return Ok(None);
         };
         l.read_remote(len, addr, rkey, "RDMP READ")?;
@@ -247,7 +248,7 @@ impl<T: Transport> ClientSide<T> for Client {
                     self.pending = Some(Pending::Locating);
                     return Ok(None);
                 };
-                let Some((addr, rkey, len)) = located(crate::link::message("RDMP locate", a)?, l.get_room(key))? else {
+                let Some((addr, rkey, len)) = located(crate::link::message("RDMP locate", a)?, l.get_room())? else {
                     return Ok(Some(Fetched::Absent));
                 };
                 let wr = l.post_read_response(len, addr, rkey, "RDMP READ")?;

@@ -39,7 +39,7 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) segments: u64,
     /// wr_id -> the in-flight GET record of each GET data write not yet completed.
     pub(crate) gets: ConnMap<u64, crate::service::inflight::GetTicket>,
-    /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`Conn::max_get_bytes`]).
+    /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`crate::wire::max_get_bytes`]).
     pub(crate) get_bytes: u64,
     next_wr: u64,
     pub(crate) last_active: Instant,
@@ -145,12 +145,6 @@ impl<T: Transport> Conn<T> {
         })
     }
 
-    /// Most bytes of GET replies one client may have in flight: room for two of the
-    /// largest values, and at least 4 MiB.
-    pub(crate) fn max_get_bytes(max_value: u32) -> u64 {
-        (2 * max_value as u64 + (64 << 10)).max(4 << 20)
-    }
-
     /// Counts a GET reply of `len` bytes as in flight, or says why the client is over
     /// its bound.
     pub(crate) fn admit_get(&mut self, len: u32, max_value: u32) -> std::result::Result<(), String> {
@@ -159,7 +153,7 @@ impl<T: Transport> Conn<T> {
                 "over the limit of {MAX_GETS_IN_FLIGHT} GET replies in flight (the client does not read them)"
             ));
         }
-        let limit = Self::max_get_bytes(max_value);
+        let limit = crate::wire::max_get_bytes(max_value);
         if self.get_bytes + len as u64 > limit {
             return Err(format!(
                 "over the limit of {} of GET replies in flight (the client does not read them)",
