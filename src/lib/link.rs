@@ -263,16 +263,19 @@ impl<T: Transport> Link<T> {
     /// client with several requests in flight on one thread polls (see
     /// [`crate::client::Client::get_start`]).
     pub(crate) fn poll_arrival(&mut self, what: &'static str) -> Result<Option<Arrival>> {
-        loop {
-            self.polled.clear();
-            if self.cq.poll(&mut self.polled, 1) == 0 {
-                return Ok(None);
-            }
-            let Some(c) = self.polled.pop() else { return Ok(None) };
+        while let Some(c) = self.poll_one() {
             if let Some(arrival) = self.arrival(c, what) {
                 return arrival.map(Some);
             }
         }
+        Ok(None)
+    }
+
+    /// The next completion if there is one, without waiting.
+    fn poll_one(&mut self) -> Option<Completion> {
+        self.polled.clear();
+        self.cq.poll(&mut self.polled, 1);
+        self.polled.pop()
     }
 
     /// What completion `c` brought: `None` for a send's completion, else the message
@@ -657,30 +660,18 @@ impl<T: Transport> Link<T> {
             return Ok(None);
         }
         f.out = None;
-        let mut total = f.total;
-        if !second {
-            let mut h = [0u8; slot::HEADER];
-            self.resp_mr.read(0, &mut h)?;
-            if let Some(hd) = slot::peek(&h).filter(|hd| hd.seq == f.seq) {
-                total = slot::HEADER as u64 + u64::from(hd.len);
-                if total > u64::from(f.res_len) {
-                    return Err(Error::Protocol(format!("a reply of {} bytes over the result region", hd.len)));
-                }
-                if total > u64::from(f.fetch) {
-                    let wr = self.wr();
-                    let rest = (total - u64::from(f.fetch)) as u32;
-                    let (off, at) = (u64::from(f.fetch), f.addr + u64::from(f.fetch));
-                    self.qp
-                        .post_read(wr, &self.resp_mr, off, rest, at, f.rkey)
-                        .map_err(|e| self.broken("a fetch", e))?;
-                    (f.out, f.total) = (Some((wr, true)), total);
-                    return Ok(None);
-                }
-            } else {
-                total = 0;
-            }
+        // The reply's length: known once the first READ saw the slot's header, which
+        // says whether a second READ must fetch the rest.
+        let total = if second { Some(f.total) } else { self.slot_len(f)? };
+        if let Some(total) = total.filter(|&t| !second && t > u64::from(f.fetch)) {
+            let wr = self.wr();
+            let rest = (total - u64::from(f.fetch)) as u32;
+            let (off, at) = (u64::from(f.fetch), f.addr + u64::from(f.fetch));
+            self.qp.post_read(wr, &self.resp_mr, off, rest, at, f.rkey).map_err(|e| self.broken("a fetch", e))?;
+            (f.out, f.total) = (Some((wr, true)), total);
+            return Ok(None);
         }
-        if total > 0 {
+        if let Some(total) = total {
             self.take_response(total as usize)?;
             if let Some((hd, _)) = slot::check(&self.buf, f.seq) {
                 return Ok(Some((slot::HEADER, hd.len as usize)));
@@ -694,6 +685,21 @@ impl<T: Transport> Link<T> {
         }
         std::hint::spin_loop();
         Ok(None)
+    }
+
+    /// The length of the reply whose header the first READ of `f` brought (header
+    /// included), `None` while the slot does not carry `f`'s sequence number yet; a
+    /// length over the result region is an error.
+    fn slot_len(&self, f: &SlotFetch) -> Result<Option<u64>> {
+        use crate::wire::slot;
+        let mut h = [0u8; slot::HEADER];
+        self.resp_mr.read(0, &mut h)?;
+        let Some(hd) = slot::peek(&h).filter(|hd| hd.seq == f.seq) else { return Ok(None) };
+        let total = slot::HEADER as u64 + u64::from(hd.len);
+        if total > u64::from(f.res_len) {
+            return Err(Error::Protocol(format!("a reply of {} bytes over the result region", hd.len)));
+        }
+        Ok(Some(total))
     }
 
     /// The median time of `n` READs of `len` bytes at the peer's `addr` (RFP's profiling
@@ -733,16 +739,12 @@ impl<T: Transport> Link<T> {
     /// Whether this side's work request `wr` (a READ) has completed, skipping the
     /// completions of earlier sends; no message may be due meanwhile.
     pub(crate) fn poll_completion(&mut self, wr: u64, what: &'static str) -> Result<bool> {
-        loop {
-            self.polled.clear();
-            if self.cq.poll(&mut self.polled, 1) == 0 {
-                return Ok(false);
-            }
-            let Some(c) = self.polled.pop() else { return Ok(false) };
+        while let Some(c) = self.poll_one() {
             if self.completed(c, wr, what)? {
                 return Ok(true);
             }
         }
+        Ok(false)
     }
 
     /// Makes the response buffer at least `len` bytes (a power of two).

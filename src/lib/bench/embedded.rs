@@ -50,8 +50,9 @@ impl Default for EmbeddedOptions {
 /// `value_size` bytes, written by `clients` clients with segments of `segment_size`:
 /// every key's entry twice over (live data, and room for the cleaner to work), a
 /// segment for each client of the load and each of the run (the load's stay sealed,
-/// holding records, until the cleaner compacts them) and four spare; at least 256 MiB, rounded up to a power of two
-/// (the file is sparse; [`pool_need`] is the size before rounding). `boomctl ycsb` and
+/// holding records, until the cleaner compacts them) and four spare; at least 256 MiB,
+/// rounded up to a power of two (the file is sparse; [`pool_need`] is the size before
+/// rounding). `boomctl ycsb` and
 /// the sweeps size their pools with it.
 pub fn pool_size_for(entries: u64, value_size: u64, clients: u64, segment_size: u64) -> u64 {
     let need = pool_need(entries, value_size, clients, segment_size);

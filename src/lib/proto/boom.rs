@@ -322,11 +322,6 @@ impl Client {
         let room = l.get_room();
         Self::fetch(l, "GET", room, |req, buf, out| Msg::encode_get_into(req, key, &buf, out))
     }
-
-    /// The value of `key` from an entry of `len` bytes in the response region.
-    fn value_of<T: Transport>(l: &mut Link<T>, key: &[u8], len: u32, out: &mut Vec<u8>) -> Result<Fetched> {
-        Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
-    }
 }
 
 /// How far [`Client::post_put`] took a PUT.
@@ -408,7 +403,7 @@ impl<T: Transport> ClientSide<T> for Client {
         let Some(len) = Self::fetch_get(l, key)? else {
             return Ok(Fetched::Absent);
         };
-        Self::value_of(l, key, len, out)
+        Fetched::in_response(l, key, len, out)
     }
 
     fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
@@ -428,7 +423,7 @@ impl<T: Transport> ClientSide<T> for Client {
                 return self.get_value(l, key, out).map(Some);
             }
         };
-        Self::value_of(l, key, len, out).map(Some)
+        Fetched::in_response(l, key, len, out).map(Some)
     }
 
     fn scan(&mut self, l: &mut Link<T>, start: &[u8], count: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

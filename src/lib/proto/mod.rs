@@ -57,6 +57,34 @@ pub(crate) enum Fetched {
     Torn,
 }
 
+impl Fetched {
+    /// What a GET of `key` found with its entry at `l.buf[start..start + n]` (`None`:
+    /// the key is absent): the value goes into `out` once the entry verifies.
+    pub(crate) fn in_buf<T: Transport>(
+        l: &Link<T>,
+        key: &[u8],
+        entry: Option<(usize, usize)>,
+        out: &mut Vec<u8>,
+    ) -> Fetched {
+        match entry {
+            None => Fetched::Absent,
+            Some((start, n)) if crate::link::decode_value(&l.buf, key, start, n, out) => Fetched::Value,
+            Some(_) => Fetched::Torn,
+        }
+    }
+
+    /// What a GET of `key` found with its `len`-byte entry at the start of the
+    /// response region ([`Link::response_value`]).
+    pub(crate) fn in_response<T: Transport>(
+        l: &mut Link<T>,
+        key: &[u8],
+        len: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<Fetched> {
+        Ok(if l.response_value(len as usize, key, out)? { Fetched::Value } else { Fetched::Torn })
+    }
+}
+
 /// A protocol's client half: how a PUT, a GET and a SCAN travel.
 pub(crate) trait ClientSide<T: Transport>: Send {
     /// Stores (or, with `tomb`, deletes) `key`; returns once the server acknowledged it
@@ -73,8 +101,8 @@ pub(crate) trait ClientSide<T: Transport>: Send {
     /// overrides it to take the value from the region straight into `out`, one copy of
     /// the value fewer (see [`Link::response_value`]).
     fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
-        let Some((start, n)) = self.get(l, key)? else { return Ok(Fetched::Absent) };
-        Ok(if crate::link::decode_value(&l.buf, key, start, n, out) { Fetched::Value } else { Fetched::Torn })
+        let entry = self.get(l, key)?;
+        Ok(Fetched::in_buf(l, key, entry, out))
     }
 
     /// Starts a PUT of `key` (not a DELETE) and returns without waiting for the

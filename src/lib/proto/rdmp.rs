@@ -219,10 +219,7 @@ impl<T: Transport> ClientSide<T> for Client {
         let m = crate::link::message("PUT", a);
         match self.pending.take() {
             Some(Pending::Allocating) => {
-                let value = std::mem::take(&mut self.value);
-                let r = m.and_then(allocated).and_then(|at| write_entry(l, key, &value, false, at));
-                self.value = value;
-                r?;
+                write_entry(l, key, &self.value, false, allocated(m?)?)?;
                 self.pending = Some(Pending::Writing);
                 Ok(None)
             }
@@ -260,8 +257,7 @@ impl<T: Transport> ClientSide<T> for Client {
                     self.pending = Some(Pending::Reading { wr, len });
                     return Ok(None);
                 }
-                let whole = l.response_value(len as usize, key, out)?;
-                Ok(Some(if whole { Fetched::Value } else { Fetched::Torn }))
+                Fetched::in_response(l, key, len, out).map(Some)
             }
             _ => Err(Error::invalid("no GET in flight")),
         }

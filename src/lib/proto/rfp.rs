@@ -487,11 +487,8 @@ impl<T: Transport> ClientSide<T> for Client {
 
     fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
         let Some(r) = self.poll(l, "GET")? else { return Ok(None) };
-        Ok(Some(match get_entry(l, r)? {
-            None => Fetched::Absent,
-            Some((start, n)) if crate::link::decode_value(&l.buf, key, start, n, out) => Fetched::Value,
-            Some(_) => Fetched::Torn,
-        }))
+        let entry = get_entry(l, r)?;
+        Ok(Some(Fetched::in_buf(l, key, entry, out)))
     }
 }
 

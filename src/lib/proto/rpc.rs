@@ -172,11 +172,8 @@ pub(super) fn value_reply<T: Transport>(l: &mut Link<T>) -> Result<Option<(usize
 /// into `out`, checked as [`ClientSide::get_value`] checks it.
 pub(super) fn poll_value<T: Transport>(l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
     let Some(a) = l.poll_arrival("GET")? else { return Ok(None) };
-    Ok(Some(match value_of(a)? {
-        None => Fetched::Absent,
-        Some((start, n)) if crate::link::decode_value(&l.buf, key, start, n, out) => Fetched::Value,
-        Some(_) => Fetched::Torn,
-    }))
+    let entry = value_of(a)?;
+    Ok(Some(Fetched::in_buf(l, key, entry, out)))
 }
 
 /// The reply to a split RPC PUT (also HERD's), if it has come.
