@@ -2610,9 +2610,11 @@ mod tests {
 
     fn ep() -> Endpoint {
         static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!("boomkv-shm-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Endpoint::Shm(dir.join(format!("s{}.sock", N.fetch_add(1, Ordering::Relaxed))))
+        // Straight in the temp directory, not in a directory of their own: the listener
+        // removes its socket, and a directory would outlive the test process.
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let name = format!("boomkv-shm-test-{}-{n}.sock", std::process::id());
+        Endpoint::Shm(std::env::temp_dir().join(name))
     }
 
     crate::conformance_suite!(make, ep);
