@@ -248,3 +248,111 @@ fn the_late_reply_to_a_request_that_timed_out_answers_no_later_request() {
     assert_eq!(quick.unwrap().as_deref(), Some(&b"v"[..]));
     assert_eq!(abandoned, 1);
 }
+
+/// Bytes of the fake server's request and result regions (HERD, RFP).
+const REGION: usize = 64 << 10;
+
+/// Starts a fake HERD or RFP server (`protocol`) that sets up its one client's request
+/// region (and result region), then takes its first look at the request region only
+/// `stall` later (a server busy elsewhere), and from then on serves requests as the
+/// real server does: the slot that carries the next sequence number and verifies. A
+/// GET is answered with the value "v" by SEND (HERD, RFP's server-reply) or in the
+/// result region (RFP's fetching).
+fn fake_polled_server(dir: &std::path::Path, protocol: Protocol, stall: Duration) -> Endpoint {
+    use boomkv::wire::slot;
+    let t = ShmTransport::new().unwrap();
+    let ep = Endpoint::Shm(dir.join("slow.sock"));
+    let l = t.listen(&ep).unwrap();
+    let ep = l.endpoint();
+    std::thread::spawn(move || {
+        let cq = t.create_cq().unwrap();
+        let welcome = Welcome::Accepted {
+            protocol,
+            client_id: 1,
+            segment_size: 1 << 20,
+            max_key: 1024,
+            max_value: MAX_VALUE,
+            recv_size: 4096,
+        };
+        let qp = l.accept(&cq, &cq, Duration::from_secs(10), |_| Ok(welcome.encode())).unwrap();
+        let recv = t.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+        qp.post_recv(0, &recv, 0, 4096).unwrap();
+        let req_mr = t.alloc_mr(REGION, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let res_mr = t.alloc_mr(REGION, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+        // The setup: one RingsReq, answered at once.
+        let Ok(c) = cq.wait(Duration::from_secs(10)) else { return };
+        let mut b = vec![0u8; c.byte_len as usize];
+        recv.read(0, &mut b).unwrap();
+        let (Msg::RingsReq, req) = Msg::decode(&b).unwrap() else { panic!("expected the setup") };
+        let (q, r) = (req_mr.remote(), res_mr.remote());
+        let rings = Msg::Rings {
+            req_addr: q.addr,
+            req_rkey: q.rkey,
+            req_len: REGION as u32,
+            res_addr: r.addr,
+            res_rkey: r.rkey,
+            res_len: if protocol == Protocol::Rfp { REGION as u32 } else { 0 },
+        };
+        qp.post_send_bytes(1, &rings.encode(req)).unwrap();
+        std::thread::sleep(stall);
+        let (mut next, mut wr) = (1u32, 10u64);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let mut slot_buf = vec![0u8; REGION];
+        while std::time::Instant::now() < deadline && !qp.is_error() {
+            let mut comps = Vec::new();
+            cq.poll(&mut comps, 16);
+            req_mr.read(0, &mut slot_buf).unwrap();
+            let Some((hd, payload)) = slot::check(&slot_buf, next) else {
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            };
+            next += 1;
+            let Ok((Msg::RpcGet { key }, req)) = Msg::decode(payload) else { continue };
+            let mut entry = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len() + 1];
+            boomkv::log::format::encode_entry(&mut entry, &key, b"v", false, 0).unwrap();
+            let reply = Msg::RpcValue { entry }.encode(req);
+            wr += 1;
+            // RFP's protocol word 0 asks for the result to be fetched; HERD's is 0 too,
+            // but HERD always SENDs.
+            if protocol == Protocol::Rfp && hd.word == 0 {
+                res_mr.write(slot::HEADER as u64, &reply).unwrap();
+                res_mr.write(0, &slot::encode(hd.seq, 0, &reply)).unwrap();
+            } else if qp.post_send_bytes(wr, &reply).is_err() {
+                return;
+            }
+        }
+    });
+    ep
+}
+
+#[test]
+fn a_request_after_one_that_timed_out_waits_for_its_reply_instead_of_overwriting_it() {
+    // HERD and RFP clients WRITE every request into one slot in server memory, which
+    // the server reads in sequence. The first GET times out (1 s) before the server
+    // has looked at the slot (1.5 s): the next request must not overwrite it, or the
+    // server waits for the lost one's number for ever and every later request of the
+    // client times out. It waits for the late reply (dropped) and goes on.
+    use boomkv::proto::rfp::ResultMode;
+    let timeout = Duration::from_secs(1);
+    for (protocol, rfp_mode) in
+        [(Protocol::Herd, ResultMode::Hybrid), (Protocol::Rfp, ResultMode::Fetch), (Protocol::Rfp, ResultMode::Reply)]
+    {
+        for split in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let ep = fake_polled_server(dir.path(), protocol, Duration::from_millis(1500));
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let opts = ClientOptions { protocol, timeout, rfp_mode, ..Default::default() };
+                let mut c = Client::connect(&ShmTransport::new().unwrap(), &ep, opts).unwrap();
+                let get = |c: &mut Client<ShmTransport>, k: &[u8]| if split { split_get(c, k) } else { c.get(k) };
+                let first = get(&mut c, b"first");
+                let _ = tx.send((first, get(&mut c, b"second"), get(&mut c, b"third")));
+            });
+            let (first, second, third) = rx.recv_timeout(Duration::from_secs(20)).expect("the client never came back");
+            let case = format!("{protocol} {rfp_mode:?} split {split}");
+            assert!(matches!(first, Err(Error::Timeout(..))), "{case}: {first:?}");
+            assert_eq!(second.unwrap().as_deref(), Some(&b"v"[..]), "{case}");
+            assert_eq!(third.unwrap().as_deref(), Some(&b"v"[..]), "{case}");
+        }
+    }
+}

@@ -147,6 +147,11 @@ impl SlotFetch {
         let fetch = fetch.clamp(crate::wire::slot::HEADER as u32, res_len);
         SlotFetch { seq, addr, rkey, res_len, fetch, out: None, total: 0, start: std::time::Instant::now(), tries: 0 }
     }
+
+    /// The fetch's timeout counts from now (a fetch taken up again after it timed out).
+    pub(crate) fn restart(&mut self) {
+        (self.start, self.tries) = (std::time::Instant::now(), 0);
+    }
 }
 
 /// A client's connection (see the module doc).
@@ -257,6 +262,29 @@ impl<T: Transport> Link<T> {
     pub(crate) fn abandon_reply(&mut self) {
         self.stale = self.stale.saturating_add(1);
         self.counters.abandoned += 1;
+    }
+
+    /// Waits for the late replies of the requests given up on, dropping them, up to the
+    /// timeout: what a client does before it reuses a request slot in server memory
+    /// (HERD, RFP), which the server reads in sequence. Overwritten before the server
+    /// has read it, a request given up on is never served, and the server waits for
+    /// its sequence number for ever; once its reply is in, the slot is free.
+    pub(crate) fn settle_abandoned(&mut self) -> Result<()> {
+        const WHAT: &str = "the reply to an earlier request that timed out";
+        let end = crate::transport::deadline(self.timeout);
+        while self.stale > 0 {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            let c = self.cq.wait(left).map_err(|e| match e {
+                Error::Timeout(..) => Error::Timeout(self.timeout, WHAT),
+                e => e,
+            })?;
+            // While replies are owed, every arrival is one of them (dropped), and
+            // send and READ completions bring nothing: only a failure is news.
+            if let Some(Err(e)) = self.arrival(c, WHAT) {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The next message or data immediate if one has come, without waiting: what a

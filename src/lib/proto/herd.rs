@@ -100,6 +100,8 @@ impl Client {
             Some(r) => r,
             None => *self.rings.insert(Rings::fetch(l, "HERD setup")?),
         };
+        // The slot is free once the server answered what it holds (see `polled`).
+        l.settle_abandoned()?;
         self.seq = next_seq(self.seq);
         l.write_slot(self.seq, 0, m, r.req_addr, r.req_rkey, r.req_len)
     }

@@ -12,7 +12,11 @@
 //! one per round: the other clients of the worker keep their service.
 //!
 //! One request is in flight per client (the client waits for each reply), so one slot
-//! is the whole ring; the sequence number runs 1, 2, .. and skips 0 when it wraps.
+//! is the whole ring; the sequence number runs 1, 2, .. and skips 0 when it wraps. A
+//! request the client gave up on (timed out) keeps the slot until its reply is in: the
+//! next request first waits for that reply and drops it. Written over before the server
+//! read it, the request would never be served, and the server would wait for its
+//! sequence number for ever.
 //!
 //! May import: `error`, `link`, `service`, `transport`, `wire`.
 

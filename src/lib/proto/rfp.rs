@@ -283,7 +283,8 @@ pub(crate) struct Client {
     switch: Switch,
     /// The median READ of `fetch` bytes, timed at connect (the hybrid's yardstick).
     read: Duration,
-    /// How the result of the split request in flight comes back.
+    /// How the result of the split request in flight comes back; or of the request
+    /// that failed unanswered (timed out), which the next one settles first.
     pending: Option<Via>,
 }
 
@@ -358,6 +359,7 @@ impl Client {
                 *self.rings.insert(r)
             }
         };
+        self.settle(l)?;
         self.seq = next_seq(self.seq);
         if self.switch.replying {
             // The clock only for the hybrid's vote on switching back.
@@ -369,6 +371,30 @@ impl Client {
         l.write_slot(self.seq, WORD_FETCH, m, r.req_addr, r.req_rkey, r.req_len)?;
         let f = SlotFetch::new(self.seq, r.res_addr, r.res_rkey, r.res_len, self.fetch);
         Ok(Via::Fetch(f, l.counters.fetch_retries))
+    }
+
+    /// Waits for the result of the request given up on before (it timed out), if any,
+    /// and drops it: the request slot is free once the server answered what it holds
+    /// (see `polled`). A fetched result is fetched to the end; a SENT one the link
+    /// drops when it comes.
+    fn settle<T: Transport>(&mut self, l: &mut Link<T>) -> Result<()> {
+        if let Some(Via::Fetch(mut f, before)) = self.pending.take() {
+            f.restart();
+            loop {
+                match l.fetch_step(&mut f, true) {
+                    Ok(Some(_)) => break,
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.pending = Some(Via::Fetch(f, before));
+                        return Err(match e {
+                            Error::Timeout(d, _) => Error::Timeout(d, "the reply to an earlier request that timed out"),
+                            e => e,
+                        });
+                    }
+                }
+            }
+        }
+        l.settle_abandoned()
     }
 
     /// Takes the next step of the reply `via` is bringing (with `wait`, steps until the
@@ -408,17 +434,25 @@ impl Client {
     /// WRITEs `m` and waits for its reply.
     fn request<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg, what: &'static str) -> Result<Reply> {
         let mut via = self.post(l, m)?;
-        self.step(l, &mut via, true, what)?.ok_or_else(|| Error::Protocol(format!("no reply to the {what}")))
+        match self.step(l, &mut via, true, what) {
+            Ok(r) => r.ok_or_else(|| Error::Protocol(format!("no reply to the {what}"))),
+            Err(e) => {
+                // Unanswered: the next request settles it first.
+                self.pending = Some(via);
+                Err(e)
+            }
+        }
     }
 
     /// The next step of the split request in flight (`None`: its reply is still to come).
     fn poll<T: Transport>(&mut self, l: &mut Link<T>, what: &'static str) -> Result<Option<Reply>> {
         let mut via = self.pending.take().ok_or_else(|| Error::invalid("no request in flight"))?;
-        let r = self.step(l, &mut via, false, what)?;
-        if r.is_none() {
+        // Kept while unanswered, also after an error: the next request settles it.
+        let r = self.step(l, &mut via, false, what);
+        if !matches!(r, Ok(Some(_))) {
             self.pending = Some(via);
         }
-        Ok(r)
+        r
     }
 
     /// A server reply came: the hybrid's vote on switching back to fetching.
