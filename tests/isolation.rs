@@ -493,6 +493,17 @@ fn tcp_rdmp_cc_a_value_forged_under_the_seal_is_never_indexed() {
     cc_forged_slot(&TcpTransport::new().unwrap(), &s);
 }
 
+/// A split GET of `key` (what a thread with several clients does), polled until it is
+/// answered.
+fn split_get<T: Transport>(c: &mut Client<T>, key: &[u8]) -> boomkv::Result<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut found = c.get_start(key, &mut out)?;
+    while found.is_none() {
+        found = c.get_poll(key, &mut out)?;
+    }
+    Ok(found.unwrap_or(false).then_some(out))
+}
+
 /// pDPM-Direct: passive memory, so the table trusts its clients (the module docs say
 /// so): a client can damage or lock any key in it. What the server still guarantees:
 /// the table is the only memory a pDPM-Direct client reaches (a WRITE past it costs the
@@ -525,6 +536,9 @@ fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
     assert!(a2.write(addr + geo.committed_offset(shared), rkey, 200));
     let e = honest.get(b"shared").unwrap_err();
     assert!(matches!(e, boomkv::Error::Corrupt { .. }), "a damaged cell is an error, never a value: {e:?}");
+    // The split GET (several clients per thread) takes the same way.
+    let e = split_get(&mut honest, b"shared").unwrap_err();
+    assert!(matches!(e, boomkv::Error::Corrupt { .. }), "split: {e:?}");
     // A lock taken and never released: writers of that key give up, naming the cell.
     let locked = cells::home(b"locked", geo.cells);
     assert_ne!(locked, shared);
@@ -534,6 +548,24 @@ fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
         Client::connect(t, &ep, ClientOptions { timeout: Duration::from_millis(300), ..po.clone() }).unwrap();
     let e = hurried.put(b"locked", b"after").unwrap_err();
     assert!(e.to_string().contains(&format!("cell {locked} stayed locked")), "{e}");
+    // A cell locked with its committed slot torn, for ever (a write in progress that
+    // never ends): a GET reads again after back-offs and gives up after its timeout,
+    // whole or split (the split one's back-off is a time to READ again from, polled,
+    // not a sleep of the thread).
+    let busy = cells::home(b"busy", geo.cells);
+    assert!(![shared, locked].contains(&busy));
+    honest.put(b"busy", b"x").unwrap();
+    a2.buf.write(0, &[0x5au8; 200]).unwrap();
+    assert!(a2.write(addr + geo.committed_offset(busy), rkey, 200));
+    a2.buf.write(0, &cells::lock_word(1, 0xbeef).to_le_bytes()).unwrap();
+    assert!(a2.write(addr + geo.lock_offset(busy), rkey, 8));
+    for split in [false, true] {
+        let torn = hurried.counters().torn_retries;
+        let e = if split { split_get(&mut hurried, b"busy") } else { hurried.get(b"busy") }.unwrap_err();
+        let gave_up = matches!(e, boomkv::Error::Timeout(..)) || e.to_string().contains("stayed locked");
+        assert!(gave_up, "split {split}: {e:?}");
+        assert!(hurried.counters().torn_retries > torn + 1, "split {split}: read again");
+    }
     // A compare-and-swap the device executed twice (a retransmission it ran again, as
     // soft-RoCE does under load) returns the very word it installs: the writer takes
     // the lock as its own, writes, and releases it, instead of waiting on itself.
@@ -558,11 +590,19 @@ fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
 
     // Recovery: the lock is released, the damage reported, nothing else lost.
     let (p, rep) = Pool::open(dir, &PoolOptions::default()).unwrap();
-    assert_eq!(rep.cells.locks_released, 1, "{:?}", rep.cells);
-    assert_eq!(rep.cells.cells_restored, 1, "the uncommitted copy of \"shared\" verifies: {:?}", rep.cells);
+    assert_eq!(rep.cells.locks_released, 2, "{:?}", rep.cells);
+    assert_eq!(
+        rep.cells.cells_restored, 2,
+        "the uncommitted copies of \"shared\" and \"busy\" verify: {:?}",
+        rep.cells
+    );
     assert_eq!(
         p.cell_lookup(b"shared").map(|c| boomkv::log::format::entry_value(&c.entry, &c.header).to_vec()),
         Some(b"acknowledged".to_vec())
+    );
+    assert_eq!(
+        p.cell_lookup(b"busy").map(|c| boomkv::log::format::entry_value(&c.entry, &c.header).to_vec()),
+        Some(b"x".to_vec())
     );
     assert!(p.lookup(b"boom-key").is_some());
 }

@@ -23,7 +23,9 @@
 //!   the release. Counted in `tests/kv.rs`: 1 CAS, 3 WRITEs, 2 FLUSHes.
 //! - **GET**: 1 READ of the cell's lock line and committed slot (its first bytes: the
 //!   key's last known length, or 512 bytes; a second READ for the rest of a longer
-//!   entry), checked; read again while it fails its check and the lock is held.
+//!   entry), checked; read again while it fails its check and the lock is held. A
+//!   split GET (several clients per thread) is the same probe, one READ per poll that
+//!   finds the last one done, its back-off a time to READ again from, not a sleep.
 //! - The slots hold this crate's entry format and CRC-32C
 //!   ([`crate::log::format`]); the table lies in the pool's segments and recovery
 //!   applies pDPM's rule: the committed slot if it verifies, else the uncommitted one
@@ -69,7 +71,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{ClientSide, ServerSide};
+use super::{ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
 use crate::link::{Link, PutInfo};
 use crate::log::cells::{self, CellTable, SlotFault, LOCK_LINE};
@@ -193,13 +195,60 @@ pub(crate) struct Client {
     want: (u64, u32),
     table: Option<Table>,
     known: HashMap<Vec<u8>, Known>,
+    /// The split GET in flight ([`ClientSide::get_start`]).
+    pending: Option<Pending>,
+}
+
+/// A GET's probe of the table: the cell it reads next and what it has seen.
+struct Probe {
+    i: u64,
+    /// Bytes of the committed slot to read.
+    len: u64,
+    /// Cells passed that hold other keys.
+    probes: u64,
+    backoff: Backoff,
+    /// The lock word of the cell last read, free but its slot not verifying: read once
+    /// more (the release may have raced the READ); the same again is damage.
+    recheck: Option<u64>,
+}
+
+/// What the READ of a probe's cell says.
+enum Step {
+    /// The GET's answer: the entry's place in `l.buf`, `None` for an absent key.
+    Found(Option<(usize, usize)>),
+    /// READ the probe's cell (as it now says).
+    Read,
+    /// A write is in progress: READ the cell again after a back-off.
+    BackOff,
+}
+
+/// The phase of a split GET.
+enum Pending {
+    /// The READ of `n` bytes of the probe's cell is out (work request `wr`).
+    Reading { p: Probe, wr: u64, n: u32 },
+    /// Backing off: the cell is READ again from `until` on.
+    Waiting { p: Probe, until: Instant },
+}
+
+impl Pending {
+    /// Posts the READ of `p`'s cell.
+    fn start<T: Transport>(l: &mut Link<T>, t: &Table, p: Probe) -> Result<Pending> {
+        let n = cell_read_len(t, p.len);
+        let wr = l.post_read_response(n, t.lock(p.i), t.rkey, "reading a cell")?;
+        Ok(Pending::Reading { p, wr, n })
+    }
+}
+
+/// Bytes of a READ of a cell's lock line and the first `len` bytes of its committed slot.
+fn cell_read_len(t: &Table, len: u64) -> u32 {
+    (LOCK_LINE + len.clamp(fmt::ENTRY_HEADER_SIZE, t.geo.slot_size)) as u32
 }
 
 impl Client {
     /// A client that asks for `cells` cells of values up to `value_max` bytes if the
     /// pool has no table yet.
     pub(crate) fn new(cells: u64, value_max: u32) -> Client {
-        Client { want: (cells, value_max), table: None, known: HashMap::new() }
+        Client { want: (cells, value_max), table: None, known: HashMap::new(), pending: None }
     }
 
     fn table<T: Transport>(&mut self, l: &mut Link<T>) -> Result<Table> {
@@ -238,9 +287,59 @@ impl Client {
     /// Reads cell `i`'s lock line and the first `len` bytes of its committed slot into
     /// `l.buf`; returns the lock word.
     fn read_cell<T: Transport>(&self, l: &mut Link<T>, t: &Table, i: u64, len: u64) -> Result<u64> {
-        let n = LOCK_LINE + len.clamp(fmt::ENTRY_HEADER_SIZE, t.geo.slot_size);
-        l.read_remote(n as u32, t.lock(i), t.rkey, "reading a cell")?;
+        l.read_remote(cell_read_len(t, len), t.lock(i), t.rkey, "reading a cell")?;
         Ok(u64::from_le_bytes(l.buf[..8].try_into().unwrap_or([0; 8])))
+    }
+
+    /// A GET's probe for `key`: from the cell this client last saw it in, else from
+    /// its home cell.
+    fn probe(&self, t: &Table, key: &[u8]) -> Probe {
+        let (i, len) = self.known.get(key).map_or((cells::home(key, t.geo.cells), FIRST_READ), |k| (k.cell, k.len));
+        Probe { i, len, probes: 0, backoff: Backoff::new(), recheck: None }
+    }
+
+    /// What the READ of `p`'s cell (lock word `word`, the cell in `l.buf`) tells a GET
+    /// of `key`; `p` is set for the next READ.
+    fn look<T: Transport>(&mut self, l: &mut Link<T>, t: &Table, key: &[u8], p: &mut Probe, word: u64) -> Result<Step> {
+        let recheck = p.recheck.take();
+        let slot = &l.buf[LOCK_LINE as usize..];
+        Ok(match cells::check_slot(slot, p.i, t.geo.slot_size) {
+            Ok(h) => {
+                if fmt::entry_key(slot, &h) == key {
+                    let n = h.entry_len();
+                    // The word a write will expect: free at the version read (a wrong
+                    // guess costs the write one more compare-and-swap).
+                    self.remember(key, Known { cell: p.i, word: cells::lock_word(h.version, 0), len: n });
+                    return Ok(Step::Found((!h.is_tombstone()).then_some((LOCK_LINE as usize, n as usize))));
+                }
+                p.probes += 1;
+                if p.probes >= t.geo.cells {
+                    return Ok(Step::Found(None));
+                }
+                p.i = (p.i + 1) % t.geo.cells;
+                p.len = FIRST_READ;
+                Step::Read
+            }
+            Err(SlotFault::Empty) => Step::Found(None),
+            Err(SlotFault::Short(n)) => {
+                p.len = n;
+                Step::Read
+            }
+            Err(SlotFault::Bad(_)) if cells::lock_holder(word) == 0 && word != 0 => {
+                // Free and not verifying: read once more (the release may have raced
+                // the READ), then it is damage.
+                if recheck == Some(word) {
+                    return Err(damaged(p.i));
+                }
+                p.recheck = Some(word);
+                Step::Read
+            }
+            Err(SlotFault::Bad(_)) => {
+                // A write in progress: read again, as the paper's reader does.
+                l.counters.torn_retries += 1;
+                Step::BackOff
+            }
+        })
     }
 
     /// The cell a write of `key` goes to and the lock word seen free there (0: an
@@ -308,6 +407,17 @@ impl Backoff {
     /// Backs off once while cell `i`'s lock is held (`word`); an error once the link's
     /// timeout has passed since the first wait began.
     fn wait<T: Transport>(&mut self, l: &Link<T>, i: u64, word: u64) -> Result<()> {
+        match self.delay(l, i, word)? {
+            d if d.is_zero() => std::thread::yield_now(),
+            d => std::thread::sleep(d),
+        }
+        Ok(())
+    }
+
+    /// The next back-off's length (zero: a yield), for a caller that does not wait
+    /// in it (a split GET); an error once the link's timeout has passed since the
+    /// first back-off began.
+    fn delay<T: Transport>(&mut self, l: &Link<T>, i: u64, word: u64) -> Result<std::time::Duration> {
         if self.start.elapsed() > l.timeout {
             return Err(Error::Protocol(format!(
                 "cell {i} stayed locked (by client tag {}) for over {:?}: a client that died holding it? restarting the server releases every lock",
@@ -317,12 +427,10 @@ impl Backoff {
         }
         self.tries += 1;
         if self.tries <= Self::YIELDS {
-            std::thread::yield_now();
-        } else {
-            let us = 1u64 << (self.tries - Self::YIELDS).min(10);
-            std::thread::sleep(std::time::Duration::from_micros(us).min(Self::MAX_SLEEP));
+            return Ok(std::time::Duration::ZERO);
         }
-        Ok(())
+        let us = 1u64 << (self.tries - Self::YIELDS).min(10);
+        Ok(std::time::Duration::from_micros(us).min(Self::MAX_SLEEP))
     }
 }
 
@@ -409,47 +517,59 @@ impl<T: Transport> ClientSide<T> for Client {
 
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         let t = self.table(l)?;
-        let known = self.known.get(key).copied();
-        let (mut i, mut len) = known.map_or((cells::home(key, t.geo.cells), FIRST_READ), |k| (k.cell, k.len));
-        let mut backoff = Backoff::new();
-        let mut probes = 0u64;
+        let mut p = self.probe(&t, key);
         loop {
-            let word = self.read_cell(l, &t, i, len)?;
-            let slot = &l.buf[LOCK_LINE as usize..];
-            match cells::check_slot(slot, i, t.geo.slot_size) {
-                Ok(h) => {
-                    let e = fmt::entry_key(slot, &h);
-                    if e == key {
-                        let n = h.entry_len();
-                        // The word a write will expect: free at the version read (a
-                        // wrong guess costs the write one more compare-and-swap).
-                        self.remember(key, Known { cell: i, word: cells::lock_word(h.version, 0), len: n });
-                        return Ok((!h.is_tombstone()).then_some((LOCK_LINE as usize, n as usize)));
-                    }
-                    probes += 1;
-                    if probes >= t.geo.cells {
-                        return Ok(None);
-                    }
-                    i = (i + 1) % t.geo.cells;
-                    len = FIRST_READ;
-                }
-                Err(SlotFault::Empty) => return Ok(None),
-                Err(SlotFault::Short(n)) => len = n,
-                Err(SlotFault::Bad(_)) if cells::lock_holder(word) == 0 && word != 0 => {
-                    // Free and not verifying: read once more (the release may have
-                    // raced the READ), then it is damage.
-                    let again = self.read_cell(l, &t, i, len)?;
-                    let slot = &l.buf[LOCK_LINE as usize..];
-                    if again == word && matches!(cells::check_slot(slot, i, t.geo.slot_size), Err(SlotFault::Bad(_))) {
-                        return Err(damaged(i));
-                    }
-                }
-                Err(SlotFault::Bad(_)) => {
-                    // A write in progress: read again, as the paper's reader does.
-                    l.counters.torn_retries += 1;
-                    backoff.wait(l, i, word)?;
-                }
+            let word = self.read_cell(l, &t, p.i, p.len)?;
+            match self.look(l, &t, key, &mut p, word)? {
+                Step::Found(entry) => return Ok(entry),
+                Step::Read => {}
+                Step::BackOff => p.backoff.wait(l, p.i, word)?,
             }
         }
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        let t = self.table(l)?;
+        let p = self.probe(&t, key);
+        self.pending = Some(Pending::start(l, &t, p)?);
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        let (Some(t), Some(pending)) = (self.table, self.pending.take()) else {
+            return Err(Error::invalid("no GET in flight"));
+        };
+        let (mut p, wr, n) = match pending {
+            Pending::Reading { p, wr, n } => (p, wr, n),
+            Pending::Waiting { p, until } => {
+                self.pending = Some(if Instant::now() < until {
+                    Pending::Waiting { p, until }
+                } else {
+                    Pending::start(l, &t, p)?
+                });
+                return Ok(None);
+            }
+        };
+        if !l.poll_completion(wr, "reading a cell")? {
+            self.pending = Some(Pending::Reading { p, wr, n });
+            return Ok(None);
+        }
+        l.take_response(n as usize)?;
+        let word = u64::from_le_bytes(l.buf[..8].try_into().unwrap_or([0; 8]));
+        match self.look(l, &t, key, &mut p, word)? {
+            Step::Found(entry) => return Ok(Some(Fetched::in_buf(l, key, entry, out))),
+            Step::Read => self.pending = Some(Pending::start(l, &t, p)?),
+            // The thread's other clients go on meanwhile: no yield, no sleep.
+            Step::BackOff => {
+                let until = Instant::now() + p.backoff.delay(l, p.i, word)?;
+                self.pending = Some(Pending::Waiting { p, until });
+            }
+        }
+        Ok(None)
+    }
+
+    fn awaits_reply(&self) -> bool {
+        // A split GET's READs are its own: no reply is owed when it is given up on.
+        false
     }
 }
