@@ -266,12 +266,14 @@ fn fake_polled_server(dir: &std::path::Path, protocol: Protocol, stall: Duration
     let ep = l.endpoint();
     std::thread::spawn(move || {
         let cq = t.create_cq().unwrap();
+        // Values larger than a request slot holds (a server with big segments may
+        // allow them): such a PUT fails at the client.
         let welcome = Welcome::Accepted {
             protocol,
             client_id: 1,
-            segment_size: 1 << 20,
+            segment_size: 16 << 20,
             max_key: 1024,
-            max_value: MAX_VALUE,
+            max_value: 4 << 20,
             recv_size: 4096,
         };
         let qp = l.accept(&cq, &cq, Duration::from_secs(10), |_| Ok(welcome.encode())).unwrap();
@@ -323,6 +325,32 @@ fn fake_polled_server(dir: &std::path::Path, protocol: Protocol, stall: Duration
         }
     });
     ep
+}
+
+#[test]
+fn a_request_that_fails_before_it_is_written_uses_up_no_sequence_number() {
+    // A PUT too large for the request slot fails at the client, before anything is
+    // written: the next request must carry the number the server waits for.
+    use boomkv::proto::rfp::ResultMode;
+    for (protocol, rfp_mode) in
+        [(Protocol::Herd, ResultMode::Hybrid), (Protocol::Rfp, ResultMode::Fetch), (Protocol::Rfp, ResultMode::Reply)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let ep = fake_polled_server(dir.path(), protocol, Duration::ZERO);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let opts = ClientOptions { protocol, timeout: Duration::from_secs(2), rfp_mode, ..Default::default() };
+            let mut c = Client::connect(&ShmTransport::new().unwrap(), &ep, opts).unwrap();
+            let before = c.get(b"first");
+            let big = c.put(b"big", &vec![7u8; 1_500_000]);
+            let _ = tx.send((before, big, c.get(b"after")));
+        });
+        let (before, big, after) = rx.recv_timeout(Duration::from_secs(20)).expect("the client never came back");
+        let case = format!("{protocol} {rfp_mode:?}");
+        assert_eq!(before.unwrap().as_deref(), Some(&b"v"[..]), "{case}");
+        assert!(matches!(big, Err(Error::TooLarge { .. })), "{case}: {big:?}");
+        assert_eq!(after.unwrap().as_deref(), Some(&b"v"[..]), "{case}");
+    }
 }
 
 #[test]

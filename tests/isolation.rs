@@ -634,7 +634,12 @@ fn clover_arena<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
     let co = ClientOptions { protocol: Protocol::Clover, cells: 64, cell_value: 1000, clover_data: 1 << 20, ..opts() };
     let mut honest = Client::connect(t, &ep, co.clone()).unwrap();
     honest.put(b"shared", b"first").unwrap();
+    let mut reader = Client::connect(t, &ep, co.clone()).unwrap();
+    assert_eq!(reader.get(b"shared").unwrap().unwrap(), b"first");
     honest.put(b"shared", b"acknowledged").unwrap();
+    // A split GET (several clients per thread) from a version the reader knows that is
+    // not the newest any more walks on to the newest.
+    assert_eq!(split_get(&mut reader, b"shared").unwrap().unwrap(), b"acknowledged");
 
     let mut attacker = Raw::speaking(t, &ep, Protocol::Clover);
     let (addr, rkey, a) = attacker.clover_arena();
@@ -652,11 +657,14 @@ fn clover_arena<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
     let mut fresh = Client::connect(t, &ep, co.clone()).unwrap();
     let e = fresh.get(b"shared").unwrap_err();
     assert!(matches!(e, boomkv::Error::Corrupt { .. }), "a damaged version is an error, never a value: {e:?}");
+    // Split, by a client that knows the damaged version as the newest: the same.
+    let e = split_get(&mut honest, b"shared").unwrap_err();
+    assert!(matches!(e, boomkv::Error::Corrupt { .. }), "split: {e:?}");
     // The rest of the arena and the pool serve on.
     fresh.put(b"other", b"ok").unwrap();
     assert_eq!(fresh.get(b"other").unwrap().unwrap(), b"ok");
     assert_eq!(boom.get(b"boom-key").unwrap().unwrap(), b"boom-value");
-    drop((honest, fresh, boom, attacker, a2, p));
+    drop((honest, reader, fresh, boom, attacker, a2, p));
     s.shutdown();
     // Recovery: the chain of "shared" ends at the version before the damage; no panic.
     let (p, rep) = Pool::open(dir, &PoolOptions::default()).unwrap();

@@ -440,7 +440,7 @@ fn split_requests_stay_in_flight_together<T: Backend>() {
     let f = Fixture::<T>::new(256 << 20, 4 << 20, cfg(1, false));
     for p in Protocol::ALL {
         let splits = matches!(p, Protocol::Boom | Protocol::Rpc | Protocol::Herd | Protocol::Rfp | Protocol::Rdmp);
-        let splits_gets = splits || matches!(p, Protocol::RdmpCc | Protocol::PdpmDirect);
+        let splits_gets = splits || matches!(p, Protocol::RdmpCc | Protocol::PdpmDirect | Protocol::Clover);
         let mut cs = [f.client(p), f.client(p)];
         for round in 0..3usize {
             let keys = [format!("{p}-a"), format!("{p}-b")];

@@ -367,9 +367,9 @@ fn client_counters_count_the_measured_writes_only() {
 #[test]
 fn several_clients_per_thread_serve_a_whole_run() {
     // BOOM, RDMA-KV, HERD, RFP and RDMP-KV split their GETs and PUTs (each client's
-    // request stays in flight while the thread starts the others'), pDPM-Direct its
-    // GETs; Clover does not (each runs whole). Workload A: half reads, half updates; F:
-    // read-modify-writes, which run whole.
+    // request stays in flight while the thread starts the others'), pDPM-Direct and
+    // Clover their GETs. Workload A: half reads, half updates; F: read-modify-writes,
+    // which run whole.
     for (transport, protocol, mix) in [
         ("shm", "boom", "a"),
         ("tcp", "boom", "a"),
@@ -377,7 +377,7 @@ fn several_clients_per_thread_serve_a_whole_run() {
         ("tcp", "herd", "a"),
         ("shm", "rdmp", "a"),
         ("tcp", "rfp", "a"),
-        ("shm", "clover", "a"),
+        ("tcp", "clover", "a"),
         ("tcp", "pdpm-direct", "a"),
         ("shm", "boom", "f"),
     ] {

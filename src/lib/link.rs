@@ -148,10 +148,24 @@ impl SlotFetch {
         SlotFetch { seq, addr, rkey, res_len, fetch, out: None, total: 0, start: std::time::Instant::now(), tries: 0 }
     }
 
-    /// The fetch's timeout counts from now (a fetch taken up again after it timed out).
+    /// The fetch starts over, its timeout counting from now (a fetch taken up again
+    /// after it timed out). A READ it left out is forgotten: its completion may have
+    /// been taken (and skipped) by another wait meanwhile, so the next step posts a
+    /// fresh one, and the old completion, if it is still to come, is skipped by its id.
     pub(crate) fn restart(&mut self) {
-        (self.start, self.tries) = (std::time::Instant::now(), 0);
+        (self.start, self.tries, self.out) = (std::time::Instant::now(), 0, None);
     }
+}
+
+/// Two READs posted together ([`Link::post_read_pair`]): their work requests, where
+/// the second lands in the response buffer, their lengths, and whether the first has
+/// completed.
+pub(crate) struct PairRead {
+    wa: u64,
+    wb: u64,
+    second: u64,
+    lens: (u32, u32),
+    a_done: bool,
 }
 
 /// A client's connection (see the module doc).
@@ -347,7 +361,9 @@ impl<T: Transport> Link<T> {
             }
             self.unposted.clear();
             if let Err(e) = self.qp.post_recv_batch(&self.recv_mr, &bufs) {
-                return Some(Err(e));
+                // What came is still the answer (or the error) it is: the connection
+                // closed after it, which the next post or wait reports.
+                return Some(arrival.unwrap_or(Err(e)));
             }
         }
         arrival
@@ -624,17 +640,49 @@ impl<T: Transport> Link<T> {
     /// Two READs posted together (one round trip): `a` (len, addr) into `buf`, `b`
     /// (len, addr) returned; both under `rkey`.
     pub(crate) fn read_pair(&mut self, a: (u32, u64), b: (u32, u64), rkey: u32, what: &'static str) -> Result<Vec<u8>> {
+        let p = self.post_read_pair(a, b, rkey, what)?;
+        self.wait_completion(p.wa, what)?;
+        self.wait_completion(p.wb, what)?;
+        self.pair_read(&p)
+    }
+
+    /// Posts [`Link::read_pair`]'s two READs without waiting, for [`Link::poll_pair`].
+    pub(crate) fn post_read_pair(
+        &mut self,
+        a: (u32, u64),
+        b: (u32, u64),
+        rkey: u32,
+        what: &'static str,
+    ) -> Result<PairRead> {
         let second = u64::from(a.0).div_ceil(64) * 64;
         self.grow_response(second + u64::from(b.0))?;
         let wa = self.wr();
         self.qp.post_read(wa, &self.resp_mr, 0, a.0, a.1, rkey).map_err(|e| self.broken(what, e))?;
         let wb = self.wr();
         self.qp.post_read(wb, &self.resp_mr, second, b.0, b.1, rkey).map_err(|e| self.broken(what, e))?;
-        self.wait_completion(wa, what)?;
-        self.wait_completion(wb, what)?;
-        let mut out = vec![0u8; b.0 as usize];
-        self.resp_mr.read(second, &mut out)?;
-        self.take_response(a.0 as usize)?;
+        Ok(PairRead { wa, wb, second, lens: (a.0, b.0), a_done: false })
+    }
+
+    /// [`Link::read_pair`]'s answer once both READs of `p` have completed (`None`:
+    /// not yet); polls without waiting.
+    pub(crate) fn poll_pair(&mut self, p: &mut PairRead, what: &'static str) -> Result<Option<Vec<u8>>> {
+        if !p.a_done {
+            if !self.poll_completion(p.wa, what)? {
+                return Ok(None);
+            }
+            p.a_done = true;
+        }
+        if !self.poll_completion(p.wb, what)? {
+            return Ok(None);
+        }
+        self.pair_read(p).map(Some)
+    }
+
+    /// What the two READs of `p` brought: the first into `buf`, the second returned.
+    fn pair_read(&mut self, p: &PairRead) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; p.lens.1 as usize];
+        self.resp_mr.read(p.second, &mut out)?;
+        self.take_response(p.lens.0 as usize)?;
         Ok(out)
     }
 

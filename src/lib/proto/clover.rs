@@ -26,7 +26,8 @@
 //! - **GET**: at best 1 round trip: a READ of the cached version and a READ of the
 //!   key's head record (first version and shortcut), posted together; if the cached
 //!   version's `next` is 0 it is the value; otherwise the walk goes on from its next
-//!   (or from the shortcut) until a version whose `next` is 0.
+//!   (or from the shortcut) until a version whose `next` is 0. A split GET (several
+//!   clients per thread) leaves that pair of READs in flight and runs the rest whole.
 //! - **The metadata server** (a role of `boomctl serve`): creates the arena, hands out
 //!   chunks in bulk (`ChunkReq`), and reclaims old versions: it moves each chain's
 //!   start to its newest version and frees every chunk no chain reaches
@@ -68,9 +69,9 @@
 
 use std::collections::HashMap;
 
-use super::{ClientSide, ServerSide};
+use super::{ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
-use crate::link::{Link, PutInfo};
+use crate::link::{Link, PairRead, PutInfo};
 use crate::log::clover::{self, Arena, VersionFault, HEAD_SIZE, NEXT_LEN, SHORTCUT_OFF};
 use crate::log::format as fmt;
 use crate::service::Ctx;
@@ -219,6 +220,9 @@ pub(crate) struct Client {
     view: Option<View>,
     chunk: Option<(u64, u64)>,
     known: HashMap<Vec<u8>, Known>,
+    /// The split GET in flight ([`ClientSide::get_start`]): the version the client
+    /// knows and the READs of it and its head.
+    pending: Option<(Known, PairRead)>,
 }
 
 /// A version read: its header, next word, and length (next word included).
@@ -232,7 +236,7 @@ impl Client {
     /// A client that asks for `heads` head records and `data` bytes of chunks for
     /// values up to `value_max` bytes if the pool has no arena yet.
     pub(crate) fn new(heads: u64, data: u64, value_max: u32) -> Client {
-        Client { want: (heads, data, value_max), view: None, chunk: None, known: HashMap::new() }
+        Client { want: (heads, data, value_max), view: None, chunk: None, known: HashMap::new(), pending: None }
     }
 
     fn view<T: Transport>(&mut self, l: &mut Link<T>) -> Result<View> {
@@ -339,6 +343,72 @@ impl Client {
         Ok((off, r))
     }
 
+    /// The newest version of `key` from the pair read of the version the client knows
+    /// (`k`, now in `l.buf`) and of its head (`head`), `l.buf` holding it; walks on
+    /// from there (adding the links it follows to `links`). `None` when the cached
+    /// version is not `key`'s any more (the cache is dropped: find the key anew).
+    fn after_cached<T: Transport>(
+        &mut self,
+        l: &mut Link<T>,
+        v: &View,
+        key: &[u8],
+        k: Known,
+        head: &[u8],
+        links: &mut Vec<u64>,
+    ) -> Result<Option<(Known, Read)>> {
+        let r = match clover::check_version(&l.buf, k.newest) {
+            Ok((h, next)) if fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key => {
+                Read { h, next, len: NEXT_LEN + h.entry_len() }
+            }
+            _ => {
+                self.known.remove(key);
+                return Ok(None);
+            }
+        };
+        // Not the newest any more: the shortcut, read beside it, may be closer to the
+        // newest than the cached version's successor.
+        let shortcut = u64::from_le_bytes(head[8..16].try_into().unwrap_or([0; 8]));
+        let (mut from, mut r) = (k.newest, r);
+        if r.next != 0 && shortcut != 0 && shortcut != k.newest && shortcut != r.next {
+            let (cached_version, cached_next) = (r.h.version, r.next);
+            match self.read_version(l, v, shortcut, k.len) {
+                Ok(s) if s.h.version > cached_version && fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key => {
+                    (from, r) = (shortcut, s);
+                }
+                _ => {
+                    // Back to the cached version's successor.
+                    let n = self.read_version(l, v, cached_next, k.len)?;
+                    links.push(v.addr + k.newest);
+                    (from, r) = (cached_next, n);
+                }
+            }
+        }
+        let (newest, r) = self.walk(l, v, key, from, r, links)?;
+        Ok(Some((Known { newest, version: r.h.version, len: r.len, ..k }, r)))
+    }
+
+    /// A GET's end, its newest version `r` (of `k`) in `l.buf`: the `links` it
+    /// walked are FLUSHed, the version remembered; the entry's place in `l.buf`
+    /// (`None` for a tombstone).
+    fn found<T: Transport>(
+        &mut self,
+        l: &mut Link<T>,
+        v: &View,
+        key: &[u8],
+        k: Known,
+        r: &Read,
+        links: &[u64],
+    ) -> Result<Option<(usize, usize)>> {
+        if !links.is_empty() {
+            // What this GET returns (and remembers, for the next PUT to hang behind)
+            // must not vanish in a crash: the links to it are FLUSHed first. One more
+            // round trip, only when the GET walked past what it knew.
+            l.flush_words(links, v.rkey, "a Clover FLUSH")?;
+        }
+        self.remember(key, k);
+        Ok((!r.h.is_tombstone()).then_some((NEXT_LEN as usize, r.h.entry_len() as usize)))
+    }
+
     /// Finds `key`'s head (probing) and its newest version, `l.buf` holding it;
     /// `Err(head)` (as `Ok(Err)`) with the empty head where it would go. Adds the links
     /// it followed to `links` (the head's `first` among them when it started there).
@@ -383,6 +453,15 @@ impl Client {
             message: format!("pool full: the Clover arena's {} heads are all taken (--cells sizes it)", v.a.heads),
         })
     }
+}
+
+/// The two READs of a GET of a key the client knows (`k`): its cached version (the
+/// length it last had, at least a header), and its head.
+fn pair(v: &View, k: &Known) -> ((u32, u64), (u32, u64)) {
+    (
+        (k.len.max(NEXT_LEN + fmt::ENTRY_HEADER_SIZE) as u32, v.addr + k.newest),
+        (HEAD_SIZE as u32, v.addr + v.a.head_offset(k.head)),
+    )
 }
 
 fn damaged(off: u64, why: &str) -> Error {
@@ -477,61 +556,54 @@ impl<T: Transport> ClientSide<T> for Client {
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         let v = self.view(l)?;
         let mut links = Vec::new();
-        let (k, r) = match self.known.get(key).copied() {
+        let cached = match self.known.get(key).copied() {
             Some(k) => {
                 // 1 round trip: the cached version and the head, together.
-                let head = l.read_pair(
-                    (k.len.max(NEXT_LEN + fmt::ENTRY_HEADER_SIZE) as u32, v.addr + k.newest),
-                    (HEAD_SIZE as u32, v.addr + v.a.head_offset(k.head)),
-                    v.rkey,
-                    "reading a version",
-                )?;
-                let r = match clover::check_version(&l.buf, k.newest) {
-                    Ok((h, next)) => Read { h, next, len: NEXT_LEN + h.entry_len() },
-                    Err(_) => {
-                        self.known.remove(key);
-                        return ClientSide::<T>::get(self, l, key);
-                    }
-                };
-                if fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) != key {
-                    self.known.remove(key);
-                    return ClientSide::<T>::get(self, l, key);
-                }
-                // Not the newest any more: the shortcut, read beside it, may be closer to
-                // the newest than the cached version's successor.
-                let shortcut = u64::from_le_bytes(head[8..16].try_into().unwrap_or([0; 8]));
-                let (mut from, mut r) = (k.newest, r);
-                if r.next != 0 && shortcut != 0 && shortcut != k.newest && shortcut != r.next {
-                    let (cached_version, cached_next) = (r.h.version, r.next);
-                    match self.read_version(l, &v, shortcut, k.len) {
-                        Ok(s)
-                            if s.h.version > cached_version && fmt::claimed_key(&l.buf[NEXT_LEN as usize..]) == key =>
-                        {
-                            (from, r) = (shortcut, s);
-                        }
-                        _ => {
-                            // Back to the cached version's successor.
-                            let n = self.read_version(l, &v, cached_next, k.len)?;
-                            links.push(v.addr + k.newest);
-                            (from, r) = (cached_next, n);
-                        }
-                    }
-                }
-                let (newest, r) = self.walk(l, &v, key, from, r, &mut links)?;
-                (Known { newest, version: r.h.version, len: r.len, ..k }, r)
+                let (a, b) = pair(&v, &k);
+                let head = l.read_pair(a, b, v.rkey, "reading a version")?;
+                self.after_cached(l, &v, key, k, &head, &mut links)?
             }
+            None => None,
+        };
+        let (k, r) = match cached {
+            Some(x) => x,
             None => match self.find(l, &v, key, &mut links)? {
                 Ok(x) => x,
                 Err(_) => return Ok(None),
             },
         };
-        if !links.is_empty() {
-            // What this GET returns (and remembers, for the next PUT to hang behind)
-            // must not vanish in a crash: the links to it are FLUSHed first. One more
-            // round trip, only when the GET walked past what it knew.
-            l.flush_words(&links, v.rkey, "a Clover FLUSH")?;
-        }
-        self.remember(key, k);
-        Ok((!r.h.is_tombstone()).then_some((NEXT_LEN as usize, r.h.entry_len() as usize)))
+        self.found(l, &v, key, k, &r, &links)
+    }
+
+    fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        let v = self.view(l)?;
+        // A key this client does not know yet is found whole (probing the heads).
+        let Some(k) = self.known.get(key).copied() else { return Ok(false) };
+        let (a, b) = pair(&v, &k);
+        self.pending = Some((k, l.post_read_pair(a, b, v.rkey, "reading a version")?));
+        Ok(true)
+    }
+
+    fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        let (Some(v), Some((k, mut p))) = (self.view, self.pending.take()) else {
+            return Err(Error::invalid("no GET in flight"));
+        };
+        let Some(head) = l.poll_pair(&mut p, "reading a version")? else {
+            self.pending = Some((k, p));
+            return Ok(None);
+        };
+        // Past the pair, the rare rest (a walk to a newer version, a cache gone stale)
+        // runs whole.
+        let mut links = Vec::new();
+        let entry = match self.after_cached(l, &v, key, k, &head, &mut links)? {
+            Some((k, r)) => self.found(l, &v, key, k, &r, &links)?,
+            None => ClientSide::<T>::get(self, l, key)?,
+        };
+        Ok(Some(Fetched::in_buf(l, key, entry, out)))
+    }
+
+    fn awaits_reply(&self) -> bool {
+        // A split GET's READs are its own: no reply is owed when it is given up on.
+        false
     }
 }

@@ -102,8 +102,11 @@ impl Client {
         };
         // The slot is free once the server answered what it holds (see `polled`).
         l.settle_abandoned()?;
-        self.seq = next_seq(self.seq);
-        l.write_slot(self.seq, 0, m, r.req_addr, r.req_rkey, r.req_len)
+        // The number is used up only by a request written: the server waits for it.
+        let seq = next_seq(self.seq);
+        l.write_slot(seq, 0, m, r.req_addr, r.req_rkey, r.req_len)?;
+        self.seq = seq;
+        Ok(())
     }
 }
 

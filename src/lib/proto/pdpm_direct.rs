@@ -210,6 +210,8 @@ struct Probe {
     /// The lock word of the cell last read, free but its slot not verifying: read once
     /// more (the release may have raced the READ); the same again is damage.
     recheck: Option<u64>,
+    /// READs looked at.
+    reads: u32,
 }
 
 /// What the READ of a probe's cell says.
@@ -295,13 +297,19 @@ impl Client {
     /// its home cell.
     fn probe(&self, t: &Table, key: &[u8]) -> Probe {
         let (i, len) = self.known.get(key).map_or((cells::home(key, t.geo.cells), FIRST_READ), |k| (k.cell, k.len));
-        Probe { i, len, probes: 0, backoff: Backoff::new(), recheck: None }
+        Probe { i, len, probes: 0, backoff: Backoff::new(), recheck: None, reads: 0 }
     }
 
     /// What the READ of `p`'s cell (lock word `word`, the cell in `l.buf`) tells a GET
     /// of `key`; `p` is set for the next READ.
     fn look<T: Transport>(&mut self, l: &mut Link<T>, t: &Table, key: &[u8], p: &mut Probe, word: u64) -> Result<Step> {
         let recheck = p.recheck.take();
+        // Bounded in time, not only by the back-off: a cell whose free lock word another
+        // client keeps changing while its slot does not verify is re-read without one.
+        p.reads = p.reads.wrapping_add(1);
+        if p.reads % 64 == 0 && p.backoff.start.elapsed() > l.timeout {
+            return Err(Error::Timeout(l.timeout, "reading a cell"));
+        }
         let slot = &l.buf[LOCK_LINE as usize..];
         Ok(match cells::check_slot(slot, p.i, t.geo.slot_size) {
             Ok(h) => {

@@ -284,7 +284,7 @@ pub(crate) struct Client {
     /// The median READ of `fetch` bytes, timed at connect (the hybrid's yardstick).
     read: Duration,
     /// How the result of the split request in flight comes back; or of the request
-    /// that failed unanswered (timed out), which the next one settles first.
+    /// that timed out unanswered, which the next one settles first.
     pending: Option<Via>,
 }
 
@@ -360,16 +360,19 @@ impl Client {
             }
         };
         self.settle(l)?;
-        self.seq = next_seq(self.seq);
+        // The number is used up only by a request written: the server waits for it.
+        let seq = next_seq(self.seq);
         if self.switch.replying {
             // The clock only for the hybrid's vote on switching back.
             let posted = (self.mode == ResultMode::Hybrid).then(Instant::now);
-            l.write_slot(self.seq, WORD_REPLY, m, r.req_addr, r.req_rkey, r.req_len)?;
+            l.write_slot(seq, WORD_REPLY, m, r.req_addr, r.req_rkey, r.req_len)?;
+            self.seq = seq;
             l.counters.server_replies += 1;
             return Ok(Via::Sent(posted));
         }
-        l.write_slot(self.seq, WORD_FETCH, m, r.req_addr, r.req_rkey, r.req_len)?;
-        let f = SlotFetch::new(self.seq, r.res_addr, r.res_rkey, r.res_len, self.fetch);
+        l.write_slot(seq, WORD_FETCH, m, r.req_addr, r.req_rkey, r.req_len)?;
+        self.seq = seq;
+        let f = SlotFetch::new(seq, r.res_addr, r.res_rkey, r.res_len, self.fetch);
         Ok(Via::Fetch(f, l.counters.fetch_retries))
     }
 
@@ -434,22 +437,21 @@ impl Client {
     /// WRITEs `m` and waits for its reply.
     fn request<T: Transport>(&mut self, l: &mut Link<T>, m: &Msg, what: &'static str) -> Result<Reply> {
         let mut via = self.post(l, m)?;
-        match self.step(l, &mut via, true, what) {
-            Ok(r) => r.ok_or_else(|| Error::Protocol(format!("no reply to the {what}"))),
-            Err(e) => {
-                // Unanswered: the next request settles it first.
-                self.pending = Some(via);
-                Err(e)
-            }
+        let r = self.step(l, &mut via, true, what);
+        if matches!(r, Err(Error::Timeout(..))) {
+            // Unanswered: the next request settles it first.
+            self.pending = Some(via);
         }
+        r?.ok_or_else(|| Error::Protocol(format!("no reply to the {what}")))
     }
 
     /// The next step of the split request in flight (`None`: its reply is still to come).
     fn poll<T: Transport>(&mut self, l: &mut Link<T>, what: &'static str) -> Result<Option<Reply>> {
         let mut via = self.pending.take().ok_or_else(|| Error::invalid("no request in flight"))?;
-        // Kept while unanswered, also after an error: the next request settles it.
+        // Kept while unanswered, also after it timed out: the next request settles it.
+        // Any other error came with or after the answer: nothing is left to settle.
         let r = self.step(l, &mut via, false, what);
-        if !matches!(r, Ok(Some(_))) {
+        if matches!(r, Ok(None) | Err(Error::Timeout(..))) {
             self.pending = Some(via);
         }
         r
