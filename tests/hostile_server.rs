@@ -26,24 +26,34 @@ enum Reply {
     Later(Duration, Vec<Msg>),
 }
 
-/// Starts a fake server speaking `protocol` that answers every request `m` with
-/// `answer(m)` (nothing for `None`) until the client leaves.
-fn fake_server(dir: &std::path::Path, protocol: Protocol, answer: fn(&Msg) -> Option<Reply>) -> Endpoint {
+/// A fake server's welcome: `protocol`, segments of `segment_size` bytes, values up
+/// to `max_value` bytes.
+fn welcome(protocol: Protocol, segment_size: u64, max_value: u32) -> Welcome {
+    Welcome::Accepted { protocol, client_id: 1, segment_size, max_key: 1024, max_value, recv_size: 4096 }
+}
+
+/// Listens in `dir` and, on a thread of its own, accepts one client with `welcome`
+/// and hands the connection to `serve`.
+fn one_client(
+    dir: &std::path::Path,
+    welcome: Welcome,
+    serve: impl FnOnce(&ShmTransport, &<ShmTransport as Transport>::Cq, <ShmTransport as Transport>::Qp) + Send + 'static,
+) -> Endpoint {
     let t = ShmTransport::new().unwrap();
-    let ep = Endpoint::Shm(dir.join("liar.sock"));
-    let l = t.listen(&ep).unwrap();
+    let l = t.listen(&Endpoint::Shm(dir.join("fake.sock"))).unwrap();
     let ep = l.endpoint();
     std::thread::spawn(move || {
         let cq = t.create_cq().unwrap();
-        let welcome = Welcome::Accepted {
-            protocol,
-            client_id: 1,
-            segment_size: 1 << 20,
-            max_key: 1024,
-            max_value: MAX_VALUE,
-            recv_size: 4096,
-        };
         let qp = l.accept(&cq, &cq, Duration::from_secs(10), |_| Ok(welcome.encode())).unwrap();
+        serve(&t, &cq, qp);
+    });
+    ep
+}
+
+/// Starts a fake server speaking `protocol` that answers every request `m` with
+/// `answer(m)` (nothing for `None`) until the client leaves.
+fn fake_server(dir: &std::path::Path, protocol: Protocol, answer: fn(&Msg) -> Option<Reply>) -> Endpoint {
+    one_client(dir, welcome(protocol, 1 << 20, MAX_VALUE), move |t, cq, qp| {
         let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
         for i in 0..8u64 {
             qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
@@ -84,8 +94,7 @@ fn fake_server(dir: &std::path::Path, protocol: Protocol, answer: fn(&Msg) -> Op
                 return;
             }
         }
-    });
-    ep
+    })
 }
 
 /// A "too small" for `len(bytes the buffer has)` to a GET or SCAN `m`.
@@ -260,23 +269,9 @@ const REGION: usize = 64 << 10;
 /// result region (RFP's fetching).
 fn fake_polled_server(dir: &std::path::Path, protocol: Protocol, stall: Duration) -> Endpoint {
     use boomkv::wire::slot;
-    let t = ShmTransport::new().unwrap();
-    let ep = Endpoint::Shm(dir.join("slow.sock"));
-    let l = t.listen(&ep).unwrap();
-    let ep = l.endpoint();
-    std::thread::spawn(move || {
-        let cq = t.create_cq().unwrap();
-        // Values larger than a request slot holds (a server with big segments may
-        // allow them): such a PUT fails at the client.
-        let welcome = Welcome::Accepted {
-            protocol,
-            client_id: 1,
-            segment_size: 16 << 20,
-            max_key: 1024,
-            max_value: 4 << 20,
-            recv_size: 4096,
-        };
-        let qp = l.accept(&cq, &cq, Duration::from_secs(10), |_| Ok(welcome.encode())).unwrap();
+    // Values larger than a request slot holds (a server with big segments may allow
+    // them): such a PUT fails at the client.
+    one_client(dir, welcome(protocol, 16 << 20, 4 << 20), move |t, cq, qp| {
         let recv = t.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
         qp.post_recv(0, &recv, 0, 4096).unwrap();
         let req_mr = t.alloc_mr(REGION, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
@@ -323,8 +318,7 @@ fn fake_polled_server(dir: &std::path::Path, protocol: Protocol, stall: Duration
                 return;
             }
         }
-    });
-    ep
+    })
 }
 
 #[test]
