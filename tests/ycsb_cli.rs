@@ -238,11 +238,27 @@ fn duration_alone_runs_for_the_duration() {
 }
 
 #[test]
+fn duration_zero_is_no_time_limit() {
+    // YCSB's maxexecutiontime=0 is no limit: workloadc's operationcount=1000 bounds the
+    // run. `--duration 0` used to run for ever (no clock to stop it, and no count);
+    // `timeout` ends such a run here, failing the test.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["60", env!("CARGO_BIN_EXE_boomctl"), "ycsb", "--mix", "c", "--quiet", "--duration", "0"]);
+    let out = cmd.args(["-p", "recordcount=100"]).output().unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert_eq!(num(&rows(&out.stdout), "READ", "Operations"), 1000.0);
+}
+
+#[test]
 fn an_embedded_pool_that_cannot_fit_says_why() {
     fails_with(
         &["ycsb", "--mix", "c", "--quiet", "--records", "100000000000", "--size", "16k"],
         "the embedded pool needs",
     );
+    // Many clients on a few keys: the clients' segments are what does not fit.
+    fails_with(&["ycsb", "--quiet", "--clients", "100000", "--records", "10", "--ops", "10"], "for 100000 clients");
+    // --records 0 is refused, not read as YCSB's 2^31 - 1 records.
+    fails_with(&["ycsb", "--quiet", "--records", "0"], "at least 1");
 }
 
 #[test]

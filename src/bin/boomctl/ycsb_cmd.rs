@@ -85,8 +85,9 @@ pub struct WorkloadArgs {
     /// Seed of the operation streams (same seed, same operations).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Records to load (recordcount).
-    #[arg(long)]
+    /// Records to load (recordcount; at least 1: YCSB reads recordcount=0 as 2^31 - 1
+    /// records).
+    #[arg(long, value_parser = at_least_one_record)]
     pub records: Option<u64>,
 }
 
@@ -229,7 +230,8 @@ pub struct YcsbArgs {
     /// Operations to run (operationcount).
     #[arg(long)]
     ops: Option<u64>,
-    /// Stop after this many seconds (maxexecutiontime).
+    /// Stop after this many seconds (maxexecutiontime); without --ops the run goes on
+    /// until then. 0: no time limit, as YCSB's.
     #[arg(long, value_name = "SECS")]
     duration: Option<u64>,
     /// Target throughput in ops/s; latencies are then also recorded from each
@@ -395,8 +397,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let run_opts = RunOptions {
         threads,
         clients,
-        // --duration alone bounds the run by time: it runs until the clock stops it.
-        ops: if a.duration.is_some() && a.ops.is_none() { u64::MAX } else { cfg.operation_count },
+        // --duration alone bounds the run by time: it runs until the clock stops it
+        // (0 is YCSB's "no time limit": the operation count still bounds the run).
+        ops: if a.duration.is_some_and(|d| d > 0) && a.ops.is_none() { u64::MAX } else { cfg.operation_count },
         duration: spec.max_execution_time()?,
         target: spec.target()?,
         warmup_ops: a.warmup,
@@ -729,11 +732,20 @@ fn embedded_pool_size(
     if let Ok(fs) = rustix::fs::statvfs(&dir) {
         let free = fs.f_bavail.saturating_mul(fs.f_frsize);
         if need > free {
+            // Each client is granted log segments of its own: with many clients on few
+            // keys, that is what the pool is made of, and the message says so.
+            let (what, fewer) = if boomkv::bench::embedded::clients_need(clients, ta.segment_size) > need / 2 {
+                (format!("{clients} clients (two {} segments each)", short_bytes(ta.segment_size)), "--clients")
+            } else {
+                (
+                    format!("{keys} keys of up to {} each", short_bytes(cfg.value_size.max())),
+                    "--records, a smaller --size",
+                )
+            };
             bail!(
-                "the embedded pool needs {} for {keys} keys of up to {} each, but {} has {} free; \
-                 use fewer --records, a smaller --size, --pmem DIR on a larger file system, or --pool-size",
+                "the embedded pool needs {} for {what}, but {} has {} free; use fewer {fewer}, \
+                 --pmem DIR on a larger file system, or --pool-size",
                 boomkv::units::human_bytes(need),
-                short_bytes(cfg.value_size.max()),
                 dir.display(),
                 boomkv::units::human_bytes(free)
             );
@@ -742,4 +754,16 @@ fn embedded_pool_size(
         return Ok(if size > free { need } else { size });
     }
     Ok(size)
+}
+
+/// `--records`: a count of at least 1. YCSB reads `recordcount=0` as 2^31 - 1 records,
+/// which `-p recordcount=0` still asks for; the flag says what it means.
+fn at_least_one_record(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => {
+            Err("at least 1 (YCSB reads recordcount=0 as 2^31 - 1 records: -p recordcount=0 asks for that)".into())
+        }
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }

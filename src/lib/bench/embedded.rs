@@ -65,8 +65,14 @@ pub fn pool_need(entries: u64, value_size: u64, clients: u64, segment_size: u64)
     let slot = value_size + crate::log::format::ENTRY_HEADER_SIZE + 64;
     slot.saturating_mul(entries)
         .saturating_mul(2)
-        .saturating_add(clients.saturating_mul(2).saturating_add(4).saturating_mul(segment_size))
+        .saturating_add(clients_need(clients, segment_size))
+        .saturating_add(4 * segment_size)
         .max(256 << 20)
+}
+
+/// The part of [`pool_need`] that `clients` clients take: two log segments each.
+pub fn clients_need(clients: u64, segment_size: u64) -> u64 {
+    clients.saturating_mul(2).saturating_mul(segment_size)
 }
 
 /// Bytes of pool that pDPM-Direct's cell table or Clover's arena, sized by
