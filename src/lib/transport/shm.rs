@@ -559,7 +559,16 @@ impl Transport for ShmTransport {
         };
         let sock = seqpacket()?;
         let addr = SocketAddrUnix::new(path.as_path()).map_err(|e| Error::io(format!("{ep}"), e.into()))?;
-        if path.exists() {
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            // Only a socket is ever replaced: a path given by mistake (the pool file, a
+            // document) is never deleted to make room.
+            use std::os::unix::fs::FileTypeExt;
+            if !m.file_type().is_socket() {
+                return Err(Error::invalid(format!(
+                    "{ep}: {} exists and is not a socket; it is left as it is (give a new path for the socket)",
+                    path.display()
+                )));
+            }
             // A socket file nobody answers on is left over from a dead server.
             let probe = seqpacket()?;
             if rustix::net::connect(&probe, &addr).is_ok() {
@@ -662,7 +671,11 @@ struct Greeted {
 
 impl Drop for ShmListener {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        // Our socket, unless something else took its path meanwhile.
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_socket()) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -2618,6 +2631,34 @@ mod tests {
     }
 
     crate::conformance_suite!(make, ep);
+
+    /// Listening where a file that is not a socket is (the pool, given by mistake) is
+    /// refused, and the file stays; a socket left by a dead server is replaced.
+    #[test]
+    fn listening_never_deletes_a_file_that_is_not_a_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = make();
+        for (name, make_it) in [("pool", true), ("a-dir", false)] {
+            let path = dir.path().join(name);
+            if make_it {
+                std::fs::write(&path, b"acknowledged data").unwrap();
+            } else {
+                std::fs::create_dir(&path).unwrap();
+            }
+            let e = t.listen(&Endpoint::Shm(path.clone())).err().expect("refused");
+            assert!(e.to_string().contains("is not a socket"), "{e}");
+            assert!(path.exists(), "{name} is still there");
+        }
+        assert_eq!(std::fs::read(dir.path().join("pool")).unwrap(), b"acknowledged data");
+        // A dead server's socket: bound, then its listener gone without unlinking it.
+        let stale = dir.path().join("stale.sock");
+        let sock = seqpacket().unwrap();
+        rustix::net::bind(&sock, &SocketAddrUnix::new(stale.as_path()).unwrap()).unwrap();
+        drop(sock);
+        let l = t.listen(&Endpoint::Shm(stale.clone())).unwrap();
+        drop(l);
+        assert!(!stale.exists(), "the listener removes its socket");
+    }
 
     /// The next completion of `cq` is work request `wr` with `status`.
     fn expect(cq: &ShmCq, wr: u64, status: WcStatus) {
