@@ -250,6 +250,21 @@ fn duration_zero_is_no_time_limit() {
 }
 
 #[test]
+fn a_low_target_waits_no_longer_than_the_run() {
+    // 0.01 ops/s: each client's second operation is due at 100 s, past --duration 2;
+    // the wait ends with the run (it used to sleep the 100 s through). `timeout`
+    // fails the test if it does not.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["30", env!("CARGO_BIN_EXE_boomctl"), "ycsb", "--mix", "c", "--quiet", "--target", "0.01"]);
+    let out = cmd.args(["--duration", "2", "-p", "recordcount=10", "-p", "operationcount=10"]).output().unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert_eq!(num(&rows(&out.stdout), "READ", "Operations"), 1.0);
+    // A rate whose interval no clock holds is refused (it panicked).
+    let small = ["--quiet", "-p", "recordcount=10", "-p", "operationcount=10"];
+    fails_with(&[&["ycsb", "--target", "1e-19"][..], &small].concat(), "at least 0.001 ops/s");
+}
+
+#[test]
 fn an_embedded_pool_that_cannot_fit_says_why() {
     fails_with(
         &["ycsb", "--mix", "c", "--quiet", "--records", "100000000000", "--size", "16k"],

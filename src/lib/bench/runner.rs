@@ -14,6 +14,7 @@
 //! `start + k * n / target`; the latency from that intended time is recorded too (as
 //! YCSB's `measurement.interval=both` does), so stalls are not hidden.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -28,6 +29,10 @@ use crate::client::{Client, ClientCounters, ClientOptions};
 use crate::error::{Error, Result};
 use crate::transport::{Endpoint, Transport};
 use crate::workload::{CoreWorkload, Op, OpKind};
+
+/// The longest sleep of a client waiting for its next operation's time under a target
+/// rate: the run's stop and its end are looked at in between.
+const PACE_SLICE: Duration = Duration::from_millis(100);
 
 /// How progress is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -628,7 +633,7 @@ impl<D: Db> Worker<D> {
         let r = (|| {
             while !self.sh.stop.load(Ordering::Relaxed) {
                 let Some(op) = self.next_op(&mut lane) else { break };
-                let intended = self.pace(tally.t0, lane.done);
+                let ControlFlow::Continue(intended) = self.pace(tally.t0, lane.done) else { break };
                 let s = Instant::now();
                 let outcome = execute(&mut lane.client, &op, &self.values, &mut lane.buf);
                 if self.finish(tally, &mut lane, &op, &outcome, s, intended)? {
@@ -699,7 +704,10 @@ impl<D: Db> Worker<D> {
                 }
                 if !in_flight {
                     match first_due {
-                        Some(at) if issuing => std::thread::sleep(at.saturating_duration_since(Instant::now())),
+                        // In slices: the run may stop, or its time run out, first.
+                        Some(at) if issuing && self.end(tally.t0).is_none_or(|e| Instant::now() < e) => {
+                            std::thread::sleep(at.saturating_duration_since(Instant::now()).min(PACE_SLICE));
+                        }
                         _ => break,
                     }
                     continue;
@@ -749,19 +757,41 @@ impl<D: Db> Worker<D> {
     /// Under a target rate, a client's `k`-th operation's intended start (`None`
     /// without one).
     fn due(&self, t0: Instant, k: u64) -> Option<Instant> {
-        self.rate.map(|r| t0 + Duration::from_secs_f64(k as f64 / r))
+        // A rate so low that the start is past what an Instant holds: as good as never
+        // (the run's time or its stop ends the wait).
+        let never = || t0.checked_add(Duration::from_secs(100 * 365 * 86400)).unwrap_or(t0);
+        self.rate.map(|r| {
+            Duration::try_from_secs_f64(k as f64 / r).ok().and_then(|d| t0.checked_add(d)).unwrap_or_else(never)
+        })
+    }
+
+    /// When the run's time is up (`None` without a duration).
+    fn end(&self, t0: Instant) -> Option<Instant> {
+        self.duration.and_then(|d| t0.checked_add(d))
     }
 
     /// Under a target rate, waits for a client's `k`-th operation's intended start and
     /// returns it; otherwise `None`: the intended start is the start (no clock
-    /// reading for it).
-    fn pace(&self, t0: Instant, k: u64) -> Option<Instant> {
-        let at = self.due(t0, k)?;
-        let now = Instant::now();
-        if at > now {
-            std::thread::sleep(at - now);
+    /// reading for it). `Break` when the run stopped or its time ran out first: the
+    /// wait goes in slices, so a low rate never outlasts the run.
+    fn pace(&self, t0: Instant, k: u64) -> ControlFlow<(), Option<Instant>> {
+        let Some(at) = self.due(t0, k) else { return ControlFlow::Continue(None) };
+        let wake = self.end(t0).map_or(at, |e| e.min(at));
+        loop {
+            let now = Instant::now();
+            if now >= wake {
+                break;
+            }
+            if self.sh.stop.load(Ordering::Relaxed) {
+                return ControlFlow::Break(());
+            }
+            std::thread::sleep((wake - now).min(PACE_SLICE));
         }
-        Some(at)
+        if wake < at {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(Some(at))
+        }
     }
 }
 

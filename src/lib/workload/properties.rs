@@ -421,8 +421,9 @@ impl WorkloadSpec {
     /// `target` in operations per second, `None` when unthrottled (unset or 0).
     pub fn target(&self) -> Result<Option<f64>> {
         let t = self.get_f64(names::TARGET, 0.0)?;
-        if t < 0.0 {
-            return Err(self.bad(names::TARGET, "a rate >= 0"));
+        // 0 is no target; below one operation in 1000 s a run would only wait.
+        if !t.is_finite() || t < 0.0 || (t > 0.0 && t < 1e-3) {
+            return Err(self.bad(names::TARGET, "0 (no target) or a rate of at least 0.001 ops/s"));
         }
         Ok((t > 0.0).then_some(t))
     }
