@@ -149,3 +149,20 @@ fn inspect_log_names_the_cleaner_shows_values_and_recover_lists_keys() {
     sorted.sort_unstable();
     assert_eq!(keys, sorted);
 }
+
+#[test]
+fn crashtest_refuses_what_it_cannot_run() {
+    // A largest value no segment holds was generated in full before the server refused
+    // it (10G: all the memory; u64::MAX: a panic); no threads or keys was made 1.
+    for (args, needle) in [
+        (&["--max-value", "10G"][..], "hold values of at most"),
+        (&["--max-value", "18446744073709551615"][..], "hold values of at most"),
+        (&["--threads", "0"][..], "at least 1 of each"),
+        (&["--keys", "0"][..], "at least 1 of each"),
+    ] {
+        let out = boomctl().args(["crashtest", "--iterations", "1", "--quiet"]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

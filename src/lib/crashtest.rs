@@ -100,6 +100,26 @@ impl Default for CrashTestOptions {
     }
 }
 
+impl CrashTestOptions {
+    /// The options a crash test can run with: a client thread and a key at least, and
+    /// values that fit a segment (a larger one was generated, bytes and all, before the
+    /// server refused it: 10 GB values took all the memory).
+    fn check(&self) -> Result<()> {
+        use crate::log::format::{ENTRY_HEADER_SIZE, MAX_KEY_LEN, SEGMENT_HEADER_SIZE};
+        if self.threads == 0 || self.keys == 0 {
+            return Err(Error::invalid(format!("{} threads and {} keys: at least 1 of each", self.threads, self.keys)));
+        }
+        let fits = self.segment_size.saturating_sub(SEGMENT_HEADER_SIZE + ENTRY_HEADER_SIZE + MAX_KEY_LEN as u64);
+        if self.max_value as u64 > fits {
+            return Err(Error::invalid(format!(
+                "largest value of {} bytes: the crash test's {}-byte segments hold values of at most {fits} bytes",
+                self.max_value, self.segment_size
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A violation found in one iteration.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Violation {
@@ -603,6 +623,7 @@ pub fn run<T: Transport>(
             o.protocol
         )));
     }
+    o.check()?;
     let dir = tempfile::Builder::new().prefix("boomkv-crashtest").tempdir().map_err(|e| Error::io("temp dir", e))?;
     let t0 = Instant::now();
     let mut rep = CrashTestReport::default();
