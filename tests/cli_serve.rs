@@ -76,6 +76,14 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     let out = run(&["put", "--server", &tcp, "k", "--value-file", big.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("over the limit"));
+    // An endless value is refused at the limit, not read to the end (it took all the
+    // memory); `timeout` fails the test if it is not.
+    let out = Command::new("timeout")
+        .args(["30", env!("CARGO_BIN_EXE_boomctl"), "put", "--server", &tcp, "k", "--value-file", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{:?}", out.status);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("over the limit"));
     // deleting a missing key is "not found", exit 1, like get
     let out = run(&["del", "--server", &tcp, "never-written"]);
     assert_eq!(out.status.code(), Some(1));

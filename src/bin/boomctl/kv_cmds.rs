@@ -321,20 +321,37 @@ pub struct PutArgs {
     value_file: Option<PathBuf>,
 }
 
+/// Reads a value from `r` (`what` names it), at most `limit` bytes: a longer one is
+/// an error as soon as it is known, not after reading an endless input (/dev/zero).
+fn read_value(r: impl Read, limit: u32, what: &str) -> anyhow::Result<Vec<u8>> {
+    let mut b = Vec::new();
+    r.take(u64::from(limit) + 1).read_to_end(&mut b).with_context(|| format!("reading {what}"))?;
+    if b.len() > limit as usize {
+        bail!("{what} is over the limit of {limit} bytes (the server's largest value)");
+    }
+    Ok(b)
+}
+
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
-    let value = match (&a.value, &a.value_file) {
-        (Some(v), _) if v == "-" => {
-            let mut b = Vec::new();
-            std::io::stdin().read_to_end(&mut b).context("reading the value from standard input")?;
-            b
-        }
-        (Some(v), _) => v.clone().into_bytes(),
-        (None, Some(f)) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+    let inline = match (&a.value, &a.value_file) {
+        (Some(v), _) if v == "-" => None,
+        (Some(v), _) => Some(v.clone().into_bytes()),
+        (None, Some(_)) => None,
         (None, None) => bail!("give a VALUE, `-` for standard input, or --value-file FILE"),
     };
     let b = a.client.endpoint()?.backend();
     boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
+        // Read once the server's limit is known.
+        let limit = c.max_value();
+        let value = match (inline, &a.value_file) {
+            (Some(v), _) => v,
+            (None, Some(f)) => {
+                let file = std::fs::File::open(f).with_context(|| format!("reading {}", f.display()))?;
+                read_value(file, limit, &format!("--value-file {}", f.display()))?
+            }
+            (None, None) => read_value(std::io::stdin().lock(), limit, "the value on standard input")?,
+        };
         let info = c.put(a.key.as_bytes(), &value).with_context(|| format!("PUT {}", a.key))?;
         eprintln!("stored {} ({} bytes, version {})", a.key, value.len(), info.version);
         Ok(())
