@@ -265,6 +265,41 @@ fn a_low_target_waits_no_longer_than_the_run() {
 }
 
 #[test]
+fn an_interrupted_run_removes_its_temporary_pool() {
+    // SIGTERM (or SIGINT) in the middle of a run: the embedded pool, in /dev/shm by
+    // default, went with the process before; now it is removed and the exit status is
+    // 128 + 15.
+    let dir = tempfile::tempdir().unwrap();
+    let child = boomctl()
+        .args(["ycsb", "--mix", "c", "--quiet", "--duration", "30", "--ops", "1000000000", "--pmem"])
+        .arg(dir.path())
+        .args(["-p", "recordcount=100"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ours = format!("boomkv-{}-", child.id());
+    let pools = || -> usize {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with(&ours)))
+            .count()
+    };
+    let t0 = std::time::Instant::now();
+    while pools() == 0 && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(pools(), 1, "the run's pool is there");
+    // The load and the run are under way once the pool exists; a moment more for the
+    // threads to be busy with it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(pools(), 0, "the pool is removed");
+}
+
+#[test]
 fn an_embedded_pool_that_cannot_fit_says_why() {
     fails_with(
         &["ycsb", "--mix", "c", "--quiet", "--records", "100000000000", "--size", "16k"],

@@ -624,7 +624,10 @@ pub fn run<T: Transport>(
         )));
     }
     o.check()?;
-    let dir = tempfile::Builder::new().prefix("boomkv-crashtest").tempdir().map_err(|e| Error::io("temp dir", e))?;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{}crashtest-", crate::log::temp_prefix()))
+        .tempdir()
+        .map_err(|e| Error::io("temp dir", e))?;
     let t0 = Instant::now();
     let mut rep = CrashTestReport::default();
     for i in 0..o.iterations {

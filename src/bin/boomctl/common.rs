@@ -170,3 +170,30 @@ pub fn pin_layout(pin: PinMode, workers: usize) -> Option<boomkv::cpus::Layout> 
         PinMode::Auto => boomkv::cpus::Layout::auto(workers),
     }
 }
+
+/// On SIGINT, SIGTERM or SIGHUP, removes the temporary pools and crash images this
+/// process made (in the default place, the temporary directory and `also`, a --pmem
+/// DIR) and exits with 128 + the signal: an interrupted benchmark otherwise leaves its
+/// pool behind, in /dev/shm by default, where it holds memory until someone finds it.
+/// A thread of its own waits for the signals; the commands that make such pools call
+/// this first.
+pub fn clean_up_on_signal(also: Option<PathBuf>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| anyhow::anyhow!("cannot install signal handlers: {e}"))?;
+    std::thread::Builder::new()
+        .name("boomctl-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let mut dirs = vec![boomkv::bench::embedded::default_parent(), std::env::temp_dir()];
+                dirs.extend(also);
+                for d in &dirs {
+                    boomkv::bench::embedded::remove_own_temp_dirs(d);
+                }
+                eprintln!("boomctl: stopped by signal {sig}; its temporary pools are removed");
+                std::process::exit(128 + sig);
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}

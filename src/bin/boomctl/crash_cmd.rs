@@ -70,6 +70,7 @@ pub struct CrashArgs {
 }
 
 pub fn run(a: CrashArgs) -> anyhow::Result<()> {
+    crate::common::clean_up_on_signal(None)?;
     if let Some(p) = &a.plant {
         #[cfg(feature = "planted-bugs")]
         boomkv::log::planted::set(p.parse().map_err(anyhow::Error::msg)?);

@@ -128,6 +128,7 @@ fn shell_quote(s: &str) -> String {
 
 /// Runs `boomctl sweep`.
 pub fn run(a: SweepArgs) -> anyhow::Result<()> {
+    crate::common::clean_up_on_signal(a.pmem.clone())?;
     let mut stdout = std::io::stdout().lock();
     if let Some(dir) = &a.plot_only {
         if !dir.is_dir() {

@@ -342,6 +342,7 @@ fn print_report(r: &RunResult, pcts: &[f64]) -> anyhow::Result<()> {
 }
 
 pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
+    crate::common::clean_up_on_signal(a.target_args.pmem.clone())?;
     let pcts = match &a.percentiles {
         Some(p) => parse_percentiles(p)?,
         None => Vec::new(),

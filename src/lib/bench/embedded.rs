@@ -137,12 +137,25 @@ pub fn default_parent() -> PathBuf {
     }
 }
 
+/// Removes this process's temporary directories in `parent` ([`crate::log::temp_prefix`]): for a
+/// binary's signal handler, on its way out of an interrupted run (best effort: what
+/// cannot be removed is left).
+pub fn remove_own_temp_dirs(parent: &Path) {
+    let prefix = crate::log::temp_prefix();
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 impl<T: Transport> Embedded<T> {
     /// Creates the pool and starts serving it over `t` (`backend` says which address to use).
     pub fn start(t: T, backend: Backend, o: &EmbeddedOptions) -> Result<Embedded<T>> {
         let parent = o.parent.clone().unwrap_or_else(default_parent);
         let dir = tempfile::Builder::new()
-            .prefix("boomkv-")
+            .prefix(&crate::log::temp_prefix())
             .tempdir_in(&parent)
             .map_err(|e| Error::io(format!("cannot create a temporary pool directory in {}", parent.display()), e))?;
         let opts = PoolOptions {

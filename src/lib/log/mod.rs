@@ -755,3 +755,10 @@ fn planted(which: &str) -> bool {
 fn planted(_: &str) -> bool {
     false
 }
+
+/// The name prefix of this process's temporary directories (embedded pools, crash
+/// images): it carries the PID, so that what an interrupted run leaves can be told from
+/// other processes' and removed (`bench::embedded::remove_own_temp_dirs`).
+pub fn temp_prefix() -> String {
+    format!("boomkv-{}-", std::process::id())
+}

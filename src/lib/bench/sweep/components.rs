@@ -96,7 +96,7 @@ pub fn writeback_us(dir: Option<PathBuf>, len: usize, iters: usize) -> Result<f6
         }
     });
     let tmp = tempfile::Builder::new()
-        .prefix("boomkv-wb-")
+        .prefix(&format!("{}wb-", crate::log::temp_prefix()))
         .tempdir_in(&parent)
         .map_err(|e| SweepError::Io { path: parent.clone(), source: e })?;
     let region = (len.next_power_of_two() * 64).max(4 << 20);

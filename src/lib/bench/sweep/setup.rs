@@ -115,7 +115,7 @@ fn durability(dir: Option<PathBuf>) -> String {
     });
     let probe = || -> crate::error::Result<String> {
         let tmp = tempfile::Builder::new()
-            .prefix("boomkv-probe-")
+            .prefix(&format!("{}probe-", crate::log::temp_prefix()))
             .tempdir_in(&parent)
             .map_err(|e| crate::error::Error::io("probing the pool directory", e))?;
         let (m, _) = Media::open(
