@@ -2633,7 +2633,8 @@ mod tests {
     crate::conformance_suite!(make, ep);
 
     /// Listening where a file that is not a socket is (the pool, given by mistake) is
-    /// refused, and the file stays; a socket left by a dead server is replaced.
+    /// refused, and the file stays (a socket left by a dead server is replaced: see
+    /// `stale_socket_file_is_replaced_and_live_one_is_refused`).
     #[test]
     fn listening_never_deletes_a_file_that_is_not_a_socket() {
         let dir = tempfile::tempdir().unwrap();
@@ -2650,14 +2651,6 @@ mod tests {
             assert!(path.exists(), "{name} is still there");
         }
         assert_eq!(std::fs::read(dir.path().join("pool")).unwrap(), b"acknowledged data");
-        // A dead server's socket: bound, then its listener gone without unlinking it.
-        let stale = dir.path().join("stale.sock");
-        let sock = seqpacket().unwrap();
-        rustix::net::bind(&sock, &SocketAddrUnix::new(stale.as_path()).unwrap()).unwrap();
-        drop(sock);
-        let l = t.listen(&Endpoint::Shm(stale.clone())).unwrap();
-        drop(l);
-        assert!(!stale.exists(), "the listener removes its socket");
     }
 
     /// The next completion of `cq` is work request `wr` with `status`.
@@ -2798,7 +2791,10 @@ mod tests {
     fn stale_socket_file_is_replaced_and_live_one_is_refused() {
         let e = ep();
         let Endpoint::Shm(path) = &e else { unreachable!() };
-        std::fs::write(path, b"").unwrap();
+        // A dead server's socket: bound, and gone without unlinking it.
+        let dead = seqpacket().unwrap();
+        rustix::net::bind(&dead, &SocketAddrUnix::new(path.as_path()).unwrap()).unwrap();
+        drop(dead);
         let t = make();
         let l = t.listen(&e).unwrap();
         assert!(t.listen(&e).is_err(), "a second listener on a live path must fail");
