@@ -166,3 +166,24 @@ fn crashtest_refuses_what_it_cannot_run() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn inspect_log_refuses_a_segment_the_pool_does_not_have() {
+    // It printed an empty table and exited 0: "nothing there", not "no such segment".
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    let out = boomctl().args(["inspect-log", "--segment", "999", "--pmem"]).arg(&pool).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--segment 999: the pool has segments 0 to"), "{err}");
+    let out = boomctl().args(["inspect-log", "--segment", "0", "--pmem"]).arg(&pool).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_client_timeout_of_zero_is_refused() {
+    // It was made 1 s without a word.
+    let out = boomctl().args(["get", "--timeout", "0", "k"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'--timeout <SECS>'"));
+}

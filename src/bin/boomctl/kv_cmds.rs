@@ -248,8 +248,8 @@ pub struct ClientArgs {
     /// (README, "Protocols").
     #[arg(long, value_name = "PROTOCOL", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
-    /// Seconds to wait for the server before giving up.
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    /// Seconds to wait for the server before giving up (at least 1).
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
     /// RFP: bytes of the first READ of a result, or auto (profiled at connect).
     #[arg(long, value_name = "auto|BYTES", default_value = "auto")]
@@ -280,7 +280,7 @@ impl ClientArgs {
         ClientOptions {
             protocol: self.protocol,
             update_mode: UpdateMode::Hybrid,
-            timeout: Duration::from_secs(self.timeout.max(1)),
+            timeout: Duration::from_secs(self.timeout),
             fetch_size: self.fetch_size,
             rfp_mode: self.rfp_mode,
             cells: self.cells,

@@ -322,6 +322,11 @@ fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Ar
 
 pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
     let (pool, rep) = Pool::open(&a.pmem.pmem, &read_only_options(IndexKind::Hash))?;
+    let segments = pool.segment_count();
+    if let Some(s) = a.segment.filter(|&s| s >= segments) {
+        // An empty table would read as "nothing in it", not "no such segment".
+        anyhow::bail!("--segment {s}: the pool has segments 0 to {}", segments.saturating_sub(1));
+    }
     let f = InspectFilter {
         segment: a.segment,
         key: a.key.map(String::into_bytes),
