@@ -141,20 +141,8 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
         r.counts_damaged
     )?;
     if !r.segments_per_client.is_empty() {
-        let per: Vec<String> = r
-            .segments_per_client
-            .iter()
-            .take(20)
-            .map(|(c, n)| {
-                if *c == boomkv::log::format::CLEANER_OWNER {
-                    format!("cleaner: {n}")
-                } else if *c == boomkv::log::format::TOMBSTONE_OWNER {
-                    format!("tombstones: {n}")
-                } else {
-                    format!("{c}: {n}")
-                }
-            })
-            .collect();
+        let per: Vec<String> =
+            r.segments_per_client.iter().take(20).map(|(c, n)| format!("{}: {n}", owner_label(Some(*c)))).collect();
         let more = r.segments_per_client.len().saturating_sub(20);
         crate::outln!(
             "clients     {} (segments per client: {}{})",
@@ -514,10 +502,12 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
 }
 
 /// A segment's owner for people: the client id, "cleaner" for the cleaner's own
-/// segments, "-" for none.
+/// segments, "tombstones" for the server's tombstone log, "-" for none.
 fn owner_label(owner: Option<u64>) -> String {
     match owner {
         Some(boomkv::log::format::CLEANER_OWNER) => "cleaner".to_string(),
+        Some(boomkv::log::format::TOMBSTONE_OWNER) => "tombstones".to_string(),
+        Some(boomkv::log::format::CELLS_OWNER) => "cells".to_string(),
         Some(id) => id.to_string(),
         None => "-".to_string(),
     }
@@ -528,6 +518,7 @@ mod tests {
     #[test]
     fn the_cleaner_is_named() {
         assert_eq!(super::owner_label(Some(boomkv::log::format::CLEANER_OWNER)), "cleaner");
+        assert_eq!(super::owner_label(Some(boomkv::log::format::TOMBSTONE_OWNER)), "tombstones");
         assert_eq!(super::owner_label(Some(3)), "3");
         assert_eq!(super::owner_label(None), "-");
     }

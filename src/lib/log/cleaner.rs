@@ -93,6 +93,13 @@ impl Cleaner {
         Cleaner::default()
     }
 
+    /// The cleaner of a restarted server: its log continues in its last segment, if
+    /// the pool has one. A cleaner that began a new log instead would put a second
+    /// segment at log position 0, which recovery reports as a broken log.
+    pub fn resume(pool: &Pool) -> Result<Cleaner> {
+        Ok(Cleaner { seg: pool.reopen_last_segment(CLEANER_OWNER)?, ..Cleaner::default() })
+    }
+
     /// Sealed segments whose live bytes are at most `max_live` of their capacity,
     /// emptiest first (at most `n`). Capacity, not bytes used: a segment sealed early
     /// (its client left) wastes its unused tail as surely as garbage.
@@ -328,6 +335,115 @@ mod tests {
         assert!(rep.problems.is_empty(), "{:?}", rep.problems);
         check(&p2);
         assert_eq!(rep.tombstones, 1, "the tombstone of k3 survives cleaning");
+    }
+
+    /// A pool restarted from what is durable in `pool`, with its recovery report.
+    fn restart(pool: &Pool) -> (Pool, crate::log::RecoveryReport) {
+        let img = pool.media().durable_image().unwrap();
+        Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap()
+    }
+
+    /// Fills segments with garbage and some live entries: `rounds` overwrites of 100
+    /// keys of 500 bytes, the last of only every tenth key.
+    fn churn(pool: &Pool, tag: &str, rounds: u8) {
+        let mut w = LocalWriter::new(pool);
+        for round in 0..rounds {
+            for i in (0..100u32).filter(|i| round + 1 < rounds || i % 10 == 0) {
+                w.append(format!("{tag}{i}").as_bytes(), &vec![round; 500], false).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_restarted_server_s_cleaner_continues_its_log() {
+        // Each server run's cleaner began a new log at position 0, so after two runs
+        // that cleaned, recovery reported two cleaner segments at position 0.
+        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (mut pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        for run in 0..3 {
+            churn(&pool, &format!("run{run}-"), 6);
+            let mut c = Cleaner::resume(&pool).unwrap();
+            // not the full ones, so that earlier runs' cleaner segments stay
+            let st = c.run(&pool, 0.9, 100).unwrap();
+            assert!(st.entries_moved > 0, "run {run}: {st:?}");
+            // more than one cleaner segment per run, so runs must link up
+            if run == 1 {
+                for i in 0..60u32 {
+                    LocalWriter::new(&pool).append(format!("single-{i}").as_bytes(), &[1; 1000], false).unwrap();
+                }
+                c.run(&pool, 0.9, 1000).unwrap();
+            }
+            drop(c);
+            let (p2, rep) = restart(&pool);
+            assert!(rep.problems.is_empty(), "after run {run}: {:?}", rep.problems);
+            pool = p2;
+        }
+        let seqs: Vec<u64> = pool
+            .seg_metas()
+            .iter()
+            .filter(|m| m.owner == CLEANER_OWNER && m.state != SegmentState::Free)
+            .map(|m| m.log_seq)
+            .collect();
+        assert!(seqs.len() >= 2, "{seqs:?}");
+        let mut dedup = seqs.clone();
+        dedup.sort_unstable();
+        dedup.dedup();
+        assert_eq!(dedup.len(), seqs.len(), "each cleaner segment its own position: {seqs:?}");
+    }
+
+    #[test]
+    fn a_cleaner_log_begun_again_at_position_zero_by_an_older_server_is_no_problem() {
+        // boomkv 0.1 began the cleaner's log anew in each server run: pools it wrote
+        // hold several cleaner segments at position 0, and lose nothing by it.
+        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        for run in 0..2 {
+            churn(&pool, &format!("run{run}-"), 6);
+            assert!(Cleaner::new().run(&pool, 0.9, 100).unwrap().entries_moved > 0);
+        }
+        let at_zero =
+            pool.seg_metas().iter().filter(|m| m.owner == CLEANER_OWNER && m.state != SegmentState::Free).count();
+        assert_eq!(at_zero, 2);
+        let (p2, rep) = restart(&pool);
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+        // and the resumed cleaner goes on after one of them
+        let mut c = Cleaner::resume(&p2).unwrap();
+        churn(&p2, "run2-", 6);
+        c.run(&p2, 0.9, 100).unwrap();
+        let (_, rep) = restart(&p2);
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    }
+
+    #[test]
+    fn a_log_with_a_segment_cleaned_from_its_middle_recovers_without_a_problem() {
+        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let mut w = LocalWriter::new(&pool);
+        // first segment: keys that stay; second: keys overwritten later; third: the overwrites
+        let mut segs = Vec::new();
+        for (tag, n) in [("stay", 100u32), ("gone", 100), ("gone", 100), ("gone", 100), ("more", 100)] {
+            for i in 0..n {
+                w.append(format!("{tag}{i}").as_bytes(), &[3; 500], false).unwrap();
+            }
+            let id = w.segment().unwrap().id;
+            if segs.last() != Some(&id) {
+                segs.push(id);
+            }
+        }
+        assert!(segs.len() >= 4, "{segs:?}");
+        // a segment in the middle of the writer's log holding only superseded entries
+        let mid =
+            *segs[1..segs.len() - 1].iter().find(|&&s| pool.segment_live(s) == 0).expect("an all-garbage segment");
+        let st = Cleaner::new().clean_segment(&pool, mid).unwrap();
+        assert_eq!(st.segments_freed, 1);
+        drop(w);
+        let (p2, rep) = restart(&pool);
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+        assert_eq!(p2.seg_meta(mid).unwrap().state, SegmentState::Free);
+        assert!(p2.lookup(b"stay7").is_some() && p2.lookup(b"gone7").is_some());
     }
 
     #[test]

@@ -195,6 +195,17 @@ pub const TOMBSTONE_OWNER: u64 = u64::MAX - 2;
 /// Owner recorded (in the allocator only: the table's segments have no headers) for
 /// the segments of the cell table ([`super::cells`]).
 pub const CELLS_OWNER: u64 = u64::MAX - 3;
+/// The log of `owner`, for people: "client 7's log", "the cleaner's log", "the
+/// tombstone log", "the cell table".
+pub fn log_name(owner: u64) -> String {
+    match owner {
+        CLEANER_OWNER => "the cleaner's log".to_string(),
+        TOMBSTONE_OWNER => "the tombstone log".to_string(),
+        CELLS_OWNER => "the cell table".to_string(),
+        id => format!("client {id}'s log"),
+    }
+}
+
 /// Smallest segment size accepted.
 pub const MIN_SEGMENT_SIZE: u64 = 64 << 10;
 /// Default segment size (the paper's 64 MiB).

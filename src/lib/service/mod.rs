@@ -219,6 +219,7 @@ impl ServerCore {
     /// Wraps `pool` and starts the cleaner / stats thread.
     pub fn new(pool: Arc<Pool>, cfg: ServerConfig) -> Result<Arc<ServerCore>> {
         let tombstones = ServerLog::resume(&pool, fmt::TOMBSTONE_OWNER)?;
+        let cleaner = if cfg.cleaner { Cleaner::resume(&pool)? } else { Cleaner::new() };
         pool.set_value_limit(cfg.max_value);
         let core = Arc::new(ServerCore {
             pool,
@@ -240,7 +241,7 @@ impl ServerCore {
             let c = core.clone();
             let h = std::thread::Builder::new()
                 .name("boomkv-cleaner".into())
-                .spawn(move || housekeeping(c))
+                .spawn(move || housekeeping(c, cleaner))
                 .map_err(|e| Error::io("spawn cleaner", e))?;
             *core.housekeeping.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(h);
         }
@@ -408,8 +409,7 @@ impl<T: Transport> Shared<T> {
     }
 }
 
-fn housekeeping(sh: Arc<ServerCore>) {
-    let mut cleaner = Cleaner::new();
+fn housekeeping(sh: Arc<ServerCore>, mut cleaner: Cleaner) {
     let mut last_stats = Instant::now();
     while !sh.shutdown.load(Ordering::Acquire) {
         std::thread::sleep(sh.cfg.clean_interval.min(Duration::from_millis(100)));
