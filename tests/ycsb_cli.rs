@@ -169,8 +169,28 @@ fn run_into_closed_pipe(args: &[&str]) {
 
 #[test]
 fn a_closed_pipe_is_a_normal_exit() {
-    run_into_closed_pipe(&["ycsb", "--mix", "b", "--dry-run", "--print-ops", "100000000"]);
+    run_into_closed_pipe(&["ycsb", "--mix", "b", "--ops", "100000000", "--dry-run", "--print-ops", "100000000"]);
     run_into_closed_pipe(&["completions", "bash"]);
+}
+
+#[test]
+fn a_dry_run_prints_no_more_operations_than_the_run_would_do() {
+    let lines = |args: &[&str]| {
+        let out = boomctl().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert_eq!(lines(&["ycsb", "--mix", "b", "--ops", "5", "--dry-run"]), 5);
+    assert_eq!(lines(&["ycsb", "--mix", "b", "-p", "operationcount=3", "--dry-run", "--print-ops", "10"]), 3);
+    assert_eq!(lines(&["ycsb", "--mix", "b", "--ops", "50", "--dry-run", "--print-ops", "7"]), 7);
+    // bounded by time alone, the run has no operation count
+    assert_eq!(lines(&["ycsb", "--mix", "b", "--duration", "3", "--dry-run", "--print-ops", "1500"]), 1500);
+}
+
+#[test]
+fn a_binary_file_given_as_workload_is_refused_before_anything_runs() {
+    let exe = env!("CARGO_BIN_EXE_boomctl");
+    fails_with(&["ycsb", "-P", exe, "--quiet"], "is not a properties file");
 }
 
 fn fails_with(args: &[&str], needle: &str) {
@@ -191,6 +211,21 @@ fn first_contact_messages() {
     fails_with(&["ycsb", "--size", "2kb", "--dry-run"], "ambiguous");
     fails_with(&["ycsb", "--size", "0", "--dry-run"], "at least 1 byte");
     fails_with(&["ycsb", "--size", "0..4k", "--dry-run"], "at least 1 byte");
+    // An output path that cannot be written is found before the run, not after it.
+    for flag in ["--csv", "--json", "--hdr-log"] {
+        let out = boomctl()
+            .args(["ycsb", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5", flag, "/nonexistent-dir/out"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {err}");
+        assert!(err.contains(&format!("{flag} /nonexistent-dir/out: cannot write there")), "{flag}: {err}");
+        assert!(out.stdout.is_empty(), "{flag}: no report, the run never began");
+    }
+    fails_with(
+        &["ycsb", "--quiet", "-p", "exportfile=/nonexistent-dir/r.txt", "-p", "recordcount=5"],
+        "exportfile /nonexistent-dir/r.txt: cannot write there",
+    );
     // A value over the server's limit says so before running.
     fails_with(&["ycsb", "--size", "2m", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"], "over the limit");
 }

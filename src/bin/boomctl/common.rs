@@ -1,5 +1,6 @@
 //! Arguments shared by several subcommands, and output helpers.
 
+use anyhow::Context as _;
 use std::path::PathBuf;
 
 use boomkv::index::IndexKind;
@@ -195,5 +196,21 @@ pub fn clean_up_on_signal(also: Option<PathBuf>) -> anyhow::Result<()> {
             }
         })
         .map_err(|e| anyhow::anyhow!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+/// Fails if the output file `path` (named by `what`, such as `--csv`) cannot be
+/// written: its directory is missing, it is a directory, or it is not writable. An
+/// existing file is left as it is; a file made by the check is removed again.
+pub fn check_writable(what: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .with_context(|| format!("{what} {}: cannot write there", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }

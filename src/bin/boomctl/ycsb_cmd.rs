@@ -108,16 +108,16 @@ impl WorkloadArgs {
             spec.set_override(p).with_context(|| format!("-p {p}"))?;
         }
         if let Some(s) = &self.size {
-            spec.set(names::VALUE_SIZE, s)?;
+            spec.set_from_option("--size", names::VALUE_SIZE, s)?;
         }
         if let Some(t) = self.theta {
-            spec.set(names::THETA, &t.to_string())?;
+            spec.set_from_option("--theta", names::THETA, &t.to_string())?;
         }
         if let Some(s) = self.seed {
-            spec.set(names::SEED, &s.to_string())?;
+            spec.set_from_option("--seed", names::SEED, &s.to_string())?;
         }
         if let Some(r) = self.records {
-            spec.set(names::RECORD_COUNT, &r.to_string())?;
+            spec.set_from_option("--records", names::RECORD_COUNT, &r.to_string())?;
         }
         for w in spec.warnings() {
             eprintln!("boomctl: warning: {w}");
@@ -270,7 +270,7 @@ pub struct YcsbArgs {
     /// Print operations instead of running them.
     #[arg(long)]
     dry_run: bool,
-    /// With --dry-run: how many operations to print.
+    /// With --dry-run: how many operations to print (at most the run's operation count).
     #[arg(long, value_name = "N", default_value_t = 20)]
     print_ops: usize,
     /// Merge these interval logs (from several client processes) into one report; runs nothing.
@@ -357,8 +357,23 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let spec = workload_spec(&a)?;
     let w = CoreWorkload::new(&spec)?;
     let pcts = if pcts.is_empty() { spec.percentiles()? } else { pcts };
+    if !a.dry_run {
+        // Before the run, not after it: a typo in a path must not cost the run.
+        let export = spec.export_file();
+        for (what, p) in [("--csv", &a.csv), ("--json", &a.json), ("--hdr-log", &a.hdr_log), ("exportfile", &export)] {
+            if let Some(p) = p {
+                crate::common::check_writable(what, p)?;
+            }
+        }
+        if a.hdr_log.is_none() {
+            if let Some(p) = spec.hdr_file_output()? {
+                crate::common::check_writable("hdrhistogram.output.path", &p)?;
+            }
+        }
+    }
     if a.dry_run {
-        return dry_run(&w, &spec, a.print_ops);
+        // No more than the run would do.
+        return dry_run(&w, &spec, (a.print_ops as u64).min(run_ops(&a, w.config())));
     }
     let cfg = w.config().clone();
     let has_scans = cfg.scan_proportion > 0.0;
@@ -398,9 +413,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let run_opts = RunOptions {
         threads,
         clients,
-        // --duration alone bounds the run by time: it runs until the clock stops it
-        // (0 is YCSB's "no time limit": the operation count still bounds the run).
-        ops: if a.duration.is_some_and(|d| d > 0) && a.ops.is_none() { u64::MAX } else { cfg.operation_count },
+        ops: run_ops(&a, &cfg),
         duration: spec.max_execution_time()?,
         target: spec.target()?,
         warmup_ops: a.warmup,
@@ -457,25 +470,36 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
 fn workload_spec(a: &YcsbArgs) -> anyhow::Result<WorkloadSpec> {
     let mut spec = a.w.spec()?;
     if let Some(t) = a.threads {
-        spec.set(names::THREAD_COUNT, &t.to_string())?;
+        spec.set_from_option("--threads", names::THREAD_COUNT, &t.to_string())?;
     }
     if let Some(o) = a.ops {
-        spec.set(names::OPERATION_COUNT, &o.to_string())?;
+        spec.set_from_option("--ops", names::OPERATION_COUNT, &o.to_string())?;
     }
     if let Some(d) = a.duration {
-        spec.set(names::MAX_EXECUTION_TIME, &d.to_string())?;
+        spec.set_from_option("--duration", names::MAX_EXECUTION_TIME, &d.to_string())?;
     }
     if let Some(t) = a.target {
-        spec.set(names::TARGET, &t.to_string())?;
+        spec.set_from_option("--target", names::TARGET, &t.to_string())?;
         if spec.get(names::MEASUREMENT_INTERVAL).is_none() {
-            spec.set(names::MEASUREMENT_INTERVAL, "both")?;
+            spec.set_from_option("--target", names::MEASUREMENT_INTERVAL, "both")?;
         }
     }
     Ok(spec)
 }
 
+/// The operations the run does at most: `--duration` alone bounds the run by time, so
+/// it runs until the clock stops it (0 is YCSB's "no time limit": the operation count
+/// still bounds the run).
+fn run_ops(a: &YcsbArgs, cfg: &boomkv::workload::CoreConfig) -> u64 {
+    if a.duration.is_some_and(|d| d > 0) && a.ops.is_none() {
+        u64::MAX
+    } else {
+        cfg.operation_count
+    }
+}
+
 /// `--dry-run`: prints the first `n` operations of the stream instead of running them.
-fn dry_run(w: &CoreWorkload, spec: &WorkloadSpec, n: usize) -> anyhow::Result<()> {
+fn dry_run(w: &CoreWorkload, spec: &WorkloadSpec, n: u64) -> anyhow::Result<()> {
     // One operation at a time: nothing is held, and a reader that stops early
     // (`| head`) ends the run at once (a closed pipe is a normal exit, see main).
     let mut s = w.stream(spec.seed()?.unwrap_or(1), 0);

@@ -157,6 +157,9 @@ pub enum Origin {
     },
     /// A `-p key=value` override (or [`WorkloadSpec::set`]).
     Override,
+    /// A command-line option that maps to a property ([`WorkloadSpec::set_from_option`]),
+    /// such as `--records`.
+    Option(String),
 }
 
 impl Origin {
@@ -166,6 +169,7 @@ impl Origin {
             (Origin::File { path: a, .. }, Origin::File { path: b, .. }) => a == b,
             (Origin::BuiltIn { mix: a, .. }, Origin::BuiltIn { mix: b, .. }) => a == b,
             (Origin::Override, Origin::Override) => true,
+            (Origin::Option(a), Origin::Option(b)) => a == b,
             _ => false,
         }
     }
@@ -177,6 +181,7 @@ impl fmt::Display for Origin {
             Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
             Origin::BuiltIn { mix, line } => write!(f, "built-in workload{mix}:{line}"),
             Origin::Override => f.write_str("-p override"),
+            Origin::Option(o) => f.write_str(o),
         }
     }
 }
@@ -252,6 +257,16 @@ impl WorkloadSpec {
     pub fn load_file(&mut self, path: &Path) -> Result<()> {
         let bytes =
             std::fs::read(path).map_err(|e| Error::io(format!("reading workload file {}", path.display()), e))?;
+        // Java would read a binary file as properties too, and run YCSB's defaults
+        // (2^31 - 1 records) after a page of warnings: a wrong path, not a workload.
+        if let Some(at) = bytes.iter().position(|&b| b < 0x20 && !b"\t\n\r\x0c".contains(&b)) {
+            return Err(Error::invalid(format!(
+                "workload file {} is not a properties file: control byte 0x{:02x} at offset {at} (a YCSB workload \
+                 file is text, one key=value per line)",
+                path.display(),
+                bytes[at]
+            )));
+        }
         // java.util.Properties reads ISO-8859-1; accept UTF-8 too.
         let text = match String::from_utf8(bytes) {
             Ok(t) => t,
@@ -277,6 +292,13 @@ impl WorkloadSpec {
             return Err(Error::invalid(format!("-p: empty property name (value `{value}`)")));
         }
         self.insert(key.to_string(), value.trim().to_string(), Origin::Override);
+        Ok(())
+    }
+
+    /// Sets `key` to `value` from the command-line option `option` (named in errors
+    /// and warnings, as `-p` is for overrides).
+    pub fn set_from_option(&mut self, option: &str, key: &str, value: &str) -> Result<()> {
+        self.insert(key.trim().to_string(), value.trim().to_string(), Origin::Option(option.to_string()));
         Ok(())
     }
 
@@ -729,6 +751,27 @@ mod tests {
         assert_eq!(spec.get("recordcount"), Some("6"));
         // Unknown properties are kept, not dropped.
         assert_eq!(spec.get("mongodb.url"), Some("x"));
+    }
+
+    #[test]
+    fn a_binary_file_is_not_taken_for_a_workload() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("boomctl");
+        std::fs::write(&bin, b"\x7fELF\x02\x01\x01\x00\x00recordcount=5\n").unwrap();
+        let e = WorkloadSpec::from_file(&bin).unwrap_err().to_string();
+        assert!(e.contains("is not a properties file: control byte 0x02 at offset 4"), "{e}");
+        // tabs, form feeds and CRLF line ends are text
+        let text = dir.path().join("w");
+        std::fs::write(&text, "recordcount\t= 5\r\n\x0c# page\r\n").unwrap();
+        assert_eq!(WorkloadSpec::from_file(&text).unwrap().get("recordcount"), Some("5"));
+    }
+
+    #[test]
+    fn a_value_set_by_an_option_is_named_by_the_option() {
+        let mut spec = WorkloadSpec::from_mix('a').unwrap();
+        spec.set_from_option("--records", "recordcount", "12x").unwrap();
+        let e = spec.get_u64("recordcount", 0).unwrap_err().to_string();
+        assert_eq!(e, "property `recordcount` = `12x` (--records): expected a non-negative integer");
     }
 
     #[test]
