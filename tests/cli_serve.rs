@@ -108,3 +108,33 @@ fn sigterm(pid: u32) {
     let s = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
     assert!(s.success());
 }
+
+#[test]
+fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let p = pool.to_str().unwrap();
+    let port = format!("127.0.0.1:{}", free_port());
+    // CPUs this process may not use: found after the pool was created
+    let out = run(&["serve", "--pmem", p, "--create", "--pool-size", "64M", "--cpus", "1000", "--listen", &port]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--cpus"), "{err}");
+    assert!(!pool.exists(), "the new, never served pool is removed");
+    // a pool that was there stays, whatever fails
+    let mut s = boomctl()
+        .args(["serve", "--pmem", p, "--create", "--pool-size", "64M", "--listen", &port])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(&port).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sigterm(s.id());
+    assert!(s.wait().unwrap().success());
+    let out = run(&["serve", "--pmem", p, "--cpus", "1000", "--listen", &port]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(pool.exists(), "an existing pool is never removed");
+}

@@ -85,7 +85,35 @@ pub struct ServeArgs {
 }
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let (pool, rep) = Pool::open(&a.pmem.pmem, &a.media.pool_options())?;
+    let given = a.pmem.pmem.clone();
+    let was_there = given.exists();
+    let (pool, rep) = Pool::open(&given, &a.media.pool_options())?;
+    // A pool this command made and never served holds nothing: a bad option found
+    // after creating it (an address in use, a wrong --cpus) must not leave it behind.
+    let made = (rep.created && !was_there && pool.media().path() == given).then(|| given.clone());
+    match start(a, pool, rep) {
+        Ok(s) => s.run(),
+        Err(e) => {
+            if let Some(p) = made {
+                let _ = std::fs::remove_file(&p);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A server that is listening.
+struct Serving {
+    core: Arc<ServerCore>,
+    stop: Arc<AtomicBool>,
+    shm: Option<Server<ShmTransport>>,
+    tcp: Option<Server<TcpTransport>>,
+    #[cfg(feature = "rdma")]
+    verbs: Option<Server<boomkv::transport::VerbsTransport>>,
+}
+
+/// Opens the server on `pool`: everything up to listening.
+fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::Result<Serving> {
     let seg = pool.segment_size();
     // Room for the segment header, the entry header and the longest key.
     let fits = seg
@@ -141,7 +169,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     // shm only when asked for: a same-host shm peer maps the pool file itself, so it is
     // for trusted local clients (README, "Trust and isolation").
-    let listen = if a.listen.is_empty() { vec![DEFAULT_TCP.to_string()] } else { a.listen };
+    let listen = if a.listen.is_empty() { vec![DEFAULT_TCP.to_string()] } else { a.listen.clone() };
     let mut shm = Vec::new();
     let mut tcp = Vec::new();
     let mut verbs = Vec::new();
@@ -158,19 +186,26 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         eprintln!("boomctl serve: --device, --port and --gid-index apply only to verbs:// listen addresses");
     }
     let core = ServerCore::new(Arc::new(pool), cfg)?;
+    listen_on(&a, core.clone(), [shm, tcp, verbs]).inspect_err(|_| core.shutdown())
+}
+
+/// Starts the listeners of `core` on its shm, tcp and verbs addresses.
+fn listen_on(a: &ServeArgs, core: Arc<ServerCore>, [shm, tcp, verbs]: [Vec<Endpoint>; 3]) -> anyhow::Result<Serving> {
+    #[cfg(not(feature = "rdma"))]
+    let _ = (&verbs, a);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("cannot install signal handlers")?;
     }
     let mut eps = Vec::new();
-    let s1 = if shm.is_empty() {
+    let shm = if shm.is_empty() {
         None
     } else {
         let s = Server::start_on(ShmTransport::new()?, core.clone(), &shm)?;
         eps.extend(s.endpoints().iter().map(ToString::to_string));
         Some(s)
     };
-    let s2 = if tcp.is_empty() {
+    let tcp = if tcp.is_empty() {
         None
     } else {
         let s = Server::start_on(TcpTransport::new()?, core.clone(), &tcp)?;
@@ -178,7 +213,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some(s)
     };
     #[cfg(feature = "rdma")]
-    let s3 = start_verbs(&a.verbs, &core, &verbs, &mut eps)?;
+    let verbs = start_verbs(&a.verbs, &core, &verbs, &mut eps)?;
     eprintln!(
         "boomctl serve: listening on {} ({} worker{} per transport{}, flush {})",
         eps.join(", "),
@@ -187,28 +222,50 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         core.config().worker_cpus.as_ref().map(|c| format!(" on CPU {c}")).unwrap_or_default(),
         media_flush(&core)
     );
-    while !stop.load(Ordering::Relaxed) && !core.is_stopping() {
-        std::thread::sleep(Duration::from_millis(100));
+    Ok(Serving {
+        core,
+        stop,
+        shm,
+        tcp,
+        #[cfg(feature = "rdma")]
+        verbs,
+    })
+}
+
+impl Serving {
+    /// Serves until a signal or a shutdown request, then stops.
+    fn run(self) -> anyhow::Result<()> {
+        let Serving {
+            core,
+            stop,
+            shm,
+            tcp,
+            #[cfg(feature = "rdma")]
+            verbs,
+        } = self;
+        while !stop.load(Ordering::Relaxed) && !core.is_stopping() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("boomctl serve: shutting down");
+        core.request_shutdown();
+        drop(shm);
+        drop(tcp);
+        #[cfg(feature = "rdma")]
+        drop(verbs);
+        let st = core.stats();
+        core.shutdown();
+        // Counted as recovery counts them (live keys, not tombstones), so this line and
+        // the next start's agree.
+        eprintln!(
+            "boomctl serve: stopped after {:.0} s: {} puts, {} dels, {} gets, {} keys",
+            st.uptime_s,
+            st.puts,
+            st.dels,
+            st.gets,
+            core.pool().live_keys()
+        );
+        Ok(())
     }
-    eprintln!("boomctl serve: shutting down");
-    core.request_shutdown();
-    drop(s1);
-    drop(s2);
-    #[cfg(feature = "rdma")]
-    drop(s3);
-    let st = core.stats();
-    core.shutdown();
-    // Counted as recovery counts them (live keys, not tombstones), so this line and
-    // the next start's agree.
-    eprintln!(
-        "boomctl serve: stopped after {:.0} s: {} puts, {} dels, {} gets, {} keys",
-        st.uptime_s,
-        st.puts,
-        st.dels,
-        st.gets,
-        core.pool().live_keys()
-    );
-    Ok(())
 }
 
 /// Starts the server's verbs listeners, if any.
