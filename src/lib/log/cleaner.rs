@@ -417,6 +417,105 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_cleaner_never_writes_into_a_segment_whose_walk_ended_on_damage() {
+        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        churn(&pool, "a-", 6);
+        let mut c = Cleaner::new();
+        assert!(c.run(&pool, 0.9, 100).unwrap().entries_moved > 2);
+        let own = c.seg.as_ref().unwrap().id;
+        drop(c);
+        // One flipped bit in the link of the cleaner segment's first slot: the slots
+        // after it are counted but unreachable.
+        let mut img = pool.media().durable_image().unwrap();
+        let base = pool.pool_offset(own, SEGMENT_HEADER_SIZE) as usize;
+        img[base + ENTRY_NEXT_OFF as usize + 1] ^= 0x10;
+        let (p2, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert!(rep.problems.iter().any(|p| p.contains("unreachable")), "{:?}", rep.problems);
+        let seg_bytes = |im: &[u8]| im[base..base + (64 << 10) - SEGMENT_HEADER_SIZE as usize].to_vec();
+        let before = seg_bytes(&img);
+        let mut c = Cleaner::resume(&p2).unwrap();
+        churn(&p2, "b-", 6);
+        assert!(c.run(&p2, 0.9, 100).unwrap().entries_moved > 0);
+        assert_ne!(c.seg.as_ref().unwrap().id, own, "the copies went to a new segment");
+        assert_eq!(seg_bytes(&p2.media().durable_image().unwrap()), before, "the damaged segment is untouched");
+        // and the new segment follows it in the cleaner's log
+        let (_, rep) = restart(&p2);
+        assert!(!rep.problems.iter().any(|p| p.contains("log position")), "{:?}", rep.problems);
+    }
+
+    #[test]
+    fn logs_are_still_checked_link_by_link() {
+        // An older server's pool: two cleaner segments at position 0, then a resumed
+        // cleaner's at position 1.
+        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        for run in 0..2 {
+            churn(&pool, &format!("run{run}-"), 6);
+            Cleaner::new().run(&pool, 0.9, 100).unwrap();
+        }
+        let (p2, _) = restart(&pool);
+        let mut c = Cleaner::resume(&p2).unwrap();
+        // past the reopened segment's room, so that the log takes position 1
+        // (the clients' segments only: the old cleaner segments stay)
+        for run in 2..5 {
+            churn(&p2, &format!("run{run}-"), 6);
+            for id in c.victims(&p2, 0.9, 100) {
+                if p2.seg_meta(id).unwrap().owner != CLEANER_OWNER {
+                    c.clean_segment(&p2, id).unwrap();
+                }
+            }
+        }
+        drop(c);
+        let metas = p2.seg_metas();
+        let cleaner: Vec<(usize, crate::log::SegMeta)> = metas
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, m)| m.owner == CLEANER_OWNER && m.state != SegmentState::Free)
+            .collect();
+        let (one, m1) = *cleaner.iter().find(|(_, m)| m.log_seq == 1).expect("a cleaner segment at position 1");
+        assert_eq!(cleaner.iter().filter(|(_, m)| m.log_seq == 0).count(), 2, "{cleaner:?}");
+        let img = p2.media().durable_image().unwrap();
+        let (_, rep) = restart(&p2);
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+
+        // A lost forward link is repaired.
+        let mut lost = img.clone();
+        let at = (p2.segment_offset(m1.prev) + SEG_NEXT_OFF) as usize;
+        lost[at..at + 8].copy_from_slice(&NO_SEGMENT.to_le_bytes());
+        let (_, rep) =
+            Pool::from_media(Media::simulated_from(&lost, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+        assert!(rep.repairs.iter().any(|r| r == &format!("the cleaner's log: linked segment {} -> {one}", m1.prev)));
+
+        // A back link to a segment that is not one position before is reported.
+        let mut wrong = img;
+        let other = metas.iter().position(|m| m.owner != CLEANER_OWNER && m.state != SegmentState::Free).unwrap();
+        let h = SegmentHeader {
+            segment_id: one as u64,
+            owner: CLEANER_OWNER,
+            prev: other as u64,
+            log_seq: 1,
+            generation: m1.generation,
+        };
+        let at = p2.segment_offset(one as u64) as usize;
+        wrong[at..at + SEG_FIXED_LEN].copy_from_slice(&h.encode(&p2.sealer));
+        let (_, rep) =
+            Pool::from_media(Media::simulated_from(&wrong, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert!(
+            rep.problems
+                .iter()
+                .any(|p| p.starts_with(&format!("the cleaner's log: segment {one} links back to Some({other}), not "))),
+            "{:?}",
+            rep.problems
+        );
+    }
+
+    #[test]
     fn a_log_with_a_segment_cleaned_from_its_middle_recovers_without_a_problem() {
         let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
         Pool::format(&media, 64 << 10).unwrap();

@@ -103,6 +103,9 @@ pub struct Pool {
     seg_count: Vec<AtomicU64>,
     seg_used: Vec<AtomicU64>,
     seg_live: Vec<AtomicU64>,
+    /// Per segment: recovery's walk ended on damage (or its `count` word was damaged),
+    /// so counted slots may lie past the end it found: nothing is appended there.
+    seg_torn: Vec<std::sync::atomic::AtomicBool>,
     space: SpaceCounters,
     /// The cell table (pDPM-Direct), once created or recovered.
     cells: OnceLock<cells::CellTable>,
@@ -199,6 +202,7 @@ impl Pool {
             seg_count: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            seg_torn: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             space: SpaceCounters::default(),
             cells: OnceLock::new(),
             cells_create: Mutex::new(()),
@@ -407,6 +411,7 @@ impl Pool {
         self.seg_used[id as usize].store(0, Ordering::Relaxed);
         self.seg_live[id as usize].store(0, Ordering::Relaxed);
         self.seg_count[id as usize].store(0, Ordering::Relaxed);
+        self.seg_torn[id as usize].store(false, Ordering::Relaxed);
         Ok(id)
     }
 
@@ -423,6 +428,10 @@ impl Pool {
 
     /// Makes the last segment of `owner`'s log active again (recovery sealed it) and
     /// returns it, positioned after its recovered slots; `None` if `owner` has none.
+    ///
+    /// A last segment whose walk ended on damage is not reopened: counted slots may lie
+    /// past the end recovery found, and appending there would overwrite them. It is
+    /// returned full instead, so the next append links a new segment after it.
     pub fn reopen_last_segment(&self, owner: u64) -> Result<Option<ActiveSegment>> {
         let mut a = self.lock();
         let last = a
@@ -433,11 +442,15 @@ impl Pool {
             .max_by_key(|(_, m)| m.log_seq)
             .map(|(id, m)| (id as u64, *m));
         let Some((id, meta)) = last else { return Ok(None) };
+        let mut s = ActiveSegment::new(id, meta.generation);
+        if self.seg_torn[id as usize].load(Ordering::Relaxed) {
+            s.resume_at(self.segment_size(), self.segment_slots(id));
+            return Ok(Some(s));
+        }
         if meta.state == SegmentState::Sealed {
             self.persist_state(id, SegmentState::Active)?;
             a.segs[id as usize].state = SegmentState::Active;
         }
-        let mut s = ActiveSegment::new(id, meta.generation);
         s.resume_at(SEGMENT_HEADER_SIZE + self.segment_used(id), self.segment_slots(id));
         Ok(Some(s))
     }

@@ -542,6 +542,8 @@ impl<'a> Scan<'a> {
         });
         pool.seg_used[id as usize].store(end - SEGMENT_HEADER_SIZE, Ordering::Relaxed);
         pool.seg_count[id as usize].store(walked, Ordering::Relaxed);
+        pool.seg_torn[id as usize]
+            .store(damage.is_some() || f.count_check == Some(CountCheck::Damaged), Ordering::Relaxed);
         if let Some(d) = damage {
             self.problem(format!("segment {id}: {d}"));
         }
@@ -632,13 +634,15 @@ fn rebuild_allocator(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryR
     owners
 }
 
-/// Checks each owner's log is a chain of increasing positions, consecutive ones linked
-/// both ways; `writable`, a missing forward link is repaired.
+/// Checks each owner's log is a chain of increasing positions, each segment linked
+/// back to the one before it and that one forward to it; `writable`, a missing forward
+/// link is repaired.
 ///
 /// Gaps are no loss: the cleaner frees any sealed segment once its live entries have
 /// moved, from the middle of a log too. Nor are repeated positions in the cleaner's
 /// own log: boomkv 0.1 began that log at position 0 again with each server run, and
-/// its segments hold copies that each carry their version, whatever their order.
+/// its segments hold copies that each carry their version, whatever their order. A
+/// segment there may link back to any of the segments one position before it.
 fn check_owner_logs(
     pool: &Pool,
     logs: &mut BTreeMap<u64, Vec<(u64, u64)>>,
@@ -648,39 +652,40 @@ fn check_owner_logs(
     for (owner, segs) in logs {
         segs.sort_unstable();
         report.segments_per_client.insert(*owner, segs.len() as u64);
-        if *owner == CLEANER_OWNER && segs.windows(2).any(|w| w[0].0 == w[1].0) {
-            continue;
+        let log = log_name(*owner);
+        for w in segs.windows(2).filter(|w| w[0].0 == w[1].0 && *owner != CLEANER_OWNER) {
+            report
+                .problems
+                .push(format!("{log}: segments {} and {} both claim log position {}", w[0].1, w[1].1, w[0].0));
         }
-        for w in segs.windows(2) {
-            check_link(pool, *owner, w[0], w[1], writable, report)?;
+        for &(seq, b) in segs.iter().filter(|(seq, _)| *seq > 0) {
+            let lo = segs.partition_point(|&(s, _)| s < seq - 1);
+            let hi = segs.partition_point(|&(s, _)| s < seq);
+            let before: Vec<u64> = segs[lo..hi].iter().map(|&(_, id)| id).collect();
+            if !before.is_empty() {
+                check_link(pool, &log, &before, b, writable, report)?;
+            }
         }
     }
     Ok(())
 }
 
-/// Checks that segment `a` and the next segment `b` of `owner`'s log, each given as
-/// `(log_seq, segment)`, are linked both ways if their positions are consecutive.
+/// Checks that segment `b` links back to one of `before`, the segments of its log
+/// one position before it, and that one forward to `b`.
 fn check_link(
     pool: &Pool,
-    owner: u64,
-    (s0, a): (u64, u64),
-    (s1, b): (u64, u64),
+    log: &str,
+    before: &[u64],
+    b: u64,
     writable: bool,
     report: &mut RecoveryReport,
 ) -> Result<()> {
-    let log = log_name(owner);
-    if s0 == s1 {
-        report.problems.push(format!("{log}: segments {a} and {b} both claim log position {s0}"));
+    let prev = pool.seg_meta(b).map(|m| m.prev);
+    let Some(a) = prev.filter(|p| before.contains(p)) else {
+        let want = before.iter().map(u64::to_string).collect::<Vec<_>>().join(" or ");
+        report.problems.push(format!("{log}: segment {b} links back to {prev:?}, not {want}"));
         return Ok(());
-    }
-    if s1 != s0 + 1 {
-        // The segments between were cleaned and freed: `b` links back to one of them.
-        return Ok(());
-    }
-    let meta_b = pool.seg_meta(b);
-    if meta_b.map(|m| m.prev) != Some(a) {
-        report.problems.push(format!("{log}: segment {b} links back to {:?}, not {a}", meta_b.map(|m| m.prev)));
-    }
+    };
     // The allocation of `b` persisted before the link from `a` did.
     if pool.seg_meta(a).map(|m| m.next) != Some(b) && writable {
         pool.persist_next(a, b)?;
