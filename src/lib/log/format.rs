@@ -20,7 +20,7 @@
 //! | offset | size | field | meaning |
 //! |---|---|---|---|
 //! | 0 | 8 | magic | `BOOMKVPL` |
-//! | 8 | 4 | format_version | [`FORMAT_VERSION`] (2 is read too) |
+//! | 8 | 4 | format_version | [`FORMAT_VERSION`] (2 and 3 are read too) |
 //! | 12 | 4 | header_size | 4096; segments start here |
 //! | 16 | 16 | uuid | random, identifies the pool |
 //! | 32 | 8 | pool_size | bytes of the pool file |
@@ -66,7 +66,7 @@
 //! | 48 | 8 | generation | how many times this segment has been allocated |
 //! | 56 | 8 | seal | SipHash-2-4 under `seal_key` of bytes 0..56: the server wrote this line |
 //! | 64 | 8 | count | a checked count word (below): appended entries that are durable; recovery reads no further |
-//! | 72 | 8 | state | [`SegmentState`]: 0 free, 1 active, 2 sealed |
+//! | 72 | 8 | state | [`SegmentState`], a checked state word (below; in pools before version 4: 0 free, 1 active, 2 sealed) |
 //! | 80 | 8 | next | next segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 88 | 40 | reserved | zero |
 //!
@@ -84,6 +84,18 @@
 //! verifies walks the slots by their links, believing only sealed entries); a client
 //! cannot make a count the server never stored. Since every entry carries its own seal,
 //! the count decides only how far recovery reads a segment, never what it believes.
+//!
+//! ### `state`
+//!
+//! The low 32 bits are the state (0 free, 1 active, 2 sealed), the high 32 bits a
+//! check: the first 32 bits of SipHash-2-4 under `seal_key` over (segment id, state).
+//! A flipped bit can no longer turn a sealed segment into a free one, which recovery
+//! would have put on the free list with its entries unread: any two of a segment's
+//! three words differ in many bits, so one flipped bit is repaired, and a word no
+//! repair verifies keeps the segment in use and is reported. The word 0 is the free
+//! state of a segment never allocated (a new pool is zero). Not bound to the
+//! generation: allocation writes the free word before the header of the new
+//! generation, and a crash between the two must leave a free segment.
 //!
 //! ## Entry (at 8-byte aligned offsets from 128 within a segment)
 //!
@@ -130,19 +142,25 @@
 
 use crate::error::{Error, Result};
 
-/// Format version a new pool's header carries. 3: the pool may hold a cell table or a
+/// Format version a new pool's header carries. 4: segment `state` words are checked
+/// words, which a reader of version 3 would take for damage. 3: the pool may hold a cell table or a
 /// Clover arena (descriptor lines at pool offsets 256 and up, runs of segments without
 /// segment headers), which a reader of version 2 would take for free segments and
 /// overwrite; so it must refuse the pool instead. Version 2 pools (entry seals, checked
 /// `count`, the version high-water mark) are read as they are, but a cell table or an
-/// arena is not created in them ([`PoolHeader::holds_runs`]); version 1 is refused.
-pub const FORMAT_VERSION: u32 = 3;
+/// arena is not created in them ([`PoolHeader::holds_runs`]); versions 2 and 3 keep
+/// plain `state` words ([`PoolHeader::checks_state`]); version 1 is refused.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Oldest pool header version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 2;
 
 /// First pool header version whose pools may hold a cell table or a Clover arena.
 pub const RUNS_FORMAT_VERSION: u32 = 3;
+
+/// First pool header version whose segments' `state` words are checked; older pools
+/// keep their plain words, which their readers understand.
+pub const CHECKED_STATE_FORMAT_VERSION: u32 = 4;
 
 /// Format version in every segment header: the segment header has not changed since
 /// pool version 2, and an older reader must accept the segments of a version 2 pool
@@ -308,6 +326,29 @@ impl PoolHeader {
     /// free segments and write over them, so they go only into version 3 pools.
     pub fn holds_runs(&self) -> bool {
         self.format_version >= RUNS_FORMAT_VERSION
+    }
+
+    /// Whether the pool's segment `state` words are checked words.
+    pub fn checks_state(&self) -> bool {
+        self.format_version >= CHECKED_STATE_FORMAT_VERSION
+    }
+
+    /// The `state` word of segment `id` in this pool, under `sealer` (this pool's).
+    pub fn state_word(&self, sealer: &Sealer, id: u64, state: SegmentState) -> u64 {
+        if self.checks_state() {
+            sealer.state_word(id, state)
+        } else {
+            state.to_word()
+        }
+    }
+
+    /// Decodes the `state` word of segment `id` in this pool, under `sealer` (this pool's).
+    pub fn check_state(&self, sealer: &Sealer, id: u64, word: u64) -> StateCheck {
+        if self.checks_state() {
+            sealer.check_state(id, word)
+        } else {
+            SegmentState::from_word(word).map_or(StateCheck::Damaged, StateCheck::Ok)
+        }
     }
 
     /// The keyed checks of this pool's entries and counts.
@@ -526,6 +567,30 @@ impl Sealer {
         c | (s.finish() & 0xffff_ffff_0000_0000)
     }
 
+    /// The checked `state` word of segment `segment` in `state`.
+    pub fn state_word(&self, segment: u64, state: SegmentState) -> u64 {
+        use std::hash::Hasher;
+        let code = state.to_word();
+        let mut s = self.hasher(4, SlotPlace { segment, generation: 0, offset: 0 });
+        s.write(&code.to_le_bytes());
+        code | (s.finish() & 0xffff_ffff_0000_0000)
+    }
+
+    /// Decodes a checked `state` word, repairing one flipped bit; 0 is free.
+    pub fn check_state(&self, segment: u64, word: u64) -> StateCheck {
+        if word == 0 {
+            return StateCheck::Ok(SegmentState::Free);
+        }
+        let states = [SegmentState::Free, SegmentState::Active, SegmentState::Sealed];
+        if let Some(&st) = states.iter().find(|&&st| self.state_word(segment, st) == word) {
+            return StateCheck::Ok(st);
+        }
+        match states.iter().find(|&&st| (self.state_word(segment, st) ^ word).count_ones() == 1) {
+            Some(&st) => StateCheck::Repaired(st),
+            None => StateCheck::Damaged,
+        }
+    }
+
     /// Decodes a `count` word, repairing one flipped bit.
     pub fn check_count(&self, segment: u64, generation: u64, word: u64) -> CountCheck {
         if self.count_word(segment, generation, word) == word {
@@ -539,6 +604,17 @@ impl Sealer {
         }
         CountCheck::Damaged
     }
+}
+
+/// A decoded `state` word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateCheck {
+    /// The word verifies.
+    Ok(SegmentState),
+    /// One flipped bit was repaired.
+    Repaired(SegmentState),
+    /// No state's word is within one bit of it.
+    Damaged,
 }
 
 /// Life-cycle state of a segment.

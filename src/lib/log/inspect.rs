@@ -320,7 +320,7 @@ fn segment_row(
         (None, Some(s)) if in_use => format!("{s:?}").to_lowercase(),
         _ => "free".to_string(),
     };
-    let mut problem = sf.problem.clone().or_else(|| sf.count_damage());
+    let mut problem = sf.problem.clone().or_else(|| sf.state_damage()).or_else(|| sf.count_damage());
     let (used, live) = if in_use {
         let (end, damage) = walk_segment(pool.media().map(), ph, trust, sf, sf.limit(), |e, slot| {
             if let Some(row) = entry_row(pool, id, e, slot, f) {

@@ -168,6 +168,16 @@ impl Pool {
     /// Writes a fresh pool header (with a new uuid and seal key, and a high-water mark
     /// of 1) to `media`, whose segments must be zero.
     pub fn format(media: &Media, segment_size: u64) -> Result<PoolHeader> {
+        Pool::format_as(media, segment_size, FORMAT_VERSION)
+    }
+
+    /// Formats `media` as a pool of an older format `version` (what an older build
+    /// made), for tests of how this build reads and writes such pools.
+    #[doc(hidden)]
+    pub fn format_as(media: &Media, segment_size: u64, version: u32) -> Result<PoolHeader> {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+            return Err(Error::invalid(format!("no pool format version {version} to make")));
+        }
         let mut uuid = [0u8; 16];
         let mut rng = rand::rng();
         rand::RngExt::fill(&mut rng, &mut uuid);
@@ -176,6 +186,7 @@ impl Pool {
         while h.seal_key == [0; 16] {
             rand::RngExt::fill(&mut rng, &mut h.seal_key);
         }
+        h.format_version = version;
         media.map().write(0, &h.encode())?;
         for off in POOL_HWM_OFFS {
             media.store_u64(off, encode_hwm(1))?;
@@ -378,7 +389,7 @@ impl Pool {
         let generation = a.segs[id as usize].generation + 1;
         let m = &self.media;
         let r = (|| -> Result<()> {
-            m.store_u64(base + SEG_STATE_OFF, SegmentState::Free.to_word())?;
+            m.store_u64(base + SEG_STATE_OFF, self.header.state_word(&self.sealer, id, SegmentState::Free))?;
             m.store_u64(base + SEG_COUNT_OFF, self.sealer.count_word(id, generation, 0))?;
             m.store_u64(base + SEG_NEXT_OFF, NO_SEGMENT)?;
             m.persist(base + SEG_COUNT_OFF, SEG_WORDS_LEN)?;
@@ -491,7 +502,7 @@ impl Pool {
 
     /// Stores and persists the `state` word of segment `id` (one aligned 8-byte store).
     fn persist_state(&self, id: u64, state: SegmentState) -> Result<()> {
-        self.persist_word(id, SEG_STATE_OFF, state.to_word())
+        self.persist_word(id, SEG_STATE_OFF, self.header.state_word(&self.sealer, id, state))
     }
 
     /// Stores and persists the `next` word of segment `id`: the link to `next`.

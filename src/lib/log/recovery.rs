@@ -80,6 +80,9 @@ pub struct SegmentFound {
     pub state: Option<SegmentState>,
     /// Raw `state` word.
     pub state_word: u64,
+    /// What the `state` word's check said.
+    #[serde(skip)]
+    pub state_check: StateCheck,
     /// Counted slots (decoded from the `count` word; repaired if one bit flipped).
     pub count: u64,
     /// Raw `count` word.
@@ -103,6 +106,21 @@ impl SegmentFound {
 }
 
 impl SegmentFound {
+    /// What is wrong with the `state` word of a segment in use, if anything.
+    pub fn state_damage(&self) -> Option<String> {
+        let st = self.state.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default();
+        match self.state_check {
+            StateCheck::Repaired(_) => {
+                Some(format!("state word {:#018x} fails its check; one flipped bit repaired: {st}", self.state_word))
+            }
+            StateCheck::Damaged if self.in_use() => Some(format!(
+                "state word {:#018x} fails its check and no one-bit repair verifies; kept as {st}, its entries read",
+                self.state_word
+            )),
+            _ => None,
+        }
+    }
+
     /// How far to walk the segment.
     pub fn limit(&self) -> WalkLimit {
         match self.count_check {
@@ -131,31 +149,37 @@ impl SegmentFound {
 pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
     let base = ph.segment_offset(id);
     let word = |o: u64| map.read_u64(base + o).unwrap_or(0);
+    let sealer = ph.sealer();
     let state_word = word(SEG_STATE_OFF);
-    let state = SegmentState::from_word(state_word);
+    let state_check = ph.check_state(&sealer, id, state_word);
+    let state = match state_check {
+        StateCheck::Ok(s) | StateCheck::Repaired(s) => Some(s),
+        StateCheck::Damaged => None,
+    };
     let count_word = word(SEG_COUNT_OFF);
     let mut f = SegmentFound {
         id,
         header: None,
         state,
         state_word,
+        state_check,
         count: 0,
         count_word,
         count_check: None,
         next: word(SEG_NEXT_OFF),
         problem: None,
     };
-    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed));
+    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed) | None);
     match map
         .view(base, SEG_FIXED_LEN)
         .map_err(|e| e.to_string())
-        .and_then(|b| SegmentHeader::decode(b, &ph.sealer()).map_err(|e| e.to_string()))
+        .and_then(|b| SegmentHeader::decode(b, &sealer).map_err(|e| e.to_string()))
     {
         Ok(h) if h.segment_id != id => {
             f.problem = Some(format!("header names segment {} but sits at {id}", h.segment_id));
         }
         Ok(h) => {
-            let c = ph.sealer().check_count(id, h.generation, count_word);
+            let c = sealer.check_count(id, h.generation, count_word);
             f.count = match c {
                 CountCheck::Ok(n) | CountCheck::Repaired(n) => n,
                 CountCheck::Damaged => 0,
@@ -168,7 +192,14 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
         Err(_) => {}
     }
     if f.header.is_some() && state.is_none() {
-        f.problem.get_or_insert_with(|| format!("unknown state word {state_word:#x}"));
+        if ph.checks_state() {
+            // A checked word that lost more than one bit: believing the segment's
+            // sealed entries loses nothing (versions decide), while freeing it could
+            // lose the only copy of a value.
+            f.state = Some(SegmentState::Sealed);
+        } else {
+            f.problem.get_or_insert_with(|| format!("unknown state word {state_word:#x}"));
+        }
     }
     f
 }
@@ -521,6 +552,9 @@ impl<'a> Scan<'a> {
         if let Some(p) = &f.problem {
             self.problem(format!("segment {id}: {p}"));
         }
+        if let Some(p) = f.state_damage() {
+            self.problem(format!("segment {id}: {p}"));
+        }
         if f.in_use() {
             self.walk(&f, tally);
         }
@@ -699,6 +733,14 @@ fn check_link(
 /// rewrites the `count` words that failed their check.
 fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryReport) -> Result<()> {
     for f in found.iter().filter(|f| f.in_use()) {
+        if let (StateCheck::Repaired(_) | StateCheck::Damaged, Some(st)) = (f.state_check, f.state) {
+            pool.persist_state(f.id, st)?;
+            report.repairs.push(format!(
+                "segment {}: state word rewritten as {}",
+                f.id,
+                format!("{st:?}").to_lowercase()
+            ));
+        }
         if f.state == Some(SegmentState::Active) {
             pool.seal_segment(f.id)?;
         }

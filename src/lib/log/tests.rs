@@ -183,8 +183,13 @@ proptest! {
 // ---- corrupt pools: recovery reports damage and never panics ----
 
 fn filled_pool_bytes() -> Vec<u8> {
+    filled_pool_bytes_of(FORMAT_VERSION)
+}
+
+/// A pool of format `version` that this build wrote.
+fn filled_pool_bytes_of(version: u32) -> Vec<u8> {
     let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 64 << 10).unwrap();
+    Pool::format_as(&media, 64 << 10, version).unwrap();
     let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
     let mut w1 = LocalWriter::new(&pool);
     let mut w2 = LocalWriter::new(&pool);
@@ -329,21 +334,25 @@ fn an_exhausted_version_counter_is_an_error_never_a_wrap() {
 
 #[test]
 fn a_version_2_pool_is_read_and_written_but_gets_no_cell_table_or_arena() {
-    let mut img = filled_pool_bytes();
+    let img = filled_pool_bytes();
     assert_eq!(u32::from_le_bytes(img[8..12].try_into().unwrap()), FORMAT_VERSION, "a new pool is the current version");
     let keys = recover_image(&img).unwrap().1.keys;
-    let mut h = PoolHeader::decode(&img, img.len() as u64).unwrap();
-    assert!(h.holds_runs());
-    // What a build of version 2 wrote: the same header under the older version.
-    h.format_version = 2;
-    img[..POOL_HEADER_LEN].copy_from_slice(&h.encode());
+    // What a build of version 2 wrote: plain state words.
+    let mut img = filled_pool_bytes_of(2);
     let (pool, rep) = recover_image(&img).unwrap();
     assert_eq!(rep.keys, keys);
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(pool.header().format_version, 2);
+    let state = |im: &[u8], id: u64| {
+        let at = (pool.segment_offset(id) + SEG_STATE_OFF) as usize;
+        u64::from_le_bytes(im[at..at + 8].try_into().unwrap())
+    };
+    assert_eq!(state(&img, 0), SegmentState::Sealed.to_word(), "a version 2 reader's word");
     assert_eq!(value_of(&pool, b"a17").unwrap(), vec![1u8; 200]);
     let mut w = LocalWriter::new(&pool);
     w.append(b"a17", b"after", false).unwrap();
+    let seg = w.segment().unwrap().id;
+    assert_eq!(state(&pool.media().durable_image().unwrap(), seg), SegmentState::Active.to_word());
     // A cell table or an arena would be free segments to a version 2 reader: refused.
     for e in [pool.create_cell_table(16, 64).unwrap_err(), pool.create_clover_arena(16, 64 << 10, 64).unwrap_err()] {
         assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
@@ -359,8 +368,59 @@ fn a_version_2_pool_is_read_and_written_but_gets_no_cell_table_or_arena() {
     let (pool, _) = recover_image(&after).unwrap();
     assert_eq!(value_of(&pool, b"a17").unwrap(), b"after", "segments written by this build read back");
     // A version this build does not know is refused, not guessed at.
+    let mut h = PoolHeader::decode(&img, img.len() as u64).unwrap();
     h.format_version = FORMAT_VERSION + 1;
     img[..POOL_HEADER_LEN].copy_from_slice(&h.encode());
     let e = recover_image(&img).unwrap_err().to_string();
     assert!(e.contains(&format!("format version {}", FORMAT_VERSION + 1)) && e.contains("newer"), "{e}");
+}
+
+/// Pool offset of segment `id`'s state word in a pool of 64 KiB segments.
+fn state_at(id: u64) -> usize {
+    (POOL_HEADER_SIZE + id * (64 << 10) + SEG_STATE_OFF) as usize
+}
+
+#[test]
+fn a_flipped_bit_in_a_state_word_is_repaired_not_taken_for_a_free_segment() {
+    let img = filled_pool_bytes();
+    let (_, clean) = recover_image(&img).unwrap();
+    let seg0 = u64::from_le_bytes(img[state_at(0)..state_at(0) + 8].try_into().unwrap());
+    for bit in [0, 1, 33, 63] {
+        let mut bad = img.clone();
+        bad[state_at(0)..state_at(0) + 8].copy_from_slice(&(seg0 ^ 1 << bit).to_le_bytes());
+        let (pool, rep) = recover_image(&bad).unwrap();
+        assert_eq!(rep.keys, clean.keys, "bit {bit}: every key is still there");
+        assert_eq!(value_of(&pool, b"a0").unwrap(), vec![1u8; 200], "bit {bit}");
+        assert!(
+            rep.problems.iter().any(|p| p.contains("segment 0: state word") && p.contains("repaired: sealed")),
+            "{:?}",
+            rep.problems
+        );
+        assert!(rep.repairs.iter().any(|r| r == "segment 0: state word rewritten as sealed"), "{:?}", rep.repairs);
+        let (_, again) = recover_image(&pool.media().durable_image().unwrap()).unwrap();
+        assert!(again.problems.is_empty(), "bit {bit}: rewritten: {:?}", again.problems);
+    }
+    // The plain words of a version 3 pool had no such defence: sealed (2) with bit 1
+    // flipped is free (0), and the segment's keys were gone without a word.
+    assert_eq!(SegmentState::Sealed.to_word() ^ 2, SegmentState::Free.to_word());
+}
+
+#[test]
+fn a_state_word_no_repair_verifies_keeps_its_segment_in_use_and_is_reported() {
+    let img = filled_pool_bytes();
+    let (_, clean) = recover_image(&img).unwrap();
+    let mut bad = img.clone();
+    bad[state_at(0)..state_at(0) + 8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
+    let (pool, rep) = recover_image(&bad).unwrap();
+    assert_eq!(rep.keys, clean.keys);
+    assert_eq!(rep.segments_damaged, 0);
+    assert!(
+        rep.problems.iter().any(|p| p.contains(
+            "segment 0: state word 0x0123456789abcdef fails its check and no one-bit repair verifies; kept as sealed"
+        )),
+        "{:?}",
+        rep.problems
+    );
+    let (_, again) = recover_image(&pool.media().durable_image().unwrap()).unwrap();
+    assert!(again.problems.is_empty(), "{:?}", again.problems);
 }
