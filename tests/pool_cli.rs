@@ -159,12 +159,20 @@ fn crashtest_refuses_what_it_cannot_run() {
         (&["--max-value", "18446744073709551615"][..], "hold values of at most"),
         (&["--threads", "0"][..], "at least 1 of each"),
         (&["--keys", "0"][..], "at least 1 of each"),
+        (&["--ops", "0"][..], "nothing would be checked"),
     ] {
         let out = boomctl().args(["crashtest", "--iterations", "1", "--quiet"]).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    let out = boomctl().args(["crashtest", "--iterations", "0", "--quiet"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing would be checked"), "{err}");
+    // load: no client threads was made 1
+    let out = boomctl().args(["load", "--server", "127.0.0.1:9", "--threads", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

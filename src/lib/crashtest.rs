@@ -101,13 +101,26 @@ impl Default for CrashTestOptions {
 }
 
 impl CrashTestOptions {
-    /// The options a crash test can run with: a client thread and a key at least, and
+    /// The options a crash test can run with: an iteration, an operation, a client
+    /// thread and a key at least, a keep probability in [0, 1], and
     /// values that fit a segment (a larger one was generated, bytes and all, before the
     /// server refused it: 10 GB values took all the memory).
     fn check(&self) -> Result<()> {
         use crate::log::format::{ENTRY_HEADER_SIZE, MAX_KEY_LEN, SEGMENT_HEADER_SIZE};
         if self.threads == 0 || self.keys == 0 {
             return Err(Error::invalid(format!("{} threads and {} keys: at least 1 of each", self.threads, self.keys)));
+        }
+        if self.iterations == 0 || self.ops == 0 {
+            return Err(Error::invalid(format!(
+                "{} iterations of {} operations per client: nothing would be checked; at least 1 of each",
+                self.iterations, self.ops
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.keep_probability) {
+            return Err(Error::invalid(format!(
+                "keep probability {}: a probability is between 0 and 1",
+                self.keep_probability
+            )));
         }
         let fits = self.segment_size.saturating_sub(SEGMENT_HEADER_SIZE + ENTRY_HEADER_SIZE + MAX_KEY_LEN as u64);
         if self.max_value as u64 > fits {
@@ -463,6 +476,10 @@ impl Checker<'_> {
         let trust = rec.trust();
         for id in 0..ph.segment_count {
             let f = read_segment(rec.media().map(), &ph, id);
+            // A crash stores whole words: a state word that fails its check was never written.
+            if let Some(d) = f.state_damage() {
+                self.bad("corrupt", format!("segment {id}: {d}"));
+            }
             if !f.in_use() {
                 continue;
             }

@@ -111,7 +111,10 @@ impl Cleaner {
             .iter()
             .enumerate()
             .filter(|(id, m)| {
-                m.state == SegmentState::Sealed && Some(*id as u64) != own && !self.stuck.contains(&(*id as u64))
+                m.state == SegmentState::Sealed
+                    && Some(*id as u64) != own
+                    && !self.stuck.contains(&(*id as u64))
+                    && !pool.is_torn(*id as u64)
             })
             .filter_map(|(id, _)| {
                 let frac = pool.segment_live(id as u64) as f64 / capacity;
@@ -513,6 +516,38 @@ mod tests {
             "{:?}",
             rep.problems
         );
+    }
+
+    #[test]
+    fn a_segment_whose_count_no_repair_verifies_stays_torn_across_restarts() {
+        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        churn(&pool, "a-", 6);
+        let mut c = Cleaner::new();
+        assert!(c.run(&pool, 0.9, 100).unwrap().entries_moved > 2);
+        let own = c.seg.as_ref().unwrap().id;
+        drop(c);
+        // Two flipped bits in its count word: no one-bit repair verifies.
+        let mut img = pool.media().durable_image().unwrap();
+        let at = (pool.segment_offset(own) + SEG_COUNT_OFF) as usize;
+        img[at] ^= 0x03;
+        let base = pool.pool_offset(own, SEGMENT_HEADER_SIZE) as usize;
+        let data = |im: &[u8]| im[base..base + (64 << 10) - SEGMENT_HEADER_SIZE as usize].to_vec();
+        let before = data(&img);
+        let (p2, rep) =
+            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        assert!(rep.problems.iter().any(|p| p.contains("no one-bit repair verifies")), "{:?}", rep.problems);
+        // A restart that appends nothing must not make the next one forget it.
+        let (p3, rep) = restart(&p2);
+        assert!(rep.problems.iter().any(|p| p.contains("no one-bit repair verifies")), "{:?}", rep.problems);
+        assert!(p3.is_torn(own));
+        let mut c = Cleaner::resume(&p3).unwrap();
+        churn(&p3, "b-", 6);
+        assert!(c.run(&p3, 1.0, 100).unwrap().entries_moved > 0);
+        assert_ne!(c.seg.as_ref().unwrap().id, own, "the copies went to a new segment");
+        assert_eq!(p3.seg_meta(own).unwrap().state, SegmentState::Sealed, "not cleaned away");
+        assert_eq!(data(&p3.media().durable_image().unwrap()), before, "the torn segment is untouched");
     }
 
     #[test]

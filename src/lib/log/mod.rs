@@ -156,13 +156,7 @@ impl Pool {
 
     /// Keys with a live value now (tombstones not counted), as recovery counts them.
     pub fn live_keys(&self) -> u64 {
-        let mut n = 0u64;
-        self.index.for_each(|l| {
-            if !l.tombstone {
-                n += 1;
-            }
-        });
-        n
+        self.index.len().saturating_sub(self.index.tombstones()) as u64
     }
 
     /// Writes a fresh pool header (with a new uuid and seal key, and a high-water mark
@@ -454,7 +448,7 @@ impl Pool {
             .map(|(id, m)| (id as u64, *m));
         let Some((id, meta)) = last else { return Ok(None) };
         let mut s = ActiveSegment::new(id, meta.generation);
-        if self.seg_torn[id as usize].load(Ordering::Relaxed) {
+        if self.is_torn(id) {
             s.resume_at(self.segment_size(), self.segment_slots(id));
             return Ok(Some(s));
         }
@@ -464,6 +458,13 @@ impl Pool {
         }
         s.resume_at(SEGMENT_HEADER_SIZE + self.segment_used(id), self.segment_slots(id));
         Ok(Some(s))
+    }
+
+    /// Whether recovery found segment `id` torn: its walk ended on damage, or no repair
+    /// verified its `count`, so counted slots may lie past the end it reached. Nothing
+    /// is appended to it and the cleaner leaves it (freeing it would lose those slots).
+    pub fn is_torn(&self, id: u64) -> bool {
+        self.seg_torn.get(id as usize).is_some_and(|t| t.load(Ordering::Relaxed))
     }
 
     /// Marks an active segment sealed (no more appends).

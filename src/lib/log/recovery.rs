@@ -169,7 +169,7 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
         next: word(SEG_NEXT_OFF),
         problem: None,
     };
-    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed) | None);
+    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed));
     match map
         .view(base, SEG_FIXED_LEN)
         .map_err(|e| e.to_string())
@@ -720,8 +720,10 @@ fn check_link(
         report.problems.push(format!("{log}: segment {b} links back to {prev:?}, not {want}"));
         return Ok(());
     };
-    // The allocation of `b` persisted before the link from `a` did.
-    if pool.seg_meta(a).map(|m| m.next) != Some(b) && writable {
+    // The allocation of `b` persisted before the link from `a` did: a crash leaves no
+    // link, which is what is repaired (in a cleaner log with repeated positions two
+    // segments may name the same one before them, and one link cannot serve both).
+    if pool.seg_meta(a).map(|m| m.next) == Some(NO_SEGMENT) && writable {
         pool.persist_next(a, b)?;
         pool.lock().segs[a as usize].next = b;
         report.repairs.push(format!("{log}: linked segment {a} -> {b}"));
@@ -730,8 +732,22 @@ fn check_link(
 }
 
 /// Seals the active segments (their writers are gone with the old process) and
-/// rewrites the `count` words that failed their check.
+/// rewrites the `state` and `count` words that failed their check.
+///
+/// A torn segment's `count` (its walk ended on damage, or no repair verified its
+/// count) is never lowered to the slots reached: the next recovery must find it torn
+/// again, so that nothing is appended after the end it reached and the cleaner leaves it.
 fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryReport) -> Result<()> {
+    for f in found.iter().filter(|f| !f.in_use() && f.problem.is_none()) {
+        if let StateCheck::Repaired(st) = f.state_check {
+            pool.persist_state(f.id, st)?;
+            report.repairs.push(format!(
+                "segment {}: state word rewritten as {}",
+                f.id,
+                format!("{st:?}").to_lowercase()
+            ));
+        }
+    }
     for f in found.iter().filter(|f| f.in_use()) {
         if let (StateCheck::Repaired(_) | StateCheck::Damaged, Some(st)) = (f.state_check, f.state) {
             pool.persist_state(f.id, st)?;
@@ -744,8 +760,9 @@ fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryRep
         if f.state == Some(SegmentState::Active) {
             pool.seal_segment(f.id)?;
         }
-        if let (Some(h), Some(CountCheck::Repaired(_) | CountCheck::Damaged)) = (f.header, f.count_check) {
-            let n = pool.segment_slots(f.id);
+        let torn = pool.is_torn(f.id);
+        if let (Some(h), Some(CountCheck::Repaired(true_count))) = (f.header, f.count_check) {
+            let n = if torn { true_count } else { pool.segment_slots(f.id) };
             pool.persist_count(f.id, h.generation, n)?;
             report.repairs.push(format!("segment {}: count rewritten as {n} slots", f.id));
         } else if let (Some(h), Some(CountCheck::Ok(_))) = (f.header, f.count_check) {

@@ -424,3 +424,22 @@ fn a_state_word_no_repair_verifies_keeps_its_segment_in_use_and_is_reported() {
     let (_, again) = recover_image(&pool.media().durable_image().unwrap()).unwrap();
     assert!(again.problems.is_empty(), "{:?}", again.problems);
 }
+
+#[test]
+fn a_flipped_bit_in_a_free_segment_s_state_word_is_rewritten() {
+    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 64 << 10).unwrap();
+    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let mut w = LocalWriter::new(&pool);
+    w.append(b"k", b"v", false).unwrap();
+    let id = w.segment().unwrap().id;
+    pool.seal_segment(id).unwrap();
+    pool.free_segment(id).unwrap();
+    let mut img = pool.media().durable_image().unwrap();
+    img[state_at(id) + 5] ^= 0x20;
+    let (p2, rep) = recover_image(&img).unwrap();
+    assert!(rep.problems.iter().any(|p| p.contains("repaired: free")), "{:?}", rep.problems);
+    assert!(rep.repairs.contains(&format!("segment {id}: state word rewritten as free")), "{:?}", rep.repairs);
+    let (_, again) = recover_image(&p2.media().durable_image().unwrap()).unwrap();
+    assert!(again.problems.is_empty(), "{:?}", again.problems);
+}

@@ -301,7 +301,21 @@ impl Pool {
 
     /// Seals `prev` (if any) and grants `owner` a new active segment linked after it.
     pub fn grant_segment(&self, owner: u64, prev: Option<&ActiveSegment>) -> Result<ActiveSegment> {
+        self.grant_segment_revoking(owner, prev, || {})
+    }
+
+    /// [`Pool::grant_segment`], calling `revoke` once the new segment is allocated and
+    /// before `prev` is sealed: a connection takes its client's write access to `prev`
+    /// away there, since a sealed segment is the cleaner's to move and free (and then
+    /// another client's), and nothing may be written into it after.
+    pub fn grant_segment_revoking(
+        &self,
+        owner: u64,
+        prev: Option<&ActiveSegment>,
+        revoke: impl FnOnce(),
+    ) -> Result<ActiveSegment> {
         let id = self.alloc_segment(owner, prev.map(|p| p.id))?;
+        revoke();
         if let Some(p) = prev {
             self.seal_segment(p.id)?;
         }

@@ -313,13 +313,16 @@ impl<T: Transport> Ctx<'_, T> {
         if q > 0 && conn.segments >= q {
             return Err((ErrorCode::Quota, format!("client {} reached its quota of {q} segments", conn.id)));
         }
-        let seg = self.sh.pool.grant_segment(conn.id, conn.seg.as_ref()).map_err(|e| match e {
+        let old_mr = &mut conn.seg_mr;
+        let revoke = || {
+            if let Some(old) = old_mr.take() {
+                old.deregister();
+            }
+        };
+        let seg = self.sh.pool.grant_segment_revoking(conn.id, conn.seg.as_ref(), revoke).map_err(|e| match e {
             Error::PoolFull { .. } => (ErrorCode::PoolFull, e.to_string()),
             e => (ErrorCode::Internal, e.to_string()),
         })?;
-        if let Some(old) = conn.seg_mr.take() {
-            old.deregister();
-        }
         let mr = self
             .sh
             .bound_seg_mr(&conn.qp, seg.id, Access::REMOTE_WRITE)
