@@ -92,7 +92,11 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     let tcp_prefixed = format!("tcp:{tcp}");
     assert_eq!(run(&["get", "--server", &tcp_prefixed, "bin", "--hex"]).stdout, b"000102ff\n");
     let out = run(&["stats", "--server", &shm]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("puts"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("puts"));
+    // "bin" and "stdin" live; the four keys above deleted (their tombstones were
+    // counted as keys)
+    assert!(text.contains("keys          2 live, 4 deleted"), "{text}");
     // SIGTERM stops it cleanly with status 0
     sigterm(serve.0.id());
     let status = serve.0.wait().unwrap();

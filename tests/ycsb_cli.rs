@@ -226,6 +226,11 @@ fn first_contact_messages() {
         &["ycsb", "--quiet", "-p", "exportfile=/nonexistent-dir/r.txt", "-p", "recordcount=5"],
         "exportfile /nonexistent-dir/r.txt: cannot write there",
     );
+    // Scans on the embedded server's hash index: the advice is for this command line.
+    fails_with(
+        &["ycsb", "--mix", "e", "--index", "hash", "--quiet", "-p", "recordcount=5"],
+        "which the hash index cannot serve: omit --index hash",
+    );
     // A value over the server's limit says so before running.
     fails_with(&["ycsb", "--size", "2m", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"], "over the limit");
 }

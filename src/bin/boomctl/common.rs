@@ -55,8 +55,8 @@ pub struct PmemArgs {
 /// How to create and map a pool (for commands that may create one).
 #[derive(clap::Args, Debug, Clone)]
 pub struct MediaArgs {
-    /// Size of a NEW pool (an existing pool keeps its size; shrinking is refused).
-    /// Implies --create.
+    /// Size of a NEW pool. Implies --create. An existing pool keeps its size: a
+    /// different --pool-size is refused, larger or smaller.
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub pool_size: Option<u64>,
     /// Create the pool if --pmem names none (1G unless --pool-size); without it, or

@@ -106,10 +106,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
 struct Serving {
     core: Arc<ServerCore>,
     stop: Arc<AtomicBool>,
-    shm: Option<Server<ShmTransport>>,
-    tcp: Option<Server<TcpTransport>>,
+    // Held to keep listening; dropped (in this order) to stop.
+    _shm: Option<Server<ShmTransport>>,
+    _tcp: Option<Server<TcpTransport>>,
     #[cfg(feature = "rdma")]
-    verbs: Option<Server<boomkv::transport::VerbsTransport>>,
+    _verbs: Option<Server<boomkv::transport::VerbsTransport>>,
 }
 
 /// Opens the server on `pool`: everything up to listening.
@@ -225,33 +226,24 @@ fn listen_on(a: &ServeArgs, core: Arc<ServerCore>, [shm, tcp, verbs]: [Vec<Endpo
     Ok(Serving {
         core,
         stop,
-        shm,
-        tcp,
+        _shm: shm,
+        _tcp: tcp,
         #[cfg(feature = "rdma")]
-        verbs,
+        _verbs: verbs,
     })
 }
 
 impl Serving {
     /// Serves until a signal or a shutdown request, then stops.
     fn run(self) -> anyhow::Result<()> {
-        let Serving {
-            core,
-            stop,
-            shm,
-            tcp,
-            #[cfg(feature = "rdma")]
-            verbs,
-        } = self;
-        while !stop.load(Ordering::Relaxed) && !core.is_stopping() {
+        let core = self.core.clone();
+        while !self.stop.load(Ordering::Relaxed) && !core.is_stopping() {
             std::thread::sleep(Duration::from_millis(100));
         }
         eprintln!("boomctl serve: shutting down");
         core.request_shutdown();
-        drop(shm);
-        drop(tcp);
-        #[cfg(feature = "rdma")]
-        drop(verbs);
+        // The listeners first: they finish what they hold.
+        drop(self);
         let st = core.stats();
         core.shutdown();
         // Counted as recovery counts them (live keys, not tombstones), so this line and
@@ -529,7 +521,11 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
     // The server counts what it serves; the passive protocols' clients read and write the
     // pool with one-sided operations it never sees.
     crate::outln!("              (served by the server; pDPM-Direct and Clover clients bypass it: not counted)")?;
-    crate::outln!("keys          {} indexed", s.index_entries)?;
+    crate::outln!(
+        "keys          {} live, {} deleted",
+        s.index_entries.saturating_sub(s.index_tombstones),
+        s.index_tombstones
+    )?;
     crate::outln!(
         "space         {} appended, {} updated in place, {} live, {} garbage",
         human_bytes(sp.bytes_appended),

@@ -296,7 +296,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
     /// Client threads.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     threads: usize,
     /// No progress output.
     #[arg(long)]
@@ -317,7 +317,7 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
     let w = CoreWorkload::new(&spec)?;
     let ep = Endpoint::parse_for(&a.server, a.transport)?;
     let opts = RunOptions {
-        threads: a.threads.max(1),
+        threads: a.threads,
         seed: spec.seed()?.unwrap_or(1),
         progress: Progress::auto(a.quiet),
         label: "load".into(),
@@ -382,6 +382,13 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     if has_scans && a.target_args.protocol != Protocol::Boom {
         bail!("workload {} has scans, which boomkv implements for --protocol boom only", a.w.label());
+    }
+    if has_scans && a.target_args.server.is_none() && a.target_args.index == Some(IndexKind::Hash) {
+        bail!(
+            "workload {} has scans, which the hash index cannot serve: omit --index hash (the embedded server then \
+             uses the ordered index)",
+            a.w.label()
+        );
     }
     let threads = spec.thread_count()?.max(1) as usize;
     let seed = spec.seed()?.unwrap_or(1);

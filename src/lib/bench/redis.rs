@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 /// One connection to a Redis server.
 pub struct RedisDb {
     conn: redis::Connection,
+    timeout: Duration,
 }
 
 impl RedisDb {
@@ -32,19 +33,28 @@ impl RedisDb {
     /// connection and then for each reply.
     pub fn connect(url: &str, timeout: Duration) -> Result<RedisDb> {
         let client = redis::Client::open(url).map_err(|e| Error::invalid(format!("--db {url}: {e}")))?;
-        let conn = client
-            .get_connection_with_timeout(timeout)
-            .map_err(|e| Error::Transport(format!("cannot connect to {url}: {e}")))?;
-        conn.set_read_timeout(Some(timeout)).map_err(|e| failed("setting a timeout", &e))?;
-        conn.set_write_timeout(Some(timeout)).map_err(|e| failed("setting a timeout", &e))?;
-        Ok(RedisDb { conn })
+        let conn = client.get_connection_with_timeout(timeout).map_err(|e| {
+            let why = if e.is_timeout() {
+                format!("no answer within {timeout:?}: is a Redis server listening there?")
+            } else {
+                e.to_string()
+            };
+            Error::Transport(format!("cannot connect to {url}: {why}"))
+        })?;
+        conn.set_read_timeout(Some(timeout)).map_err(|e| failed("setting a timeout", &e, timeout))?;
+        conn.set_write_timeout(Some(timeout)).map_err(|e| failed("setting a timeout", &e, timeout))?;
+        Ok(RedisDb { conn, timeout })
     }
 }
 
 /// A failed request: a connection that broke (or timed out) ends the thread's run, as
-/// boomkv's lost connections do; anything else is the server's answer.
-fn failed(during: &'static str, e: &redis::RedisError) -> Error {
-    if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() {
+/// boomkv's lost connections do (a late reply would be taken for the next request's);
+/// anything else is the server's answer.
+fn failed(during: &'static str, e: &redis::RedisError, timeout: Duration) -> Error {
+    if e.is_timeout() {
+        // The socket's own words are "Resource temporarily unavailable (os error 11)".
+        Error::ConnectionLost { during, why: format!("no reply within {timeout:?}") }
+    } else if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
         Error::ConnectionLost { during, why: e.to_string() }
     } else {
         Error::Transport(format!("redis: {e}"))
@@ -67,14 +77,18 @@ impl Db for RedisDb {
     /// order, and the server serves them in about the order they came).
     fn read_start(&mut self, key: &[u8], _out: &mut Vec<u8>) -> Result<Option<bool>> {
         let cmd = redis::cmd("GET").arg(key).get_packed_command();
-        self.conn.send_packed_command(&cmd).map_err(|e| failed("GET", &e))?;
+        self.conn.send_packed_command(&cmd).map_err(|e| failed("GET", &e, self.timeout))?;
         Ok(None)
     }
 
     /// Waits for the reply (a blocking read).
     fn read_poll(&mut self, _key: &[u8], out: &mut Vec<u8>) -> Result<Option<bool>> {
-        let reply = self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("GET", &e))?;
-        let v: Option<Vec<u8>> = redis::from_redis_value(reply).map_err(|e| failed("GET", &e.into()))?;
+        let reply = self
+            .conn
+            .recv_response()
+            .and_then(redis::Value::extract_error)
+            .map_err(|e| failed("GET", &e, self.timeout))?;
+        let v: Option<Vec<u8>> = redis::from_redis_value(reply).map_err(|e| failed("GET", &e.into(), self.timeout))?;
         Ok(Some(match v {
             Some(v) => {
                 out.clear();
@@ -88,13 +102,13 @@ impl Db for RedisDb {
     /// Sends the SET without reading its reply (see `read_start`).
     fn write_start(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
         let cmd = redis::cmd("SET").arg(key).arg(value).get_packed_command();
-        self.conn.send_packed_command(&cmd).map_err(|e| failed("SET", &e))?;
+        self.conn.send_packed_command(&cmd).map_err(|e| failed("SET", &e, self.timeout))?;
         Ok(false)
     }
 
     /// Waits for the SET's reply.
     fn write_poll(&mut self, _key: &[u8]) -> Result<bool> {
-        self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("SET", &e))?;
+        self.conn.recv_response().and_then(redis::Value::extract_error).map_err(|e| failed("SET", &e, self.timeout))?;
         Ok(true)
     }
 
@@ -174,8 +188,9 @@ impl RedisServer {
         // Listening is not serving yet (it may still be loading): wait for a PING.
         let url = server.url();
         loop {
-            let pong = RedisDb::connect(&url, Duration::from_secs(1))
-                .and_then(|mut db| redis::cmd("PING").query::<String>(&mut db.conn).map_err(|e| failed("PING", &e)));
+            let pong = RedisDb::connect(&url, Duration::from_secs(1)).and_then(|mut db| {
+                redis::cmd("PING").query::<String>(&mut db.conn).map_err(|e| failed("PING", &e, Duration::from_secs(1)))
+            });
             match pong {
                 Ok(_) => return Ok(server),
                 Err(e) if Instant::now() > end => {
@@ -196,5 +211,27 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_never_answers_is_named_as_such() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", l.local_addr().unwrap());
+        // Accepts, reads nothing, answers nothing, and hangs up after a second.
+        let t = std::thread::spawn(move || {
+            let c = l.accept();
+            std::thread::sleep(Duration::from_secs(1));
+            drop(c);
+        });
+        let r = RedisDb::connect(&url, Duration::from_millis(300)).and_then(|mut db| db.read(b"k", &mut Vec::new()));
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("no answer within 300ms") || e.contains("no reply within 300ms"), "{e}");
+        assert!(!e.contains("os error"), "{e}");
+        t.join().unwrap();
     }
 }

@@ -186,6 +186,9 @@ pub struct Index {
     kind: IndexKind,
     hash: Option<HashIndex>,
     ordered: Option<RwLock<BTreeMap<Box<[u8]>, Loc>>>,
+    /// Entries that are tombstones: keys deleted, not live (kept as each change
+    /// happens, so counting live keys never walks the index).
+    tombstones: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for Index {
@@ -198,8 +201,12 @@ impl Index {
     /// An empty index of the given kind.
     pub fn new(kind: IndexKind) -> Index {
         match kind {
-            IndexKind::Hash => Index { kind, hash: Some(HashIndex::new()), ordered: None },
-            IndexKind::Ordered => Index { kind, hash: None, ordered: Some(RwLock::new(BTreeMap::new())) },
+            IndexKind::Hash => {
+                Index { kind, hash: Some(HashIndex::new()), ordered: None, tombstones: Default::default() }
+            }
+            IndexKind::Ordered => {
+                Index { kind, hash: None, ordered: Some(RwLock::new(BTreeMap::new())), tombstones: Default::default() }
+            }
         }
     }
 
@@ -219,6 +226,24 @@ impl Index {
 
     /// Installs `loc` for `key` if it is newer than what the index holds.
     pub fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
+        let u = self.upsert_inner(key, loc, ks);
+        match u {
+            Upsert::Inserted => self.count_tombstones(None, Some(&loc)),
+            Upsert::Replaced(old) => self.count_tombstones(Some(&old), Some(&loc)),
+            Upsert::Stale(_) => {}
+        }
+        u
+    }
+
+    /// Counts the change of one entry from `old` to `new` in [`Index::tombstones`].
+    fn count_tombstones(&self, old: Option<&Loc>, new: Option<&Loc>) {
+        let d = i64::from(new.is_some_and(|l| l.tombstone)) - i64::from(old.is_some_and(|l| l.tombstone));
+        if d != 0 {
+            self.tombstones.fetch_add(d, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn upsert_inner(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.upsert(key, loc, ks),
             (_, Some(o)) => {
@@ -240,6 +265,14 @@ impl Index {
     /// still holds exactly `old`. The cleaner uses it to move entries and drop tombstones
     /// without undoing a concurrent update.
     pub fn replace_exact(&self, key: &[u8], old: &Loc, new: Option<Loc>, ks: &dyn KeySource) -> bool {
+        let done = self.replace_exact_inner(key, old, new, ks);
+        if done {
+            self.count_tombstones(Some(old), new.as_ref());
+        }
+        done
+    }
+
+    fn replace_exact_inner(&self, key: &[u8], old: &Loc, new: Option<Loc>, ks: &dyn KeySource) -> bool {
         match (&self.hash, &self.ordered) {
             (Some(h), _) => h.replace_exact(key, old, new, ks),
             (_, Some(o)) => {
@@ -284,6 +317,11 @@ impl Index {
         }
     }
 
+    /// Entries that are tombstones (deleted keys).
+    pub fn tombstones(&self) -> usize {
+        self.tombstones.load(std::sync::atomic::Ordering::Relaxed).max(0) as usize
+    }
+
     /// Whether the index is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -314,6 +352,38 @@ mod tests {
 
     fn loc(seg: u32, off: u32, v: u64, tomb: bool) -> Loc {
         Loc { segment: seg, offset: off, len: 40, version: v, tombstone: tomb }
+    }
+
+    #[test]
+    fn tombstones_are_counted_as_entries_change() {
+        for kind in [IndexKind::Hash, IndexKind::Ordered] {
+            let mut keys = Keys(HashMap::new());
+            for i in 0..4u32 {
+                keys.0.insert((0, i), b"a".to_vec());
+                keys.0.insert((1, i), b"b".to_vec());
+            }
+            let idx = Index::new(kind);
+            let tombs = |idx: &Index| {
+                let mut n = 0;
+                idx.for_each(|l| n += usize::from(l.tombstone));
+                n
+            };
+            let steps: [&dyn Fn(&Index); 8] = [
+                &|i| assert_eq!(i.upsert(b"a", loc(0, 0, 1, false), &keys), Upsert::Inserted),
+                &|i| assert!(matches!(i.upsert(b"a", loc(0, 1, 2, true), &keys), Upsert::Replaced(_))),
+                &|i| assert!(matches!(i.upsert(b"a", loc(0, 2, 1, true), &keys), Upsert::Stale(_))),
+                &|i| assert_eq!(i.upsert(b"b", loc(1, 0, 3, true), &keys), Upsert::Inserted),
+                &|i| assert!(i.replace_exact(b"b", &loc(1, 0, 3, true), Some(loc(1, 1, 3, true)), &keys)),
+                &|i| assert!(!i.replace_exact(b"b", &loc(1, 0, 3, true), None, &keys)),
+                &|i| assert!(matches!(i.upsert(b"a", loc(0, 3, 4, false), &keys), Upsert::Replaced(_))),
+                &|i| assert!(i.replace_exact(b"b", &loc(1, 1, 3, true), None, &keys)),
+            ];
+            for (n, step) in steps.iter().enumerate() {
+                step(&idx);
+                assert_eq!(idx.tombstones(), tombs(&idx), "{kind:?}, after step {n}");
+            }
+            assert_eq!((idx.len(), idx.tombstones()), (1, 0));
+        }
     }
 
     #[test]

@@ -257,14 +257,17 @@ impl Media {
                     .map_err(|e| perr(format!("cannot allocate the pool's {len} bytes on disk: {e}")))?;
             }
             if let Some(want) = opts.create_size {
+                // Not yet known to be a pool: the header is read later.
                 if want < len {
                     return Err(perr(format!(
-                        "existing pool is {len} bytes; refusing to shrink it to {want} (that would lose data)"
+                        "the file exists ({len} bytes); --pool-size {want} would shrink it, which is refused (that \
+                         would lose data): omit --pool-size to open it as it is"
                     )));
                 }
                 if want > len {
                     return Err(perr(format!(
-                        "existing pool is {len} bytes; growing it to {want} is not supported (omit --pool-size)"
+                        "the file exists ({len} bytes); --pool-size {want} would grow it, which is not supported: \
+                         omit --pool-size to open it as it is"
                     )));
                 }
             }
@@ -597,7 +600,10 @@ mod tests {
         drop(m);
         let small = MediaOptions { create_size: Some(1 << 20), ..Default::default() };
         let e = Media::open(&path, &small).unwrap_err().to_string();
-        assert!(e.contains("refusing to shrink"), "{e}");
+        assert!(e.contains("would shrink it, which is refused"), "{e}");
+        let big = MediaOptions { create_size: Some(4 << 20), ..Default::default() };
+        let e = Media::open(&path, &big).unwrap_err().to_string();
+        assert!(e.contains("would grow it, which is not supported: omit --pool-size"), "{e}");
         let ro = MediaOptions { read_only: true, create: false, ..Default::default() };
         let (m, created) = Media::open(&path, &ro).unwrap();
         assert!(!created);

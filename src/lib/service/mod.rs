@@ -173,6 +173,9 @@ pub struct ServerStats {
     pub over_limit: u64,
     /// Keys indexed (tombstones included).
     pub index_entries: usize,
+    /// Of those, deleted keys' tombstones.
+    #[serde(default)]
+    pub index_tombstones: usize,
     /// Space accounting.
     pub space: crate::log::SpaceReport,
     /// Free segments.
@@ -304,6 +307,7 @@ impl ServerCore {
                 .sum(),
             over_limit: l(&c.over_limit),
             index_entries: self.pool.index().len(),
+            index_tombstones: self.pool.index().tombstones(),
             space: self.pool.space_report(),
             free_segments: self.pool.free_segments(),
             flush: self.pool.media().flush_counts(),
@@ -445,7 +449,7 @@ fn housekeeping(sh: Arc<ServerCore>, mut cleaner: Cleaner) {
                     s.dels,
                     s.gets,
                     s.not_found,
-                    s.index_entries,
+                    s.index_entries - s.index_tombstones,
                     s.free_segments,
                     crate::units::human_bytes(s.space.garbage_bytes)
                 );
