@@ -78,6 +78,9 @@ pub const LOCK_LINE: u64 = 64;
 pub const CELL_KEY_MAX: u32 = 128;
 /// Most cells in a table.
 pub const MAX_CELLS: u64 = 1 << 32;
+
+/// Largest slot a cell table's descriptor may name.
+pub const MAX_SLOT_SIZE: u64 = 1 << 30;
 /// Largest cell version (48 bits of the lock word).
 pub const MAX_CELL_VERSION: u64 = (1 << 48) - 1;
 
@@ -106,9 +109,10 @@ impl CellTable {
         LOCK_LINE + 2 * self.slot_size
     }
 
-    /// Bytes of all the cells.
+    /// Bytes of all the cells (saturating: a geometry this large fits no pool, and
+    /// [`CellTable::validate`] refuses it).
     pub fn bytes(&self) -> u64 {
-        self.cells * self.cell_size()
+        self.cells.saturating_mul(self.cell_size())
     }
 
     /// The largest value a cell holds under a key of `key_len` bytes.
@@ -154,15 +158,21 @@ impl CellTable {
         if self.cells == 0 || self.cells > MAX_CELLS {
             return Err(format!("{} cells (1..={MAX_CELLS})", self.cells));
         }
-        if self.slot_size % 64 != 0 || self.slot_size < Self::slot_size_for(0) || self.slot_size > 1 << 30 {
+        if self.slot_size % 64 != 0 || self.slot_size < Self::slot_size_for(0) || self.slot_size > MAX_SLOT_SIZE {
             return Err(format!("slot size {}", self.slot_size));
         }
         let end = self.first_segment.checked_add(self.segments);
         if self.segments == 0 || end.is_none_or(|e| e > segment_count) {
             return Err(format!("segments {}+{} of a pool of {segment_count}", self.first_segment, self.segments));
         }
-        if self.bytes() > self.segments.saturating_mul(segment_size) {
-            return Err(format!("{} bytes of cells in {} segments", self.bytes(), self.segments));
+        // Checked: a wrapped product let a one-segment table claim billions of cells,
+        // and recovery then wrote lock words far past it.
+        let bytes = self
+            .cells
+            .checked_mul(self.cell_size())
+            .ok_or_else(|| format!("{} cells of {} bytes overflow a 64-bit size", self.cells, self.cell_size()))?;
+        if bytes > self.segments.saturating_mul(segment_size) {
+            return Err(format!("{bytes} bytes of cells in {} segments", self.segments));
         }
         Ok(())
     }

@@ -66,6 +66,13 @@ impl Pool {
         let slot_size = CellTable::slot_size_for(value_max);
         let mut t = CellTable { first_segment: 0, segments: 0, cells, slot_size };
         let what = format!("a cell table of {cells} cells of {} bytes", t.cell_size());
+        // What recovery will refuse is refused before anything is taken.
+        if t.slot_size > cells::MAX_SLOT_SIZE || cells.checked_mul(t.cell_size()).is_none() {
+            return Err(Error::invalid(format!(
+                "{what}: too large (slots of at most {} bytes, a table of at most 2^64 bytes)",
+                cells::MAX_SLOT_SIZE
+            )));
+        }
         (t.first_segment, t.segments) = self.take_run(t.bytes(), &what)?;
         self.publish_run(t.first_segment, t.segments, cells::DESCRIPTOR_OFF, &t.encode())?;
         let _ = self.cells.set(t);

@@ -443,3 +443,22 @@ fn a_flipped_bit_in_a_free_segment_s_state_word_is_rewritten() {
     let (_, again) = recover_image(&p2.media().durable_image().unwrap()).unwrap();
     assert!(again.problems.is_empty(), "{:?}", again.problems);
 }
+
+#[test]
+fn a_cell_table_whose_size_would_wrap_is_refused() {
+    // 2,684,518,405 cells of 6.87 GB wrapped to a 64-byte table of one segment, and
+    // recovery then wrote lock words all over the pool.
+    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 64 << 10).unwrap();
+    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let free = pool.free_segments();
+    let e = pool.create_cell_table(2_684_518_405, 3_435_763_928).unwrap_err().to_string();
+    assert!(e.contains("too large"), "{e}");
+    assert!(pool.cell_table().is_none());
+    assert_eq!(pool.free_segments(), free, "nothing taken");
+    // and a descriptor naming such a geometry does not validate
+    let t = cells::CellTable { first_segment: 0, segments: 1, cells: 1 << 32, slot_size: 1 << 30 };
+    assert!(t.validate(16, 64 << 10).is_err());
+    let t = cells::CellTable { first_segment: 0, segments: 1, cells: 2_684_518_405, slot_size: 3_435_763_968 };
+    assert!(t.validate(16, 64 << 10).is_err());
+}
