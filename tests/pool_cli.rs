@@ -195,3 +195,39 @@ fn a_client_timeout_of_zero_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("'--timeout <SECS>'"));
 }
+
+#[test]
+fn recover_bench_refuses_what_it_cannot_run() {
+    for (args, needle) in [
+        // the value was allocated in full before the first append refused it
+        (&["--value-size", "1T"][..], "hold values of 1 byte to"),
+        (&["--value-size", "0"][..], "hold values of 1 byte to"),
+        // "inf ms, best of 0" and a ratio of 1.00x that looked like a pass
+        (&["--repeat", "0"][..], "--repeat"),
+        // advice about --pool-size and --segment-size, which recover has not
+        (&["--bench-size", "1M"][..], "--bench-size 1M: at least 4M"),
+        // accepted and ignored
+        (&["--json"][..], "cannot be used with"),
+        (&["--pmem", "/tmp/x"][..], "cannot be used with"),
+    ] {
+        let out = Command::new("timeout")
+            .args(["60", env!("CARGO_BIN_EXE_boomctl"), "recover", "--bench"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_transport_checks_its_csv_path_before_measuring() {
+    let out = Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_boomctl"), "bench-transport", "--csv", "/nonexistent-dir/floor.csv"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--csv /nonexistent-dir/floor.csv: cannot write there"), "{err}");
+}

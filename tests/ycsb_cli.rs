@@ -554,3 +554,37 @@ fn a_server_logged_protocol_with_many_clients_fits_the_smallest_embedded_pool() 
     assert!(!text.contains("ERROR"), "{text}");
     assert_eq!(num(&rows(&out.stdout), "CLEANUP", "Operations"), 8.0);
 }
+
+#[test]
+fn zero_padding_is_bounded_by_the_longest_key() {
+    assert_eq!(boomkv::workload::core::MAX_ZERO_PADDING + 4, u64::from(boomkv::log::format::MAX_KEY_LEN));
+    // 10^10 zeros per key, even for a dry run
+    fails_with(&["ycsb", "-p", "zeropadding=10000000000", "--dry-run"], "at most 1020");
+    run(&["ycsb", "-p", "zeropadding=1020", "--dry-run", "--print-ops", "1"]);
+}
+
+#[test]
+fn counts_of_zero_are_refused_not_made_one() {
+    fails_with(&["ycsb", "--workers", "0", "--dry-run"], "must be at least 1");
+    fails_with(&["serve", "--pmem", "/nonexistent-dir/p", "--workers", "0"], "must be at least 1");
+}
+
+#[test]
+fn an_embedded_server_takes_every_client_of_the_run() {
+    // More than a shared server's default of 256: "too many clients", with no option
+    // to raise it.
+    run(&[
+        "ycsb",
+        "--quiet",
+        "--threads",
+        "1",
+        "--clients",
+        "260",
+        "--segment-size",
+        "64K",
+        "-p",
+        "recordcount=100",
+        "-p",
+        "operationcount=520",
+    ]);
+}

@@ -80,6 +80,9 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
         perftest: !args.no_perftest,
         verbs_tuning_off: args.tuning_off,
     };
+    if let Some(path) = &args.csv {
+        crate::common::check_writable("--csv", path)?;
+    }
     let mut out = std::io::stdout().lock();
     let report = floor::run(&opts, &mut out).context("transport floor benchmark")?;
     if let Some(path) = &args.csv {

@@ -214,3 +214,12 @@ pub fn check_writable(what: &str, path: &std::path::Path) -> anyhow::Result<()> 
     }
     Ok(())
 }
+
+/// A count that must be 1 or more (threads, workers): 0 is refused, not made 1.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}

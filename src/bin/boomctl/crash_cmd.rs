@@ -122,10 +122,11 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
                 crate::outln!("  {}: {}", v.kind, v.detail)?;
             }
             crate::outln!(
-                "  replay: boomctl crashtest --iterations 1 --seed {} --protocol {} --threads {} --ops {} --keys {} --max-value {} --transport {} --keep {}{}{}",
+                "  replay: boomctl crashtest --iterations 1 --seed {} --protocol {} --threads {} --ops {} --keys {} --max-value {} --transport {} --keep {}{}{}{}",
                 f.seed, a.protocol, o.threads, o.ops, o.keys, o.max_value, a.transport, a.keep,
                 if a.no_tear { " --no-tear" } else { "" },
                 if a.no_cleaner { " --no-cleaner" } else { "" },
+                a.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
             )?;
         }
     }

@@ -49,7 +49,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     verbs: VerbsArgs,
     /// Polling worker threads per transport [default: 1 on machines with up to 4 cores].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::common::at_least_one)]
     workers: Option<usize>,
     /// Run the polling workers on these CPUs only, e.g. 2-3 (as `taskset -c` writes
     /// them): keep clients of the same host, and other work, off them.

@@ -4,7 +4,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use boomkv::index::IndexKind;
 use boomkv::log::inspect::{inspect, InspectFilter};
 use boomkv::log::{LocalWriter, Pool, PoolOptions, RecoveryReport};
@@ -34,7 +34,7 @@ pub struct RecoverArgs {
     keys: bool,
     /// Benchmark: build a pool of --bench-size filled with --value-size entries in
     /// --bench-dir, then time recovery against one sequential read of the same file.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["pmem", "repair", "json", "keys"])]
     bench: bool,
     /// Pool size for --bench.
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "1G")]
@@ -46,7 +46,7 @@ pub struct RecoverArgs {
     #[arg(long, value_name = "DIR")]
     bench_dir: Option<PathBuf>,
     /// Timed repetitions for --bench (the best of each is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
 }
 
@@ -168,7 +168,25 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
         .tempdir_in(&base)
         .with_context(|| format!("cannot create a directory in {}", base.display()))?;
     let path = dir.path().join("boomkv.pool");
+    if a.bench_size < 4 << 20 {
+        bail!(
+            "--bench-size {}: at least 4M (the benchmark's pool holds segments of at least 1M)",
+            short_bytes(a.bench_size)
+        );
+    }
     let seg = (64u64 << 20).min(a.bench_size / 4).max(1 << 20) / 4096 * 4096;
+    // Before the value is made: --value-size 1T allocated it in full first.
+    let key_len = format!("user{:012}", 0).len() as u64;
+    let fits = seg - boomkv::log::format::SEGMENT_HEADER_SIZE - boomkv::log::format::ENTRY_HEADER_SIZE - key_len;
+    if a.value_size == 0 || a.value_size > fits {
+        bail!(
+            "--value-size {}: the {} segments of a {} benchmark pool hold values of 1 byte to {}",
+            short_bytes(a.value_size),
+            short_bytes(seg),
+            short_bytes(a.bench_size),
+            short_bytes(fits)
+        );
+    }
     let opts = PoolOptions {
         media: MediaOptions { create_size: Some(a.bench_size), flush: Some(FlushKind::None), ..Default::default() },
         segment_size: seg,

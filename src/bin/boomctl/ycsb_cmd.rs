@@ -188,7 +188,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "64M")]
     pub segment_size: u64,
     /// Embedded: server worker threads [default: 1 on small machines].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::common::at_least_one)]
     pub workers: Option<usize>,
     /// Embedded: where threads run. auto: the server's workers on CPUs of their own (the
     /// last ones this process may use; see `taskset`), the client threads on the others,
@@ -296,7 +296,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
     /// Client threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = crate::common::at_least_one)]
     threads: usize,
     /// No progress output.
     #[arg(long)]
@@ -567,6 +567,8 @@ fn run_phases(
             if let Some(n) = ta.workers {
                 server.workers = n;
             }
+            // Every client of the run, however many (the default limit is for a shared server).
+            server.max_clients = server.max_clients.max(run_opts.clients.unwrap_or(threads));
             server.worker_cpus = layout.map(|l| l.server.clone());
             let eo = EmbeddedOptions {
                 parent: ta.pmem.clone(),

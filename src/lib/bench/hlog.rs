@@ -252,12 +252,17 @@ impl HlogFile {
         const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
         let offset = match (base_time, start_time) {
             (Some(b), _) => b,
-            (None, Some(s)) if raw.first().is_some_and(|(_, ts, _, _)| *ts + YEAR < s) => s,
+            (None, Some(s)) if raw.first().is_some_and(|(_, ts, _, _)| ts.saturating_add(YEAR) < s) => s,
             _ => Duration::ZERO,
         };
         let intervals = raw
             .into_iter()
-            .map(|(tag, ts, duration, histogram)| HlogInterval { tag, start: offset + ts, duration, histogram })
+            .map(|(tag, ts, duration, histogram)| HlogInterval {
+                tag,
+                start: offset.saturating_add(ts),
+                duration,
+                histogram,
+            })
             .collect();
 
         let mut run = None;
@@ -313,8 +318,8 @@ impl HlogFile {
         let first = self.intervals.iter().map(|i| i.start).min();
         let start = self.start_time.or(first)?;
         let end = match &self.run {
-            Some(run) => start + run.runtime,
-            None => self.intervals.iter().map(|i| i.start + i.duration).max().unwrap_or(start),
+            Some(run) => start.saturating_add(run.runtime),
+            None => self.intervals.iter().map(|i| i.start.saturating_add(i.duration)).max().unwrap_or(start),
         };
         Some((start, end))
     }
@@ -380,6 +385,19 @@ pub fn epoch(t: SystemTime) -> Duration {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn absurd_times_in_an_edited_log_are_no_panic() {
+        // "overflow when adding durations" took down `ycsb --merge`.
+        let text =
+            "#[StartTime: 18446744073709551615.000 (seconds since epoch)]\n#boomkv-run: runtime_ms=1000 operations=1\n";
+        let f = HlogFile::parse(text.as_bytes(), "edited.hlog").unwrap();
+        let (start, end) = f.span().unwrap();
+        assert!(end >= start);
+        let m = merge_hlogs(&[f]).unwrap();
+        assert_eq!(m.run.operations, 1);
+    }
+
     use super::*;
     use crate::bench::report::ycsb_text;
 

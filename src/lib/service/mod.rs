@@ -449,7 +449,7 @@ fn housekeeping(sh: Arc<ServerCore>, mut cleaner: Cleaner) {
                     s.dels,
                     s.gets,
                     s.not_found,
-                    s.index_entries - s.index_tombstones,
+                    s.index_entries.saturating_sub(s.index_tombstones),
                     s.free_segments,
                     crate::units::human_bytes(s.space.garbage_bytes)
                 );

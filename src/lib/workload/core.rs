@@ -18,6 +18,11 @@ use super::rng::WorkloadRng;
 use super::size::{SizeChooser, ValueSize};
 use crate::error::{Error, Result};
 
+/// Largest `zeropadding`: "user" and a number padded this far make a key of 1024 bytes,
+/// the longest boomkv stores (`log::format::MAX_KEY_LEN`, which this room may not import;
+/// a test keeps the two together).
+pub const MAX_ZERO_PADDING: u64 = 1020;
+
 /// The kind of one operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum OpKind {
@@ -258,7 +263,16 @@ impl CoreConfig {
             "hashed" => InsertOrder::Hashed,
             _ => InsertOrder::Ordered,
         };
-        let zero_padding = spec.get_u64("zeropadding", 1)? as usize;
+        let zero_padding = spec.get_u64("zeropadding", 1)?;
+        // 10^10 zeros per key took all the memory.
+        if zero_padding > MAX_ZERO_PADDING {
+            return Err(Error::invalid(format!(
+                "property `zeropadding` = `{zero_padding}`: at most {MAX_ZERO_PADDING} (a boomkv key is at most \
+                 {} bytes, \"user\" and the number)",
+                MAX_ZERO_PADDING + 4
+            )));
+        }
+        let zero_padding = zero_padding as usize;
 
         let min_scan_length = spec.get_u64("minscanlength", 1)?;
         let max_scan_length = spec.get_u64("maxscanlength", 1000)?;
