@@ -567,8 +567,10 @@ fn run_phases(
             if let Some(n) = ta.workers {
                 server.workers = n;
             }
-            // Every client of the run, however many (the default limit is for a shared server).
-            server.max_clients = server.max_clients.max(run_opts.clients.unwrap_or(threads));
+            // Every client of the run, however many (the default limit is for a shared
+            // server), twice over: the load phase's clients may not all be reaped when
+            // the run phase's connect.
+            server.max_clients = server.max_clients.max(2 * run_opts.clients.unwrap_or(threads) + 1);
             server.worker_cpus = layout.map(|l| l.server.clone());
             let eo = EmbeddedOptions {
                 parent: ta.pmem.clone(),

@@ -352,15 +352,16 @@ pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
     for f in files {
         let totals = f.totals()?;
         measurements.merge(&totals)?;
-        operations += match &f.run {
+        let ops: u64 = match &f.run {
             Some(run) => run.operations,
             None => totals
                 .series()
                 .iter()
                 .filter(|(n, _)| !n.starts_with(INTENDED_PREFIX))
                 .map(|(_, s)| s.histogram().len())
-                .sum(),
+                .fold(0u64, u64::saturating_add),
         };
+        operations = ops.saturating_add(operations);
         if let Some((s, e)) = f.span() {
             span = Some(match span {
                 None => (s, e),

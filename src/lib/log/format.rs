@@ -581,6 +581,10 @@ impl Sealer {
         if word == 0 {
             return StateCheck::Ok(SegmentState::Free);
         }
+        if word.count_ones() == 1 {
+            // A flipped bit in a never-allocated segment's zero word.
+            return StateCheck::Repaired(SegmentState::Free);
+        }
         let states = [SegmentState::Free, SegmentState::Active, SegmentState::Sealed];
         if let Some(&st) = states.iter().find(|&&st| self.state_word(segment, st) == word) {
             return StateCheck::Ok(st);

@@ -462,7 +462,9 @@ impl Pool {
 
     /// Whether recovery found segment `id` torn: its walk ended on damage, or no repair
     /// verified its `count`, so counted slots may lie past the end it reached. Nothing
-    /// is appended to it and the cleaner leaves it (freeing it would lose those slots).
+    /// is appended to it. The cleaner still moves its reachable live entries and frees
+    /// it: a client can tear its own segment (it may write any byte of it), and torn
+    /// segments kept for ever would let it fill the pool.
     pub fn is_torn(&self, id: u64) -> bool {
         self.seg_torn.get(id as usize).is_some_and(|t| t.load(Ordering::Relaxed))
     }

@@ -169,7 +169,9 @@ pub fn read_segment(map: &Mapping, ph: &PoolHeader, id: u64) -> SegmentFound {
         next: word(SEG_NEXT_OFF),
         problem: None,
     };
-    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed));
+    // A state word that fails its check may be a sealed segment's: kept out of the
+    // free list and reported, never freed unread.
+    let looks_allocated = matches!(state, Some(SegmentState::Active | SegmentState::Sealed) | None);
     match map
         .view(base, SEG_FIXED_LEN)
         .map_err(|e| e.to_string())
@@ -736,7 +738,7 @@ fn check_link(
 ///
 /// A torn segment's `count` (its walk ended on damage, or no repair verified its
 /// count) is never lowered to the slots reached: the next recovery must find it torn
-/// again, so that nothing is appended after the end it reached and the cleaner leaves it.
+/// again, so that nothing is appended after the end it reached.
 fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryReport) -> Result<()> {
     for f in found.iter().filter(|f| !f.in_use() && f.problem.is_none()) {
         if let StateCheck::Repaired(st) = f.state_check {

@@ -462,3 +462,23 @@ fn a_cell_table_whose_size_would_wrap_is_refused() {
     let t = cells::CellTable { first_segment: 0, segments: 1, cells: 2_684_518_405, slot_size: 3_435_763_968 };
     assert!(t.validate(16, 64 << 10).is_err());
 }
+
+#[test]
+fn a_flipped_bit_in_a_never_allocated_segment_s_zero_state_word_is_repaired() {
+    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
+    Pool::format(&media, 64 << 10).unwrap();
+    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let id = pool.segment_count() - 1;
+    let mut img = pool.media().durable_image().unwrap();
+    img[state_at(id) + 2] ^= 0x08;
+    let (p2, rep) = recover_image(&img).unwrap();
+    assert_eq!(rep.segments_damaged, 0, "{:?}", rep.problems);
+    assert!(rep.repairs.contains(&format!("segment {id}: state word rewritten as free")), "{:?}", rep.repairs);
+    assert_eq!(p2.free_segments(), pool.free_segments());
+    // A word no repair verifies, with no header: kept out of the free list, reported.
+    img[state_at(id)..state_at(id) + 8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
+    let (p3, rep) = recover_image(&img).unwrap();
+    assert_eq!(rep.segments_damaged, 1);
+    assert!(rep.problems.iter().any(|p| p.starts_with(&format!("segment {id}:"))), "{:?}", rep.problems);
+    assert_eq!(p3.free_segments(), pool.free_segments() - 1);
+}
