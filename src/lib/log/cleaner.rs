@@ -330,17 +330,33 @@ mod tests {
         check(&pool);
         // and the same after a restart from what is durable
         let img = pool.media().durable_image().unwrap();
-        let (p2, rep) =
-            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (p2, rep) = from_image(&img);
         assert!(rep.problems.is_empty(), "{:?}", rep.problems);
         check(&p2);
         assert_eq!(rep.tombstones, 1, "the tombstone of k3 survives cleaning");
     }
 
+    /// A pool whose cleaner has copied a few entries into a segment of its log, and
+    /// that segment.
+    fn pool_with_a_cleaner_segment() -> (Pool, u64) {
+        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
+        Pool::format(&media, 64 << 10).unwrap();
+        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        churn(&pool, "a-", 6);
+        let mut c = Cleaner::new();
+        assert!(c.run(&pool, 0.9, 100).unwrap().entries_moved > 2);
+        let own = c.seg.as_ref().unwrap().id;
+        (pool, own)
+    }
+
+    /// A pool recovered from the image `img`, with its recovery report.
+    fn from_image(img: &[u8]) -> (Pool, crate::log::RecoveryReport) {
+        Pool::from_media(Media::simulated_from(img, FlushKind::None).unwrap(), Default::default()).unwrap()
+    }
+
     /// A pool restarted from what is durable in `pool`, with its recovery report.
     fn restart(pool: &Pool) -> (Pool, crate::log::RecoveryReport) {
-        let img = pool.media().durable_image().unwrap();
-        Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap()
+        from_image(&pool.media().durable_image().unwrap())
     }
 
     /// Cleans the clients' sealed segments that are at most 90% live (not the
@@ -369,8 +385,7 @@ mod tests {
         let mut img = pool.media().durable_image().unwrap();
         let at = (pool.segment_offset(id) + SEG_COUNT_OFF) as usize;
         img[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        let (p2, _) =
-            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (p2, _) = from_image(&img);
         assert!(p2.is_torn(id));
         assert!(Cleaner::new().victims(&p2, 1.0, 100).contains(&id), "a victim like any other");
         let st = Cleaner::new().clean_segment(&p2, id).unwrap();
@@ -456,21 +471,13 @@ mod tests {
 
     #[test]
     fn a_resumed_cleaner_never_writes_into_a_segment_whose_walk_ended_on_damage() {
-        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
-        churn(&pool, "a-", 6);
-        let mut c = Cleaner::new();
-        assert!(c.run(&pool, 0.9, 100).unwrap().entries_moved > 2);
-        let own = c.seg.as_ref().unwrap().id;
-        drop(c);
+        let (pool, own) = pool_with_a_cleaner_segment();
         // One flipped bit in the link of the cleaner segment's first slot: the slots
         // after it are counted but unreachable.
         let mut img = pool.media().durable_image().unwrap();
         let base = pool.pool_offset(own, SEGMENT_HEADER_SIZE) as usize;
         img[base + ENTRY_NEXT_OFF as usize + 1] ^= 0x10;
-        let (p2, rep) =
-            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (p2, rep) = from_image(&img);
         assert!(rep.problems.iter().any(|p| p.contains("unreachable")), "{:?}", rep.problems);
         let seg_bytes = |im: &[u8]| im[base..base + (64 << 10) - SEGMENT_HEADER_SIZE as usize].to_vec();
         let before = seg_bytes(&img);
@@ -525,8 +532,7 @@ mod tests {
         let mut lost = img.clone();
         let at = (p2.segment_offset(m1.prev) + SEG_NEXT_OFF) as usize;
         lost[at..at + 8].copy_from_slice(&NO_SEGMENT.to_le_bytes());
-        let (_, rep) =
-            Pool::from_media(Media::simulated_from(&lost, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (_, rep) = from_image(&lost);
         assert!(rep.problems.is_empty(), "{:?}", rep.problems);
         assert!(rep.repairs.iter().any(|r| r == &format!("the cleaner's log: linked segment {} -> {one}", m1.prev)));
 
@@ -542,8 +548,7 @@ mod tests {
         };
         let at = p2.segment_offset(one as u64) as usize;
         wrong[at..at + SEG_FIXED_LEN].copy_from_slice(&h.encode(&p2.sealer));
-        let (_, rep) =
-            Pool::from_media(Media::simulated_from(&wrong, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (_, rep) = from_image(&wrong);
         assert!(
             rep.problems
                 .iter()
@@ -555,14 +560,7 @@ mod tests {
 
     #[test]
     fn a_segment_whose_count_no_repair_verifies_stays_torn_across_restarts() {
-        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
-        churn(&pool, "a-", 6);
-        let mut c = Cleaner::new();
-        assert!(c.run(&pool, 0.9, 100).unwrap().entries_moved > 2);
-        let own = c.seg.as_ref().unwrap().id;
-        drop(c);
+        let (pool, own) = pool_with_a_cleaner_segment();
         // Two flipped bits in its count word: no one-bit repair verifies.
         let mut img = pool.media().durable_image().unwrap();
         let at = (pool.segment_offset(own) + SEG_COUNT_OFF) as usize;
@@ -570,8 +568,7 @@ mod tests {
         let base = pool.pool_offset(own, SEGMENT_HEADER_SIZE) as usize;
         let data = |im: &[u8]| im[base..base + (64 << 10) - SEGMENT_HEADER_SIZE as usize].to_vec();
         let before = data(&img);
-        let (p2, rep) =
-            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (p2, rep) = from_image(&img);
         assert!(rep.problems.iter().any(|p| p.contains("no one-bit repair verifies")), "{:?}", rep.problems);
         // A restart that appends nothing must not make the next one forget it.
         let (p3, rep) = restart(&p2);
@@ -628,8 +625,7 @@ mod tests {
         // flip one bit of the version of `keep` (in the first segment, mostly garbage)
         let at = (POOL_HEADER_SIZE + keep.loc.segment as u64 * (64 << 10) + keep.loc.offset as u64) as usize;
         img[at + ENTRY_VERSION_OFF as usize + 6] ^= 0x04;
-        let (p2, rep) =
-            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (p2, rep) = from_image(&img);
         assert_eq!(rep.entries_repaired, 1);
         let st = Cleaner::new().clean_segment(&p2, keep.loc.segment as u64).unwrap();
         assert_eq!(st.segments_freed, 1);
@@ -637,8 +633,7 @@ mod tests {
         assert_ne!(l.segment, keep.loc.segment, "moved");
         assert_eq!(l.version, keep.version);
         let img = p2.media().durable_image().unwrap();
-        let (p3, rep) =
-            Pool::from_media(Media::simulated_from(&img, FlushKind::None).unwrap(), Default::default()).unwrap();
+        let (p3, rep) = from_image(&img);
         assert_eq!(rep.entries_repaired, 0, "the copy carries the repaired words");
         assert_eq!(p3.lookup(b"keep").unwrap().version, keep.version);
         let e = p3.read_entry(&p3.lookup(b"keep").unwrap()).unwrap();
