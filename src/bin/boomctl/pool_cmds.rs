@@ -176,7 +176,8 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
     }
     let seg = (64u64 << 20).min(a.bench_size / 4).max(1 << 20) / 4096 * 4096;
     // Before the value is made: --value-size 1T allocated it in full first.
-    let key_len = format!("user{:012}", 0).len() as u64;
+    let key = |n: u64| format!("user{n:012}");
+    let key_len = key(0).len() as u64;
     let fits = seg - boomkv::log::format::SEGMENT_HEADER_SIZE - boomkv::log::format::ENTRY_HEADER_SIZE - key_len;
     if a.value_size == 0 || a.value_size > fits {
         bail!(
@@ -204,7 +205,7 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
         let (pool, _) = Pool::open(&path, &opts)?;
         let mut w = LocalWriter::new(&pool);
         loop {
-            match w.append(format!("user{n:012}").as_bytes(), &value, false) {
+            match w.append(key(n).as_bytes(), &value, false) {
                 Ok(_) => n += 1,
                 Err(boomkv::Error::PoolFull { .. }) => break,
                 Err(e) => return Err(e.into()),

@@ -108,16 +108,16 @@ impl WorkloadArgs {
             spec.set_override(p).with_context(|| format!("-p {p}"))?;
         }
         if let Some(s) = &self.size {
-            spec.set_from_option("--size", names::VALUE_SIZE, s)?;
+            spec.set_from_option("--size", names::VALUE_SIZE, s);
         }
         if let Some(t) = self.theta {
-            spec.set_from_option("--theta", names::THETA, &t.to_string())?;
+            spec.set_from_option("--theta", names::THETA, &t.to_string());
         }
         if let Some(s) = self.seed {
-            spec.set_from_option("--seed", names::SEED, &s.to_string())?;
+            spec.set_from_option("--seed", names::SEED, &s.to_string());
         }
         if let Some(r) = self.records {
-            spec.set_from_option("--records", names::RECORD_COUNT, &r.to_string())?;
+            spec.set_from_option("--records", names::RECORD_COUNT, &r.to_string());
         }
         for w in spec.warnings() {
             eprintln!("boomctl: warning: {w}");
@@ -357,23 +357,21 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let spec = workload_spec(&a)?;
     let w = CoreWorkload::new(&spec)?;
     let pcts = if pcts.is_empty() { spec.percentiles()? } else { pcts };
-    if !a.dry_run {
-        // Before the run, not after it: a typo in a path must not cost the run.
-        let export = spec.export_file();
-        for (what, p) in [("--csv", &a.csv), ("--json", &a.json), ("--hdr-log", &a.hdr_log), ("exportfile", &export)] {
-            if let Some(p) = p {
-                crate::common::check_writable(what, p)?;
-            }
-        }
-        if a.hdr_log.is_none() {
-            if let Some(p) = spec.hdr_file_output()? {
-                crate::common::check_writable("hdrhistogram.output.path", &p)?;
-            }
-        }
-    }
     if a.dry_run {
         // No more than the run would do.
         return dry_run(&w, &spec, (a.print_ops as u64).min(run_ops(&a, w.config())));
+    }
+    // Before the run, not after it: a typo in a path must not cost the run.
+    let export = spec.export_file();
+    for (what, p) in [("--csv", &a.csv), ("--json", &a.json), ("--hdr-log", &a.hdr_log), ("exportfile", &export)] {
+        if let Some(p) = p {
+            crate::common::check_writable(what, p)?;
+        }
+    }
+    if a.hdr_log.is_none() {
+        if let Some(p) = spec.hdr_file_output()? {
+            crate::common::check_writable("hdrhistogram.output.path", &p)?;
+        }
     }
     let cfg = w.config().clone();
     let has_scans = cfg.scan_proportion > 0.0;
@@ -477,18 +475,18 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
 fn workload_spec(a: &YcsbArgs) -> anyhow::Result<WorkloadSpec> {
     let mut spec = a.w.spec()?;
     if let Some(t) = a.threads {
-        spec.set_from_option("--threads", names::THREAD_COUNT, &t.to_string())?;
+        spec.set_from_option("--threads", names::THREAD_COUNT, &t.to_string());
     }
     if let Some(o) = a.ops {
-        spec.set_from_option("--ops", names::OPERATION_COUNT, &o.to_string())?;
+        spec.set_from_option("--ops", names::OPERATION_COUNT, &o.to_string());
     }
     if let Some(d) = a.duration {
-        spec.set_from_option("--duration", names::MAX_EXECUTION_TIME, &d.to_string())?;
+        spec.set_from_option("--duration", names::MAX_EXECUTION_TIME, &d.to_string());
     }
     if let Some(t) = a.target {
-        spec.set_from_option("--target", names::TARGET, &t.to_string())?;
+        spec.set_from_option("--target", names::TARGET, &t.to_string());
         if spec.get(names::MEASUREMENT_INTERVAL).is_none() {
-            spec.set_from_option("--target", names::MEASUREMENT_INTERVAL, "both")?;
+            spec.set_from_option("--target", names::MEASUREMENT_INTERVAL, "both");
         }
     }
     Ok(spec)
@@ -567,10 +565,7 @@ fn run_phases(
             if let Some(n) = ta.workers {
                 server.workers = n;
             }
-            // Every client of the run, however many (the default limit is for a shared
-            // server), twice over: the load phase's clients may not all be reaped when
-            // the run phase's connect.
-            server.max_clients = server.max_clients.max(2 * run_opts.clients.unwrap_or(threads) + 1);
+            boomkv::bench::embedded::allow_run_clients(&mut server, run_opts.clients.unwrap_or(threads));
             server.worker_cpus = layout.map(|l| l.server.clone());
             let eo = EmbeddedOptions {
                 parent: ta.pmem.clone(),

@@ -137,6 +137,13 @@ pub fn default_parent() -> PathBuf {
     }
 }
 
+/// Lets an embedded server take every client of a run of `clients` clients, however
+/// many (the default limit is for a shared server), twice over: the load phase's
+/// clients may not all be reaped when the run phase's connect.
+pub fn allow_run_clients(cfg: &mut ServerConfig, clients: usize) {
+    cfg.max_clients = cfg.max_clients.max(2 * clients + 1);
+}
+
 /// Removes this process's temporary directories in `parent` ([`crate::log::temp_prefix`]): for a
 /// binary's signal handler, on its way out of an interrupted run (best effort: what
 /// cannot be removed is left).

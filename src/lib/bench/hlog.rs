@@ -386,6 +386,8 @@ pub fn epoch(t: SystemTime) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::bench::report::ycsb_text;
 
     #[test]
     fn absurd_times_in_an_edited_log_are_no_panic() {
@@ -398,9 +400,6 @@ mod tests {
         let m = merge_hlogs(&[f]).unwrap();
         assert_eq!(m.run.operations, 1);
     }
-
-    use super::*;
-    use crate::bench::report::ycsb_text;
 
     fn record_run(m: &mut Measurements, seed: u64, n: u64) {
         for i in 0..n {

@@ -259,9 +259,7 @@ mod tests {
         // 63 segments of 64 KiB; 50 short-lived writers each leave a sealed segment
         // holding one small entry (what one-shot `boomctl put`s do), plus two fuller
         // segments: the pool is short of free segments.
-        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(4 << 20);
         for i in 0..50u32 {
             let mut w = LocalWriter::new(&pool);
             w.append(format!("one-shot-{i}").as_bytes(), b"v", false).unwrap();
@@ -289,9 +287,7 @@ mod tests {
 
     #[test]
     fn cleaning_frees_segments_and_keeps_every_value() {
-        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(4 << 20);
         let mut w = LocalWriter::new(&pool);
         for round in 0..6u8 {
             for i in 0..100u32 {
@@ -339,9 +335,7 @@ mod tests {
     /// A pool whose cleaner has copied a few entries into a segment of its log, and
     /// that segment.
     fn pool_with_a_cleaner_segment() -> (Pool, u64) {
-        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(8 << 20);
         churn(&pool, "a-", 6);
         let mut c = Cleaner::new();
         assert!(c.run(&pool, 0.9, 100).unwrap().entries_moved > 2);
@@ -375,9 +369,7 @@ mod tests {
     fn a_segment_its_client_tore_is_still_cleaned() {
         // A client may write any byte of its segment, its count word too: segments
         // kept for being torn would let it fill the pool.
-        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(4 << 20);
         let mut w = LocalWriter::new(&pool);
         w.append(b"kept", b"value", false).unwrap();
         let id = w.segment().unwrap().id;
@@ -411,9 +403,7 @@ mod tests {
     fn a_restarted_server_s_cleaner_continues_its_log() {
         // Each server run's cleaner began a new log at position 0, so after two runs
         // that cleaned, recovery reported two cleaner segments at position 0.
-        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (mut pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let mut pool = crate::log::tests::empty_pool(8 << 20);
         for run in 0..3 {
             churn(&pool, &format!("run{run}-"), 6);
             let mut c = Cleaner::resume(&pool).unwrap();
@@ -449,9 +439,7 @@ mod tests {
     fn a_cleaner_log_begun_again_at_position_zero_by_an_older_server_is_no_problem() {
         // boomkv 0.1 began the cleaner's log anew in each server run: pools it wrote
         // hold several cleaner segments at position 0, and lose nothing by it.
-        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(8 << 20);
         for run in 0..2 {
             churn(&pool, &format!("run{run}-"), 6);
             assert!(Cleaner::new().run(&pool, 0.9, 100).unwrap().entries_moved > 0);
@@ -495,9 +483,7 @@ mod tests {
     fn logs_are_still_checked_link_by_link() {
         // An older server's pool: two cleaner segments at position 0, then a resumed
         // cleaner's at position 1.
-        let media = Media::simulated(8 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(8 << 20);
         for run in 0..2 {
             churn(&pool, &format!("run{run}-"), 6);
             Cleaner::new().run(&pool, 0.9, 100).unwrap();
@@ -583,9 +569,7 @@ mod tests {
 
     #[test]
     fn a_log_with_a_segment_cleaned_from_its_middle_recovers_without_a_problem() {
-        let media = Media::simulated(4 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(4 << 20);
         let mut w = LocalWriter::new(&pool);
         // first segment: keys that stay; second: keys overwritten later; third: the overwrites
         let mut segs = Vec::new();
@@ -613,9 +597,7 @@ mod tests {
 
     #[test]
     fn an_entry_repaired_by_recovery_is_moved_with_its_true_version() {
-        let media = Media::simulated(2 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = crate::log::tests::empty_pool(2 << 20);
         let mut w = LocalWriter::new(&pool);
         let keep = w.append(b"keep", b"kept value", false).unwrap();
         for i in 0..400u32 {

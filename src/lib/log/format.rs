@@ -585,12 +585,13 @@ impl Sealer {
             // A flipped bit in a never-allocated segment's zero word.
             return StateCheck::Repaired(SegmentState::Free);
         }
-        let states = [SegmentState::Free, SegmentState::Active, SegmentState::Sealed];
-        if let Some(&st) = states.iter().find(|&&st| self.state_word(segment, st) == word) {
+        let words = [SegmentState::Free, SegmentState::Active, SegmentState::Sealed]
+            .map(|st| (st, self.state_word(segment, st)));
+        if let Some(&(st, _)) = words.iter().find(|(_, w)| *w == word) {
             return StateCheck::Ok(st);
         }
-        match states.iter().find(|&&st| (self.state_word(segment, st) ^ word).count_ones() == 1) {
-            Some(&st) => StateCheck::Repaired(st),
+        match words.iter().find(|(_, w)| (w ^ word).count_ones() == 1) {
+            Some(&(st, _)) => StateCheck::Repaired(st),
             None => StateCheck::Damaged,
         }
     }
@@ -634,6 +635,15 @@ pub enum SegmentState {
 }
 
 impl SegmentState {
+    /// Its name for people (as serialized): free, active, sealed.
+    pub fn name(self) -> &'static str {
+        match self {
+            SegmentState::Free => "free",
+            SegmentState::Active => "active",
+            SegmentState::Sealed => "sealed",
+        }
+    }
+
     /// The on-media word.
     pub fn to_word(self) -> u64 {
         match self {

@@ -317,7 +317,7 @@ fn segment_row(
     let (id, in_use) = (sf.id, sf.in_use());
     let state = match (&sf.problem, sf.state) {
         (Some(_), _) => "damaged".to_string(),
-        (None, Some(s)) if in_use => format!("{s:?}").to_lowercase(),
+        (None, Some(s)) if in_use => s.name().to_string(),
         _ => "free".to_string(),
     };
     let mut problem = sf.problem.clone().or_else(|| sf.state_damage()).or_else(|| sf.count_damage());

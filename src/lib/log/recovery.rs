@@ -108,7 +108,7 @@ impl SegmentFound {
 impl SegmentFound {
     /// What is wrong with the `state` word of a segment in use, if anything.
     pub fn state_damage(&self) -> Option<String> {
-        let st = self.state.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default();
+        let st = self.state.map_or("", SegmentState::name);
         match self.state_check {
             StateCheck::Repaired(_) => {
                 Some(format!("state word {:#018x} fails its check; one flipped bit repaired: {st}", self.state_word))
@@ -740,25 +740,15 @@ fn check_link(
 /// count) is never lowered to the slots reached: the next recovery must find it torn
 /// again, so that nothing is appended after the end it reached.
 fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryReport) -> Result<()> {
-    for f in found.iter().filter(|f| !f.in_use() && f.problem.is_none()) {
-        if let StateCheck::Repaired(st) = f.state_check {
+    // Free segments too: a damaged word decodes to a state only where it was repaired,
+    // or kept as sealed on a segment in use.
+    for f in found.iter().filter(|f| f.problem.is_none()) {
+        if let (StateCheck::Repaired(_) | StateCheck::Damaged, Some(st)) = (f.state_check, f.state) {
             pool.persist_state(f.id, st)?;
-            report.repairs.push(format!(
-                "segment {}: state word rewritten as {}",
-                f.id,
-                format!("{st:?}").to_lowercase()
-            ));
+            report.repairs.push(format!("segment {}: state word rewritten as {}", f.id, st.name()));
         }
     }
     for f in found.iter().filter(|f| f.in_use()) {
-        if let (StateCheck::Repaired(_) | StateCheck::Damaged, Some(st)) = (f.state_check, f.state) {
-            pool.persist_state(f.id, st)?;
-            report.repairs.push(format!(
-                "segment {}: state word rewritten as {}",
-                f.id,
-                format!("{st:?}").to_lowercase()
-            ));
-        }
         if f.state == Some(SegmentState::Active) {
             pool.seal_segment(f.id)?;
         }

@@ -10,6 +10,13 @@ use super::*;
 use crate::error::ErrorCode;
 use crate::pmem::{CrashOptions, FlushKind, Media};
 
+/// An empty pool of `len` bytes in 64 KiB segments, in simulated media.
+pub(super) fn empty_pool(len: u64) -> Pool {
+    let media = Media::simulated(len, FlushKind::None).unwrap();
+    Pool::format(&media, 64 << 10).unwrap();
+    Pool::from_media(media, Default::default()).unwrap().0
+}
+
 fn value_of(pool: &Pool, key: &[u8]) -> Option<Vec<u8>> {
     let loc = pool.lookup(key)?;
     let e = pool.read_entry(&loc).ok()?;
@@ -62,9 +69,7 @@ fn reopen_recovers_last_values_tombstones_and_counters() {
 
 #[test]
 fn in_place_rewrite_is_recovered_and_counted() {
-    let media = Media::simulated(2 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 64 << 10).unwrap();
-    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let pool = empty_pool(2 << 20);
     let mut w = LocalWriter::new(&pool);
     let a = w.append(b"k", &[1u8; 100], false).unwrap();
     let _b = w.append(b"k", &[2u8; 100], false).unwrap();
@@ -110,9 +115,7 @@ proptest! {
     fn crash_recovery_matches_model(ops in proptest::collection::vec(op_strategy(), 1..120),
                                     crash_at in 0usize..120, mid_op in any::<bool>(),
                                     seed in any::<u64>(), tear in any::<bool>()) {
-        let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
-        Pool::format(&media, 64 << 10).unwrap();
-        let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+        let pool = empty_pool(1 << 20);
         let mut writers: Vec<LocalWriter> = (0..3).map(|_| LocalWriter::new(&pool)).collect();
         let mut hybrid: Hybrid = HashMap::new();
         let mut model: HashMap<u8, Option<Vec<u8>>> = HashMap::new();
@@ -317,9 +320,7 @@ fn versions_are_leased_in_blocks_and_never_restart_below_the_mark() {
 
 #[test]
 fn an_exhausted_version_counter_is_an_error_never_a_wrap() {
-    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 64 << 10).unwrap();
-    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let pool = empty_pool(1 << 20);
     pool.raise_version_floor(MAX_VERSION - 2);
     assert_eq!(pool.next_version().unwrap(), MAX_VERSION - 2);
     assert_eq!(pool.next_version().unwrap(), MAX_VERSION - 1);
@@ -427,9 +428,7 @@ fn a_state_word_no_repair_verifies_keeps_its_segment_in_use_and_is_reported() {
 
 #[test]
 fn a_flipped_bit_in_a_free_segment_s_state_word_is_rewritten() {
-    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 64 << 10).unwrap();
-    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let pool = empty_pool(1 << 20);
     let mut w = LocalWriter::new(&pool);
     w.append(b"k", b"v", false).unwrap();
     let id = w.segment().unwrap().id;
@@ -448,9 +447,7 @@ fn a_flipped_bit_in_a_free_segment_s_state_word_is_rewritten() {
 fn a_cell_table_whose_size_would_wrap_is_refused() {
     // 2,684,518,405 cells of 6.87 GB wrapped to a 64-byte table of one segment, and
     // recovery then wrote lock words all over the pool.
-    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 64 << 10).unwrap();
-    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let pool = empty_pool(1 << 20);
     let free = pool.free_segments();
     let e = pool.create_cell_table(2_684_518_405, 3_435_763_928).unwrap_err().to_string();
     assert!(e.contains("too large"), "{e}");
@@ -465,9 +462,7 @@ fn a_cell_table_whose_size_would_wrap_is_refused() {
 
 #[test]
 fn a_flipped_bit_in_a_never_allocated_segment_s_zero_state_word_is_repaired() {
-    let media = Media::simulated(1 << 20, FlushKind::None).unwrap();
-    Pool::format(&media, 64 << 10).unwrap();
-    let (pool, _) = Pool::from_media(media, Default::default()).unwrap();
+    let pool = empty_pool(1 << 20);
     let id = pool.segment_count() - 1;
     let mut img = pool.media().durable_image().unwrap();
     img[state_at(id) + 2] ^= 0x08;

@@ -297,9 +297,8 @@ impl WorkloadSpec {
 
     /// Sets `key` to `value` from the command-line option `option` (named in errors
     /// and warnings, as `-p` is for overrides).
-    pub fn set_from_option(&mut self, option: &str, key: &str, value: &str) -> Result<()> {
+    pub fn set_from_option(&mut self, option: &str, key: &str, value: &str) {
         self.insert(key.trim().to_string(), value.trim().to_string(), Origin::Option(option.to_string()));
-        Ok(())
     }
 
     /// Applies one `-p key=value` argument.
@@ -769,7 +768,7 @@ mod tests {
     #[test]
     fn a_value_set_by_an_option_is_named_by_the_option() {
         let mut spec = WorkloadSpec::from_mix('a').unwrap();
-        spec.set_from_option("--records", "recordcount", "12x").unwrap();
+        spec.set_from_option("--records", "recordcount", "12x");
         let e = spec.get_u64("recordcount", 0).unwrap_err().to_string();
         assert_eq!(e, "property `recordcount` = `12x` (--records): expected a non-negative integer");
     }

@@ -192,10 +192,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
             let backend = if at.peer == Peer::BoomTcp { Backend::Tcp } else { Backend::Shm };
             let copts = ClientOptions { protocol, ..Default::default() }.size_passive(records, n, size);
             let pool = pool_size_for_protocol(protocol, records, n, size, at.threads as u64, 64 << 20);
-            // Every client of the point (a shared server's default limit is 256), twice
-            // over: the load phase's clients may not all be reaped when the run's connect.
             let mut cfg = cx.server_cfg();
-            cfg.max_clients = cfg.max_clients.max(2 * at.threads + 1);
+            crate::bench::embedded::allow_run_clients(&mut cfg, at.threads);
             let eo = cx.embedded(pool, 64 << 20, None, cfg);
             crate::with_transport!(backend, t => boom(t, backend, &eo, &copts, &w, &ro, phases))?
         }
