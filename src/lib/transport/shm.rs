@@ -884,20 +884,6 @@ impl CqInner {
         futex_wake(seq, u32::MAX);
     }
 
-    /// Takes up to `max` completions produced in this process (send side, flushes,
-    /// local errors), without looking at the receive rings.
-    fn poll_local(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        if self.local_len.load(Ordering::Acquire) == 0 {
-            return 0;
-        }
-        let _p = lock(&self.poller);
-        let mut q = lock(&self.local);
-        let n = max.min(q.len());
-        out.extend(q.drain(..n));
-        self.local_len.store(q.len(), Ordering::Release);
-        n
-    }
-
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
         let start = out.len();
         let mut p = lock(&self.poller);
@@ -944,41 +930,41 @@ impl CompletionQueue for ShmCq {
         let inner = &self.inner;
         // No allocation until a completion is there (one wait per request on the hot path).
         let mut out = Vec::new();
-        // A client sharing its CPU: what is local (its SEND's completion), then its CPU
-        // to the other clients before it looks at its rings (see `yield_first`).
-        if super::yield_first() {
-            if inner.poll_local(&mut out, 1) == 1 {
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
-            }
-            std::thread::yield_now();
-        }
         if inner.poll(&mut out, 1) == 1 {
             return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         }
-        // One clock reading serves the deadline, the spin and the yields' end; with one
-        // client per CPU turn the reply is there after the first yield, so that is the
-        // only one (six clock readings per operation, with the runner's, were 6% of the
-        // client CPU of a 16-thread run).
-        let start = Instant::now();
+        // One clock reading serves the deadline, the spin, the turn and the yields' end
+        // (six clock readings per operation, with the runner's, were 6% of the client
+        // CPU of a 16-thread run).
+        let mut start = Instant::now();
+        // A client on CPUs no server worker uses spins whatever the number of threads,
+        // and yields them to the other clients when its turn is over (see
+        // `client_cpu_spin`); any other thread spins only with a slot.
+        let (slot, spins) = match super::client_cpu_spin(start) {
+            Some(c) => {
+                if c.turn_over {
+                    std::thread::yield_now();
+                    if inner.poll(&mut out, 1) == 1 {
+                        return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                    }
+                    start = Instant::now();
+                }
+                (None, c.spin)
+            }
+            None => {
+                let slot = super::spin_slot_at(start);
+                let spins = slot.is_some();
+                (slot, spins)
+            }
+        };
         let end = deadline_from(start, timeout);
-        let slot = super::spin_slot_at(start);
-        super::note_spin_slot(slot.is_some());
-        let spin = if slot.is_some() { inner.spin.min(timeout) } else { Duration::ZERO };
-        let spin_end = start + spin;
-        // A thread that may poll with yields but not spin goes to its yields at once:
-        // its next polls would keep its CPU from the threads it shares it with (the
-        // other clients, which have their own requests to send), and with replies that
-        // come in a microsecond or two the clients would take turns at the server one
-        // at a time instead of keeping it busy.
-        let yield_now = slot.is_none() && super::yield_wait_end(start) > start;
+        let spin_end = start + if spins { inner.spin.min(timeout) } else { Duration::ZERO };
         // Spin: the clock is read only every few rounds; polling is a handful of loads.
-        if !yield_now {
+        if spins {
             'spin: loop {
                 for _ in 0..64 {
                     if inner.poll(&mut out, 1) == 1 {
-                        if slot.is_some() {
-                            super::spin_outcome(true);
-                        }
+                        super::spin_outcome(true);
                         return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                     }
                     std::hint::spin_loop();
@@ -987,25 +973,22 @@ impl CompletionQueue for ShmCq {
                     break 'spin;
                 }
             }
-        }
-        if slot.is_some() {
             super::spin_outcome(false);
         }
         drop(slot);
+        // The CPU goes to others from here on, so a client's next wait begins a turn.
+        super::end_turn();
         // A thread allowed to poll with yields does so for a while before it sleeps
-        // (see `transport::set_yield_wait`).
-        let yield_from = if yield_now { start } else { Instant::now() };
+        // (see `transport::set_yield_wait`). Yield, then look: the poll above found
+        // nothing a moment ago, and the other threads' turns are what the reply needs
+        // time for. The clock is read after each yield, which may last their turns.
+        let yield_from = if spins { Instant::now() } else { start };
         let yield_end = super::yield_wait_end(yield_from).min(end);
-        // Yield, then look: the poll above found nothing a moment ago, and the other
-        // threads' turns are what the reply needs time for. The clock is read after
-        // each round of yields, not before the first.
         if yield_end > yield_from {
             loop {
-                for _ in 0..8 {
-                    std::thread::yield_now();
-                    if inner.poll(&mut out, 1) == 1 {
-                        return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
-                    }
+                std::thread::yield_now();
+                if inner.poll(&mut out, 1) == 1 {
+                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
                 }
                 if Instant::now() >= yield_end {
                     break;
@@ -2657,6 +2640,36 @@ mod tests {
     fn expect(cq: &ShmCq, wr: u64, status: WcStatus) {
         let c = cq.wait(conformance::T).unwrap();
         assert_eq!((c.wr_id, c.status), (wr, status), "{c:?}");
+    }
+
+    /// A client on CPUs of its own spins in its waits, whatever the number of threads
+    /// (`transport::client_cpu_spin`); a completion that comes long after its spin and
+    /// its yields is still taken (it sleeps until the peer's doorbell), and a wait with
+    /// none ends at its timeout, neither sooner nor much later.
+    #[test]
+    fn a_client_spinning_on_its_own_cpu_takes_late_completions_and_times_out() {
+        let p = conformance::pair(make, ep);
+        let conformance::Pair { sqp, cqp, cmr, c_recv, .. } = &p;
+        let (waiting, waits) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                crate::transport::set_yield_wait(true);
+                let t = Instant::now();
+                let e = c_recv.wait(Duration::from_millis(50)).expect_err("nothing came");
+                assert!(matches!(e, Error::Timeout(..)), "{e}");
+                assert!(t.elapsed() >= Duration::from_millis(50), "{:?}", t.elapsed());
+                assert!(t.elapsed() < conformance::T, "{:?}", t.elapsed());
+                cqp.post_recv(5, cmr, 0, 64).unwrap();
+                let t = Instant::now();
+                waiting.send(()).unwrap();
+                let c = c_recv.wait(conformance::T).unwrap();
+                assert_eq!((c.wr_id, c.status), (5, WcStatus::Success), "{c:?}");
+                assert!(t.elapsed() >= Duration::from_millis(20), "{:?}", t.elapsed());
+            });
+            waits.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            sqp.post_send_bytes(1, b"late").unwrap();
+        });
     }
 
     /// Requests that wait for a receive complete with a flush error when their queue

@@ -919,8 +919,18 @@ impl CompletionQueue for VerbsCq {
         if self.poll(&mut out, 1) == 1 {
             return out.pop().ok_or_else(timed_out);
         }
-        let start = Instant::now();
-        let end = deadline(timeout);
+        let mut start = Instant::now();
+        // A client on CPUs no server worker uses gives them to the other clients once
+        // per turn (see `transport::client_cpu_spin`): spinning here, it would
+        // otherwise keep them for the scheduler's whole time slice.
+        if crate::transport::client_cpu_spin(start).is_some_and(|c| c.turn_over) {
+            std::thread::yield_now();
+            if self.poll(&mut out, 1) == 1 {
+                return out.pop().ok_or_else(timed_out);
+            }
+            start = Instant::now();
+        }
+        let end = crate::transport::deadline_from(start, timeout);
         let spin_end = start + inner.spin.min(timeout);
         while Instant::now() < spin_end {
             if self.poll(&mut out, 1) == 1 {
@@ -928,6 +938,7 @@ impl CompletionQueue for VerbsCq {
             }
             std::hint::spin_loop();
         }
+        crate::transport::end_turn();
         loop {
             inner.raw.arm()?;
             if self.poll(&mut out, 1) == 1 {
