@@ -1464,9 +1464,10 @@ pub(crate) struct ClientSpin {
 /// which is what [`spin_slot`] guards against. The price is in the tail: the first
 /// operation of a turn waits for the other clients' turns, about (threads - 1) x
 /// [`CLIENT_TURN`]. Measured on 2 cores, YCSB-B 2 KiB over shm, 3 interleaved runs
-/// each: 4 threads 341k to 573k ops/s against 303k to 386k yielding, 16 threads 492k to
-/// 524k against 280k to 427k; GET p99 2 to 4 us against 13 to 105 us, p99.9 1.5 ms
-/// (4 threads) and 7.6 to 8.1 ms (16) against 51 to 68 us and 0.6 to 3.9 ms.
+/// each: 2 threads 546k to 551k ops/s against 293k to 375k yielding, 4 threads 446k
+/// to 564k against 383k to 420k, 16 threads 393k to 465k against 254k to 344k; GET p99
+/// 2 to 5 us against 7 to 144 us, p99.9 0.5 ms (2 threads), 1.5 ms (4) and 8 to 9 ms
+/// (16) against 40 to 66 us, 63 to 133 us and 0.4 to 3.9 ms.
 pub(crate) fn client_cpu_spin(now: std::time::Instant) -> Option<ClientSpin> {
     if !YIELD_WAIT.with(std::cell::Cell::get) {
         return None;
