@@ -100,6 +100,19 @@ impl<T: Transport> Raw<T> {
         self.next_msg()
     }
 
+    /// The completion of work request `wr`, skipping those of earlier ones: a SEND's
+    /// own completion may come after the reply to it (over shm, a SEND that waited for
+    /// the look-up of the peer's receive buffer completes from the control thread,
+    /// which may run after the server answered), so [`Raw::next_msg`] can leave it.
+    pub fn completion_of(&mut self, wr: u64) -> boomkv::transport::Completion {
+        loop {
+            let c = self.cq.wait(Duration::from_secs(5)).unwrap();
+            if c.wr_id == wr {
+                return c;
+            }
+        }
+    }
+
     /// A one-sided WRITE of `bytes` at `offset` of `seg`, nothing signalled to the
     /// server; waits for it and asserts it succeeded.
     pub fn write_at(&mut self, seg: &RemoteRegion, offset: u64, bytes: &[u8]) {
@@ -107,13 +120,8 @@ impl<T: Transport> Raw<T> {
         self.wr += 1;
         let wr = self.wr;
         self.qp.post_write(wr, &self.buf, 0, bytes.len() as u32, seg.at(offset), seg.rkey, true).unwrap();
-        loop {
-            let c = self.cq.wait(Duration::from_secs(5)).unwrap();
-            if c.wr_id == wr {
-                assert!(c.status.is_ok(), "{:?}", c.status);
-                return;
-            }
-        }
+        let c = self.completion_of(wr);
+        assert!(c.status.is_ok(), "{:?}", c.status);
     }
 
     /// The Clover arena as the server describes it (asking for the smallest one: an
