@@ -141,7 +141,7 @@ pub fn default_parent() -> PathBuf {
 /// many (the default limit is for a shared server), twice over: the load phase's
 /// clients may not all be reaped when the run phase's connect.
 pub fn allow_run_clients(cfg: &mut ServerConfig, clients: usize) {
-    cfg.max_clients = cfg.max_clients.max(2 * clients + 1);
+    cfg.max_clients = cfg.max_clients.max(clients.saturating_mul(2).saturating_add(1));
 }
 
 /// Removes this process's temporary directories in `parent` ([`crate::log::temp_prefix`]): for a

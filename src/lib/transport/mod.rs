@@ -1292,10 +1292,11 @@ static SPINNERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize
 
 /// How many threads of this process may spin at once with a [`spin_slot`]: as many as
 /// the cores it may run on (`BOOMKV_SPIN_LIMIT` overrides). Clients on CPUs no server
-/// worker uses spin over shm without one (`client_cpu_spin`). A client and a server thread that wait on each
-/// other both spin, as before (one fewer made every tcp round trip of the transport
-/// floor pay a wake-up: 11 -> 25 us); past the core count the spinners park, and a
-/// thread whose spins keep running out stops spinning (see [`spin_slot`]).
+/// worker uses spin over shm without one (`client_cpu_spin`). A client and a server
+/// thread that wait on each other both spin, as before (one fewer made every tcp round
+/// trip of the transport floor pay a wake-up: 11 -> 25 us); past the core count the
+/// spinners park, and a thread whose spins keep running out stops spinning (see
+/// [`spin_slot`]).
 pub fn spin_limit() -> usize {
     static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {

@@ -930,8 +930,9 @@ impl CompletionQueue for ShmCq {
         let inner = &self.inner;
         // No allocation until a completion is there (one wait per request on the hot path).
         let mut out = Vec::new();
+        let got = |out: &mut Vec<Completion>| out.pop().ok_or(Error::Timeout(timeout, "a completion"));
         if inner.poll(&mut out, 1) == 1 {
-            return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+            return got(&mut out);
         }
         // One clock reading serves the deadline, the spin, the turn and the yields' end
         // (six clock readings per operation, with the runner's, were 6% of the client
@@ -945,7 +946,7 @@ impl CompletionQueue for ShmCq {
                 if c.turn_over {
                     std::thread::yield_now();
                     if inner.poll(&mut out, 1) == 1 {
-                        return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                        return got(&mut out);
                     }
                     start = Instant::now();
                 }
@@ -965,7 +966,7 @@ impl CompletionQueue for ShmCq {
                 for _ in 0..64 {
                     if inner.poll(&mut out, 1) == 1 {
                         super::spin_outcome(true);
-                        return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                        return got(&mut out);
                     }
                     std::hint::spin_loop();
                 }
@@ -988,7 +989,7 @@ impl CompletionQueue for ShmCq {
             loop {
                 std::thread::yield_now();
                 if inner.poll(&mut out, 1) == 1 {
-                    return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                    return got(&mut out);
                 }
                 if Instant::now() >= yield_end {
                     break;
@@ -1006,12 +1007,12 @@ impl CompletionQueue for ShmCq {
             let s = seq.load(Ordering::SeqCst);
             if inner.poll(&mut out, 1) == 1 {
                 waiters.fetch_sub(1, Ordering::SeqCst);
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                return got(&mut out);
             }
             futex_wait(seq, s, (end - now).min(Duration::from_millis(100)));
             waiters.fetch_sub(1, Ordering::SeqCst);
             if inner.poll(&mut out, 1) == 1 {
-                return out.pop().ok_or(Error::Timeout(timeout, "a completion"));
+                return got(&mut out);
             }
         }
     }
