@@ -12,7 +12,9 @@
 //! steal time and no other process to show for it (a busy host, frequency changes): on
 //! a 2-vCPU guest a fixed integer loop took anywhere from 0.40 to 0.56 s, run to run,
 //! while the guest was idle and its steal counter read 0. So a sweep also times a fixed
-//! loop before every run ([`SpeedLog`]) and says how much that time moved.
+//! loop before every run ([`SampleLog`] of [`Probe::Speed`]) and says how much that
+//! time moved, and likewise for the round trip of a cache line between two CPUs
+//! ([`Probe::Handoff`], sampled by [`crate::bench::wake::handoff_ns`]).
 //!
 //! This module owns only the reading and the verdict; callers print it. It imports
 //! nothing from the rest of the crate.
@@ -214,25 +216,63 @@ pub fn speed_sample() -> Duration {
         .unwrap_or_default()
 }
 
-/// The speed samples of a sweep, one before each run.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SpeedLog {
-    us: Vec<f64>,
+/// What a [`SampleLog`] holds: one probe's samples, one before each run of a sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// [`speed_sample`], in microseconds: how fast one CPU computes.
+    Speed,
+    /// [`crate::bench::wake::handoff_ns`], in nanoseconds: how fast a cache line goes
+    /// from one CPU to another and back.
+    Handoff,
 }
 
-impl SpeedLog {
-    /// Keeps a sample of `us` microseconds.
-    pub fn push(&mut self, us: f64) {
-        self.us.push(us);
+impl Probe {
+    fn unit(self) -> &'static str {
+        match self {
+            Probe::Speed => "us",
+            Probe::Handoff => "ns",
+        }
+    }
+
+    /// The spread (10th to 90th percentile over the median, percent) above which the
+    /// runs are called hard to compare.
+    pub fn spread_limit_pct(self) -> f64 {
+        match self {
+            Probe::Speed => SPEED_SPREAD_LIMIT_PCT,
+            Probe::Handoff => HANDOFF_SPREAD_LIMIT_PCT,
+        }
+    }
+}
+
+/// A sweep whose cache-line round trips spread more than this (10th to 90th
+/// percentile, over the median) ran on CPUs whose distance changed under it.
+pub const HANDOFF_SPREAD_LIMIT_PCT: f64 = 50.0;
+
+/// The samples of one [`Probe`] over a sweep, one before each run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleLog {
+    probe: Probe,
+    v: Vec<f64>,
+}
+
+impl SampleLog {
+    /// An empty log of `probe`'s samples.
+    pub fn new(probe: Probe) -> SampleLog {
+        SampleLog { probe, v: Vec::new() }
+    }
+
+    /// Keeps a sample (in the probe's unit).
+    pub fn push(&mut self, x: f64) {
+        self.v.push(x);
     }
 
     /// The median, the 10th and the 90th percentile (nearest rank) of the samples, in
-    /// microseconds; `None` before two samples.
+    /// the probe's unit; `None` before two samples.
     pub fn quantiles(&self) -> Option<(f64, f64, f64)> {
-        if self.us.len() < 2 {
+        if self.v.len() < 2 {
             return None;
         }
-        let mut v = self.us.clone();
+        let mut v = self.v.clone();
         v.sort_by(f64::total_cmp);
         let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
         Some((at(0.5), at(0.1), at(0.9)))
@@ -246,24 +286,38 @@ impl SpeedLog {
     /// A line for reports and SETUP.md; `None` before two samples.
     pub fn describe(&self) -> Option<String> {
         let q @ (med, lo, hi) = self.quantiles()?;
+        let (n, u, spread) = (self.v.len(), self.probe.unit(), spread_of(q));
+        let what = match self.probe {
+            Probe::Speed => {
+                format!("CPU speed: a fixed integer loop, timed before each of {n} runs (the fastest of 3 tries), took")
+            }
+            Probe::Handoff => format!(
+                "CPU distance: a cache line's round trip between the first and the last CPU boomctl may use (where \
+                 `--pin auto` puts a client and the server's worker), timed before each of {n} runs (the fastest of a few \
+                 short batches; column `handoff_ns`), took"
+            ),
+        };
         Some(format!(
-            "CPU speed: a fixed integer loop, timed before each of {} runs (the fastest of 3 tries), took \
-             {med:.0} us (median), {lo:.0} .. {hi:.0} us (10th .. 90th percentile): a {:.0}% spread",
-            self.us.len(),
-            spread_of(q)
+            "{what} {med:.0} {u} (median), {lo:.0} .. {hi:.0} {u} (10th .. 90th percentile): a {spread:.0}% spread"
         ))
     }
 
-    /// Why the machine's speed makes the runs hard to compare, when it does.
+    /// Why the probe makes the runs hard to compare, when it does.
     pub fn warning(&self) -> Option<String> {
         let q @ (_, lo, hi) = self.quantiles()?;
         let spread = spread_of(q);
-        (spread > SPEED_SPREAD_LIMIT_PCT).then(|| {
-            format!(
-                "the machine's speed changed during the runs: a fixed loop took {lo:.0} .. {hi:.0} us, a \
-                 {spread:.0}% spread (more than {SPEED_SPREAD_LIMIT_PCT:.0}%) that steal time and other processes \
-                 do not account for"
-            )
+        let (limit, u) = (self.probe.spread_limit_pct(), self.probe.unit());
+        (spread > limit).then(|| match self.probe {
+            Probe::Speed => format!(
+                "the machine's speed changed during the runs: a fixed loop took {lo:.0} .. {hi:.0} {u}, a \
+                 {spread:.0}% spread (more than {limit:.0}%) that steal time and other processes do not account for"
+            ),
+            Probe::Handoff => format!(
+                "the distance between the CPUs changed during the runs: a cache line's round trip between them took \
+                 {lo:.0} .. {hi:.0} {u}, a {spread:.0}% spread (more than {limit:.0}%), as when a hypervisor moves \
+                 virtual CPUs between cores; shared-memory (shm) results follow it, so set each run beside its \
+                 `handoff_ns`"
+            ),
         })
     }
 }
@@ -330,7 +384,7 @@ mod tests {
 
     #[test]
     fn speed_spread_is_the_middle_eighty_percent_over_the_median() {
-        let mut l = SpeedLog::default();
+        let mut l = SampleLog::new(Probe::Speed);
         assert_eq!(l.describe(), None);
         l.push(400.0);
         assert_eq!(l.quantiles(), None, "one sample has no spread");
@@ -346,10 +400,31 @@ mod tests {
         assert!(l.warning().unwrap().contains("400 .. 480 us"), "{:?}", l.warning());
         assert!(l.describe().unwrap().contains("each of 10 runs"), "{:?}", l.describe());
         // A steady machine: no warning.
-        let mut q = SpeedLog::default();
+        let mut q = SampleLog::new(Probe::Speed);
         for us in [400.0, 405.0, 398.0, 402.0] {
             q.push(us);
         }
+        assert_eq!(q.warning(), None, "{:?}", q.quantiles());
+    }
+
+    #[test]
+    fn cache_line_round_trips_that_move_by_half_their_median_are_a_warning() {
+        // Runs that saw about 250 ns and runs that saw about 650 ns (a 2-vCPU guest
+        // whose vCPUs the host moved): median 260, 10th 240, 90th 660.
+        let mut l = SampleLog::new(Probe::Handoff);
+        for ns in [240.0, 250.0, 255.0, 260.0, 262.0, 640.0, 650.0, 660.0, 670.0, 245.0] {
+            l.push(ns);
+        }
+        let w = l.warning().expect("a 160% spread");
+        assert!(w.contains("240 .. 660 ns") && w.contains("handoff_ns"), "{w}");
+        assert!(l.describe().unwrap().contains("each of 10 runs"), "{:?}", l.describe());
+        assert!(l.describe().unwrap().contains("took 260 ns (median)"), "{:?}", l.describe());
+        // 240 .. 330 ns around 260: a 35% spread, under the limit.
+        let mut q = SampleLog::new(Probe::Handoff);
+        for ns in [240.0, 250.0, 260.0, 270.0, 330.0] {
+            q.push(ns);
+        }
+        assert!(q.spread_pct().unwrap() < HANDOFF_SPREAD_LIMIT_PCT);
         assert_eq!(q.warning(), None, "{:?}", q.quantiles());
     }
 

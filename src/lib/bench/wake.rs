@@ -7,12 +7,19 @@
 //! 20 us a time, against 2 us with halt polling on; two hosts that differ only in that
 //! give different throughput for the same build. SETUP.md records it for that reason.
 //!
-//! This module owns the probe and its description. It imports [`crate::cpus`] (to place
-//! the two threads).
+//! The same two places are also timed without sleeping ([`handoff_ns`]): a cache line
+//! passed back and forth by two spinning threads, which is what every shared-memory
+//! request and reply costs. On a virtual machine that figure is not a constant of the
+//! machine: on a 2-vCPU KVM guest it moved between about 60, 250 and 650 ns from one
+//! second to the next as the host placed the two vCPUs, and the shm backend's
+//! throughput moved with it, so a sweep samples it before every run.
+//!
+//! This module owns the probes and their descriptions. It imports [`crate::cpus`] (to
+//! place the two threads).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cpus::CpuList;
 
@@ -132,6 +139,93 @@ fn round_trip_us(a: usize, b: usize) -> Option<f64> {
     .flatten()
 }
 
+/// Round trips per timed batch of [`handoff_ns`], and its batches (the fastest counts:
+/// short batches, so that one of them likely runs with neither thread preempted).
+const HANDOFF_TRIPS: u64 = 500;
+const HANDOFF_BATCHES: usize = 5;
+/// [`handoff_ns`] gives up after this long: the other thread never ran (a CPU taken by
+/// something else), so there is no figure.
+const HANDOFF_LIMIT: Duration = Duration::from_millis(200);
+
+/// A word on a cache line of its own (two of them must not share one).
+#[repr(align(128))]
+#[derive(Default)]
+struct Line(AtomicU64);
+
+/// The round trip of a cache line between the first and the last CPU this process may
+/// use (where `--pin auto` puts a client and the server's worker), in nanoseconds: two
+/// threads, one on each, spin on two lines and answer each other's number, as a
+/// shared-memory request and its reply do. The fastest of five batches of 500, so a
+/// preemption in one does not count; a few milliseconds in all. `None` with one CPU,
+/// where threads cannot be placed, or when the other thread did not answer within
+/// 200 ms.
+pub fn handoff_ns() -> Option<f64> {
+    let allowed = CpuList::allowed()?;
+    let (first, last) = (allowed.cpus()[0], *allowed.cpus().last()?);
+    if first == last {
+        return None;
+    }
+    handoff_between(first, last)
+}
+
+/// [`handoff_ns`] between CPUs `a` and `b`.
+fn handoff_between(a: usize, b: usize) -> Option<f64> {
+    let (ca, cb) = (CpuList::from_cpus(vec![a])?, CpuList::from_cpus(vec![b])?);
+    let (ping, pong) = (Line::default(), Line::default());
+    let end = Instant::now() + HANDOFF_LIMIT;
+    // Spins until `w` holds something other than `not`; `None` past `end`. The clock is
+    // read every 256 polls only.
+    let wait = |w: &AtomicU64, not: u64| -> Option<u64> {
+        let mut polls = 0u32;
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if v != not {
+                return Some(v);
+            }
+            std::hint::spin_loop();
+            polls = polls.wrapping_add(1);
+            if polls % 256 == 0 && Instant::now() >= end {
+                return None;
+            }
+        }
+    };
+    // The last number sent; the answering thread stops when it sees it.
+    const DONE: u64 = u64::MAX;
+    std::thread::scope(|s| {
+        let answer = s.spawn(|| {
+            cb.pin_current_thread().ok()?;
+            let mut seen = 0;
+            loop {
+                seen = wait(&ping.0, seen)?;
+                if seen == DONE {
+                    return Some(());
+                }
+                pong.0.store(seen, Ordering::Release);
+            }
+        });
+        // Its own thread too: pinning the caller would leave it pinned.
+        let timed = s.spawn(|| {
+            ca.pin_current_thread().ok()?;
+            let mut best = f64::INFINITY;
+            let mut n = 0u64;
+            for _ in 0..HANDOFF_BATCHES {
+                let t0 = Instant::now();
+                for _ in 0..HANDOFF_TRIPS {
+                    n += 1;
+                    ping.0.store(n, Ordering::Release);
+                    wait(&pong.0, n - 1)?;
+                }
+                best = best.min(t0.elapsed().as_secs_f64() * 1e9 / HANDOFF_TRIPS as f64);
+            }
+            Some(best)
+        });
+        let timed = timed.join().ok().flatten();
+        ping.0.store(DONE, Ordering::Release);
+        let answered = answer.join().ok().flatten();
+        timed.filter(|_| answered.is_some())
+    })
+}
+
 /// The cpuidle driver and, with `haltpoll`, the guest's halt-polling window.
 fn idle_settings() -> Option<String> {
     let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
@@ -162,5 +256,27 @@ mod tests {
         let fast = WakeCost { cross_us: Some(5.0), same_us: 2.0, idle: Some("cpuidle driver x".into()) };
         assert!(!fast.is_slow() && !fast.describe().contains("SLOW") && fast.describe().ends_with("cpuidle driver x"));
         assert!(!WakeCost { cross_us: None, same_us: 2.0, idle: None }.is_slow());
+    }
+
+    #[test]
+    fn the_handoff_probe_times_a_round_trip_between_two_cpus() {
+        let allowed = CpuList::allowed().unwrap();
+        let ns = handoff_ns();
+        if allowed.len() < 2 {
+            assert_eq!(ns, None, "one CPU: nothing to hand off between");
+            return;
+        }
+        // Two stores and two loads that miss: more than a nanosecond, and less than the
+        // probe's time limit over one batch. Other tests may keep the other CPU busy,
+        // so a try may find no batch with both threads running: some of ten must.
+        let figures: Vec<f64> = std::iter::once(ns).chain((1..10).map(|_| handoff_ns())).flatten().collect();
+        assert!(!figures.is_empty(), "two CPUs and ten tries: a figure");
+        let limit = HANDOFF_LIMIT.as_nanos() as f64 / HANDOFF_TRIPS as f64;
+        assert!(figures.iter().all(|&ns| ns > 1.0 && ns < limit), "{figures:?} ns");
+        // The caller's own CPUs are as they were.
+        assert_eq!(CpuList::allowed().unwrap(), allowed);
+        // A CPU this process may not use: no figure, and no thread left spinning.
+        let outside = (0..).find(|c| !allowed.cpus().contains(c)).unwrap();
+        assert_eq!(handoff_between(allowed.cpus()[0], outside), None);
     }
 }

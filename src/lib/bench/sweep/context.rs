@@ -28,14 +28,27 @@ use crate::workload::{names, CoreWorkload, WorkloadSpec};
 
 /// Columns every preset starts with. `speed_us` is the machine's speed sample taken
 /// just before the run ([`crate::bench::busy::speed_sample`]: a fixed loop, in
-/// microseconds), so a reader can set each run beside the machine's speed at the time.
-pub const COMMON: [&str; 6] = ["point", "unix_time", "transport", "quick", "repeat", "speed_us"];
+/// microseconds) and `handoff_ns` the round trip of a cache line between two of its
+/// CPUs then ([`crate::bench::wake::handoff_ns`]; empty without two CPUs), so a reader
+/// can set each run beside the machine's state at the time.
+pub const COMMON: [&str; 7] = ["point", "unix_time", "transport", "quick", "repeat", "speed_us", "handoff_ns"];
 
 /// A preset's column list: [`COMMON`] and then its own.
 macro_rules! cols {
-    ($($c:literal),* $(,)?) => { &["point", "unix_time", "transport", "quick", "repeat", "speed_us", $($c),*] };
+    ($($c:literal),* $(,)?) => {
+        &["point", "unix_time", "transport", "quick", "repeat", "speed_us", "handoff_ns", $($c),*]
+    };
 }
 pub(crate) use cols;
+
+/// The machine's samples taken just before a run (see [`COMMON`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Probes {
+    /// [`crate::bench::busy::speed_sample`], microseconds.
+    pub speed_us: f64,
+    /// [`crate::bench::wake::handoff_ns`], nanoseconds.
+    pub handoff_ns: Option<f64>,
+}
 
 /// Runs grid points and keeps what they share (transport floors, components).
 pub struct Context<'a> {
@@ -377,13 +390,14 @@ impl<'a> Context<'a> {
         Ok(c)
     }
 
-    /// Runs repeat `repeat` of one point and returns its CSV row (`speed_us`: the
-    /// machine's speed sample taken before it).
-    pub fn run_point(&mut self, pt: &Point, repeat: u64, speed_us: f64) -> Result<Row> {
+    /// Runs repeat `repeat` of one point and returns its CSV row (`probes`: the
+    /// machine's samples taken before it).
+    pub fn run_point(&mut self, pt: &Point, repeat: u64, probes: Probes) -> Result<Row> {
         self.repeat = repeat;
         let mut row = self.base_row(pt);
         row.insert(COMMON[4], repeat.to_string());
-        row.insert(COMMON[5], format!("{speed_us:.1}"));
+        row.insert(COMMON[5], format!("{:.1}", probes.speed_us));
+        row.insert(COMMON[6], probes.handoff_ns.map_or_else(String::new, |ns| format!("{ns:.0}")));
         pt.preset.def().run(self, pt, &mut row)?;
         Ok(row)
     }

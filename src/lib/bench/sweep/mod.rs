@@ -35,10 +35,14 @@ pub const REPEAT: &str = "repeat";
 /// [`context::COMMON`]).
 pub const SPEED: &str = "speed_us";
 
+/// The column with the cache-line round trip between two CPUs before the run (see
+/// [`context::COMMON`]).
+pub const HANDOFF: &str = "handoff_ns";
+
 /// Columns later versions added, with what a file written before each reads as: no
-/// `repeat` column is one run per point (repeat 0); no `speed_us`, no sample (empty);
-/// no `client_threads` (peers), one thread per client (empty).
-const ADDED_COLUMNS: [(&str, &str); 3] = [(REPEAT, "0"), (SPEED, ""), ("client_threads", "")];
+/// `repeat` column is one run per point (repeat 0); no `speed_us` or `handoff_ns`, no
+/// sample (empty); no `client_threads` (peers), one thread per client (empty).
+const ADDED_COLUMNS: [(&str, &str); 4] = [(REPEAT, "0"), (SPEED, ""), (HANDOFF, ""), ("client_threads", "")];
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
@@ -822,7 +826,8 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     let started = Instant::now();
     let probe = crate::bench::busy::LoadProbe::start();
-    let mut speed = crate::bench::busy::SpeedLog::default();
+    let mut speed = crate::bench::busy::SampleLog::new(crate::bench::busy::Probe::Speed);
+    let mut handoff = crate::bench::busy::SampleLog::new(crate::bench::busy::Probe::Handoff);
     let mut ctx = context::Context::new(o, prog.bars());
     for (preset, runs) in &todo {
         let fresh = o.overwrite && !o.resume;
@@ -832,11 +837,16 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         for (pt, rep) in runs {
             let label = if o.repeats > 1 { format!("{} #{}", pt.label(), rep + 1) } else { pt.label() };
             prog.start(&label);
-            // Before the run, not during it: the loop takes a millisecond of one CPU.
+            // Before the run, not during it: the loop takes a millisecond of one CPU,
+            // the round trips a few milliseconds of two.
             let speed_us = crate::bench::busy::speed_sample().as_secs_f64() * 1e6;
             speed.push(speed_us);
+            let handoff_ns = crate::bench::wake::handoff_ns();
+            if let Some(ns) = handoff_ns {
+                handoff.push(ns);
+            }
             let t0 = Instant::now();
-            match ctx.run_point(pt, *rep, speed_us) {
+            match ctx.run_point(pt, *rep, context::Probes { speed_us, handoff_ns }) {
                 Ok(row) => {
                     sink.write(&row)?;
                     outcome.ran += 1;
@@ -864,13 +874,14 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     if let Some(load) = probe.finish() {
         let _ = writeln!(out, "sweep: machine {}", load.describe());
-        if let Some(d) = speed.describe() {
+        let logs = [&speed, &handoff];
+        for d in logs.iter().filter_map(|l| l.describe()) {
             let _ = writeln!(out, "sweep: {d}");
         }
-        for w in load.warnings().into_iter().chain(speed.warning()) {
+        for w in load.warnings().into_iter().chain(logs.iter().filter_map(|l| l.warning())) {
             let _ = writeln!(out, "warning: {w}: these figures may measure the machine, not the protocols");
         }
-        setup::append_load(o, &load, &speed)?;
+        setup::append_load(o, &load, &logs)?;
     }
     outcome.rendered = Some(render(&o.out, out)?);
     Ok(outcome)
@@ -1047,5 +1058,38 @@ mod tests {
         assert!(t.col("nope").unwrap_err().to_string().contains("no column `nope`"));
         assert!(Table::parse(b"a,b\n1,2\n", p).is_err());
         assert!(Table::parse(b"point,a\np1,1,2\n", p).unwrap_err().to_string().contains("line 2"));
+    }
+
+    #[test]
+    fn a_csv_written_before_a_column_was_added_reads_with_its_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let preset = presets::transport::PRESET;
+        let cols = preset.columns();
+        let row = |skip: &[&str]| {
+            cols.iter()
+                .filter(|c| !skip.contains(c))
+                .map(|c| if *c == "point" { "p1" } else { "1" })
+                .collect::<Vec<_>>()
+        };
+        let write = |skip: &[&str]| {
+            let header: Vec<&str> = cols.iter().copied().filter(|c| !skip.contains(c)).collect();
+            let text = format!("{}\n{}\n", header.join(","), row(skip).join(","));
+            let path = dir.path().join(format!("{}.csv", skip.len()));
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        // Before `handoff_ns`, and before `repeat`, `speed_us` and `handoff_ns`.
+        for skip in [&[HANDOFF][..], &[REPEAT, SPEED, HANDOFF][..]] {
+            let t = Table::read_preset(preset, &write(skip)).unwrap();
+            assert_eq!(t.header, cols, "{skip:?}");
+            assert_eq!(t.str(0, HANDOFF).unwrap(), "", "{skip:?}");
+            assert_eq!(t.num(0, HANDOFF).unwrap(), None, "{skip:?}");
+            let repeat = if skip.contains(&REPEAT) { "0" } else { "1" };
+            assert_eq!(t.str(0, REPEAT).unwrap(), repeat, "{skip:?}");
+        }
+        // A column this version does not know of: refused.
+        let path = dir.path().join("odd.csv");
+        std::fs::write(&path, format!("{},odd\n{},1\n", cols.join(","), row(&[]).join(","))).unwrap();
+        assert!(Table::read_preset(preset, &path).is_err());
     }
 }

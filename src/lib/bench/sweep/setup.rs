@@ -130,20 +130,20 @@ fn durability(dir: Option<PathBuf>) -> String {
     }
 }
 
-/// Appends how busy the machine was during the runs, and how much its speed moved, to
-/// `SETUP.md`.
+/// Appends how busy the machine was during the runs, and how much the probes sampled
+/// before each run (its speed, the distance between its CPUs) moved, to `SETUP.md`.
 pub fn append_load(
     o: &SweepOptions,
     load: &crate::bench::busy::MachineLoad,
-    speed: &crate::bench::busy::SpeedLog,
+    probes: &[&crate::bench::busy::SampleLog],
 ) -> Result<()> {
     use std::io::Write as _;
     let path = o.out.join("SETUP.md");
     let mut text = format!("\n## Machine load during the runs\n\n{}\n", load.describe());
-    if let Some(d) = speed.describe() {
+    for d in probes.iter().filter_map(|p| p.describe()) {
         text.push_str(&format!("\n{d}.\n"));
     }
-    for w in load.warnings().into_iter().chain(speed.warning()) {
+    for w in load.warnings().into_iter().chain(probes.iter().filter_map(|p| p.warning())) {
         text.push_str(&format!("\n**Warning**: {w}; compare these figures with a run on an idle machine.\n"));
     }
     std::fs::OpenOptions::new()

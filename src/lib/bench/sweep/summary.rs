@@ -352,15 +352,37 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
         noisy += usize::from(hit);
     }
     Ok(worst.map(|(spread, w)| {
-        format!(
+        let mut s = format!(
             "NOISY: the repeats of {noisy} of {} points differ by more than {:.0}% (max - min over the median) in a \
              median or a throughput; the widest: {w} ({:.0}%). A busy machine (see SETUP.md for the load during the \
              run) or a bimodal effect; verdicts above stay inconclusive where the repeats disagree.",
             t.rows.len(),
             NOISY_SPREAD * 100.0,
             spread * 100.0
-        )
+        );
+        if let Some((lo, hi)) = handoff_range(t).filter(|(lo, hi)| *hi >= HANDOFF_MOVED * *lo) {
+            s.push_str(&format!(
+                " The round trip of a cache line between the CPUs, sampled before each run, ranged {lo:.0} .. {hi:.0} \
+                 ns (column `{}`): shared-memory results move with it.",
+                super::HANDOFF
+            ));
+        }
+        s
     }))
+}
+
+/// Round trips between the CPUs (column `handoff_ns`) whose slowest is this many times
+/// the fastest are worth naming beside noisy repeats.
+const HANDOFF_MOVED: f64 = 1.5;
+
+/// The fastest and the slowest `handoff_ns` sample of the table's runs, if it has any.
+fn handoff_range(t: &Table) -> Option<(f64, f64)> {
+    let c = t.col(super::HANDOFF).ok()?;
+    let src = if t.runs.is_empty() { &t.rows } else { &t.runs };
+    let v: Vec<f64> = src.iter().filter_map(|r| r.get(c)?.trim().parse::<f64>().ok()).filter(|x| *x > 0.0).collect();
+    let lo = v.iter().copied().reduce(f64::min)?;
+    let hi = v.iter().copied().reduce(f64::max)?;
+    Some((lo, hi))
 }
 
 /// How a paired interval was made, for the summaries.
@@ -420,6 +442,28 @@ mod tests {
         let one = Paired::of(&a[..1], &b, |x, y| Some(x / y)).unwrap();
         assert_eq!(one.at_most(1.0), Verdict::OneRun);
         assert!(Paired::of(&a, &[], |x, y| Some(x / y)).is_none());
+    }
+
+    #[test]
+    fn noisy_repeats_name_the_cpus_round_trip_when_it_moved() {
+        let table = |handoff: [&str; 4]| {
+            let header = ["point", "repeat", "handoff_ns", "ops_per_sec"].map(String::from).to_vec();
+            let runs: Vec<Vec<String>> = [("a", "0", 300.0), ("a", "1", 600.0), ("b", "0", 500.0), ("b", "1", 510.0)]
+                .iter()
+                .zip(handoff)
+                .map(|(&(p, r, ops), h)| vec![p.into(), r.into(), h.into(), ops.to_string()])
+                .collect();
+            Table { path: "t.csv".into(), header, rows: runs.clone(), runs: Vec::new() }.aggregate().unwrap()
+        };
+        // Point a's repeats differ by 100% of their median (300 and 600: the lower middle).
+        let w = spread_warning(&table(["620", "240", "250", "255"])).unwrap().expect("noisy");
+        assert!(w.starts_with("NOISY: the repeats of 1 of 2 points"), "{w}");
+        assert!(w.contains("ranged 240 .. 620 ns (column `handoff_ns`)"), "{w}");
+        // A steady round trip, or none sampled: not named.
+        let w = spread_warning(&table(["240", "250", "260", "255"])).unwrap().expect("noisy");
+        assert!(w.starts_with("NOISY") && !w.contains("handoff_ns"), "{w}");
+        let w = spread_warning(&table(["", "", "", ""])).unwrap().expect("noisy");
+        assert!(!w.contains("handoff_ns"), "{w}");
     }
 
     #[test]
