@@ -439,6 +439,10 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         None
     };
     let run_opts = RunOptions { client_cpus: layout.as_ref().map(|l| l.clients.clone()), ..run_opts };
+    // The machine around the run: taken while no server of ours is up (its workers would
+    // share the probe's CPUs).
+    let load = boomkv::bench::busy::LoadProbe::start();
+    let handoff_before_ns = boomkv::bench::wake::handoff_ns();
     let runner::PhasesResult { result, space } = run_phases(
         &a,
         &w,
@@ -447,10 +451,18 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         has_scans,
         layout.as_ref(),
     )?;
+    let machine = boomkv::bench::busy::RunMachine {
+        handoff_after_ns: boomkv::bench::wake::handoff_ns(),
+        load: load.finish(),
+        handoff_before_ns,
+    };
     let mut config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
     // No commas in a [CONFIG] value (the report's field separator).
     config.push(("pin", layout.as_ref().map_or_else(|| "off".to_string(), |l| l.to_string().replace(',', "+"))));
-    write_reports(&a, &spec, &config, &result, space, &pcts)?;
+    write_reports(&a, &spec, &config, &result, space, &machine, &pcts)?;
+    for w in machine.warnings() {
+        eprintln!("boomctl: warning: {w}: these figures may measure the machine, not the store");
+    }
     if result.errors > 0 {
         eprintln!(
             "boomctl: {} operations failed (see Return= rows); first: {}",
@@ -592,6 +604,7 @@ fn write_reports(
     config: &[(&'static str, String)],
     result: &RunResult,
     space: Option<boomkv::log::SpaceReport>,
+    machine: &boomkv::bench::busy::RunMachine,
     pcts: &[f64],
 ) -> anyhow::Result<()> {
     let export = spec.export_file();
@@ -622,6 +635,9 @@ fn write_reports(
             writeln!(out, "[CLIENT], {name}, {v}")?;
         }
     }
+    for (name, v) in machine.rows() {
+        writeln!(out, "[MACHINE], {name}, {v}")?;
+    }
     out.flush()?;
     drop(out);
     if let Some(csv) = &a.csv {
@@ -643,6 +659,7 @@ fn write_reports(
         if let Some(c) = &result.client {
             v["client"] = serde_json::to_value(c)?;
         }
+        v["machine"] = serde_json::to_value(machine)?;
         std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
     }
     Ok(())

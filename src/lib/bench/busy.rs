@@ -322,6 +322,58 @@ impl SampleLog {
     }
 }
 
+/// Round trips between the CPUs whose slowest is this many times the fastest are worth
+/// naming beside a run's figures: the distance between the CPUs changed.
+pub const HANDOFF_MOVED: f64 = 1.5;
+
+/// What the machine did around one run (a `boomctl ycsb`): its load over the run, and
+/// the round trip of a cache line between its CPUs just before and just after
+/// ([`crate::bench::wake::handoff_ns`], taken by the caller).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RunMachine {
+    /// [`LoadProbe::finish`] over the run (`None` without `/proc`).
+    pub load: Option<MachineLoad>,
+    /// Nanoseconds per round trip before the run (`None` with one CPU).
+    pub handoff_before_ns: Option<f64>,
+    /// ... and after it.
+    pub handoff_after_ns: Option<f64>,
+}
+
+impl RunMachine {
+    /// `(name, value)` rows for a report (YCSB-style names, values without commas);
+    /// what was not measured is left out.
+    pub fn rows(&self) -> Vec<(&'static str, String)> {
+        let mut r = Vec::new();
+        if let Some(l) = &self.load {
+            r.push(("OtherProcessesCPUs", format!("{:.2}", l.others_cpus)));
+            r.push(("StealPercent", format!("{:.1}", l.steal_pct)));
+            r.push(("LoadAverage1m", format!("{:.2}", l.load1)));
+        }
+        if let Some(ns) = self.handoff_before_ns {
+            r.push(("CpuRoundTripBefore(ns)", format!("{ns:.0}")));
+        }
+        if let Some(ns) = self.handoff_after_ns {
+            r.push(("CpuRoundTripAfter(ns)", format!("{ns:.0}")));
+        }
+        r
+    }
+
+    /// One sentence per reason the run's figures may measure the machine.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = self.load.map(|l| l.warnings()).unwrap_or_default();
+        if let (Some(b), Some(a)) = (self.handoff_before_ns, self.handoff_after_ns) {
+            if b > 0.0 && a > 0.0 && b.max(a) >= HANDOFF_MOVED * b.min(a) {
+                w.push(format!(
+                    "a cache line's round trip between the CPUs took {b:.0} ns before the run and {a:.0} ns after \
+                     it: the distance between them changed (as when a hypervisor moves virtual CPUs), and \
+                     shared-memory (shm) results follow it"
+                ));
+            }
+        }
+        w
+    }
+}
+
 /// The 10th-to-90th percentile range of `(median, 10th, 90th)` over the median, in
 /// percent (0 for a zero median).
 fn spread_of((med, lo, hi): (f64, f64, f64)) -> f64 {
@@ -426,6 +478,35 @@ mod tests {
         }
         assert!(q.spread_pct().unwrap() < HANDOFF_SPREAD_LIMIT_PCT);
         assert_eq!(q.warning(), None, "{:?}", q.quantiles());
+    }
+
+    #[test]
+    fn a_run_reports_the_machine_and_warns_when_the_cpus_moved_apart() {
+        let load = MachineLoad { cpus: 2, seconds: 2.0, others_cpus: 0.0, steal_pct: 0.0, load1: 1.5, runnable: 2 };
+        let quiet = RunMachine { load: Some(load), handoff_before_ns: Some(99.0), handoff_after_ns: Some(120.0) };
+        assert_eq!(
+            quiet.rows(),
+            vec![
+                ("OtherProcessesCPUs", "0.00".to_string()),
+                ("StealPercent", "0.0".into()),
+                ("LoadAverage1m", "1.50".into()),
+                ("CpuRoundTripBefore(ns)", "99".into()),
+                ("CpuRoundTripAfter(ns)", "120".into()),
+            ]
+        );
+        assert!(quiet.warnings().is_empty(), "{:?}", quiet.warnings());
+        assert!(quiet.rows().iter().all(|(_, v)| !v.contains(',')));
+        // Farther apart after the run, and another process busy: two warnings.
+        let busy = MachineLoad { others_cpus: 0.5, ..load };
+        let moved = RunMachine { load: Some(busy), handoff_after_ns: Some(385.0), ..quiet };
+        let w = moved.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[1].contains("99 ns before the run and 385 ns after"), "{w:?}");
+        // Closer after the run counts too; one figure alone, or none, says nothing.
+        let closer = RunMachine { handoff_before_ns: Some(400.0), handoff_after_ns: Some(100.0), load: None };
+        assert_eq!(closer.warnings().len(), 1);
+        assert!(RunMachine { handoff_after_ns: None, ..closer }.warnings().is_empty());
+        assert!(RunMachine::default().rows().is_empty() && RunMachine::default().warnings().is_empty());
     }
 
     #[test]

@@ -360,7 +360,7 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
             NOISY_SPREAD * 100.0,
             spread * 100.0
         );
-        if let Some((lo, hi)) = handoff_range(t).filter(|(lo, hi)| *hi >= HANDOFF_MOVED * *lo) {
+        if let Some((lo, hi)) = handoff_range(t).filter(|(lo, hi)| *hi >= crate::bench::busy::HANDOFF_MOVED * *lo) {
             s.push_str(&format!(
                 " The round trip of a cache line between the CPUs, sampled before each run, ranged {lo:.0} .. {hi:.0} \
                  ns (column `{}`): shared-memory results move with it.",
@@ -370,10 +370,6 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
         s
     }))
 }
-
-/// Round trips between the CPUs (column `handoff_ns`) whose slowest is this many times
-/// the fastest are worth naming beside noisy repeats.
-const HANDOFF_MOVED: f64 = 1.5;
 
 /// The fastest and the slowest `handoff_ns` sample of the table's runs, if it has any.
 fn handoff_range(t: &Table) -> Option<(f64, f64)> {
