@@ -1779,13 +1779,7 @@ impl Conn {
                     // The peer refused the head's rkey, then closed (as a peer does after
                     // a remote access error): the head fails as it would have had the
                     // refusal come first (see `two_sided`), not with a flush.
-                    let (status, why) = match item.opcode {
-                        WcOpcode::Send => (WcStatus::RemoteInvalidRequest, "peer receive buffer unusable"),
-                        _ => {
-                            (WcStatus::RemoteAccessError, "remote access error: the peer knows no region for the rkey")
-                        }
-                    };
-                    let _ = qp.error(item.wr_id, item.opcode, status, why.to_string());
+                    qp.fail_refused(item.wr_id, item.opcode);
                     lock(&self.backlog).head_out = false;
                 } else {
                     lock(&self.backlog).put_back(item);
@@ -2287,10 +2281,27 @@ impl ShmQp {
         };
         if done.is_err() {
             // Every argument was checked before the request was queued: only a
-            // connection in the error state refuses it now.
-            self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
+            // connection in the error state refuses it now. If the peer refused the rkey
+            // it waited for before closing, and the close was seen between the RNR
+            // thread's check and this run, it fails with that refusal all the same.
+            if self.conn.refused_lookup(d.asked) {
+                self.fail_refused(d.wr_id, d.opcode);
+            } else {
+                self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
+            }
         }
         Ran::Done
+    }
+
+    /// Fails a request whose rkey look-up the peer refused: a remote access error (a
+    /// SEND's, into a receive buffer the peer does not let it use, a remote invalid
+    /// request), as [`Self::two_sided`] and [`Self::one_sided_op`] fail it.
+    fn fail_refused(&self, wr_id: u64, opcode: WcOpcode) {
+        let (status, why) = match opcode {
+            WcOpcode::Send => (WcStatus::RemoteInvalidRequest, "peer receive buffer unusable"),
+            _ => (WcStatus::RemoteAccessError, "remote access error: the peer knows no region for the rkey"),
+        };
+        let _ = self.error(wr_id, opcode, status, why.to_string());
     }
 
     /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete.
@@ -2756,6 +2767,38 @@ mod tests {
         expect(&p.c_send, 1, WcStatus::RemoteAccessError);
         expect(&p.c_send, 2, WcStatus::WrFlushError);
         assert!(p.cqp.is_error());
+    }
+
+    /// The same when the close is seen between the RNR thread's check of the error state
+    /// and its run of the request (CI saw a flush there, once): the request that waited
+    /// for the refused look-up still fails with the refusal.
+    #[test]
+    fn a_refused_lookup_seen_after_the_close_still_fails_its_request_with_the_refusal() {
+        let p = conformance::pair(make, ep);
+        let c = &p.cqp.conn;
+        let forged = p.s_remote.rkey ^ 0x10000;
+        // The look-up went out and "no such region" came back...
+        let id = {
+            let mut pending = lock(&c.pending);
+            let id = pending.next;
+            pending.next += 1;
+            pending.answers.insert(id, Answer::NotFound);
+            id
+        };
+        lock(&c.send).asking.insert(forged, (id, Instant::now()));
+        // ...then the peer's close put the connection in the error state, and only then
+        // did the request run again.
+        c.state.mark_error("peer closed the connection");
+        let (mr, addr) = (p.cmr.clone(), p.s_remote.addr);
+        let work: Later = Box::new(move |qp| qp.one_sided_op(1, &mr, 0, 8, addr, forged, true, true));
+        let d = Deferred { wr_id: 1, opcode: WcOpcode::Write, work: Work::Other(work), asked: Some(forged) };
+        assert!(matches!(p.cqp.run(d), Ran::Done));
+        expect(&p.c_send, 1, WcStatus::RemoteAccessError);
+        // A request that waited for no look-up is flushed, as before.
+        let work: Later = Box::new(|qp| qp.check_open().map(|()| Step::Done));
+        let d = Deferred { wr_id: 2, opcode: WcOpcode::Write, work: Work::Other(work), asked: None };
+        assert!(matches!(p.cqp.run(d), Ran::Done));
+        expect(&p.c_send, 2, WcStatus::WrFlushError);
     }
 
     /// Inline SENDs waiting for a receive hold at most `BACKLOG_BYTES` between them.
