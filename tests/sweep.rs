@@ -279,9 +279,18 @@ fn bad_input_is_reported_with_the_file() {
         std::fs::write(old.join("latency.csv"), old_csv.join("\n") + "\n").unwrap();
         let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&old).output().unwrap());
         assert!(stdout.contains("one run per point: no interval and no verdict"), "{name}: {stdout}");
-        // It can be re-rendered, not extended.
-        let out = boomctl().args(["sweep", "latency", "--quick", "--resume", "--out"]).arg(&old).output().unwrap();
-        assert!(!out.status.success(), "{name}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("earlier version"), "{name}");
+        // And a --resume extends it: the point already there is skipped, and the file
+        // now has this version's columns, its row kept.
+        let stdout = ok(boomctl()
+            .args(["sweep", "--quiet", "--resume", "--grid"])
+            .arg(&g)
+            .arg("--out")
+            .arg(&old)
+            .output()
+            .unwrap());
+        assert!(stdout.contains("0 runs") && stdout.contains("(1 skipped, 0 failed)"), "{name}: {stdout}");
+        let now = Table::read(&old.join("latency.csv")).unwrap();
+        assert_eq!((now.header.clone(), now.rows.len()), (t.header.clone(), 1), "{name}");
+        assert_eq!(now.str(0, "point").unwrap(), "boom/64", "{name}");
     }
 }

@@ -16,8 +16,8 @@
 //! time moved, and likewise for the round trip of a cache line between two CPUs
 //! ([`Probe::Handoff`], sampled by [`crate::bench::wake::handoff_ns`]).
 //!
-//! This module owns only the reading and the verdict; callers print it. It imports
-//! nothing from the rest of the crate.
+//! This module owns only the reading, the verdict and its wording ([`RunMachine`] also
+//! its report rows); callers print it. It imports nothing from the rest of the crate.
 
 use std::time::{Duration, Instant};
 
@@ -293,8 +293,8 @@ impl SampleLog {
             }
             Probe::Handoff => format!(
                 "CPU distance: a cache line's round trip between the first and the last CPU boomctl may use (where \
-                 `--pin auto` puts a client and the server's worker), timed before each of {n} runs (the fastest of a few \
-                 short batches; column `handoff_ns`), took"
+                 `--pin auto` puts a client and the server's worker), timed before each run ({n} figures, each the \
+                 fastest of a few short batches; column `handoff_ns`), took"
             ),
         };
         Some(format!(
@@ -469,7 +469,7 @@ mod tests {
         }
         let w = l.warning().expect("a 160% spread");
         assert!(w.contains("240 .. 660 ns") && w.contains("handoff_ns"), "{w}");
-        assert!(l.describe().unwrap().contains("each of 10 runs"), "{:?}", l.describe());
+        assert!(l.describe().unwrap().contains("(10 figures,"), "{:?}", l.describe());
         assert!(l.describe().unwrap().contains("took 260 ns (median)"), "{:?}", l.describe());
         // 240 .. 330 ns around 260: a 35% spread, under the limit.
         let mut q = SampleLog::new(Probe::Handoff);

@@ -699,22 +699,24 @@ pub struct CsvSink {
 
 impl CsvSink {
     /// Opens (or creates) the preset's CSV in `dir`. An existing file must have the
-    /// preset's header. `fresh` truncates it first.
+    /// preset's header; one of an earlier version, without columns added since, is first
+    /// rewritten with them (filled in as [`Table::read_preset`] reads it), so a
+    /// `--resume` extends it. `fresh` truncates it first.
     pub fn open(preset: Preset, dir: &Path, fresh: bool) -> Result<CsvSink> {
         let path = preset.csv_path(dir);
         let columns = preset.columns();
-        if path.exists() && !fresh {
-            let t = Table::read(&path)?;
-            if t.header != columns {
-                return Err(SweepError::Csv {
-                    path,
-                    line: Some(1),
-                    problem: "its columns are not the ones this version of boomctl writes (a file of an earlier \
-                              version can be re-rendered, not extended); use --overwrite or another \
-                              --out directory"
-                        .into(),
-                });
+        if path.exists() && !fresh && Table::read(&path)?.header != columns {
+            // Refused here unless the file is an earlier version's.
+            let t = Table::read_preset(preset, &path)?;
+            let mut w = csv::Writer::from_writer(Vec::new());
+            for r in std::iter::once(&t.header).chain(&t.rows) {
+                w.write_record(r).map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
             }
+            let b = w.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
+            // Written beside it and renamed over it: a crash leaves one file or the other.
+            let tmp = path.with_extension("csv.upgrade");
+            std::fs::write(&tmp, b).map_err(io_err(&tmp))?;
+            std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
         }
         let exists = path.exists() && !fresh;
         let mut opts = std::fs::OpenOptions::new();
@@ -1091,5 +1093,24 @@ mod tests {
         let path = dir.path().join("odd.csv");
         std::fs::write(&path, format!("{},odd\n{},1\n", cols.join(","), row(&[]).join(","))).unwrap();
         assert!(Table::read_preset(preset, &path).is_err());
+        // A --resume extends an earlier version's file: rewritten with the columns added
+        // since, its rows kept, then the new row appended.
+        let out = tempfile::tempdir().unwrap();
+        std::fs::copy(write(&[HANDOFF]), preset.csv_path(out.path())).unwrap();
+        let mut sink = CsvSink::open(preset, out.path(), false).unwrap();
+        let mut r = Row::new();
+        r.insert("point", "p2".into());
+        r.insert(HANDOFF, "99".into());
+        sink.write(&r).unwrap();
+        let t = Table::read(&preset.csv_path(out.path())).unwrap();
+        assert_eq!(t.header, cols);
+        assert_eq!((t.str(0, "point").unwrap(), t.str(0, HANDOFF).unwrap()), ("p1", ""));
+        assert_eq!((t.str(1, "point").unwrap(), t.str(1, HANDOFF).unwrap()), ("p2", "99"));
+        assert!(!preset.csv_path(out.path()).with_extension("csv.upgrade").exists());
+        // A file of no version is left alone.
+        let odd = std::fs::read(&path).unwrap();
+        std::fs::copy(&path, preset.csv_path(out.path())).unwrap();
+        assert!(CsvSink::open(preset, out.path(), false).is_err());
+        assert_eq!(std::fs::read(preset.csv_path(out.path())).unwrap(), odd);
     }
 }

@@ -363,7 +363,7 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
         if let Some((lo, hi)) = handoff_range(t).filter(|(lo, hi)| *hi >= crate::bench::busy::HANDOFF_MOVED * *lo) {
             s.push_str(&format!(
                 " The round trip of a cache line between the CPUs, sampled before each run, ranged {lo:.0} .. {hi:.0} \
-                 ns (column `{}`): shared-memory results move with it.",
+                 ns (column `{}`): shared-memory (shm) results move with it.",
                 super::HANDOFF
             ));
         }
