@@ -10,9 +10,10 @@
 //! The same two places are also timed without sleeping ([`handoff_ns`]): a cache line
 //! passed back and forth by two spinning threads, which is what every shared-memory
 //! request and reply costs. On a virtual machine that figure is not a constant of the
-//! machine: on a 2-vCPU KVM guest it moved between about 60, 250 and 650 ns from one
-//! second to the next as the host placed the two vCPUs, and the shm backend's
-//! throughput moved with it, so a sweep samples it before every run.
+//! machine: on a 2-vCPU KVM guest it was 66 to 103 ns at some moments and 380 to 410 ns
+//! at others, changing within seconds as the host placed the two vCPUs, and the shm
+//! backend's throughput moved with it (about 0.6 M against 0.33 M ops/s for one YCSB-B
+//! client), so a sweep samples it before every run and `boomctl ycsb` before and after.
 //!
 //! This module owns the probes and the wake-up's description (the round trip's, over a
 //! sweep, is [`crate::bench::busy::SampleLog`]'s). It imports [`crate::cpus`] (to place
