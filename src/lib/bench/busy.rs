@@ -326,6 +326,12 @@ impl SampleLog {
 /// naming beside a run's figures: the distance between the CPUs changed.
 pub const HANDOFF_MOVED: f64 = 1.5;
 
+/// Whether round trips of `a` and `b` nanoseconds (either order) say the distance
+/// between the CPUs changed ([`HANDOFF_MOVED`]).
+pub fn handoff_moved(a: f64, b: f64) -> bool {
+    a > 0.0 && b > 0.0 && a.max(b) >= HANDOFF_MOVED * a.min(b)
+}
+
 /// What the machine did around one run (a `boomctl ycsb`): its load over the run, and
 /// the round trip of a cache line between its CPUs just before and just after
 /// ([`crate::bench::wake::handoff_ns`], taken by the caller).
@@ -362,7 +368,7 @@ impl RunMachine {
     pub fn warnings(&self) -> Vec<String> {
         let mut w = self.load.map(|l| l.warnings()).unwrap_or_default();
         if let (Some(b), Some(a)) = (self.handoff_before_ns, self.handoff_after_ns) {
-            if b > 0.0 && a > 0.0 && b.max(a) >= HANDOFF_MOVED * b.min(a) {
+            if handoff_moved(b, a) {
                 w.push(format!(
                     "a cache line's round trip between the CPUs took {b:.0} ns before the run and {a:.0} ns after \
                      it: the distance between them changed (as when a hypervisor moves virtual CPUs), and \

@@ -50,9 +50,7 @@ pub struct WakeCost {
 impl WakeCost {
     /// Measures now (about 20-50 ms; `None` where threads cannot be placed).
     pub fn measure() -> Option<WakeCost> {
-        let allowed = CpuList::allowed()?;
-        let first = allowed.cpus()[0];
-        let last = *allowed.cpus().last()?;
+        let (first, last) = first_and_last()?;
         let same_us = round_trip_us(first, first)?;
         let cross_us = if first == last { None } else { round_trip_us(first, last) };
         Some(WakeCost { cross_us, same_us, idle: idle_settings() })
@@ -82,6 +80,13 @@ impl WakeCost {
         }
         s
     }
+}
+
+/// The first and the last CPU this process may use (one CPU: the same twice), where
+/// `--pin auto` puts a client and the server's worker.
+fn first_and_last() -> Option<(usize, usize)> {
+    let allowed = CpuList::allowed()?;
+    Some((*allowed.cpus().first()?, *allowed.cpus().last()?))
 }
 
 /// The median round trip of a token between a thread on `a` and one on `b`.
@@ -162,8 +167,7 @@ struct Line(AtomicU64);
 /// where a thread cannot be placed, or when a wait is still unanswered 200 ms after
 /// the probe began.
 pub fn handoff_ns() -> Option<f64> {
-    let allowed = CpuList::allowed()?;
-    let (first, last) = (allowed.cpus()[0], *allowed.cpus().last()?);
+    let (first, last) = first_and_last()?;
     if first == last {
         return None;
     }

@@ -1775,15 +1775,9 @@ impl Conn {
                 }
             };
             if self.state.is_error() {
-                if self.refused_lookup(item.asked) {
-                    // The peer refused the head's rkey, then closed (as a peer does after
-                    // a remote access error): the head fails as it would have had the
-                    // refusal come first (see `two_sided`), not with a flush.
-                    qp.fail_refused(item.wr_id, item.opcode);
-                    lock(&self.backlog).head_out = false;
-                } else {
-                    lock(&self.backlog).put_back(item);
-                }
+                // The head first, then the rest, in order.
+                qp.stopped(&item);
+                lock(&self.backlog).head_out = false;
                 self.flush_backlog(None);
                 return Waits::Nothing;
             }
@@ -2281,27 +2275,29 @@ impl ShmQp {
         };
         if done.is_err() {
             // Every argument was checked before the request was queued: only a
-            // connection in the error state refuses it now. If the peer refused the rkey
-            // it waited for before closing, and the close was seen between the RNR
-            // thread's check and this run, it fails with that refusal all the same.
-            if self.conn.refused_lookup(d.asked) {
-                self.fail_refused(d.wr_id, d.opcode);
-            } else {
-                self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
-            }
+            // connection in the error state refuses it now (seen here rather than by the
+            // RNR thread's check when it came between the two).
+            self.stopped(&d);
         }
         Ran::Done
     }
 
-    /// Fails a request whose rkey look-up the peer refused: a remote access error (a
-    /// SEND's, into a receive buffer the peer does not let it use, a remote invalid
-    /// request), as [`Self::two_sided`] and [`Self::one_sided_op`] fail it.
-    fn fail_refused(&self, wr_id: u64, opcode: WcOpcode) {
-        let (status, why) = match opcode {
+    /// Completes a queued request that the connection's error state stops. If the peer
+    /// refused the rkey it waited for, then closed (as a peer does after a remote
+    /// access error), it fails as it would have had the refusal come first: a remote
+    /// access error (a SEND's, into a receive buffer the peer does not let it use, a
+    /// remote invalid request), as [`Self::two_sided`] and [`Self::one_sided_op`] fail
+    /// it. Any other is flushed.
+    fn stopped(&self, d: &Deferred) {
+        if !self.conn.refused_lookup(d.asked) {
+            self.conn.send_cq.push(self.conn.completion(d.wr_id, WcStatus::WrFlushError, d.opcode, 0));
+            return;
+        }
+        let (status, why) = match d.opcode {
             WcOpcode::Send => (WcStatus::RemoteInvalidRequest, "peer receive buffer unusable"),
             _ => (WcStatus::RemoteAccessError, "remote access error: the peer knows no region for the rkey"),
         };
-        let _ = self.error(wr_id, opcode, status, why.to_string());
+        let _ = self.error(d.wr_id, d.opcode, status, why.to_string());
     }
 
     /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete.

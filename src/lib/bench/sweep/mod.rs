@@ -708,11 +708,7 @@ impl CsvSink {
         if path.exists() && !fresh && Table::read(&path)?.header != columns {
             // Refused here unless the file is an earlier version's.
             let t = Table::read_preset(preset, &path)?;
-            let mut w = csv::Writer::from_writer(Vec::new());
-            for r in std::iter::once(&t.header).chain(&t.rows) {
-                w.write_record(r).map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
-            }
-            let b = w.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
+            let b = csv_records(std::iter::once(&t.header).chain(&t.rows))?;
             // Written beside it and renamed over it: a crash leaves one file or the other.
             let tmp = path.with_extension("csv.upgrade");
             std::fs::write(&tmp, b).map_err(io_err(&tmp))?;
@@ -728,10 +724,7 @@ impl CsvSink {
         }
         let mut file = opts.open(&path).map_err(io_err(&path))?;
         if !exists {
-            let mut w = csv::Writer::from_writer(Vec::new());
-            w.write_record(columns).map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
-            let b = w.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
-            file.write_all(&b).map_err(io_err(&path))?;
+            file.write_all(&csv_records([columns])?).map_err(io_err(&path))?;
         }
         Ok(CsvSink { path, columns, file })
     }
@@ -742,12 +735,19 @@ impl CsvSink {
             return Err(SweepError::Invalid(format!("internal: column `{k}` is not in {}", self.path.display())));
         }
         let rec: Vec<&str> = self.columns.iter().map(|c| row.get(c).map(String::as_str).unwrap_or("")).collect();
-        let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
-        w.write_record(&rec).map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
-        let b = w.into_inner().map_err(|e| SweepError::Invalid(format!("CSV: {e}")))?;
-        self.file.write_all(&b).map_err(io_err(&self.path))?;
+        self.file.write_all(&csv_records([rec])?).map_err(io_err(&self.path))?;
         self.file.flush().map_err(io_err(&self.path))
     }
+}
+
+/// `records` as CSV lines (quoted where a field needs it).
+fn csv_records<R: AsRef<[F]>, F: AsRef<[u8]>>(records: impl IntoIterator<Item = R>) -> Result<Vec<u8>> {
+    let csv_err = |e: &dyn fmt::Display| SweepError::Invalid(format!("CSV: {e}"));
+    let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+    for r in records {
+        w.write_record(r.as_ref()).map_err(|e| csv_err(&e))?;
+    }
+    w.into_inner().map_err(|e| csv_err(&e))
 }
 
 /// The `(point, repeat)` pairs already in a preset's CSV (for `--resume`).

@@ -360,7 +360,7 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
             NOISY_SPREAD * 100.0,
             spread * 100.0
         );
-        if let Some((lo, hi)) = handoff_range(t).filter(|(lo, hi)| *hi >= crate::bench::busy::HANDOFF_MOVED * *lo) {
+        if let Some((lo, hi)) = handoff_range(t).filter(|&(lo, hi)| crate::bench::busy::handoff_moved(lo, hi)) {
             s.push_str(&format!(
                 " The round trip of a cache line between the CPUs, sampled before each run, ranged {lo:.0} .. {hi:.0} \
                  ns (column `{}`): shared-memory (shm) results move with it.",
