@@ -164,6 +164,9 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     let stdout = ok(tiny_latency(&out, &["--resume"]));
     assert!(stdout.contains("sweep: 0 runs") && stdout.contains("(18 skipped, 0 failed)"), "{stdout}");
     assert_eq!(std::fs::read_to_string(out.join("latency.csv")).unwrap(), before);
+    // Nothing ran: SETUP.md still describes the runs there, and only them.
+    let kept = std::fs::read_to_string(out.join("SETUP.md")).unwrap();
+    assert_eq!(kept, setup, "a resume that ran nothing rewrote SETUP.md");
 
     // Drop the last row: --resume runs exactly that point again.
     csv.truncate(csv.trim_end().rfind('\n').unwrap() + 1);
@@ -171,6 +174,18 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     let stdout = ok(tiny_latency(&out, &["--resume"]));
     assert!(stdout.contains("sweep: 1 runs") && stdout.contains("(17 skipped, 0 failed)"), "{stdout}");
     assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 18);
+    // SETUP.md keeps the first invocation's machine and settings, and adds the resumed
+    // one's, with the load during its run; the spread section stays one, at the end.
+    let resumed = std::fs::read_to_string(out.join("SETUP.md")).unwrap();
+    let first = setup.find("## Spread between repeats").unwrap();
+    assert!(resumed.starts_with(&setup[..first]), "the first invocation's part changed:\n{resumed}");
+    let at = resumed.find("## Resumed on ").expect("a resumed section");
+    let tail = &resumed[at..];
+    for want in ["### Machine", "- CPU: ", "### Settings", "--resume`", "## Machine load during the resumed runs"] {
+        assert!(tail.contains(want), "{want} not in the resumed section:\n{tail}");
+    }
+    assert_eq!(resumed.matches("## Spread between repeats").count(), 1, "{resumed}");
+    assert!(resumed.rfind("## Spread between repeats").unwrap() > at, "{resumed}");
 
     // --plot-only re-renders from the CSV alone.
     for stem in ["fig13-put-latency", "fig14-get-latency", "latency-reduction"] {

@@ -820,8 +820,8 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         }
         todo.push((p, runs));
     }
-    setup::write_setup(o)?;
     let total: usize = todo.iter().map(|t| t.1.len()).sum();
+    let resumed = setup::write_setup(o, total > 0)?;
     let prog = SweepProgress::new(o.progress, total as u64);
     if outcome.skipped > 0 {
         prog.println(&format!("resume: {} runs already in the CSV files are skipped", outcome.skipped));
@@ -883,7 +883,9 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         for w in load.warnings().into_iter().chain(logs.iter().filter_map(|l| l.warning())) {
             let _ = writeln!(out, "warning: {w}: these figures may measure the machine, not the protocols");
         }
-        setup::append_load(o, &load, &logs)?;
+        if total > 0 || !o.resume {
+            setup::append_load(o, &load, &logs, resumed)?;
+        }
     }
     outcome.rendered = Some(render(&o.out, out)?);
     Ok(outcome)

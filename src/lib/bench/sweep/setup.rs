@@ -132,25 +132,23 @@ fn durability(dir: Option<PathBuf>) -> String {
 
 /// Appends how busy the machine was during the runs, and how much the probes sampled
 /// before each run (its speed, the distance between its CPUs) moved, to `SETUP.md`.
+/// `resumed`: the runs were added by a `--resume` ([`write_setup`] appended a section).
 pub fn append_load(
     o: &SweepOptions,
     load: &crate::bench::busy::MachineLoad,
     probes: &[&crate::bench::busy::SampleLog],
+    resumed: bool,
 ) -> Result<()> {
-    use std::io::Write as _;
     let path = o.out.join("SETUP.md");
-    let mut text = format!("\n## Machine load during the runs\n\n{}\n", load.describe());
+    let runs = if resumed { "the resumed runs" } else { "the runs" };
+    let mut text = format!("\n## Machine load during {runs}\n\n{}\n", load.describe());
     for d in probes.iter().filter_map(|p| p.describe()) {
         text.push_str(&format!("\n{d}.\n"));
     }
     for w in load.warnings().into_iter().chain(probes.iter().filter_map(|p| p.warning())) {
         text.push_str(&format!("\n**Warning**: {w}; compare these figures with a run on an idle machine.\n"));
     }
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| super::SweepError::Io { path: path.clone(), source: e })
+    append(&path, &text)
 }
 
 /// The heading of SETUP.md's section on the spread between repeats.
@@ -182,11 +180,62 @@ pub fn record_spread(dir: &Path, noisy: &[String]) -> Result<()> {
     std::fs::write(&path, kept).map_err(io_err(&path))
 }
 
-/// Writes `SETUP.md` into the output directory.
-pub fn write_setup(o: &SweepOptions) -> Result<()> {
-    let m = Machine::detect();
+/// Writes `SETUP.md` into the output directory, or, for a `--resume` that has runs to
+/// add (`adding`) to a directory that has one, appends a section with this invocation's
+/// machine and settings: the runs already there were made under the file's, which a
+/// rewrite would lose. Returns whether it appended.
+pub fn write_setup(o: &SweepOptions, adding: bool) -> Result<bool> {
+    let path = o.out.join("SETUP.md");
+    if o.resume && path.exists() {
+        if !adding {
+            return Ok(false);
+        }
+        let text = format!(
+            "\n## Resumed on {} (--resume)\n\nThe runs not yet in the CSV files were added by a later invocation, \
+             on this machine and with these settings (the runs before were made under the ones above; column \
+             `unix_time` tells them apart):\n\n{}",
+            today(),
+            setup_text(o, "###")
+        );
+        append(&path, &text)?;
+        return Ok(true);
+    }
     let mut s = String::from("# Sweep setup\n\n");
-    let _ = writeln!(s, "## Machine\n");
+    s.push_str(&setup_text(o, "##"));
+    let _ = writeln!(s, "\n## Method\n");
+    let _ = writeln!(
+        s,
+        "Every point runs against a fresh embedded server on a temporary pool (or the --server given) through the \
+         YCSB runner, one client thread unless stated.\n"
+    );
+    let mut said = Vec::new();
+    for p in &o.presets {
+        let m = p.meta().method;
+        if !said.contains(&m) {
+            let _ = writeln!(s, "- {m}");
+            said.push(m);
+        }
+    }
+    let _ = writeln!(s, "\nBreakdown: {}", super::components::BREAKDOWN_METHOD);
+    std::fs::write(&path, s).map_err(io_err(&path))?;
+    Ok(false)
+}
+
+/// Appends `text` to the file at `path`.
+fn append(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| super::SweepError::Io { path: path.to_path_buf(), source: e })
+}
+
+/// The machine and the settings of this invocation, under headings of level `h` (`##`).
+fn setup_text(o: &SweepOptions, h: &str) -> String {
+    let m = Machine::detect();
+    let mut s = String::new();
+    let _ = writeln!(s, "{h} Machine\n");
     let _ = writeln!(s, "- host: {}", m.host);
     let _ = writeln!(s, "- CPU: {}", m.cpu);
     let _ = writeln!(s, "- cores (available to boomctl): {}", m.cores);
@@ -195,7 +244,7 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
     if let Some(w) = crate::bench::wake::WakeCost::measure() {
         let _ = writeln!(s, "- {}", w.describe());
     }
-    let _ = writeln!(s, "\n## Settings\n");
+    let _ = writeln!(s, "\n{h} Settings\n");
     let _ = writeln!(
         s,
         "- transport: {}{}",
@@ -242,23 +291,7 @@ pub fn write_setup(o: &SweepOptions) -> Result<()> {
     let _ =
         writeln!(s, "- git commit: {}", git_commit().unwrap_or_else(|| "unknown (no git or no source tree)".into()));
     let _ = writeln!(s, "- command: `{}`", o.command);
-    let _ = writeln!(s, "\n## Method\n");
-    let _ = writeln!(
-        s,
-        "Every point runs against a fresh embedded server on a temporary pool (or the --server given) through the \
-         YCSB runner, one client thread unless stated.\n"
-    );
-    let mut said = Vec::new();
-    for p in &o.presets {
-        let m = p.meta().method;
-        if !said.contains(&m) {
-            let _ = writeln!(s, "- {m}");
-            said.push(m);
-        }
-    }
-    let _ = writeln!(s, "\nBreakdown: {}", super::components::BREAKDOWN_METHOD);
-    let path = o.out.join("SETUP.md");
-    std::fs::write(&path, s).map_err(io_err(&path))
+    s
 }
 
 #[cfg(test)]

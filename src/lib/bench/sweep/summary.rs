@@ -371,14 +371,68 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
     }))
 }
 
+/// The `handoff_ns` samples of the table's runs (empty cells left out).
+fn handoff_samples(t: &Table) -> Vec<f64> {
+    let Ok(c) = t.col(super::HANDOFF) else { return Vec::new() };
+    let src = if t.runs.is_empty() { &t.rows } else { &t.runs };
+    src.iter().filter_map(|r| r.get(c)?.trim().parse::<f64>().ok()).filter(|x| *x > 0.0).collect()
+}
+
 /// The fastest and the slowest `handoff_ns` sample of the table's runs, if it has any.
 fn handoff_range(t: &Table) -> Option<(f64, f64)> {
-    let c = t.col(super::HANDOFF).ok()?;
-    let src = if t.runs.is_empty() { &t.rows } else { &t.runs };
-    let v: Vec<f64> = src.iter().filter_map(|r| r.get(c)?.trim().parse::<f64>().ok()).filter(|x| *x > 0.0).collect();
+    let v = handoff_samples(t);
     let lo = v.iter().copied().reduce(f64::min)?;
     let hi = v.iter().copied().reduce(f64::max)?;
     Some((lo, hi))
+}
+
+/// For a target `f(a, b) >= want` judged per repeat over the points `(label, a, b)`
+/// (rows of an aggregated table): the repeats that fall below it, each with the round
+/// trip of a cache line between the CPUs sampled before its run of `a` (column
+/// `handoff_ns`), against the median of the table's samples. A reader can then tell a
+/// miss the CPUs' placement explains from one it does not. `None` when no repeat falls
+/// below or no round trip was sampled.
+pub fn below_with_handoff(
+    t: &Table,
+    points: &[(String, usize, usize)],
+    want: f64,
+    f: impl Fn(f64, f64) -> Option<f64>,
+) -> Result<Option<String>> {
+    let mut all = handoff_samples(t);
+    if all.is_empty() {
+        return Ok(None);
+    }
+    all.sort_by(f64::total_cmp);
+    let med = all[(all.len() - 1) / 2];
+    let mut below = Vec::new();
+    let mut moved = 0;
+    for (label, a, b) in points {
+        let (va, vb, h) = (t.across(*a, "ops_per_sec")?, t.across(*b, "ops_per_sec")?, t.across(*a, super::HANDOFF)?);
+        for &(rep, x) in &va {
+            let Some(y) = vb.iter().find(|p| p.0 == rep).and_then(|p| f(x, p.1)) else { continue };
+            if y >= want {
+                continue;
+            }
+            match h.iter().find(|p| p.0 == rep).map(|p| p.1).filter(|ns| *ns > 0.0) {
+                Some(ns) => {
+                    moved += usize::from(crate::bench::busy::handoff_moved(ns, med));
+                    below.push(format!("{label} repeat {rep}: {y:.2}x at {ns:.0} ns"));
+                }
+                None => below.push(format!("{label} repeat {rep}: {y:.2}x, no round trip sampled")),
+            }
+        }
+    }
+    if below.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "the repeats below {want}x, with the round trip of a cache line between the CPUs before each (column `{}`; \
+         median of all runs {med:.0} ns): {}; {moved} of these {} ran with it {}x the median or more away from it",
+        super::HANDOFF,
+        below.join("; "),
+        below.len(),
+        crate::bench::busy::HANDOFF_MOVED
+    )))
 }
 
 /// How a paired interval was made, for the summaries.
@@ -460,6 +514,41 @@ mod tests {
         assert!(w.starts_with("NOISY") && !w.contains("handoff_ns"), "{w}");
         let w = spread_warning(&table(["", "", "", ""])).unwrap().expect("noisy");
         assert!(!w.contains("handoff_ns"), "{w}");
+    }
+
+    #[test]
+    fn repeats_below_a_target_are_named_with_the_cpus_round_trip() {
+        // Point s (shm) against point r (Redis), three repeats: repeat 1 is below 5x and
+        // ran with the CPUs far apart; repeat 2 is below with no figure.
+        let header = ["point", "repeat", "handoff_ns", "ops_per_sec"].map(String::from).to_vec();
+        let runs: Vec<Vec<String>> = [
+            ("s", "0", "100", "500"),
+            ("s", "1", "395", "300"),
+            ("s", "2", "", "450"),
+            ("r", "0", "98", "80"),
+            ("r", "1", "101", "80"),
+            ("r", "2", "99", "100"),
+        ]
+        .iter()
+        .map(|&(p, r, h, ops)| vec![p.into(), r.into(), h.into(), ops.into()])
+        .collect();
+        let t = Table { path: "t.csv".into(), header, rows: runs, runs: Vec::new() }.aggregate().unwrap();
+        let (s, r) = (t.rows_where("point", "s").unwrap()[0], t.rows_where("point", "r").unwrap()[0]);
+        let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+        let w = below_with_handoff(&t, &[("4 threads".into(), s, r)], 5.0, ratio).unwrap().expect("two below");
+        assert!(w.contains("median of all runs 100 ns"), "{w}");
+        assert!(w.contains("4 threads repeat 1: 3.75x at 395 ns"), "{w}");
+        assert!(w.contains("4 threads repeat 2: 4.50x, no round trip sampled"), "{w}");
+        assert!(w.contains("1 of these 2 ran with it 1.5x the median or more away"), "{w}");
+        assert!(!w.contains("repeat 0"), "{w}");
+        // Every repeat at the target: nothing to say; nor without any round trip.
+        assert_eq!(below_with_handoff(&t, &[("4".into(), s, r)], 3.0, ratio).unwrap(), None);
+        let mut bare = t.clone();
+        let c = bare.col("handoff_ns").unwrap();
+        for row in bare.runs.iter_mut().chain(bare.rows.iter_mut()) {
+            row[c].clear();
+        }
+        assert_eq!(below_with_handoff(&bare, &[("4".into(), s, r)], 5.0, ratio).unwrap(), None);
     }
 
     #[test]

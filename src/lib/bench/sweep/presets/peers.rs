@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::super::context::{f3, file_name, pick, Stat};
 use super::super::plot::{points_across, range_note, repeats, rows_with, series, LineFigure, XAxis, YAxis, PALETTE};
-use super::super::summary::{interval_note, us, Paired, TextTable, Verdict};
+use super::super::summary::{below_with_handoff, interval_note, us, Paired, TextTable, Verdict};
 use super::prelude::*;
 use crate::bench::embedded::{pool_size_for_protocol, Embedded};
 use crate::bench::redis::{Persistence, RedisDb, RedisServer};
@@ -340,6 +340,8 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
         counts.sort_unstable();
         let mut tcp_vs: Vec<(u64, Paired)> = Vec::new();
         let mut shm_vs: Vec<(u64, Paired)> = Vec::new();
+        // (count, shm row, Redis row): to name the CPUs' round trip of shm repeats below 5x.
+        let mut shm_rows: Vec<(String, usize, usize)> = Vec::new();
         let mut tcp_rows: Vec<(u64, usize)> = Vec::new();
         for &n in &counts {
             let row = |peer: Peer| -> Result<Option<usize>> {
@@ -359,6 +361,9 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
             }
             if let Some(p) = shm_r {
                 shm_vs.push((n, p));
+            }
+            if let (Some(a), Some(r)) = (rows[1], rows[2]) {
+                shm_rows.push((format!("{n} {unit}"), a, r));
             }
             if let Some(r) = rows[0] {
                 tcp_rows.push((n, r));
@@ -401,6 +406,9 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
         }
         if !shm_vs.is_empty() {
             b.line(&format!("target {m}: boomkv over shm >= 5x Redis at every {count}: {}", judge(&shm_vs, 5.0)));
+            if let Some(why) = below_with_handoff(t, &shm_rows, 5.0, ratio)? {
+                b.line(&format!("shm against Redis, {m}: {why}"));
+            }
         }
         // No collapse: the largest count against the best of the smaller ones (by
         // median), paired by repeat.
