@@ -240,17 +240,37 @@ impl Probe {
 pub struct SampleLog {
     probe: Probe,
     v: Vec<f64>,
+    /// Runs before which the probe gave no figure: why, and how many times.
+    misses: Vec<(String, usize)>,
 }
 
 impl SampleLog {
     /// An empty log of `probe`'s samples.
     pub fn new(probe: Probe) -> SampleLog {
-        SampleLog { probe, v: Vec::new() }
+        SampleLog { probe, v: Vec::new(), misses: Vec::new() }
     }
 
     /// Keeps a sample (in the probe's unit).
     pub fn push(&mut self, x: f64) {
         self.v.push(x);
+    }
+
+    /// Counts a run before which the probe gave no figure, and why (its CSV cell stays
+    /// empty, so the reports say why instead).
+    pub fn miss(&mut self, why: &str) {
+        match self.misses.iter_mut().find(|m| m.0 == why) {
+            Some(m) => m.1 += 1,
+            None => self.misses.push((why.to_string(), 1)),
+        }
+    }
+
+    /// "no figure before K of N runs: why (k), ..."; `None` when every run had one.
+    fn misses_text(&self) -> Option<String> {
+        let k: usize = self.misses.iter().map(|m| m.1).sum();
+        (k > 0).then(|| {
+            let why: Vec<String> = self.misses.iter().map(|(w, n)| format!("{w} ({n})")).collect();
+            format!("no figure before {k} of {} runs: {}", k + self.v.len(), why.join(", "))
+        })
     }
 
     /// The median, the 10th and the 90th percentile (nearest rank) of the samples, in
@@ -270,9 +290,16 @@ impl SampleLog {
         self.quantiles().filter(|q| q.0 > 0.0).map(spread_of)
     }
 
-    /// A line for reports and SETUP.md; `None` before two samples.
+    /// A line for reports and SETUP.md, with the runs that had no figure and why;
+    /// `None` before two samples and no miss.
     pub fn describe(&self) -> Option<String> {
-        let q @ (med, lo, hi) = self.quantiles()?;
+        let Some(q @ (med, lo, hi)) = self.quantiles() else {
+            let name = match self.probe {
+                Probe::Speed => "CPU speed",
+                Probe::Handoff => "CPU distance (column `handoff_ns`)",
+            };
+            return self.misses_text().map(|m| format!("{name}: {m}"));
+        };
         let (n, u, spread) = (self.v.len(), self.probe.unit(), spread_of(q));
         let what = match self.probe {
             Probe::Speed => {
@@ -284,8 +311,10 @@ impl SampleLog {
                  fastest of a few short batches; column `handoff_ns`), took"
             ),
         };
+        let missed = self.misses_text().map(|m| format!("; {m}")).unwrap_or_default();
         Some(format!(
-            "{what} {med:.0} {u} (median), {lo:.0} .. {hi:.0} {u} (10th .. 90th percentile): a {spread:.0}% spread"
+            "{what} {med:.0} {u} (median), {lo:.0} .. {hi:.0} {u} (10th .. 90th percentile): a {spread:.0}% \
+             spread{missed}"
         ))
     }
 
@@ -503,6 +532,21 @@ mod tests {
             f.push(ns);
         }
         assert!(f.warning().unwrap().contains("before 1 of 5 runs"), "{:?}", f.warning());
+        // Runs with no figure are counted by reason, beside the figures or alone.
+        f.miss("no answer");
+        f.miss("no answer");
+        f.miss("not placed");
+        let d = f.describe().unwrap();
+        assert!(d.ends_with("; no figure before 3 of 8 runs: no answer (2), not placed (1)"), "{d}");
+        let mut one = SampleLog::new(Probe::Handoff);
+        assert_eq!(one.describe(), None);
+        one.miss("boomctl may use one CPU only");
+        one.miss("boomctl may use one CPU only");
+        assert_eq!(
+            one.describe().as_deref(),
+            Some("CPU distance (column `handoff_ns`): no figure before 2 of 2 runs: boomctl may use one CPU only (2)")
+        );
+        assert_eq!(one.warning(), None);
     }
 
     #[test]

@@ -159,24 +159,52 @@ const HANDOFF_LIMIT: Duration = Duration::from_millis(200);
 #[derive(Default)]
 struct Line(AtomicU64);
 
+/// Why [`handoff_probe`] gave no figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoHandoff {
+    /// This process may use one CPU only (or the system does not say which).
+    OneCpu,
+    /// One of the two threads could not be pinned to its CPU.
+    NotPlaced,
+    /// A wait was still unanswered 200 ms after the probe began: the other
+    /// thread did not get its CPU (something else ran there).
+    NoAnswer,
+}
+
+impl std::fmt::Display for NoHandoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NoHandoff::OneCpu => "boomctl may use one CPU only",
+            NoHandoff::NotPlaced => "a thread could not be pinned to its CPU",
+            NoHandoff::NoAnswer => "no answer within 200 ms (the other CPU was taken)",
+        })
+    }
+}
+
 /// The round trip of a cache line between the first and the last CPU this process may
 /// use (where `--pin auto` puts a client and the server's worker), in nanoseconds: two
 /// threads, one on each, spin on two lines and answer each other's number, as a
 /// shared-memory request and its reply do. The fastest of five batches of 500, so a
-/// preemption in one does not count; a few milliseconds in all. `None` with one CPU,
-/// where a thread cannot be placed, or when a wait is still unanswered 200 ms after
-/// the probe began.
-pub fn handoff_ns() -> Option<f64> {
-    let (first, last) = first_and_last()?;
+/// preemption in one does not count; a few milliseconds in all. No figure with one
+/// CPU, where a thread cannot be placed, or when a wait is still unanswered 200 ms
+/// after the probe began ([`NoHandoff`] says which).
+pub fn handoff_probe() -> Result<f64, NoHandoff> {
+    let (first, last) = first_and_last().ok_or(NoHandoff::OneCpu)?;
     if first == last {
-        return None;
+        return Err(NoHandoff::OneCpu);
     }
     handoff_between(first, last)
 }
 
-/// [`handoff_ns`] between CPUs `a` and `b`.
-fn handoff_between(a: usize, b: usize) -> Option<f64> {
-    let (ca, cb) = (CpuList::from_cpus(vec![a])?, CpuList::from_cpus(vec![b])?);
+/// [`handoff_probe`]'s figure, if it gave one.
+pub fn handoff_ns() -> Option<f64> {
+    handoff_probe().ok()
+}
+
+/// [`handoff_probe`] between CPUs `a` and `b`.
+fn handoff_between(a: usize, b: usize) -> Result<f64, NoHandoff> {
+    let one = |c: usize| CpuList::from_cpus(vec![c]).ok_or(NoHandoff::NotPlaced);
+    let (ca, cb) = (one(a)?, one(b)?);
     let (ping, pong) = (Line::default(), Line::default());
     let end = Instant::now() + HANDOFF_LIMIT;
     // Spins until `w` holds something other than `not`; `None` past `end`. The clock is
@@ -212,7 +240,7 @@ fn handoff_between(a: usize, b: usize) -> Option<f64> {
         });
         // Its own thread too: pinning the caller would leave it pinned.
         let timed = s.spawn(|| {
-            ca.pin_current_thread().ok()?;
+            ca.pin_current_thread().map_err(|_| NoHandoff::NotPlaced)?;
             let mut best = f64::INFINITY;
             let mut n = 0u64;
             for _ in 0..HANDOFF_BATCHES {
@@ -220,13 +248,17 @@ fn handoff_between(a: usize, b: usize) -> Option<f64> {
                 for _ in 0..HANDOFF_TRIPS {
                     n += 1;
                     ping.0.store(n, Ordering::Release);
-                    wait(&pong.0, n - 1).filter(|&a| a != DONE)?;
+                    match wait(&pong.0, n - 1) {
+                        Some(DONE) => return Err(NoHandoff::NotPlaced),
+                        Some(_) => {}
+                        None => return Err(NoHandoff::NoAnswer),
+                    }
                 }
                 best = best.min(t0.elapsed().as_secs_f64() * 1e9 / HANDOFF_TRIPS as f64);
             }
-            Some(best)
+            Ok(best)
         });
-        let timed = timed.join().ok().flatten();
+        let timed = timed.join().unwrap_or(Err(NoHandoff::NoAnswer));
         // The answering thread ends on this (or on its own timeout); the scope joins it.
         ping.0.store(DONE, Ordering::Release);
         timed
@@ -270,7 +302,7 @@ mod tests {
         let allowed = CpuList::allowed().unwrap();
         let ns = handoff_ns();
         if allowed.len() < 2 {
-            assert_eq!(ns, None, "one CPU: nothing to hand off between");
+            assert_eq!(handoff_probe(), Err(NoHandoff::OneCpu), "one CPU: nothing to hand off between");
             return;
         }
         // Other tests may keep the other CPU busy, so a try may find no batch with both
@@ -285,8 +317,8 @@ mod tests {
         // its cpuset, and pinning to it would succeed.)
         let none = rustix::thread::CpuSet::MAX_CPU - 1;
         let t0 = Instant::now();
-        assert_eq!(handoff_between(allowed.cpus()[0], none), None);
-        assert_eq!(handoff_between(none, allowed.cpus()[0]), None);
+        assert_eq!(handoff_between(allowed.cpus()[0], none), Err(NoHandoff::NotPlaced));
+        assert_eq!(handoff_between(none, allowed.cpus()[0]), Err(NoHandoff::NotPlaced));
         assert!(t0.elapsed() < HANDOFF_LIMIT, "{:?}: a failed placement waited for the limit", t0.elapsed());
     }
 }

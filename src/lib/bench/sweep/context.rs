@@ -29,8 +29,8 @@ use crate::workload::{names, CoreWorkload, WorkloadSpec};
 /// Columns every preset starts with. `speed_us` is the machine's speed sample taken
 /// just before the run ([`crate::bench::busy::speed_sample`]: a fixed loop, in
 /// microseconds) and `handoff_ns` the round trip of a cache line between two of its
-/// CPUs then ([`crate::bench::wake::handoff_ns`]; empty when it gave no figure: one
-/// CPU, a thread it could not place, no answer in time), so a reader can set each run
+/// CPUs then ([`crate::bench::wake::handoff_probe`]; empty when it gave no figure: one
+/// CPU, a thread it could not place, no answer in time; SETUP.md counts each reason), so a reader can set each run
 /// beside the machine's state at the time.
 pub const COMMON: [&str; 7] = ["point", "unix_time", "transport", "quick", "repeat", "speed_us", "handoff_ns"];
 

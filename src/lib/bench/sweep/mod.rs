@@ -843,10 +843,16 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
             // the round trips a few milliseconds of two.
             let speed_us = crate::bench::busy::speed_sample().as_secs_f64() * 1e6;
             speed.push(speed_us);
-            let handoff_ns = crate::bench::wake::handoff_ns();
-            if let Some(ns) = handoff_ns {
-                handoff.push(ns);
-            }
+            let handoff_ns = match crate::bench::wake::handoff_probe() {
+                Ok(ns) => {
+                    handoff.push(ns);
+                    Some(ns)
+                }
+                Err(why) => {
+                    handoff.miss(&why.to_string());
+                    None
+                }
+            };
             let t0 = Instant::now();
             match ctx.run_point(pt, *rep, context::Probes { speed_us, handoff_ns }) {
                 Ok(row) => {
