@@ -190,13 +190,22 @@ pub fn write_setup(o: &SweepOptions, adding: bool) -> Result<bool> {
         if !adding {
             return Ok(false);
         }
-        let text = format!(
+        let before = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        let mut text = format!(
             "\n## Resumed on {} (--resume)\n\nThe runs not yet in the CSV files were added by a later invocation, \
              on this machine and with these settings (the runs before were made under the ones above; column \
              `unix_time` tells them apart):\n\n{}",
             today(),
             setup_text(o, "###")
         );
+        // How the presets this invocation adds measure, unless the file says it already.
+        let methods: Vec<&str> = methods(o).into_iter().filter(|m| !before.contains(m)).collect();
+        if !methods.is_empty() {
+            let _ = writeln!(text, "\n### Method\n");
+            for m in methods {
+                let _ = writeln!(text, "- {m}");
+            }
+        }
         append(&path, &text)?;
         return Ok(true);
     }
@@ -208,17 +217,24 @@ pub fn write_setup(o: &SweepOptions, adding: bool) -> Result<bool> {
         "Every point runs against a fresh embedded server on a temporary pool (or the --server given) through the \
          YCSB runner, one client thread unless stated.\n"
     );
-    let mut said = Vec::new();
-    for p in &o.presets {
-        let m = p.meta().method;
-        if !said.contains(&m) {
-            let _ = writeln!(s, "- {m}");
-            said.push(m);
-        }
+    for m in methods(o) {
+        let _ = writeln!(s, "- {m}");
     }
     let _ = writeln!(s, "\nBreakdown: {}", super::components::BREAKDOWN_METHOD);
     std::fs::write(&path, s).map_err(io_err(&path))?;
     Ok(false)
+}
+
+/// How the presets of this invocation measure, each text once.
+fn methods(o: &SweepOptions) -> Vec<&'static str> {
+    let mut said = Vec::new();
+    for p in &o.presets {
+        let m = p.meta().method;
+        if !said.contains(&m) {
+            said.push(m);
+        }
+    }
+    said
 }
 
 /// Appends `text` to the file at `path`.
@@ -312,6 +328,34 @@ mod tests {
         record_spread(dir.path(), &[]).unwrap();
         let s = std::fs::read_to_string(&p).unwrap();
         assert!(s.ends_with("agree within 25% (or each point ran once).\n") && s.matches(SPREAD).count() == 1, "{s}");
+    }
+
+    #[test]
+    fn a_resume_keeps_the_first_setup_and_adds_its_own() {
+        use super::super::Preset;
+        let preset = |n: &str| -> Preset { n.parse().unwrap() };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("SETUP.md");
+        let mut o = SweepOptions::new(vec![preset("latency")], dir.path().to_path_buf());
+        o.command = "first".into();
+        assert!(!write_setup(&o, true).unwrap(), "no file yet: written whole");
+        let first = std::fs::read_to_string(&p).unwrap();
+        assert!(first.starts_with("# Sweep setup") && first.contains("`first`"), "{first}");
+        // A resume with nothing to run leaves it alone.
+        o.resume = true;
+        o.command = "second".into();
+        assert!(!write_setup(&o, false).unwrap());
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), first);
+        // One with runs to add (and a preset more) appends its machine, settings and
+        // the method of the preset the file does not describe yet, once.
+        o.presets.push(preset("threads"));
+        assert!(write_setup(&o, true).unwrap());
+        let s = std::fs::read_to_string(&p).unwrap();
+        let tail = s.strip_prefix(first.as_str()).expect("the first setup kept as it was");
+        assert!(tail.starts_with("\n## Resumed on ") && tail.contains("### Machine") && tail.contains("`second`"));
+        let (latency, threads) = (preset("latency").meta().method, preset("threads").meta().method);
+        assert!(tail.contains(threads) && !tail.contains(latency), "{tail}");
+        assert_eq!(s.matches(latency).count(), 1, "{s}");
     }
 
     #[test]
