@@ -157,7 +157,6 @@ fn crashtest_refuses_what_it_cannot_run() {
     for (args, needle) in [
         (&["--max-value", "10G"][..], "hold values of at most"),
         (&["--max-value", "18446744073709551615"][..], "hold values of at most"),
-        (&["--threads", "0"][..], "at least 1 of each"),
         (&["--keys", "0"][..], "at least 1 of each"),
         (&["--ops", "0"][..], "nothing would be checked"),
     ] {
@@ -165,6 +164,14 @@ fn crashtest_refuses_what_it_cannot_run() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // Client threads: 1 to 256, or the command line is refused (100000 threads ran out
+    // of file descriptors, 2^64 - 1 panicked on a capacity overflow).
+    for n in ["0", "100000", "18446744073709551615"] {
+        let out = boomctl().args(["crashtest", "--iterations", "1", "--quiet", "--threads", n]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{n}: {err}");
+        assert!(err.contains("1..=256"), "{n}: {err}");
     }
     let out = boomctl().args(["crashtest", "--iterations", "0", "--quiet"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -230,4 +237,29 @@ fn bench_transport_checks_its_csv_path_before_measuring() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--csv /nonexistent-dir/floor.csv: cannot write there"), "{err}");
+}
+
+#[test]
+fn bench_transport_refuses_counts_and_sizes_it_cannot_run() {
+    // u64::MAX iterations panicked (capacity overflow), 10^12 aborted on allocation, and
+    // warm-up plus timed iterations wrapped around; every refusal comes before any run.
+    for (args, code, needle) in [
+        (&["--iters", "18446744073709551615"][..], 2, "1..=10000000"),
+        (&["--iters", "0"][..], 2, "1..=10000000"),
+        (&["--warmup", "18446744073709551615"][..], 2, "0..=10000000"),
+        (&["--sizes", "0"][..], 1, "--sizes: 0 bytes is outside 1 byte to 16 MiB"),
+        (&["--sizes", "1M,32M"][..], 1, "--sizes: 33554432 bytes is outside"),
+        (&["--transport", "bogus"][..], 1, "expected shm, tcp, verbs or all"),
+    ] {
+        let shm: &[&str] = if args[0] == "--transport" { &[] } else { &["--transport", "shm"] };
+        let out = Command::new("timeout")
+            .args(["20", env!("CARGO_BIN_EXE_boomctl"), "bench-transport"])
+            .args(shm)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
 }

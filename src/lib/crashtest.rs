@@ -46,6 +46,10 @@ use crate::server::{Server, ServerConfig};
 use crate::transport::{Backend, Endpoint, Transport};
 use crate::wire::Protocol;
 
+/// The most client threads a crash test runs (each is a connection to the simulated
+/// server and a thread, in every iteration).
+pub const MAX_THREADS: usize = 256;
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct CrashTestOptions {
@@ -105,10 +109,17 @@ impl CrashTestOptions {
     /// thread and a key at least, a keep probability in [0, 1], and
     /// values that fit a segment (a larger one was generated, bytes and all, before the
     /// server refused it: 10 GB values took all the memory).
+    /// Checks the options before anything runs.
     fn check(&self) -> Result<()> {
         use crate::log::format::{ENTRY_HEADER_SIZE, MAX_KEY_LEN, SEGMENT_HEADER_SIZE};
         if self.threads == 0 || self.keys == 0 {
             return Err(Error::invalid(format!("{} threads and {} keys: at least 1 of each", self.threads, self.keys)));
+        }
+        if self.threads > MAX_THREADS {
+            return Err(Error::invalid(format!(
+                "{} client threads: at most {MAX_THREADS} (each is a connection and a thread per iteration)",
+                self.threads
+            )));
         }
         if self.iterations == 0 || self.ops == 0 {
             return Err(Error::invalid(format!(

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use boomkv::bench::floor::{self, FloorOptions};
 use boomkv::transport::Backend;
 
@@ -11,6 +11,9 @@ use boomkv::transport::Backend;
 /// ping-pong (shm), a plain TCP ping-pong (tcp) or perftest on the same device (verbs)
 /// measured in the same run.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  boomctl bench-transport                       # shm and tcp, every size\n  \
+boomctl bench-transport --transport shm --sizes 64,4k --iters 100000\n  \
+boomctl bench-transport --transport verbs --csv floor.csv   # needs --features rdma and a device")]
 pub struct BenchTransportArgs {
     /// Backend to measure: shm, tcp, verbs, or all (shm and tcp). verbs uses the device
     /// of $BOOMKV_RDMA_DEVICE (else the first), with perftest's ib_write_lat,
@@ -25,15 +28,15 @@ pub struct BenchTransportArgs {
     /// verbs: skip the perftest baselines.
     #[arg(long)]
     pub no_perftest: bool,
-    /// Message sizes in bytes, comma separated; a k suffix means KiB.
-    #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512,1k,2k,4k,8k,16k")]
-    pub sizes: Vec<String>,
-    /// Timed iterations per test and size.
-    #[arg(long, default_value_t = 20_000)]
-    pub iters: usize,
-    /// Untimed warm-up iterations before each series.
-    #[arg(long, default_value_t = 1_000)]
-    pub warmup: usize,
+    /// Message sizes, comma separated, 1 byte to 16 MiB (suffixes k, M: KiB, MiB).
+    #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512,1k,2k,4k,8k,16k", value_parser = crate::common::size_arg)]
+    pub sizes: Vec<u64>,
+    /// Timed iterations per test and size (1 to 10,000,000).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=floor::MAX_ITERS as u64))]
+    pub iters: u64,
+    /// Untimed warm-up iterations before each series (0 to 10,000,000).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=floor::MAX_ITERS as u64))]
+    pub warmup: u64,
     /// Also write every series to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -45,36 +48,29 @@ pub struct BenchTransportArgs {
     pub strict: bool,
 }
 
-fn parse_size(s: &str) -> anyhow::Result<usize> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, mul) = match t.strip_suffix("kib").or_else(|| t.strip_suffix('k')) {
-        Some(n) => (n, 1024),
-        None => (t.strip_suffix('b').unwrap_or(&t), 1),
-    };
-    let n: usize = num.trim().parse().with_context(|| format!("bad size '{s}' (examples: 64, 4k)"))?;
-    Ok(n * mul)
-}
-
 /// Runs the benchmark and prints the tables (and the CSV file when asked).
 pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
     let backends = match args.transport.to_ascii_lowercase().as_str() {
         "all" => vec![Backend::Shm, Backend::Tcp],
-        other => match other.parse::<Backend>()? {
+        other => match other
+            .parse::<Backend>()
+            .map_err(|_| anyhow!("--transport {other}: expected shm, tcp, verbs or all"))?
+        {
             Backend::Verbs if !cfg!(feature = "rdma") => {
                 bail!("--transport verbs: this boomctl was built without RDMA support (--features rdma)")
             }
             b => vec![b],
         },
     };
-    let sizes = args.sizes.iter().map(|s| parse_size(s)).collect::<anyhow::Result<Vec<_>>>()?;
-    if args.iters == 0 {
-        bail!("--iters must be at least 1");
+    let sizes: Vec<usize> = args.sizes.iter().map(|&s| usize::try_from(s).unwrap_or(usize::MAX)).collect();
+    if let Some(s) = sizes.iter().find(|&&s| s == 0 || s > 16 << 20) {
+        bail!("--sizes: {s} bytes is outside 1 byte to 16 MiB");
     }
     let opts = FloorOptions {
         backends,
         sizes,
-        iters: args.iters,
-        warmup: args.warmup,
+        iters: args.iters as usize,
+        warmup: args.warmup as usize,
         pin: !args.no_pin,
         socket_dir: std::env::temp_dir(),
         perftest: !args.no_perftest,
@@ -97,18 +93,4 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("64").unwrap(), 64);
-        assert_eq!(parse_size("16k").unwrap(), 16384);
-        assert_eq!(parse_size("2KiB").unwrap(), 2048);
-        assert_eq!(parse_size("32B").unwrap(), 32);
-        assert!(parse_size("x").is_err());
-    }
 }

@@ -24,9 +24,9 @@ pub struct CrashArgs {
     /// Protocol the clients speak.
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
     protocol: Protocol,
-    /// Client threads.
-    #[arg(long, default_value_t = 3)]
-    threads: usize,
+    /// Client threads (1 to 256).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=boomkv::crashtest::MAX_THREADS as u64))]
+    threads: u64,
     /// Operations per client per iteration.
     #[arg(long, default_value_t = 60)]
     ops: u64,
@@ -84,7 +84,7 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
         iterations: a.iterations,
         seed: a.seed,
         protocol: a.protocol,
-        threads: a.threads,
+        threads: a.threads as usize,
         ops: a.ops,
         keys: a.keys,
         max_value: usize::try_from(a.max_value).unwrap_or(usize::MAX),

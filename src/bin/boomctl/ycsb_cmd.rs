@@ -238,7 +238,8 @@ pub struct YcsbArgs {
     /// operation's intended start (coordinated-omission correction, Intended-* rows).
     #[arg(long, value_name = "OPS")]
     target: Option<f64>,
-    /// Unmeasured operations per client before the measured run.
+    /// Unmeasured operations per client before the measured run (at most --duration of
+    /// them too, when given).
     #[arg(long, default_value_t = 0)]
     warmup: u64,
     /// Skip the load phase (the server already holds the records).

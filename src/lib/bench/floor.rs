@@ -471,10 +471,21 @@ pub fn tcp_pingpong(bytes: usize, iters: usize, warmup: usize, pin_threads: bool
     Ok(samples)
 }
 
+/// The most timed (and, separately, warm-up) iterations per series: 10 million, whose
+/// samples take 80 MB and whose series takes minutes even at the fastest backend.
+pub const MAX_ITERS: usize = 10_000_000;
+
 /// Runs the floor benchmark, printing tables to `out` as it goes.
 pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
     if opts.iters == 0 || opts.sizes.is_empty() {
         return Err(Error::invalid("need at least one iteration and one size"));
+    }
+    // Every timed iteration keeps its sample (8 bytes), and warm-up and timed runs add up.
+    if opts.iters > MAX_ITERS || opts.warmup > MAX_ITERS {
+        return Err(Error::invalid(format!(
+            "{} iterations and {} warm-up iterations: each may be at most {MAX_ITERS}",
+            opts.iters, opts.warmup
+        )));
     }
     if let Some(&s) = opts.sizes.iter().find(|&&s| s == 0 || s > 1 << 24) {
         return Err(Error::invalid(format!("message size {s} is outside 1..=16 MiB")));

@@ -576,8 +576,15 @@ impl<D: Db> Worker<D> {
         // does not sleep needs no wake-up.
         crate::transport::set_yield_wait(self.cpus.is_some());
         if !self.loading {
-            for lane in &mut self.lanes {
+            // The warm-up is bounded like the run: by its own `duration` (from its
+            // start) and by a stop, or a huge --warmup would never end.
+            let until = self.duration.and_then(|d| Instant::now().checked_add(d));
+            let over = || self.sh.stop.load(Ordering::Relaxed) || until.is_some_and(|u| Instant::now() >= u);
+            'warm: for lane in &mut self.lanes {
                 for _ in 0..self.warmup {
+                    if over() {
+                        break 'warm;
+                    }
                     let op = lane.stream.next_op();
                     let _ = execute(&mut lane.client, &op, &self.values, &mut lane.buf);
                     lane.stream.complete(&op)?;
