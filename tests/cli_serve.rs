@@ -125,6 +125,14 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--cpus"), "{err}");
     assert!(!pool.exists(), "the new, never served pool is removed");
+    // ... also when --pmem names a directory (the pool is DIR/boomkv.pool), and a bad
+    // --listen is found after the pool was made
+    let out =
+        run(&["serve", "--pmem", dir.path().to_str().unwrap(), "--pool-size", "64M", "--listen", "127.0.0.1:70000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--listen 127.0.0.1:70000"), "{err}");
+    assert!(!dir.path().join("boomkv.pool").exists(), "the new pool in the directory is removed: {err}");
     // a pool that was there stays, whatever fails
     let mut s = boomctl()
         .args(["serve", "--pmem", p, "--create", "--pool-size", "64M", "--listen", &port])

@@ -31,7 +31,7 @@ pub enum OnOff {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  boomctl serve --pmem /mnt/pmem0 --create\n  \
 boomctl serve --pmem /tmp/pool --pool-size 4G --listen tcp://0.0.0.0:7470 --workers 4\n\n\
-Clients choose the protocol (boom, rdmp, rpc, rdmp-cc, herd or rfp) when they connect; --protocol limits it.\n\
+Clients choose the protocol (boom, rdmp, rpc, rdmp-cc, herd, rfp, pdpm-direct or clover) when they connect; --protocol limits it.\n\
 SIGINT or SIGTERM stops the server cleanly: requests in hand finish, then it exits 0.")]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -59,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "on")]
     coop_writeback: OnOff,
     /// Clients connected at once; more are refused with a clear error.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = crate::common::at_least_one)]
     max_clients: usize,
     /// Disconnect a client idle for this many seconds (0: never).
     #[arg(long, value_name = "SECS", default_value_t = 0)]
@@ -86,11 +86,13 @@ pub struct ServeArgs {
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let given = a.pmem.pmem.clone();
-    let was_there = given.exists();
+    // The pool file itself (DIR/boomkv.pool for a directory), and whether it was there.
+    let file = boomkv::pmem::resolve_pool_path(&given).ok();
+    let was_there = file.as_ref().is_some_and(|f| f.exists());
     let (pool, rep) = Pool::open(&given, &a.media.pool_options())?;
     // A pool this command made and never served holds nothing: a bad option found
     // after creating it (an address in use, a wrong --cpus) must not leave it behind.
-    let made = (rep.created && !was_there && pool.media().path() == given).then(|| given.clone());
+    let made = file.filter(|f| rep.created && !was_there && pool.media().path() == f.as_path());
     match start(a, pool, rep) {
         Ok(s) => s.run(),
         Err(e) => {
@@ -153,6 +155,13 @@ fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::
     eprintln!("boomctl serve: durability: {}", media.durability_statement());
     for p in &rep.problems {
         eprintln!("boomctl serve: recovery: {p}");
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if let Some(w) = a.workers.filter(|&w| w > cpus) {
+        eprintln!(
+            "boomctl serve: warning: --workers {w} is more than the {cpus} CPUs this process may use: workers poll, \
+             so under load the extra ones take CPU time from the others"
+        );
     }
     let cfg = ServerConfig {
         workers: a.workers.unwrap_or_else(boomkv::server::default_workers),
@@ -312,11 +321,11 @@ pub struct ClientArgs {
     pub cells: u64,
     /// pDPM-Direct: the largest value a cell holds, if the server's pool has no table yet
     /// (Clover: the largest value its chunks are sized for).
-    #[arg(long, value_name = "BYTES", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELL_VALUE)]
+    #[arg(long, value_name = "SIZE", value_parser = cell_value_arg, default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELL_VALUE)]
     pub cell_value: u32,
     /// Clover: bytes of chunks of the arena, if the server's pool has none yet (its head
     /// records: --cells).
-    #[arg(long, value_name = "SIZE", value_parser = crate::common::size_arg, default_value = "8M")]
+    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "8M")]
     pub clover_data: u64,
 }
 
@@ -370,6 +379,12 @@ pub struct PutArgs {
     value_file: Option<PathBuf>,
 }
 
+/// `--cell-value`: a size as everywhere else (`4k`), at most 4 GiB - 1.
+fn cell_value_arg(s: &str) -> Result<u32, String> {
+    let v = size_arg(s)?;
+    u32::try_from(v).map_err(|_| format!("{v} bytes is over 4 GiB"))
+}
+
 /// Reads a value from `r` (`what` names it), at most `limit` bytes: a longer one is
 /// an error as soon as it is known, not after reading an endless input (/dev/zero).
 fn read_value(r: impl Read, limit: u32, what: &str) -> anyhow::Result<Vec<u8>> {
@@ -409,7 +424,9 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
 
 /// Fetch a value (raw bytes to standard output).
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Exit status: 0 found, 1 not found or error.")]
+#[command(after_help = "Examples:\n  boomctl get user42\n  boomctl get --server 10.0.0.5:7470 user42 > photo.jpg\n  \
+boomctl get --json user42\n\nExit status: 0 found; 1 not found (\"key not found: KEY\" on standard error) or an \
+error (its own line); 2 a command line that does not parse.")]
 pub struct GetArgs {
     #[command(flatten)]
     client: ClientArgs,
@@ -452,6 +469,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 
 /// Delete a key (a durable tombstone).
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  boomctl del user42\n  boomctl del --server 10.0.0.5:7470 user42")]
 pub struct DelArgs {
     #[command(flatten)]
     client: ClientArgs,
@@ -476,6 +494,9 @@ pub fn del(a: DelArgs) -> anyhow::Result<()> {
 
 /// Show a running server's statistics.
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Examples:\n  boomctl stats --server 10.0.0.5:7470\n  boomctl stats --server shm:/tmp/boomkv.sock --json"
+)]
 pub struct StatsArgs {
     #[command(flatten)]
     client: ClientArgs,

@@ -174,6 +174,9 @@ pub fn resolve_pool_path(arg: &Path) -> Result<PathBuf> {
         Ok(m) if m.is_dir() => Ok(arg.join(POOL_FILE_NAME)),
         Ok(m) if m.is_file() || m.file_type().is_char_device() => Ok(arg.to_path_buf()),
         Ok(_) => Err(Error::Path { path: arg.into(), problem: "not a file, directory or DAX device".into() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && arg.as_os_str().as_encoded_bytes().ends_with(b"/") => {
+            Err(Error::Path { path: arg.into(), problem: "no such directory".into() })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let parent = arg.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if parent.is_dir() {
@@ -234,11 +237,15 @@ impl Media {
                 return Err(perr("no such pool file".into()));
             }
             let size = opts.create_size.unwrap_or(DEFAULT_POOL_SIZE);
-            if size < 1 << 20 {
+            if size < 1 << 20 || size > i64::MAX as u64 {
                 if !exists {
                     let _ = std::fs::remove_file(path);
                 }
-                return Err(perr(format!("pool size {size} is below the 1 MiB minimum")));
+                return Err(perr(if size < 1 << 20 {
+                    format!("pool size {size} is below the 1 MiB minimum")
+                } else {
+                    format!("pool size {size} is more than a file can hold")
+                }));
             }
             allocate(&file, size).map_err(|e| {
                 if !exists {
@@ -250,6 +257,11 @@ impl Media {
             size
         } else {
             let len = meta.len();
+            if len < 1 << 20 {
+                // No pool is that small (creating one asks for 1 MiB or more): a file
+                // named by mistake, left as it is.
+                return Err(perr(format!("{len} bytes: not a BOOM-KV pool (a pool has at least 1 MiB)")));
+            }
             if !opts.read_only {
                 // A sparse pool file would raise SIGBUS on a store once the disk fills:
                 // allocate every block now, so a full disk is an error at open instead.
@@ -590,6 +602,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = resolve_pool_path(dir.path()).unwrap();
         assert_eq!(path, dir.path().join(POOL_FILE_NAME));
+        // A directory that is not there, named as one, is said to be missing (not taken
+        // for a file to create).
+        let e = resolve_pool_path(&dir.path().join("missing/")).unwrap_err().to_string();
+        assert!(e.contains("no such directory"), "{e}");
+        assert_eq!(resolve_pool_path(&dir.path().join("new.pool")).unwrap(), dir.path().join("new.pool"));
         let opts = MediaOptions { create_size: Some(2 << 20), ..Default::default() };
         let (m, created) = Media::open(&path, &opts).unwrap();
         assert!(created);
@@ -604,6 +621,20 @@ mod tests {
         let big = MediaOptions { create_size: Some(4 << 20), ..Default::default() };
         let e = Media::open(&path, &big).unwrap_err().to_string();
         assert!(e.contains("would grow it, which is not supported: omit --pool-size"), "{e}");
+        // A file too small for any pool is not one, whatever the size asked for: not
+        // advice to open it as it is (which would fail on its header), and left alone.
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, b"hello\n").unwrap();
+        for opts in [&big, &MediaOptions::default()] {
+            let e = Media::open(&text, opts).unwrap_err().to_string();
+            assert!(e.contains("6 bytes: not a BOOM-KV pool") && !e.contains("omit --pool-size"), "{e}");
+        }
+        assert_eq!(std::fs::read(&text).unwrap(), b"hello\n");
+        // A size no file can have is refused before anything is made.
+        let huge = MediaOptions { create_size: Some(u64::MAX), ..Default::default() };
+        let e = Media::open(&dir.path().join("huge.pool"), &huge).unwrap_err().to_string();
+        assert!(e.contains("more than a file can hold"), "{e}");
+        assert!(!dir.path().join("huge.pool").exists());
         let ro = MediaOptions { read_only: true, create: false, ..Default::default() };
         let (m, created) = Media::open(&path, &ro).unwrap();
         assert!(!created);
