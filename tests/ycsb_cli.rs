@@ -428,6 +428,22 @@ fn every_export_carries_the_run_configuration() {
 fn help_has_examples_and_completions_know_the_values() {
     let help = String::from_utf8(run(&["--help"]).stdout).unwrap();
     assert!(help.contains("Examples:") && help.contains("boomctl ycsb --mix b --size 2k"), "{help}");
+    // "Each command has its own --help with more examples": every one of them.
+    let listed: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        // A name is indented by two; a description that wraps, by more.
+        .filter(|l| !l[2..].starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(listed.len() >= 12, "{listed:?}");
+    for cmd in listed {
+        let h = String::from_utf8(run(&[cmd, "--help"]).stdout).unwrap();
+        assert!(h.contains(&format!("boomctl {cmd}")) && h.contains("Example"), "boomctl {cmd} --help: {h}");
+    }
     let bash = String::from_utf8(run(&["completions", "bash"]).stdout).unwrap();
     for values in ["boom rdmp rpc", "clwb clflushopt clflush none", "a b c d e f", "segment-size skew writeback"] {
         assert!(bash.contains(values), "no completion for {values}");
@@ -602,4 +618,19 @@ fn an_embedded_server_takes_every_client_of_the_run() {
         "-p",
         "operationcount=520",
     ]);
+}
+
+#[test]
+fn a_warm_up_ends_with_the_duration() {
+    // --duration bounds the warm-up as it bounds the run: 2^64 - 1 warm-up operations
+    // ran until killed. Both phases of 1 s: done well inside the 60 s `timeout` gives.
+    let t0 = std::time::Instant::now();
+    let out = Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_boomctl"), "ycsb", "--quiet", "--mix", "a", "--records", "10"])
+        .args(["--ops", "10", "--duration", "1", "--warmup", "18446744073709551615"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(50), "{:?}", t0.elapsed());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[OVERALL], Throughput(ops/sec)"));
 }

@@ -142,7 +142,7 @@ fn main() -> ExitCode {
         // A reader that stopped reading (`| head`) is a normal end, not a failure.
         Err(e) if common::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("boomctl: error: {e:#}");
+            eprintln!("boomctl: error: {}", common::one_line(&e));
             ExitCode::FAILURE
         }
     }

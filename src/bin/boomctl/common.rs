@@ -23,6 +23,26 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// The error and its causes on one line, outermost first, as `{e:#}` prints them but
+/// with a cause left out when the message before it already says it: an error type
+/// that prints its source in its own message (the library's I/O errors, tempfile's)
+/// and also returns it as its source would otherwise be printed twice ("... (os error
+/// 2): No such file or directory (os error 2)").
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for c in e.chain() {
+        let s = c.to_string();
+        if s.is_empty() || out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
 use clap::builder::TypedValueParser as _;
 
 /// `--protocol`: every protocol by name (from `Protocol::ALL`), for `--help` and shell
@@ -221,5 +241,19 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn one_line_says_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let e = anyhow::Error::new(boomkv::error::Error::io("reading workload file w", io)).context("ycsb");
+        assert_eq!(format!("{e:#}").matches("os error 2").count(), 2, "what one_line is for");
+        assert_eq!(one_line(&e), "ycsb: reading workload file w: No such file or directory (os error 2)");
+        assert_eq!(one_line(&anyhow::anyhow!("inner").context("outer")), "outer: inner");
     }
 }

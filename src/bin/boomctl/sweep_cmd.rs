@@ -9,7 +9,8 @@ use boomkv::bench::sweep::{self, Axes, GridFile, SweepOptions};
 use boomkv::transport::{Backend, Endpoint};
 
 /// The end of `boomctl sweep --help`, after the presets.
-const SWEEP_HELP: &str = "Output (default plots/<date>-<host>/): <preset>.csv (one row per grid point), .hlog
+const SWEEP_HELP: &str =
+    "Output (default plots/<date>-<host>/): <preset>.csv (one row per grid point and repeat), .hlog
 latency logs, PNG + SVG per figure, SETUP.md (machine, settings, command), SUMMARY.md.
 
 Examples:

@@ -232,7 +232,12 @@ impl HlogFile {
         let mut base_time = None;
         let mut raw = Vec::new();
         for entry in IntervalLogIterator::new(bytes) {
-            match entry.map_err(|e| bad(format!("unparsable line: {e:?}")))? {
+            let entry = entry.map_err(|e| {
+                let hdrhistogram::serialization::interval_log::LogIteratorError::ParseError { offset } = e;
+                let line = 1 + bytes[..offset.min(bytes.len())].iter().filter(|&&b| b == b'\n').count();
+                bad(format!("line {line}: not a line of an HdrHistogram interval log"))
+            })?;
+            match entry {
                 LogEntry::StartTime(t) => start_time = Some(t),
                 LogEntry::BaseTime(t) => base_time = Some(t),
                 LogEntry::Interval(h) => {
@@ -246,6 +251,11 @@ impl HlogFile {
                     raw.push((tag, h.start_timestamp(), h.duration(), histogram));
                 }
             }
+        }
+        if raw.is_empty() && start_time.is_none() && base_time.is_none() && !bytes.starts_with(b"#") {
+            return Err(
+                bad("no interval log here (an empty file, or not one an HdrHistogram log writer wrote)".into()),
+            );
         }
         // Interval timestamps: relative to BaseTime; else to StartTime when clearly
         // not absolute (Java HistogramLogReader's one-year heuristic); else absolute.
@@ -475,6 +485,20 @@ mod tests {
         one.merge(&tb).unwrap();
         let pct = [50.0, 95.0, 99.0, 99.9];
         assert_eq!(ycsb_text(&merged.measurements, &merged.run, &pct), ycsb_text(&one, &merged.run, &pct));
+    }
+
+    #[test]
+    fn what_is_not_an_interval_log_is_refused_with_its_line() {
+        let e = HlogFile::parse(b"", "empty.hlog").unwrap_err().to_string();
+        assert!(e.contains("empty.hlog: no interval log here"), "{e}");
+        let e = HlogFile::parse(&[0xff, 0x00, 0x13, b'\n'], "random.bin").unwrap_err().to_string();
+        assert!(e.contains("random.bin: line 1: not a line of an HdrHistogram interval log"), "{e}");
+        let e = HlogFile::parse(b"#[StartTime: 1 (seconds since epoch)]\nhello\n", "x.hlog").unwrap_err().to_string();
+        assert!(e.contains("x.hlog: line 2: not a line"), "{e}");
+        // A log of a run that recorded nothing: its header, no intervals, no error.
+        let log = HlogWriter::new(Vec::new(), SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)).unwrap();
+        let bytes = log.finish().unwrap();
+        assert!(HlogFile::parse(&bytes, "none.hlog").unwrap().intervals.is_empty());
     }
 
     #[test]

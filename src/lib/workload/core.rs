@@ -439,7 +439,18 @@ impl CoreWorkload {
             + config.scan_proportion
             + config.read_modify_write_proportion
             > 0.0;
-        let key_chooser = if needs_keys { Some(Self::key_chooser(&config, &inserts)?) } else { None };
+        let key_chooser = if needs_keys {
+            // The key space comes from the record count: say so, not only which generator failed.
+            let keys = Self::key_chooser(&config, &inserts).map_err(|e| {
+                Error::invalid(format!(
+                    "recordcount {} (--records): no key chooser over so many keys: {e}",
+                    config.record_count
+                ))
+            })?;
+            Some(keys)
+        } else {
+            None
+        };
         let scan_chooser = match config.scan_length_distribution {
             ScanLengthDistribution::Uniform => {
                 ScanChooser::Uniform(UniformGenerator::new(config.min_scan_length, config.max_scan_length)?)
