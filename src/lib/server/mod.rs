@@ -280,6 +280,9 @@ impl<T: Transport> Worker<T> {
         let mut idle_since = self.st.now;
         let mut last_sweep = self.st.now;
         let mut idle_rounds = 0u32;
+        // Cooperative write-back seen lately: the ranges queued so far, and when that
+        // count last moved.
+        let (mut coop_ranges, mut coop_seen) = (0u64, self.st.now);
         let mut rounds = 0u32;
         loop {
             rounds = rounds.wrapping_add(1);
@@ -324,13 +327,18 @@ impl<T: Transport> Worker<T> {
             self.st.now = Instant::now();
             let idle = self.st.now.duration_since(idle_since);
             // With cooperative write-back an idle worker keeps looking for ranges to
-            // help with, at first; once the whole server has been quiet for a while
-            // (no request of its own for IDLE_PARK) it parks like any other, or every
-            // idle worker would wake 5000 times a second for nothing (on a 2-core VM,
-            // 16 idle workers took 1.2 cores). A parked worker helps again once a
-            // request wakes it.
+            // help with; once neither it had a request nor any worker queued a range
+            // for IDLE_PARK it parks like any other, or every idle worker would wake
+            // 5000 times a second for nothing (on a 2-core VM, 16 idle workers took
+            // 1.2 cores). A parked worker looks at the count of ranges after each park
+            // (5 ms at most), so it helps again soon after write-backs resume.
             const IDLE_PARK: Duration = Duration::from_secs(1);
-            if idle > Duration::from_millis(2) && (!self.sh.coop.enabled() || idle > IDLE_PARK) {
+            let ranges = self.sh.coop.ranges_queued();
+            if ranges != coop_ranges {
+                (coop_ranges, coop_seen) = (ranges, self.st.now);
+            }
+            let coop_quiet = idle > IDLE_PARK && self.st.now.duration_since(coop_seen) > IDLE_PARK;
+            if idle > Duration::from_millis(2) && (!self.sh.coop.enabled() || coop_quiet) {
                 // Park on the receive queue instead of burning a core. A request
                 // WRITTEN into polled memory raises no completion: with such clients
                 // the park is short (a request after 2 ms of quiet waits up to 50 us).

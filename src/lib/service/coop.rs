@@ -60,6 +60,12 @@ impl CoopWriteback {
         self.enabled
     }
 
+    /// Ranges queued so far by every worker (one relaxed load: idle workers watch it to
+    /// tell a server that writes large entries from a quiet one).
+    pub fn ranges_queued(&self) -> u64 {
+        self.ranges.load(Ordering::Relaxed)
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> CoopStats {
         CoopStats { ranges: self.ranges.load(Ordering::Relaxed), steals: self.steals.load(Ordering::Relaxed) }
