@@ -50,6 +50,8 @@ pub struct BenchTransportArgs {
 
 /// Runs the benchmark and prints the tables (and the CSV file when asked).
 pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
+    // Its shm socket is in the temporary directory: an interrupted run removes it.
+    crate::common::clean_up_on_signal(None)?;
     let backends = match args.transport.to_ascii_lowercase().as_str() {
         "all" => vec![Backend::Shm, Backend::Tcp],
         other => match other

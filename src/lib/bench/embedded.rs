@@ -144,7 +144,8 @@ pub fn allow_run_clients(cfg: &mut ServerConfig, clients: usize) {
     cfg.max_clients = cfg.max_clients.max(clients.saturating_mul(2).saturating_add(1));
 }
 
-/// Removes this process's temporary directories in `parent` ([`crate::log::temp_prefix`]): for a
+/// Removes this process's temporary directories and files (a socket) in `parent`
+/// ([`crate::log::temp_prefix`]): for a
 /// binary's signal handler, on its way out of an interrupted run (best effort: what
 /// cannot be removed is left).
 pub fn remove_own_temp_dirs(parent: &Path) {
@@ -152,7 +153,12 @@ pub fn remove_own_temp_dirs(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         if e.file_name().to_string_lossy().starts_with(&prefix) {
-            let _ = std::fs::remove_dir_all(e.path());
+            // Directories (pools, crash images) and single files (a socket).
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            } else {
+                let _ = std::fs::remove_file(e.path());
+            }
         }
     }
 }

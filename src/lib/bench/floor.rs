@@ -512,7 +512,9 @@ pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
                     bytes: 64,
                     summary: s,
                 });
-                let path = opts.socket_dir.join(format!("boomkv-floor-{}.sock", std::process::id()));
+                // Named like the process's other temporary files, so that an interrupted
+                // run's signal handler removes it (`embedded::remove_own_temp_dirs`).
+                let path = opts.socket_dir.join(format!("{}floor.sock", crate::log::temp_prefix()));
                 let ep = Endpoint::Shm(path);
                 run_backend(ShmTransport::new()?, ShmTransport::new()?, &ep, opts, &sizes, out, &mut report)?;
             }
