@@ -26,6 +26,11 @@ use std::time::{Duration, Instant};
 pub const OTHERS_LIMIT_CPUS: f64 = 0.1;
 /// Steal time above this share of the run's CPU time makes a run busy.
 pub const STEAL_LIMIT_PCT: f64 = 2.0;
+/// Runs shorter than this get no verdict: CPU time is counted in ticks of 10 ms, so
+/// over a few milliseconds one tick of another process reads as whole CPUs busy (a
+/// sweep whose every run failed at once said "BUSY: other processes 2.00 CPUs of 2
+/// over 0.0 s").
+pub const MIN_LOAD_SECONDS: f64 = 0.5;
 
 /// CPU time counters of the whole machine, in clock ticks (the `cpu` line of `/proc/stat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -164,9 +169,13 @@ impl MachineLoad {
         !self.warnings().is_empty()
     }
 
-    /// One sentence per reason the machine was busy (none when it was quiet).
+    /// One sentence per reason the machine was busy (none when it was quiet, or when
+    /// the run was too short to tell: [`MIN_LOAD_SECONDS`]).
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
+        if self.too_short() {
+            return w;
+        }
         if self.others_cpus > OTHERS_LIMIT_CPUS {
             w.push(format!("other processes kept {:.2} of {} CPUs busy during the run", self.others_cpus, self.cpus));
         }
@@ -176,9 +185,20 @@ impl MachineLoad {
         w
     }
 
+    /// Whether the run was too short for the CPU accounting to say anything.
+    fn too_short(&self) -> bool {
+        self.seconds < MIN_LOAD_SECONDS
+    }
+
     /// A one-line description for reports and SETUP.md.
     pub fn describe(&self) -> String {
-        let verdict = if self.is_busy() { "BUSY" } else { "quiet" };
+        let verdict = if self.too_short() {
+            "too short to tell"
+        } else if self.is_busy() {
+            "BUSY"
+        } else {
+            "quiet"
+        };
         format!(
             "{verdict}: other processes {:.2} CPUs of {}, steal {:.1}%, load average {:.2} ({} runnable) over {:.1} s",
             self.others_cpus, self.cpus, self.steal_pct, self.load1, self.runnable, self.seconds
@@ -457,6 +477,10 @@ mod tests {
         let q = MachineLoad::between(a, b, 0, 100, 2, 1.0, 1.0, 1);
         assert!(!q.is_busy(), "{q:?}");
         assert!(q.describe().starts_with("quiet"));
+        // The busy ticks of the first over 10 ms: no verdict either way.
+        let short = MachineLoad { seconds: 0.01, ..l };
+        assert!(!short.is_busy() && short.warnings().is_empty(), "{short:?}");
+        assert!(short.describe().starts_with("too short to tell"), "{}", short.describe());
     }
 
     #[test]
