@@ -24,21 +24,22 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// The error and its causes on one line, outermost first, as `{e:#}` prints them but
-/// with a cause left out when the message before it already says it: an error type
-/// that prints its source in its own message (the library's I/O errors, tempfile's)
-/// and also returns it as its source would otherwise be printed twice ("... (os error
-/// 2): No such file or directory (os error 2)").
+/// with a cause left out when the message right before it (the error it is the source
+/// of) already says it: an error type that prints its source in its own message (the
+/// library's I/O errors, tempfile's) and also returns it as its source would otherwise
+/// be printed twice ("... (os error 2): No such file or directory (os error 2)").
 pub fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
+    let mut prev = String::new();
     for c in e.chain() {
         let s = c.to_string();
-        if s.is_empty() || out.contains(&s) {
-            continue;
+        if !s.is_empty() && !prev.contains(&s) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&s);
         }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&s);
+        prev = s;
     }
     out
 }
@@ -211,7 +212,7 @@ pub fn clean_up_on_signal(also: Option<PathBuf>) -> anyhow::Result<()> {
                 for d in &dirs {
                     boomkv::bench::embedded::remove_own_temp_dirs(d);
                 }
-                eprintln!("boomctl: stopped by signal {sig}; its temporary pools are removed");
+                eprintln!("boomctl: stopped by signal {sig}; its temporary files are removed");
                 std::process::exit(128 + sig);
             }
         })
@@ -255,5 +256,9 @@ mod tests {
         assert_eq!(format!("{e:#}").matches("os error 2").count(), 2, "what one_line is for");
         assert_eq!(one_line(&e), "ycsb: reading workload file w: No such file or directory (os error 2)");
         assert_eq!(one_line(&anyhow::anyhow!("inner").context("outer")), "outer: inner");
+        // A cause is compared with the error it is the source of, not with the whole
+        // line: a context that happens to hold the same words keeps the cause.
+        let e = anyhow::anyhow!("timed out").context("wrapped").context("GET timed out");
+        assert_eq!(one_line(&e), "GET timed out: wrapped: timed out");
     }
 }

@@ -382,7 +382,7 @@ pub struct PutArgs {
 /// `--cell-value`: a size as everywhere else (`4k`), at most 4 GiB - 1.
 fn cell_value_arg(s: &str) -> Result<u32, String> {
     let v = size_arg(s)?;
-    u32::try_from(v).map_err(|_| format!("{v} bytes is over 4 GiB"))
+    u32::try_from(v).map_err(|_| format!("{v} bytes: at most 4 GiB - 1"))
 }
 
 /// Reads a value from `r` (`what` names it), at most `limit` bytes: a longer one is

@@ -145,9 +145,8 @@ pub fn allow_run_clients(cfg: &mut ServerConfig, clients: usize) {
 }
 
 /// Removes this process's temporary directories and files (a socket) in `parent`
-/// ([`crate::log::temp_prefix`]): for a
-/// binary's signal handler, on its way out of an interrupted run (best effort: what
-/// cannot be removed is left).
+/// ([`crate::log::temp_prefix`]): for a binary's signal handler, on its way out of an
+/// interrupted run (best effort: what cannot be removed is left).
 pub fn remove_own_temp_dirs(parent: &Path) {
     let prefix = crate::log::temp_prefix();
     let Ok(entries) = std::fs::read_dir(parent) else { return };

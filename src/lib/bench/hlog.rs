@@ -252,10 +252,9 @@ impl HlogFile {
                 }
             }
         }
-        if raw.is_empty() && start_time.is_none() && base_time.is_none() && !bytes.starts_with(b"#") {
-            return Err(
-                bad("no interval log here (an empty file, or not one an HdrHistogram log writer wrote)".into()),
-            );
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            // An empty report merged from nothing would look like a run that did nothing.
+            return Err(bad("an empty file: no interval log here".into()));
         }
         // Interval timestamps: relative to BaseTime; else to StartTime when clearly
         // not absolute (Java HistogramLogReader's one-year heuristic); else absolute.
@@ -490,7 +489,10 @@ mod tests {
     #[test]
     fn what_is_not_an_interval_log_is_refused_with_its_line() {
         let e = HlogFile::parse(b"", "empty.hlog").unwrap_err().to_string();
-        assert!(e.contains("empty.hlog: no interval log here"), "{e}");
+        assert!(e.contains("empty.hlog: an empty file: no interval log here"), "{e}");
+        // A legend line alone (Java's writer after outputLegend only) is a log of nothing.
+        let legend = b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n";
+        assert!(HlogFile::parse(legend, "legend.hlog").unwrap().intervals.is_empty());
         let e = HlogFile::parse(&[0xff, 0x00, 0x13, b'\n'], "random.bin").unwrap_err().to_string();
         assert!(e.contains("random.bin: line 1: not a line of an HdrHistogram interval log"), "{e}");
         let e = HlogFile::parse(b"#[StartTime: 1 (seconds since epoch)]\nhello\n", "x.hlog").unwrap_err().to_string();

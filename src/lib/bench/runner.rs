@@ -580,8 +580,10 @@ impl<D: Db> Worker<D> {
             // start) and by a stop, or a huge --warmup would never end.
             let until = self.duration.and_then(|d| Instant::now().checked_add(d));
             let over = || self.sh.stop.load(Ordering::Relaxed) || until.is_some_and(|u| Instant::now() >= u);
-            'warm: for lane in &mut self.lanes {
-                for _ in 0..self.warmup {
+            // Round robin over a thread's clients, so a bound that cuts the warm-up
+            // short leaves none of them cold.
+            'warm: for _ in 0..self.warmup {
+                for lane in &mut self.lanes {
                     if over() {
                         break 'warm;
                     }

@@ -174,7 +174,7 @@ pub enum NoHandoff {
 impl std::fmt::Display for NoHandoff {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            NoHandoff::OneCpu => "boomctl may use one CPU only",
+            NoHandoff::OneCpu => "boomctl may use one CPU only (or cannot tell which)",
             NoHandoff::NotPlaced => "a thread could not be pinned to its CPU",
             NoHandoff::NoAnswer => "no answer within 200 ms (the other CPU was taken)",
         })

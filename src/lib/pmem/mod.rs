@@ -257,11 +257,6 @@ impl Media {
             size
         } else {
             let len = meta.len();
-            if len < 1 << 20 {
-                // No pool is that small (creating one asks for 1 MiB or more): a file
-                // named by mistake, left as it is.
-                return Err(perr(format!("{len} bytes: not a BOOM-KV pool (a pool has at least 1 MiB)")));
-            }
             if !opts.read_only {
                 // A sparse pool file would raise SIGBUS on a store once the disk fills:
                 // allocate every block now, so a full disk is an error at open instead.
@@ -269,7 +264,14 @@ impl Media {
                     .map_err(|e| perr(format!("cannot allocate the pool's {len} bytes on disk: {e}")))?;
             }
             if let Some(want) = opts.create_size {
-                // Not yet known to be a pool: the header is read later.
+                // Not yet known to be a pool: the header is read later. A file smaller
+                // than any pool --pool-size makes is not one made so: say that, not
+                // "omit --pool-size" (whose open would then fail on the header).
+                if len < 1 << 20 {
+                    return Err(perr(format!(
+                        "the file exists ({len} bytes) and is no pool --pool-size made (those have 1 MiB or more)"
+                    )));
+                }
                 if want < len {
                     return Err(perr(format!(
                         "the file exists ({len} bytes); --pool-size {want} would shrink it, which is refused (that \
@@ -621,14 +623,12 @@ mod tests {
         let big = MediaOptions { create_size: Some(4 << 20), ..Default::default() };
         let e = Media::open(&path, &big).unwrap_err().to_string();
         assert!(e.contains("would grow it, which is not supported: omit --pool-size"), "{e}");
-        // A file too small for any pool is not one, whatever the size asked for: not
-        // advice to open it as it is (which would fail on its header), and left alone.
+        // A file too small for any pool --pool-size makes, with --pool-size: not advice
+        // to open it as it is (which would fail on its header), and left alone.
         let text = dir.path().join("notes.txt");
         std::fs::write(&text, b"hello\n").unwrap();
-        for opts in [&big, &MediaOptions::default()] {
-            let e = Media::open(&text, opts).unwrap_err().to_string();
-            assert!(e.contains("6 bytes: not a BOOM-KV pool") && !e.contains("omit --pool-size"), "{e}");
-        }
+        let e = Media::open(&text, &big).unwrap_err().to_string();
+        assert!(e.contains("(6 bytes) and is no pool --pool-size made") && !e.contains("omit --pool-size"), "{e}");
         assert_eq!(std::fs::read(&text).unwrap(), b"hello\n");
         // A size no file can have is refused before anything is made.
         let huge = MediaOptions { create_size: Some(u64::MAX), ..Default::default() };

@@ -316,7 +316,7 @@ impl<T: Transport> Worker<T> {
                 idle_rounds = 0;
                 continue;
             }
-            idle_rounds += 1;
+            idle_rounds = idle_rounds.wrapping_add(1);
             if idle_rounds == 1 {
                 idle_since = self.st.now;
             }

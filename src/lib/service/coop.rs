@@ -6,6 +6,13 @@
 //! by whichever thread runs it; the owner continues (bumps `count`, replies) only when
 //! every range of its entry is done. With it off, or for entries of one range, the
 //! owner writes everything back itself.
+//!
+//! Idle workers keep looking for ranges only while the server is busy: once a worker
+//! has had no request and no worker has queued a range for a second, it parks on its
+//! receive queue (see the server's worker loop) and looks again after each park (5 ms
+//! at most). So the first large PUTs after a quiet second, and PUTs rarer than one a
+//! second, are written back by their owner alone; the price of helping those too was
+//! every idle worker waking 5000 times a second for ever.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -439,18 +439,7 @@ impl CoreWorkload {
             + config.scan_proportion
             + config.read_modify_write_proportion
             > 0.0;
-        let key_chooser = if needs_keys {
-            // The key space comes from the record count: say so, not only which generator failed.
-            let keys = Self::key_chooser(&config, &inserts).map_err(|e| {
-                Error::invalid(format!(
-                    "recordcount {} (--records): no key chooser over so many keys: {e}",
-                    config.record_count
-                ))
-            })?;
-            Some(keys)
-        } else {
-            None
-        };
+        let key_chooser = if needs_keys { Some(Self::key_chooser(&config, &inserts)?) } else { None };
         let scan_chooser = match config.scan_length_distribution {
             ScanLengthDistribution::Uniform => {
                 ScanChooser::Uniform(UniformGenerator::new(config.min_scan_length, config.max_scan_length)?)
@@ -475,10 +464,20 @@ impl CoreWorkload {
     }
 
     fn key_chooser(c: &CoreConfig, inserts: &Arc<AcknowledgedCounter>) -> Result<KeyChooser> {
+        const MAX_KEYS: u64 = 1 << 63;
         if c.insert_count == 0 {
             return Err(Error::invalid(
                 "insertcount is 0: reads, updates and scans have no keys to choose from".to_string(),
             ));
+        }
+        // The generators' own limit (the scrambled zipfian's, the tightest) is refused
+        // here, where the count comes from, not as a generator's span.
+        if c.insert_count > MAX_KEYS {
+            return Err(Error::invalid(format!(
+                "insertcount {} (from recordcount {}, --records): reads, updates and scans choose among at most \
+                 2^63 keys",
+                c.insert_count, c.record_count
+            )));
         }
         let (lo, hi) = (c.insert_start, c.insert_start + c.insert_count - 1);
         Ok(match &c.request_distribution {
@@ -706,9 +705,13 @@ mod tests {
             (&["fieldlengthdistribution=histogram"][..], "fieldlengthdistribution"),
             (&["minscanlength=10", "maxscanlength=5"][..], "minscanlength"),
             (&["insertcount=0"][..], "insertcount is 0"),
+            (&["recordcount=18446744073709551615"][..], "(from recordcount 18446744073709551615, --records)"),
+            (&["recordcount=9223372036854775809"][..], "choose among at most 2^63 keys"),
         ] {
             let e = CoreWorkload::new(&spec('b', overrides)).unwrap_err().to_string();
             assert!(e.contains(needle), "{overrides:?}: {e}");
+            // Only a count too large is blamed on the record count.
+            assert_eq!(e.contains("--records"), overrides[0].starts_with("recordcount"), "{overrides:?}: {e}");
         }
     }
 

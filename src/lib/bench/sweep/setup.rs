@@ -210,6 +210,13 @@ pub fn write_setup(o: &SweepOptions, adding: bool) -> Result<bool> {
         return Ok(true);
     }
     let mut s = String::from("# Sweep setup\n\n");
+    if o.resume {
+        let _ = writeln!(
+            s,
+            "Written by a --resume: runs already in the CSV files were made under a machine and settings this \
+             file does not record (column `unix_time` tells them apart).\n"
+        );
+    }
     s.push_str(&setup_text(o, "##"));
     let _ = writeln!(s, "\n## Method\n");
     let _ = writeln!(
