@@ -68,6 +68,9 @@ fn inspect_log_tables_filters_and_json() {
     }
     let out = boomctl().args(["inspect-log", "--client", "999", "--pmem"]).arg(&pool).output().unwrap();
     assert!(out.status.success());
+    // A client with no segment is said so, not shown as an empty table.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no segment belongs to client 999") && !text.contains("fill%"), "{text}");
     assert_eq!(std::fs::read(&pool).unwrap(), before, "inspect-log must not change the pool");
 }
 

@@ -634,3 +634,30 @@ fn a_warm_up_ends_with_the_duration() {
     assert!(t0.elapsed() < std::time::Duration::from_secs(50), "{:?}", t0.elapsed());
     assert!(String::from_utf8_lossy(&out.stdout).contains("[OVERALL], Throughput(ops/sec)"));
 }
+
+#[test]
+fn two_reports_into_one_file_and_embedded_options_with_a_server_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("r.out");
+    let f = f.to_str().unwrap();
+    let out = boomctl()
+        .args(["ycsb", "--quiet", "--records", "10", "--ops", "10", "--csv", f, "--json", f])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--csv and --json name the same file"), "{err}");
+    assert!(!std::path::Path::new(f).exists(), "refused before anything ran: {err}");
+    // Options of the embedded server, with a server it does not start: refused, as
+    // with --db (they were ignored without a word).
+    for opt in [&["--workers", "3"][..], &["--pmem", "/nonexistent"][..], &["--segment-size", "1M"][..]] {
+        let out = boomctl()
+            .args(["ycsb", "--quiet", "--records", "10", "--ops", "10", "--server", "127.0.0.1:1"])
+            .args(opt)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opt:?}: {err}");
+        assert!(err.contains("cannot be used with"), "{opt:?}: {err}");
+    }
+}

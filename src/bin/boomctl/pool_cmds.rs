@@ -376,6 +376,13 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         crate::outln!("  problem: {p}")?;
     }
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+    // A client with no segment: said in words, not as an empty table (which would
+    // read as a pool that holds nothing).
+    if let (Some(c), true) = (f.client, ins.segments.is_empty()) {
+        crate::outln!()?;
+        crate::outln!("no segment belongs to client {c} ({} segments in the pool)", h.segment_count)?;
+        return Ok(());
+    }
     // With --key the entries are the answer; the segment table would bury them.
     if f.key.is_none() {
         crate::outln!()?;

@@ -139,7 +139,7 @@ impl WorkloadArgs {
 pub struct TargetArgs {
     /// A running server (shm:/path, host:port, tcp://host:port). Without it an embedded
     /// server runs on a temporary pool that is removed afterwards.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["pmem", "pool_size", "segment_size", "workers", "index", "pin"])]
     pub server: Option<String>,
     /// Another store instead of boomkv, driven by the same generators, threads, target
     /// rate and reports: redis://HOST:PORT (a running Redis server; one string per
@@ -364,9 +364,14 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     // Before the run, not after it: a typo in a path must not cost the run.
     let export = spec.export_file();
-    for (what, p) in [("--csv", &a.csv), ("--json", &a.json), ("--hdr-log", &a.hdr_log), ("exportfile", &export)] {
+    let outputs = [("--csv", &a.csv), ("--json", &a.json), ("--hdr-log", &a.hdr_log), ("exportfile", &export)];
+    for (i, (what, p)) in outputs.iter().enumerate() {
         if let Some(p) = p {
             crate::common::check_writable(what, p)?;
+            // Two reports into one file: the last written would replace the other.
+            if let Some((other, _)) = outputs[i + 1..].iter().find(|(_, q)| q.as_ref() == Some(p)) {
+                bail!("{what} and {other} name the same file {}: one would overwrite the other", p.display());
+            }
         }
     }
     if a.hdr_log.is_none() {
