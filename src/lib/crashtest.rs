@@ -105,11 +105,11 @@ impl Default for CrashTestOptions {
 }
 
 impl CrashTestOptions {
-    /// The options a crash test can run with: an iteration, an operation, a client
-    /// thread and a key at least, a keep probability in [0, 1], and
-    /// values that fit a segment (a larger one was generated, bytes and all, before the
-    /// server refused it: 10 GB values took all the memory).
-    /// Checks the options before anything runs.
+    /// Checks, before anything runs, the options a crash test can run with: an
+    /// iteration, an operation, a key and 1 to [`MAX_THREADS`] client threads, a keep
+    /// probability in [0, 1], and values that fit a segment (a larger one was
+    /// generated, bytes and all, before the server refused it: 10 GB values took all
+    /// the memory).
     fn check(&self) -> Result<()> {
         use crate::log::format::{ENTRY_HEADER_SIZE, MAX_KEY_LEN, SEGMENT_HEADER_SIZE};
         if self.threads == 0 || self.keys == 0 {

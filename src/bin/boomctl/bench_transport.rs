@@ -65,7 +65,8 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
         },
     };
     let sizes: Vec<usize> = args.sizes.iter().map(|&s| usize::try_from(s).unwrap_or(usize::MAX)).collect();
-    if let Some(s) = sizes.iter().find(|&&s| s == 0 || s > 16 << 20) {
+    // The library checks too; here the message names the option.
+    if let Some(s) = sizes.iter().find(|&&s| s == 0 || s > floor::MAX_SIZE) {
         bail!("--sizes: {s} bytes is outside 1 byte to 16 MiB");
     }
     let opts = FloorOptions {

@@ -475,6 +475,9 @@ pub fn tcp_pingpong(bytes: usize, iters: usize, warmup: usize, pin_threads: bool
 /// samples take 80 MB and whose series takes minutes even at the fastest backend.
 pub const MAX_ITERS: usize = 10_000_000;
 
+/// The largest message a series sends: 16 MiB.
+pub const MAX_SIZE: usize = 16 << 20;
+
 /// Runs the floor benchmark, printing tables to `out` as it goes.
 pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
     if opts.iters == 0 || opts.sizes.is_empty() {
@@ -487,7 +490,7 @@ pub fn run(opts: &FloorOptions, out: &mut dyn Write) -> Result<FloorReport> {
             opts.iters, opts.warmup
         )));
     }
-    if let Some(&s) = opts.sizes.iter().find(|&&s| s == 0 || s > 1 << 24) {
+    if let Some(&s) = opts.sizes.iter().find(|&&s| s == 0 || s > MAX_SIZE) {
         return Err(Error::invalid(format!("message size {s} is outside 1..=16 MiB")));
     }
     let mut sizes = opts.sizes.clone();

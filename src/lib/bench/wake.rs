@@ -166,18 +166,20 @@ pub enum NoHandoff {
     OneCpu,
     /// One of the two threads could not be pinned to its CPU.
     NotPlaced,
-    /// A wait was still unanswered 200 ms after the probe began: the other
-    /// thread did not get its CPU (something else ran there).
+    /// A wait was still unanswered 200 ms after the probe began:
+    /// the other thread did not get its CPU (something else ran there).
     NoAnswer,
 }
 
 impl std::fmt::Display for NoHandoff {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            NoHandoff::OneCpu => "boomctl may use one CPU only (or cannot tell which)",
-            NoHandoff::NotPlaced => "a thread could not be pinned to its CPU",
-            NoHandoff::NoAnswer => "no answer within 200 ms (the other CPU was taken)",
-        })
+        match self {
+            NoHandoff::OneCpu => f.write_str("boomctl may use one CPU only (or cannot tell which)"),
+            NoHandoff::NotPlaced => f.write_str("a thread could not be pinned to its CPU"),
+            NoHandoff::NoAnswer => {
+                write!(f, "no answer within {} ms (the other CPU was taken)", HANDOFF_LIMIT.as_millis())
+            }
+        }
     }
 }
 

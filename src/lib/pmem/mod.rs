@@ -60,6 +60,9 @@ use crate::error::{Error, Result};
 /// File name used when `--pmem` names a directory.
 pub const POOL_FILE_NAME: &str = "boomkv.pool";
 
+/// The smallest pool a create makes: 1 MiB.
+const MIN_POOL_SIZE: u64 = 1 << 20;
+
 /// Default pool size on creation: 1 GiB.
 pub const DEFAULT_POOL_SIZE: u64 = 1 << 30;
 
@@ -237,11 +240,11 @@ impl Media {
                 return Err(perr("no such pool file".into()));
             }
             let size = opts.create_size.unwrap_or(DEFAULT_POOL_SIZE);
-            if size < 1 << 20 || size > i64::MAX as u64 {
+            if size < MIN_POOL_SIZE || size > i64::MAX as u64 {
                 if !exists {
                     let _ = std::fs::remove_file(path);
                 }
-                return Err(perr(if size < 1 << 20 {
+                return Err(perr(if size < MIN_POOL_SIZE {
                     format!("pool size {size} is below the 1 MiB minimum")
                 } else {
                     format!("pool size {size} is more than a file can hold")
@@ -267,7 +270,7 @@ impl Media {
                 // Not yet known to be a pool: the header is read later. A file smaller
                 // than any pool --pool-size makes is not one made so: say that, not
                 // "omit --pool-size" (whose open would then fail on the header).
-                if len < 1 << 20 {
+                if len < MIN_POOL_SIZE {
                     return Err(perr(format!(
                         "the file exists ({len} bytes) and is no pool --pool-size made (those have 1 MiB or more)"
                     )));

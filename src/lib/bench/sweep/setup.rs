@@ -251,7 +251,7 @@ fn append(path: &Path, text: &str) -> Result<()> {
         .append(true)
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| super::SweepError::Io { path: path.to_path_buf(), source: e })
+        .map_err(io_err(path))
 }
 
 /// The machine and the settings of this invocation, under headings of level `h` (`##`).

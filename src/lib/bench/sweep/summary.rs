@@ -233,8 +233,7 @@ fn interval_rank(n: usize) -> usize {
 impl Paired {
     /// `f(a, b)` for every repeat both `a` and `b` have (`(repeat, value)` pairs).
     pub fn of(a: &[(u64, f64)], b: &[(u64, f64)], f: impl Fn(f64, f64) -> Option<f64>) -> Option<Paired> {
-        let mut v: Vec<f64> =
-            a.iter().filter_map(|(r, x)| b.iter().find(|(s, _)| s == r).and_then(|(_, y)| f(*x, *y))).collect();
+        let mut v: Vec<f64> = per_repeat(a, b, f).into_iter().map(|p| p.1).collect();
         if v.is_empty() {
             return None;
         }
@@ -386,6 +385,11 @@ fn handoff_range(t: &Table) -> Option<(f64, f64)> {
     Some((lo, hi))
 }
 
+/// `(repeat, f(a, b))` for every repeat both `a` and `b` have, in `a`'s order.
+fn per_repeat(a: &[(u64, f64)], b: &[(u64, f64)], f: impl Fn(f64, f64) -> Option<f64>) -> Vec<(u64, f64)> {
+    a.iter().filter_map(|&(r, x)| b.iter().find(|p| p.0 == r).and_then(|p| f(x, p.1)).map(|y| (r, y))).collect()
+}
+
 /// For a target `f(a, b) >= want` judged per repeat over the points `(label, a, b)`
 /// (rows of an aggregated table): the repeats that fall below it, each with the round
 /// trip of a cache line between the CPUs sampled before its run of `a` (column
@@ -407,12 +411,9 @@ pub fn below_with_handoff(
     let mut below = Vec::new();
     let mut moved = 0;
     for (label, a, b) in points {
-        let (va, vb, h) = (t.across(*a, "ops_per_sec")?, t.across(*b, "ops_per_sec")?, t.across(*a, super::HANDOFF)?);
-        for &(rep, x) in &va {
-            let Some(y) = vb.iter().find(|p| p.0 == rep).and_then(|p| f(x, p.1)) else { continue };
-            if y >= want {
-                continue;
-            }
+        let h = t.across(*a, super::HANDOFF)?;
+        let ratios = per_repeat(&t.across(*a, "ops_per_sec")?, &t.across(*b, "ops_per_sec")?, &f);
+        for (rep, y) in ratios.into_iter().filter(|p| p.1 < want) {
             match h.iter().find(|p| p.0 == rep).map(|p| p.1).filter(|ns| *ns > 0.0) {
                 Some(ns) => {
                     moved += usize::from(crate::bench::busy::handoff_moved(ns, med));
