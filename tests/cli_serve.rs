@@ -149,4 +149,51 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
     let out = run(&["serve", "--pmem", p, "--cpus", "1000", "--listen", &port]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(pool.exists(), "an existing pool is never removed");
+    // it keeps its segment size (1 MiB for 64 MiB): another one is refused, not ignored
+    let out = run(&["serve", "--pmem", p, "--segment-size", "2M", "--listen", &port]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--segment-size 2M") && err.contains("made with 1M segments"), "{err}");
+    assert!(pool.exists());
+}
+
+#[test]
+fn scans_against_a_hash_index_server_fail_before_the_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcp = format!("127.0.0.1:{}", free_port());
+    let child = boomctl()
+        .args(["serve", "--pool-size", "256M", "--stats-interval", "0", "--quiet", "--index", "hash", "--pmem"])
+        .arg(dir.path())
+        .args(["--listen", &tcp])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _serve = Serve(child);
+    let t0 = Instant::now();
+    while run(&["stats", "--server", &tcp]).status.code() != Some(0) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = run(&["ycsb", "--server", &tcp, "--mix", "e", "--records", "100000", "--ops", "100", "--size", "100"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("run phase: server:") && err.contains("ordered"), "{err}");
+    assert!(!err.contains("load: 100000 records"), "loaded first: {err}");
+    // and nothing was loaded
+    let stats: serde_json::Value = serde_json::from_slice(&run(&["stats", "--server", &tcp, "--json"]).stdout).unwrap();
+    assert_eq!(stats["puts"], 0, "{stats}");
+}
+
+#[test]
+fn a_key_too_long_is_refused_before_connecting_and_not_echoed_whole() {
+    let key = "k".repeat(1025);
+    // Nothing listens on port 1: a command that connected first would fail there.
+    for args in [&["put", &key, "v"][..], &["get", &key][..], &["del", &key][..]] {
+        let out = boomctl().arg(args[0]).args(["--server", "127.0.0.1:1"]).args(&args[1..]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("the key is 1025 bytes; a key is at most 1024 bytes"), "{err}");
+        assert!(err.len() < 200, "the key is echoed whole: {err}");
+    }
 }

@@ -102,6 +102,25 @@ fn bad_pools_give_one_line_errors_and_stay_untouched() {
 }
 
 #[test]
+fn options_that_would_be_ignored_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    // --bench-size and friends describe --bench's pool only
+    for extra in [&["--bench-size", "8M"][..], &["--value-size", "1k"][..], &["--repeat", "2"][..]] {
+        let out = boomctl().args(["recover", "--pmem"]).arg(&pool).args(extra).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(err.contains("set up --bench; without it they would do nothing"), "{extra:?}: {err}");
+    }
+    // a spin limit that is not a number is refused before anything runs
+    let out = boomctl().env("BOOMKV_SPIN_LIMIT", "abc").args(["recover", "--pmem"]).arg(&pool).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("BOOMKV_SPIN_LIMIT=abc: expected a whole number"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
 fn shell_completions() {
     let out = boomctl().args(["completions", "bash"]).output().unwrap();
     assert!(out.status.success());

@@ -260,6 +260,10 @@ fn bad_input_is_reported_with_the_file() {
         boomctl().args(["sweep", "latency", "--sizes", "12q", "--out"]).arg(dir.path().join("x")).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes"), "{}", String::from_utf8_lossy(&out.stderr));
+    // ... also a value that parses but no run can use, and nothing is made for them
+    let out = boomctl().args(["sweep", "latency", "--sizes", "0", "--out"]).arg(dir.path().join("y")).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes: 0"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dir.path().join("x").exists() && !dir.path().join("y").exists(), "an output directory was made");
     let out = boomctl().args(["sweep", "nonsense"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

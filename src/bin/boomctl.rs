@@ -115,6 +115,11 @@ fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(ycsb_compat_args(std::env::args_os().collect()));
+    // A bad setting is refused before anything runs, not ignored half-way through.
+    if let Err(e) = boomkv::transport::spin_limit_setting() {
+        eprintln!("boomctl: error: {e}");
+        return ExitCode::FAILURE;
+    }
     let r = match cli.command {
         Command::Serve(a) => kv_cmds::serve(a),
         Command::Put(a) => kv_cmds::put(a),
@@ -141,6 +146,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that stopped reading (`| head`) is a normal end, not a failure.
         Err(e) if common::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<common::Finding>().is_some() => {
+            let f = e.downcast_ref::<common::Finding>().expect("checked");
+            eprintln!("boomctl: {f}");
+            ExitCode::from(f.code)
+        }
         Err(e) => {
             eprintln!("boomctl: error: {}", common::one_line(&e));
             ExitCode::FAILURE

@@ -82,6 +82,15 @@ pub enum Error {
     /// A transport-level failure (connection, completion error, timeout).
     #[error("transport: {0}")]
     Transport(String),
+    /// A client found nothing to connect to at its server's address (refused,
+    /// unreachable, no such socket): typed, so a program can suggest starting a server.
+    #[error("cannot connect to {addr}: {why}")]
+    Unreachable {
+        /// The address as the user gave it.
+        addr: String,
+        /// What the operating system (or the client library) said.
+        why: String,
+    },
     /// The peer violated the protocol.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -151,7 +160,11 @@ impl Error {
     /// connection is gone, the pool is full, or the server or protocol does not do it.
     pub fn is_fatal(&self) -> bool {
         match self {
-            Error::ConnectionLost { .. } | Error::Unsupported(_) | Error::PoolFull { .. } | Error::NoRoom(_) => true,
+            Error::ConnectionLost { .. }
+            | Error::Unreachable { .. }
+            | Error::Unsupported(_)
+            | Error::PoolFull { .. }
+            | Error::NoRoom(_) => true,
             Error::Server { code, .. } => {
                 matches!(code, ErrorCode::PoolFull | ErrorCode::NoScan | ErrorCode::Unsupported)
             }

@@ -23,6 +23,45 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// A command that ran to its end but found something its exit status must show (a
+/// script cannot read the report): `main` prints the message and exits with `code`.
+#[derive(Debug)]
+pub struct Finding {
+    /// The exit status (not 0, 1 or 2, which mean success, error and usage).
+    pub code: u8,
+    /// One line for standard error.
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Finding {}
+
+/// A client command's error with the boomkv server it talked to: a server that could
+/// not be reached gets a hint (the message names the address already); any other
+/// error is prefixed with `server ADDR` (a handshake timeout, a refusal, a broken
+/// connection), also inside a YCSB phase, unless its message names the address.
+pub fn with_server(e: boomkv::Error, server: &dyn std::fmt::Display) -> anyhow::Error {
+    let unreachable = |e: &boomkv::Error| matches!(e, boomkv::Error::Unreachable { .. });
+    let hint = match &e {
+        boomkv::Error::Phase { error, .. } => unreachable(error),
+        e => unreachable(e),
+    };
+    let server = server.to_string();
+    if hint {
+        anyhow::anyhow!("{e} (is `boomctl serve` running there?)")
+    } else if e.to_string().contains(&server) {
+        // Transport messages name the address themselves: once is enough.
+        anyhow::Error::new(e)
+    } else {
+        anyhow::Error::new(e).context(format!("server {server}"))
+    }
+}
+
 /// The error and its causes on one line, outermost first, as `{e:#}` prints them but
 /// with a cause left out when the message right before it (the error it is the source
 /// of) already says it: an error type that prints its source in its own message (the
@@ -247,12 +286,28 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use super::{one_line, with_server};
+    use boomkv::Error;
+
+    #[test]
+    fn with_server_names_the_server_once_and_hints_when_none_answered() {
+        let line = |e: Error| one_line(&with_server(e, &"tcp://h:1"));
+        let unreachable = || Error::Unreachable { addr: "tcp://h:1".into(), why: "Connection refused".into() };
+        let hint = "cannot connect to tcp://h:1: Connection refused (is `boomctl serve` running there?)";
+        assert_eq!(line(unreachable()), hint);
+        assert_eq!(line(Error::Phase { phase: "load", error: Box::new(unreachable()) }), format!("load phase: {hint}"));
+        let slow = Error::Timeout(std::time::Duration::from_secs(10), "the handshake");
+        assert_eq!(
+            line(Error::Phase { phase: "load", error: Box::new(slow) }),
+            "server tcp://h:1: load phase: timed out after 10s waiting for the handshake"
+        );
+        assert_eq!(line(Error::Transport("tcp://h:1: reset".into())), "transport: tcp://h:1: reset");
+    }
 
     #[test]
     fn one_line_says_each_cause_once() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
-        let e = anyhow::Error::new(boomkv::error::Error::io("reading workload file w", io)).context("ycsb");
+        let e = anyhow::Error::new(Error::io("reading workload file w", io)).context("ycsb");
         assert_eq!(format!("{e:#}").matches("os error 2").count(), 2, "what one_line is for");
         assert_eq!(one_line(&e), "ycsb: reading workload file w: No such file or directory (os error 2)");
         assert_eq!(one_line(&anyhow::anyhow!("inner").context("outer")), "outer: inner");

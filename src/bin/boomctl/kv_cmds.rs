@@ -12,7 +12,7 @@ use boomkv::client::{Client, ClientOptions};
 use boomkv::log::Pool;
 use boomkv::server::{Server, ServerConfig, ServerCore};
 use boomkv::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
-use boomkv::units::human_bytes;
+use boomkv::units::{human_bytes, short_bytes};
 use boomkv::wire::Protocol;
 
 use crate::common::{size_arg, MediaArgs, PmemArgs, VerbsArgs};
@@ -93,6 +93,17 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // A pool this command made and never served holds nothing: a bad option found
     // after creating it (an address in use, a wrong --cpus) must not leave it behind.
     let made = file.filter(|f| rep.created && !was_there && pool.media().path() == f.as_path());
+    // A pool keeps the segment size it was formatted with; a different one asked for
+    // would be ignored, and every figure after it read against the wrong size.
+    if let Some(want) = a.media.segment_size.filter(|&s| !rep.created && s != pool.segment_size()) {
+        bail!(
+            "--segment-size {}: the pool at {} was made with {} segments, which it keeps \
+             (drop --segment-size, or make a new pool elsewhere)",
+            short_bytes(want),
+            pool.media().path().display(),
+            short_bytes(pool.segment_size())
+        );
+    }
     match start(a, pool, rep) {
         Ok(s) => s.run(),
         Err(e) => {
@@ -351,13 +362,7 @@ impl ClientArgs {
 
 fn connect<T: Transport>(t: &T, c: &ClientArgs) -> anyhow::Result<Client<T>> {
     let ep = c.endpoint()?;
-    Client::connect(t, &ep, c.options()).map_err(|e| match e {
-        // The transport's message already names the address.
-        boomkv::Error::Transport(m) if m.contains("cannot connect") => {
-            anyhow::anyhow!("{m} (is `boomctl serve` running there?)")
-        }
-        e => anyhow::Error::new(e).context(format!("server {ep}")),
-    })
+    Client::connect(t, &ep, c.options()).map_err(|e| crate::common::with_server(e, &ep))
 }
 
 /// Store a value.
@@ -397,6 +402,7 @@ fn read_value(r: impl Read, limit: u32, what: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
+    check_key(&a.key)?;
     let inline = match (&a.value, &a.value_file) {
         (Some(v), _) if v == "-" => None,
         (Some(v), _) => Some(v.clone().into_bytes()),
@@ -416,10 +422,25 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
             }
             (None, None) => read_value(std::io::stdin().lock(), limit, "the value on standard input")?,
         };
-        let info = c.put(a.key.as_bytes(), &value).with_context(|| format!("PUT {}", a.key))?;
-        eprintln!("stored {} ({} bytes, version {})", a.key, value.len(), info.version);
+        let info = c.put(a.key.as_bytes(), &value).with_context(|| format!("PUT {}", shown(&a.key)))?;
+        eprintln!("stored {} ({} bytes, version {})", shown(&a.key), value.len(), info.version);
         Ok(())
     })
+}
+
+/// A key as messages show it: escaped, and cut after 128 bytes.
+fn shown(key: &str) -> String {
+    boomkv::log::inspect::printable_key(key.as_bytes())
+}
+
+/// Refuses a key no server takes before connecting (and before reading a value).
+fn check_key(key: &str) -> anyhow::Result<()> {
+    let max = boomkv::log::format::MAX_KEY_LEN as usize;
+    if key.len() > max {
+        let start: String = key.chars().take(40).collect();
+        bail!("the key is {} bytes; a key is at most {max} bytes (it begins `{}`)", key.len(), shown(&start));
+    }
+    Ok(())
 }
 
 /// Fetch a value (raw bytes to standard output).
@@ -441,12 +462,13 @@ pub struct GetArgs {
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
+    check_key(&a.key)?;
     let b = a.client.endpoint()?.backend();
     let v = boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
-        c.get(a.key.as_bytes()).with_context(|| format!("GET {}", a.key))?
+        c.get(a.key.as_bytes()).with_context(|| format!("GET {}", shown(&a.key)))?
     });
-    let Some(v) = v else { bail!("key not found: {}", a.key) };
+    let Some(v) = v else { bail!("key not found: {}", shown(&a.key)) };
     let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -478,16 +500,17 @@ pub struct DelArgs {
 }
 
 pub fn del(a: DelArgs) -> anyhow::Result<()> {
+    check_key(&a.key)?;
     let b = a.client.endpoint()?.backend();
     boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
         // The protocol's DELETE does not say whether the key existed; ask first, so a
         // missing key is reported (exit 1, like `get`) and no tombstone is written.
-        if c.get(a.key.as_bytes()).with_context(|| format!("GET {}", a.key))?.is_none() {
-            bail!("key not found: {}", a.key);
+        if c.get(a.key.as_bytes()).with_context(|| format!("GET {}", shown(&a.key)))?.is_none() {
+            bail!("key not found: {}", shown(&a.key));
         }
-        let info = c.delete(a.key.as_bytes()).with_context(|| format!("DEL {}", a.key))?;
-        eprintln!("deleted {} (version {})", a.key, info.version);
+        let info = c.delete(a.key.as_bytes()).with_context(|| format!("DEL {}", shown(&a.key)))?;
+        eprintln!("deleted {} (version {})", shown(&a.key), info.version);
         Ok(())
     })
 }

@@ -17,7 +17,11 @@ use crate::common::{print_json, read_only_options, size_arg, PmemArgs};
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Examples:\n  boomctl recover --pmem /mnt/pmem0\n  boomctl recover --pmem /mnt/pmem0 --json\n  \
-boomctl recover --bench --bench-size 1G --value-size 2k   # recovery time vs a sequential read"
+boomctl recover --bench --bench-size 1G --value-size 2k   # recovery time vs a sequential read\n\n\
+Exit status: 0 the pool recovered with no damage (an interrupted last write is not damage); 1 an error \
+(the pool could not be opened); 2 a command line that does not parse; 3 the pool recovered but holds damage: \
+rejected entries, entries repaired from one flipped bit, damaged count words or segments (the report's \
+`damage` line and `problem` lines say which)."
 )]
 pub struct RecoverArgs {
     #[command(flatten)]
@@ -36,18 +40,19 @@ pub struct RecoverArgs {
     /// --bench-dir, then time recovery against one sequential read of the same file.
     #[arg(long, conflicts_with_all = ["pmem", "repair", "json", "keys"])]
     bench: bool,
-    /// Pool size for --bench.
-    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "1G")]
-    bench_size: u64,
-    /// Value size for --bench (entries are this plus a 40-byte header and the key).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "2k")]
-    value_size: u64,
+    /// Pool size for --bench [default: 1G].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    bench_size: Option<u64>,
+    /// Value size for --bench (entries are this plus a 40-byte header and the key)
+    /// [default: 2k].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    value_size: Option<u64>,
     /// Directory for the --bench pool (deleted afterwards) [default: the temp dir].
     #[arg(long, value_name = "DIR")]
     bench_dir: Option<PathBuf>,
-    /// Timed repetitions for --bench (the best of each is reported).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-    repeat: u32,
+    /// Timed repetitions for --bench (the best of each is reported) [default: 3].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: Option<u32>,
 }
 
 /// `--pmem`, optional so that `--bench` can run without it.
@@ -63,6 +68,10 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
     if a.bench {
         return recover_bench(&a);
     }
+    // (Options, not defaults: a flag's `requires` cannot tell them apart in clap.)
+    if a.bench_size.is_some() || a.value_size.is_some() || a.bench_dir.is_some() || a.repeat.is_some() {
+        bail!("--bench-size, --value-size, --bench-dir and --repeat set up --bench; without it they would do nothing");
+    }
     let arg = a.pmem.and_then(|p| p.pmem).context("--pmem is required")?;
     // --keys lists them in order: the ordered index has them sorted.
     let index = if a.keys { IndexKind::Ordered } else { IndexKind::Hash };
@@ -73,23 +82,36 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
     };
     let (pool, rep) = Pool::open(&arg, &opts)?;
     if a.json {
-        return print_json(&serde_json::json!({
+        print_json(&serde_json::json!({
             "path": pool.media().path(),
             "header": pool.header(),
             "uuid": pool.header().uuid_hex(),
             "recovery": rep,
             "keys": if a.keys { Some(live_keys(&pool)?) } else { None },
-        }));
-    }
-    print_summary(&pool, &rep)?;
-    if a.keys {
-        crate::outln!()?;
-        for k in live_keys(&pool)? {
-            crate::outln!("{k}")?;
+        }))?;
+    } else {
+        print_summary(&pool, &rep)?;
+        if a.keys {
+            crate::outln!()?;
+            for k in live_keys(&pool)? {
+                crate::outln!("{k}")?;
+            }
         }
     }
-    Ok(())
+    // A health check reads the exit status: damage is not a clean pool. An interrupted
+    // write (a slot no version was stored in) is not damage: every crash leaves one.
+    match rep.damaged() {
+        0 => Ok(()),
+        n => Err(crate::common::Finding {
+            code: DAMAGE_FOUND,
+            message: format!("damage found in {}: {n} (the report above says where)", pool.media().path().display()),
+        }
+        .into()),
+    }
 }
+
+/// `recover`'s exit status when the pool holds damage (see its --help).
+const DAMAGE_FOUND: u8 = 3;
 
 /// The live keys of a pool opened with the ordered index, printable, in key order.
 fn live_keys(pool: &Pool) -> anyhow::Result<Vec<String>> {
@@ -163,43 +185,45 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
 
 fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
     let base = a.bench_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let (bench_size, value_size, repeat) =
+        (a.bench_size.unwrap_or(1 << 30), a.value_size.unwrap_or(2048), a.repeat.unwrap_or(3));
     let dir = tempfile::Builder::new()
         .prefix("boomkv-recover-bench")
         .tempdir_in(&base)
         .with_context(|| format!("cannot create a directory in {}", base.display()))?;
     let path = dir.path().join("boomkv.pool");
-    if a.bench_size < 4 << 20 {
+    if bench_size < 4 << 20 {
         bail!(
             "--bench-size {}: at least 4M (the benchmark's pool holds segments of at least 1M)",
-            short_bytes(a.bench_size)
+            short_bytes(bench_size)
         );
     }
-    let seg = (64u64 << 20).min(a.bench_size / 4).max(1 << 20) / 4096 * 4096;
+    let seg = (64u64 << 20).min(bench_size / 4).max(1 << 20) / 4096 * 4096;
     // Before the value is made: --value-size 1T allocated it in full first.
     let key = |n: u64| format!("user{n:012}");
     let key_len = key(0).len() as u64;
     let fits = seg - boomkv::log::format::SEGMENT_HEADER_SIZE - boomkv::log::format::ENTRY_HEADER_SIZE - key_len;
-    if a.value_size == 0 || a.value_size > fits {
+    if value_size == 0 || value_size > fits {
         bail!(
             "--value-size {}: the {} segments of a {} benchmark pool hold values of 1 byte to {}",
-            short_bytes(a.value_size),
+            short_bytes(value_size),
             short_bytes(seg),
-            short_bytes(a.bench_size),
+            short_bytes(bench_size),
             short_bytes(fits)
         );
     }
     let opts = PoolOptions {
-        media: MediaOptions { create_size: Some(a.bench_size), flush: Some(FlushKind::None), ..Default::default() },
+        media: MediaOptions { create_size: Some(bench_size), flush: Some(FlushKind::None), ..Default::default() },
         segment_size: seg,
         index: IndexKind::Hash,
     };
     eprintln!(
         "filling a {} pool with {} values in {} ...",
-        human_bytes(a.bench_size),
-        short_bytes(a.value_size),
+        human_bytes(bench_size),
+        short_bytes(value_size),
         dir.path().display()
     );
-    let value = vec![0x5au8; a.value_size as usize];
+    let value = vec![0x5au8; value_size as usize];
     let mut n = 0u64;
     {
         let (pool, _) = Pool::open(&path, &opts)?;
@@ -218,7 +242,7 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
     let mut best_rec = f64::MAX;
     let mut buf = vec![0u8; 1 << 20];
     // one untimed pass of each to warm the page cache
-    for i in 0..=a.repeat {
+    for i in 0..=repeat {
         let t = Instant::now();
         let mut f = std::fs::File::open(&path)?;
         let mut sum = 0u64;
@@ -245,19 +269,19 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
         "pool                 {} ({} entries of {} values)",
         human_bytes(file_len),
         n,
-        short_bytes(a.value_size)
+        short_bytes(value_size)
     )?;
     crate::outln!(
         "sequential read      {:8.1} ms  ({:.2} GB/s, best of {})",
         best_read * 1e3,
         file_len as f64 / best_read / 1e9,
-        a.repeat
+        repeat
     )?;
     crate::outln!(
         "recovery (open+scan) {:8.1} ms  ({:.2} GB/s, best of {})",
         best_rec * 1e3,
         file_len as f64 / best_rec / 1e9,
-        a.repeat
+        repeat
     )?;
     crate::outln!("ratio                {:8.2}x  (target: at most 2x)", best_rec / best_read)?;
     Ok(())

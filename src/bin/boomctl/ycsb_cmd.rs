@@ -272,7 +272,7 @@ pub struct YcsbArgs {
     #[arg(long)]
     dry_run: bool,
     /// With --dry-run: how many operations to print (at most the run's operation count).
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "dry_run")]
     print_ops: usize,
     /// Merge these interval logs (from several client processes) into one report; runs nothing.
     #[arg(long, value_name = "HLOG", num_args = 1.., conflicts_with = "dry_run")]
@@ -327,7 +327,8 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
     let cfg = w.config();
     let copts =
         client_options(a.protocol, UpdateMode::Hybrid).size_passive(workload_keys(cfg, 0), 0, cfg.value_size.max());
-    let r = boomkv::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)?);
+    let r = boomkv::with_transport!(ep.backend(), t => runner::load(&t, &ep, &copts, &w, &opts)
+        .map_err(|e| crate::common::with_server(e, &ep))?);
     print_report(&r, &spec.percentiles()?)?;
     if r.errors > 0 {
         bail!("{} inserts failed (first: {})", r.errors, r.first_error.as_deref().unwrap_or("unknown"));
@@ -571,7 +572,8 @@ fn run_phases(
         }
         (None, Some(addr)) => {
             let ep = Endpoint::parse_for(addr, ta.transport)?;
-            boomkv::with_transport!(ep.backend(), t => runner::load_and_run(&t, &ep, &copts, w, run_opts, phases)?)
+            boomkv::with_transport!(ep.backend(), t => runner::load_and_run(&t, &ep, &copts, w, run_opts, phases)
+                .map_err(|e| crate::common::with_server(e, &ep))?)
         }
         (None, None) => {
             let backend = ta.transport.unwrap_or(Backend::Shm);

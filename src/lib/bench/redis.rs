@@ -39,7 +39,7 @@ impl RedisDb {
             } else {
                 e.to_string()
             };
-            Error::Transport(format!("cannot connect to {url}: {why}"))
+            Error::Unreachable { addr: url.to_string(), why }
         })?;
         conn.set_read_timeout(Some(timeout)).map_err(|e| failed("setting a timeout", &e, timeout))?;
         conn.set_write_timeout(Some(timeout)).map_err(|e| failed("setting a timeout", &e, timeout))?;

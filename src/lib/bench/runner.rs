@@ -350,6 +350,16 @@ fn phases_with<D: Db + 'static>(
         let result = load_db(&connect, w, &lo).map_err(in_phase("load"))?;
         return Ok(PhasesResult { result, space: space() });
     }
+    // A run with scans against a store that cannot scan (a hash index, a protocol
+    // without SCAN) fails at its first scan: ask once before loading, not after.
+    if w.config().scan_proportion > 0.0 {
+        let mut db = connect().map_err(in_phase("run"))?;
+        if let Err(e) = db.scan(b"", 1) {
+            if e.is_fatal() {
+                return Err(in_phase("run")(e));
+            }
+        }
+    }
     if phases.load {
         let lo = RunOptions { label: "load".into(), hlog: None, target: None, warmup_ops: 0, ..o.clone() };
         let r = load_db(&connect, w, &lo).map_err(in_phase("load"))?;

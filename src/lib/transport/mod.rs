@@ -1302,8 +1302,21 @@ pub fn spin_limit() -> usize {
     *LIMIT.get_or_init(|| {
         // Fixes `cores` on the same (unpinned) thread, whatever the override says.
         let n = cores();
-        std::env::var("BOOMKV_SPIN_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(n)
+        spin_limit_setting().ok().flatten().unwrap_or(n)
     })
+}
+
+/// `BOOMKV_SPIN_LIMIT` as set: `Ok(None)` when unset, an error when it is not a
+/// whole number (a program checks it at start; [`spin_limit`] ignores a bad value).
+pub fn spin_limit_setting() -> Result<Option<usize>> {
+    let Some(v) = std::env::var_os("BOOMKV_SPIN_LIMIT") else { return Ok(None) };
+    match v.to_str().and_then(|s| s.trim().parse().ok()) {
+        Some(n) => Ok(Some(n)),
+        None => Err(Error::invalid(format!(
+            "BOOMKV_SPIN_LIMIT={}: expected a whole number of threads that may spin at once (0: none)",
+            v.to_string_lossy()
+        ))),
+    }
 }
 
 /// Threads of this process that polled or waited on a completion queue in the current

@@ -607,7 +607,8 @@ impl Transport for ShmTransport {
         let until = deadline(timeout);
         let sock = seqpacket()?;
         let addr = SocketAddrUnix::new(path.as_path()).map_err(|e| Error::io(format!("{ep}"), e.into()))?;
-        rustix::net::connect(&sock, &addr).map_err(|e| Error::Transport(format!("cannot connect to {ep}: {e}")))?;
+        rustix::net::connect(&sock, &addr)
+            .map_err(|e| Error::Unreachable { addr: ep.to_string(), why: e.to_string() })?;
         let qp_num = self.inner.next_qp.fetch_add(1, Ordering::Relaxed);
         let (pf, page) = self.new_page()?;
         let hello = encode_hello(MSG_HELLO, PROTOCOL_VERSION, qp_num, self.inner.cfg.rq_depth, private_data);

@@ -401,8 +401,9 @@ impl Transport for TcpTransport {
                 Err(e) => last = Some(e),
             }
         }
-        let mut sock = sock.ok_or_else(|| {
-            Error::Transport(format!("cannot connect to {ep}: {}", last.map_or("no address".into(), |e| e.to_string())))
+        let mut sock = sock.ok_or_else(|| Error::Unreachable {
+            addr: ep.to_string(),
+            why: last.map_or("no address".into(), |e| e.to_string()),
         })?;
         let left = end.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         sock.set_read_timeout(Some(left)).map_err(|e| Error::io("set_read_timeout", e))?;

@@ -258,10 +258,14 @@ impl CoreConfig {
         };
         let theta = spec.get(names::THETA).map(|_| spec.get_f64(names::THETA, ZIPFIAN_CONSTANT)).transpose()?;
 
+        // CoreWorkload takes anything but "hashed" for ordered; a typo there would
+        // silently change every key, so only the two documented values are taken.
         let insert_order = match spec.get_str("insertorder", "hashed") {
-            // CoreWorkload: anything but "hashed" is ordered.
             "hashed" => InsertOrder::Hashed,
-            _ => InsertOrder::Ordered,
+            "ordered" => InsertOrder::Ordered,
+            other => {
+                return Err(Error::invalid(format!("property `insertorder` = `{other}`: expected hashed or ordered")))
+            }
         };
         let zero_padding = spec.get_u64("zeropadding", 1)?;
         // 10^10 zeros per key took all the memory.
@@ -359,7 +363,9 @@ impl CoreConfig {
     /// limit are redrawn).
     pub fn zipfian_span(&self) -> (u64, u64) {
         let expected_new_keys = (self.operation_count as f64 * self.insert_proportion * 2.0) as u64;
-        (self.insert_start, self.insert_start + self.insert_count + expected_new_keys)
+        // Saturating: an absurd insertproportion must reach the generator's span check,
+        // not wrap around to a small span.
+        (self.insert_start, self.insert_start.saturating_add(self.insert_count).saturating_add(expected_new_keys))
     }
 
     /// The key namer (`insertorder`, `zeropadding`).
@@ -464,7 +470,8 @@ impl CoreWorkload {
     }
 
     fn key_chooser(c: &CoreConfig, inserts: &Arc<AcknowledgedCounter>) -> Result<KeyChooser> {
-        const MAX_KEYS: u64 = 1 << 63;
+        // The scrambled zipfian's limit (its item count must fit an i64, as in YCSB).
+        const MAX_KEYS: u64 = i64::MAX as u64;
         if c.insert_count == 0 {
             return Err(Error::invalid(
                 "insertcount is 0: reads, updates and scans have no keys to choose from".to_string(),
@@ -475,7 +482,7 @@ impl CoreWorkload {
         if c.insert_count > MAX_KEYS {
             return Err(Error::invalid(format!(
                 "insertcount {} (from recordcount {}, --records): reads, updates and scans choose among at most \
-                 2^63 keys",
+                 2^63 - 1 keys",
                 c.insert_count, c.record_count
             )));
         }
@@ -672,6 +679,16 @@ mod tests {
     }
 
     #[test]
+    fn insertorder_takes_hashed_or_ordered_only() {
+        let order = |v: &str| CoreConfig::from_spec(&spec('a', &[&format!("insertorder={v}")])).map(|c| c.insert_order);
+        assert_eq!(order("hashed").unwrap(), InsertOrder::Hashed);
+        assert_eq!(order("ordered").unwrap(), InsertOrder::Ordered);
+        // YCSB would take a typo for ordered and change every key without a word.
+        let e = order("hashd").unwrap_err().to_string();
+        assert!(e.contains("insertorder") && e.contains("hashd"), "{e}");
+    }
+
+    #[test]
     fn defaults_are_ycsbs() {
         let c = CoreConfig::from_spec(&WorkloadSpec::new("empty")).unwrap();
         assert_eq!(c.record_count, i32::MAX as u64);
@@ -706,7 +723,11 @@ mod tests {
             (&["minscanlength=10", "maxscanlength=5"][..], "minscanlength"),
             (&["insertcount=0"][..], "insertcount is 0"),
             (&["recordcount=18446744073709551615"][..], "(from recordcount 18446744073709551615, --records)"),
-            (&["recordcount=9223372036854775809"][..], "choose among at most 2^63 keys"),
+            (&["recordcount=9223372036854775808"][..], "choose among at most 2^63 - 1 keys"),
+            (
+                &["requestdistribution=zipfian", "operationcount=1000", "insertproportion=1e300", "recordcount=10"][..],
+                "zipfian range",
+            ),
         ] {
             let e = CoreWorkload::new(&spec('b', overrides)).unwrap_err().to_string();
             assert!(e.contains(needle), "{overrides:?}: {e}");

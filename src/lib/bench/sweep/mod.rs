@@ -777,8 +777,7 @@ pub struct SweepOutcome {
 /// Runs the sweep: every preset's grid, then [`render`]. Points that fail are
 /// reported and skipped (the sweep runs unattended); a `--resume` runs them again.
 pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
-    std::fs::create_dir_all(&o.out).map_err(io_err(&o.out))?;
-    // Grids first: bad axes fail before anything runs.
+    // Grids first: bad axes fail before anything runs (or any directory is made).
     let mut plan: Vec<(Preset, Vec<Point>)> = Vec::new();
     for &p in &o.presets {
         if p.needs_embedded() && o.server.is_some() && o.presets.len() > 1 {
@@ -790,6 +789,7 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         }
         plan.push((p, grid(p, o)?));
     }
+    std::fs::create_dir_all(&o.out).map_err(io_err(&o.out))?;
     // Existing results: refuse to mix into them unless asked.
     let mut todo: Vec<(Preset, Vec<(Point, u64)>)> = Vec::new();
     let mut outcome = SweepOutcome::default();

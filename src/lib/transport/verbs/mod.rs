@@ -570,8 +570,9 @@ impl Transport for VerbsTransport {
                 Err(e) => last = Some(e),
             }
         }
-        let mut sock = sock.ok_or_else(|| {
-            Error::Transport(format!("cannot connect to {ep}: {}", last.map_or("no address".into(), |e| e.to_string())))
+        let mut sock = sock.ok_or_else(|| Error::Unreachable {
+            addr: ep.to_string(),
+            why: last.map_or("no address".into(), |e| e.to_string()),
         })?;
         let _ = sock.set_nodelay(true);
         sock.set_read_timeout(Some(left())).map_err(|e| Error::io("set_read_timeout", e))?;
