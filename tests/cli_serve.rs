@@ -23,25 +23,35 @@ fn run(args: &[&str]) -> std::process::Output {
     boomctl().args(args).output().unwrap()
 }
 
+/// `boomctl serve ARGS --pmem DIR`, its standard error piped, once `stats` answers at
+/// `server`.
+fn serve(args: &[&str], dir: &std::path::Path, server: &str) -> Serve {
+    let child = boomctl()
+        .arg("serve")
+        .args(args)
+        .arg("--pmem")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let serve = Serve(child);
+    let t0 = Instant::now();
+    while run(&["stats", "--server", server]).status.code() != Some(0) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve
+}
+
 #[test]
 fn serve_and_command_line_clients_over_shm_and_tcp() {
     let dir = tempfile::tempdir().unwrap();
     let shm = format!("shm:{}", dir.path().join("s.sock").display());
     let tcp = format!("127.0.0.1:{}", free_port());
-    let child = boomctl()
-        .args(["serve", "--pool-size", "64M", "--segment-size", "4M", "--stats-interval", "0", "--pmem"])
-        .arg(dir.path())
-        .args(["--listen", &shm, "--listen", &tcp])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut serve = Serve(child);
-    let t0 = Instant::now();
-    while run(&["stats", "--server", &tcp]).status.code() != Some(0) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let args =
+        ["--pool-size", "64M", "--segment-size", "4M", "--stats-interval", "0", "--listen", &shm, "--listen", &tcp];
+    let mut serve = serve(&args, dir.path(), &tcp);
     for (server, proto) in [(&shm, "boom"), (&tcp, "boom"), (&shm, "rdmp"), (&tcp, "rpc")] {
         let key = format!("key-{proto}-{}", server.len());
         let out = run(&["put", "--server", server, "--protocol", proto, &key, "hello world"]);
@@ -161,20 +171,8 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
 fn scans_against_a_hash_index_server_fail_before_the_load() {
     let dir = tempfile::tempdir().unwrap();
     let tcp = format!("127.0.0.1:{}", free_port());
-    let child = boomctl()
-        .args(["serve", "--pool-size", "256M", "--stats-interval", "0", "--quiet", "--index", "hash", "--pmem"])
-        .arg(dir.path())
-        .args(["--listen", &tcp])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _serve = Serve(child);
-    let t0 = Instant::now();
-    while run(&["stats", "--server", &tcp]).status.code() != Some(0) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "server did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let args = ["--pool-size", "256M", "--stats-interval", "0", "--quiet", "--index", "hash", "--listen", &tcp];
+    let _serve = serve(&args, dir.path(), &tcp);
     let out = run(&["ycsb", "--server", &tcp, "--mix", "e", "--records", "100000", "--ops", "100", "--size", "100"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -15,6 +15,13 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
+/// How many CPUs this process may use now (its affinity and CPU quota, as
+/// `std::thread::available_parallelism` reports them; 1 when that is unknown). Not
+/// cached: a thread's affinity may change.
+pub fn count() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
 /// The highest CPU number a list may name (the kernel's `CpuSet` holds this many).
 const MAX_CPU: usize = rustix::thread::CpuSet::MAX_CPU;
 

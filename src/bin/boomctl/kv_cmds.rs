@@ -167,7 +167,7 @@ fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::
     for p in &rep.problems {
         eprintln!("boomctl serve: recovery: {p}");
     }
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let cpus = boomkv::cpus::count();
     if let Some(w) = a.workers.filter(|&w| w > cpus) {
         eprintln!(
             "boomctl serve: warning: --workers {w} is more than the {cpus} CPUs this process may use: workers poll, \

@@ -111,16 +111,12 @@ impl LoadProbe {
             end,
             self.ours?,
             ours_end,
-            cpus(),
+            crate::cpus::count(),
             self.started.elapsed().as_secs_f64(),
             load1,
             runnable,
         ))
     }
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1)
 }
 
 /// The machine's load over one run.

@@ -379,7 +379,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let t0 = Instant::now();
     let (hwm, early_problems) = read_high_water(pool.media.map())?;
     let n = pool.header.segment_count;
-    let threads = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).min(n as usize).max(1);
+    let threads = crate::cpus::count().min(n as usize).max(1);
     let (cells, cells_problem) = super::table::read_descriptor(pool);
     let (arena, arena_problem) = super::arena::read_descriptor(pool);
     let mut early_problems = early_problems;

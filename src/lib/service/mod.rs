@@ -105,7 +105,7 @@ impl Default for ServerConfig {
 
 /// One worker on machines with up to 4 cores, else half the cores (at most 8).
 pub fn default_workers() -> usize {
-    let n = std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1);
+    let n = crate::cpus::count();
     if n <= 4 {
         1
     } else {

@@ -1385,7 +1385,7 @@ fn core_to_spare() -> bool {
 /// The CPUs this process may run on (fixed at first use).
 pub(crate) fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+    *CORES.get_or_init(crate::cpus::count)
 }
 
 /// A slot to spin in, or `None` when [`spin_limit`] threads of this process already

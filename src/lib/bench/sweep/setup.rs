@@ -71,13 +71,7 @@ impl Machine {
         let k =
             |f: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).unwrap_or_default().trim().to_string();
         let kernel = format!("{} {} {} {}", k("ostype"), k("osrelease"), k("version"), std::env::consts::ARCH);
-        Machine {
-            cpu,
-            cores: std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1),
-            memory,
-            kernel,
-            host: hostname(),
-        }
+        Machine { cpu, cores: crate::cpus::count(), memory, kernel, host: hostname() }
     }
 }
 

@@ -235,7 +235,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
         }
     }
     row.insert("errors", r.result.errors.to_string());
-    row.insert("cores", std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).to_string());
+    row.insert("cores", crate::cpus::count().to_string());
     row.insert("hlog", file_name(&hlog));
     if clients.is_some() {
         row.insert("client_threads", threads.to_string());

@@ -118,7 +118,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, threads: usiz
     row.insert("threads", threads.to_string());
     row.insert("size", size.to_string());
     row.insert("workers", if cx.o.server.is_some() { "remote".into() } else { workers.to_string() });
-    row.insert("cores", std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(1).to_string());
+    row.insert("cores", crate::cpus::count().to_string());
     row.insert("ops", (put.run.operations + get.run.operations).to_string());
     row.insert("put_ops_per_sec", format!("{:.1}", put.run.throughput()));
     ps.put(row, "put_", &["put_avg_us", "put_p99_us"]);
