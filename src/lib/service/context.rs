@@ -323,14 +323,18 @@ impl<T: Transport> Ctx<'_, T> {
             Error::PoolFull { .. } => (ErrorCode::PoolFull, e.to_string()),
             e => (ErrorCode::Internal, e.to_string()),
         })?;
-        let mr = self
-            .sh
-            .bound_seg_mr(&conn.qp, seg.id, Access::REMOTE_WRITE)
-            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+        // The new segment is the client's from here, registered or not: it is linked
+        // after the old one, so a retry must seal it and link the next after it, not
+        // link a second segment after the old one (and leave this one an empty orphan).
+        let id = seg.id;
         conn.seg = Some(seg);
-        conn.seg_mr = Some(mr);
         conn.segments += 1;
         self.sh.counters.grants.fetch_add(1, Ordering::Relaxed);
+        let mr = self
+            .sh
+            .bound_seg_mr(&conn.qp, id, Access::REMOTE_WRITE)
+            .map_err(|e| (ErrorCode::Internal, format!("segment {id} was granted, but registering it failed: {e}")))?;
+        conn.seg_mr = Some(mr);
         Ok(())
     }
 
