@@ -194,4 +194,46 @@ fn a_key_too_long_is_refused_before_connecting_and_not_echoed_whole() {
         assert!(err.contains("the key is 1025 bytes; a key is at most 1024 bytes"), "{err}");
         assert!(err.len() < 200, "the key is echoed whole: {err}");
     }
+    let out = run(&["put", "--server", "127.0.0.1:1", "", "v"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the key is empty; a key is 1 to 1024 bytes"));
+}
+
+#[test]
+fn recover_exits_3_on_damage_in_the_cell_table_and_the_clover_arena() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcp = format!("127.0.0.1:{}", free_port());
+    let mut s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--quiet", "--listen", &tcp], dir.path(), &tcp);
+    let values = [("pdpm-direct", "pdpm-value-0123456789"), ("clover", "clover-value-0123456789")];
+    for (proto, v) in values {
+        let out = run(&["put", "--server", &tcp, "--protocol", proto, proto, v]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    sigterm(s.0.id());
+    assert!(s.0.wait().unwrap().success());
+    let pool = dir.path().join("boomkv.pool");
+    let clean = run(&["recover", "--pmem", pool.to_str().unwrap()]);
+    assert_eq!(clean.status.code(), Some(0), "{}", String::from_utf8_lossy(&clean.stderr));
+    // one byte of every copy of each value flipped: neither slot of the cell, nor the
+    // Clover head's first version, verifies any more
+    let mut img = std::fs::read(&pool).unwrap();
+    for (_, v) in values {
+        let at: Vec<usize> =
+            img.windows(v.len()).enumerate().filter(|(_, w)| *w == v.as_bytes()).map(|(i, _)| i).collect();
+        assert!(!at.is_empty(), "{v} is not in the pool");
+        for i in at {
+            img[i + 3] ^= 0x20;
+        }
+    }
+    std::fs::write(&pool, &img).unwrap();
+    let out = run(&["recover", "--pmem", pool.to_str().unwrap()]);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{text}\n{err}");
+    assert!(text.contains("1 cells damaged") && text.contains("1 Clover heads damaged"), "{text}");
+    assert!(err.contains("holds damage (2 found;"), "{err}");
+    // --json says it in its exit status too, and prints valid JSON
+    let out = run(&["recover", "--json", "--pmem", pool.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["recovery"]["cells"]["cells_damaged"], 1, "{j}");
 }

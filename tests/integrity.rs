@@ -352,7 +352,7 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     let err = String::from_utf8_lossy(&out.stderr);
     // The report is printed in full, and the exit status says damage was found.
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("damage found in") && err.contains(": 2 (the report above says where)"), "{err}");
+    assert!(err.contains("holds damage (2 found; the report's `damage` and `problem` lines say"), "{err}");
     assert!(text.contains("damage      2 found: 2 entries repaired"), "{text}");
     assert!(text.contains("keys        1 live, 1 deleted"), "{text}");
     let out = boomctl().args(["inspect-log", "--entries", "--pmem"]).arg(&path).output().unwrap();

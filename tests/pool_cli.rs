@@ -106,12 +106,16 @@ fn options_that_would_be_ignored_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let pool = make_pool(dir.path());
     // --bench-size and friends describe --bench's pool only
-    for extra in [&["--bench-size", "8M"][..], &["--value-size", "1k"][..], &["--repeat", "2"][..]] {
+    for extra in [&["--bench-size", "8M"][..], &["--value-size", "1k"][..], &["--bench-dir", "/tmp"][..]] {
         let out = boomctl().args(["recover", "--pmem"]).arg(&pool).args(extra).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
-        assert!(err.contains("set up --bench; without it they would do nothing"), "{extra:?}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(&format!("{} sets up --bench; without --bench it would", extra[0])), "{extra:?}: {err}");
+        assert!(out.stdout.is_empty(), "the pool was recovered anyway");
     }
+    let out = boomctl().args(["recover", "--repeat", "2", "--value-size", "1k", "--pmem"]).arg(&pool).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--value-size and --repeat set up --bench; without --bench they would"), "{err}");
     // a spin limit that is not a number is refused before anything runs
     let out = boomctl().env("BOOMKV_SPIN_LIMIT", "abc").args(["recover", "--pmem"]).arg(&pool).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

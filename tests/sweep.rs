@@ -262,8 +262,21 @@ fn bad_input_is_reported_with_the_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes"), "{}", String::from_utf8_lossy(&out.stderr));
     // ... also a value that parses but no run can use, and nothing is made for them
     let out = boomctl().args(["sweep", "latency", "--sizes", "0", "--out"]).arg(dir.path().join("y")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes: 0"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!dir.path().join("x").exists() && !dir.path().join("y").exists(), "an output directory was made");
+    // A server that is not there stops the sweep at its first point, not after all.
+    let out = boomctl()
+        .args(["sweep", "latency", "--quick", "--quiet", "--server", "127.0.0.1:1", "--out"])
+        .arg(dir.path().join("z"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("boom/32 #1: cannot connect to tcp://127.0.0.1:1") && err.contains("sweep stops here"),
+        "{err}"
+    );
     let out = boomctl().args(["sweep", "nonsense"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -187,6 +187,8 @@ fn a_dry_run_prints_no_more_operations_than_the_run_would_do() {
     assert_eq!(lines(&["ycsb", "--mix", "b", "--duration", "3", "--dry-run", "--print-ops", "1500"]), 1500);
     // --print-ops says how many to print: without --dry-run it is refused, not ignored
     fails_with(&["ycsb", "--mix", "b", "--ops", "5", "--print-ops", "3"], "--dry-run");
+    // ... and it measures nothing, so it writes no report files
+    fails_with(&["ycsb", "--mix", "b", "--ops", "5", "--dry-run", "--csv", "x.csv"], "cannot be used with");
 }
 
 #[test]

@@ -146,14 +146,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that stopped reading (`| head`) is a normal end, not a failure.
         Err(e) if common::is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<common::Finding>().is_some() => {
-            let f = e.downcast_ref::<common::Finding>().expect("checked");
-            eprintln!("boomctl: {f}");
-            ExitCode::from(f.code)
-        }
-        Err(e) => {
-            eprintln!("boomctl: error: {}", common::one_line(&e));
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast::<common::Finding>() {
+            Ok(f) => {
+                eprintln!("boomctl: {f}");
+                ExitCode::from(f.code)
+            }
+            Err(e) => {
+                eprintln!("boomctl: error: {}", common::one_line(&e));
+                ExitCode::FAILURE
+            }
+        },
     }
 }

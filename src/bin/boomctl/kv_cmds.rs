@@ -428,14 +428,30 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
     })
 }
 
-/// A key as messages show it: escaped, and cut after 128 bytes.
+/// A key as messages show it: as typed (control characters escaped), cut after 128
+/// bytes.
 fn shown(key: &str) -> String {
-    boomkv::log::inspect::printable_key(key.as_bytes())
+    let mut s = String::new();
+    for (at, c) in key.char_indices() {
+        if at + c.len_utf8() > 128 {
+            s.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            s.extend(c.escape_default());
+        } else {
+            s.push(c);
+        }
+    }
+    s
 }
 
 /// Refuses a key no server takes before connecting (and before reading a value).
 fn check_key(key: &str) -> anyhow::Result<()> {
     let max = boomkv::log::format::MAX_KEY_LEN as usize;
+    if key.is_empty() {
+        bail!("the key is empty; a key is 1 to {max} bytes");
+    }
     if key.len() > max {
         let start: String = key.chars().take(40).collect();
         bail!("the key is {} bytes; a key is at most {max} bytes (it begins `{}`)", key.len(), shown(&start));
@@ -610,4 +626,17 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_are_shown_as_typed_escaped_where_unprintable_and_cut() {
+        assert_eq!(super::shown("clé"), "clé");
+        assert_eq!(super::shown("a\nb\u{7}"), "a\\nb\\u{7}");
+        let long = "é".repeat(100);
+        let s = super::shown(&long);
+        assert!(s.ends_with("...") && s.len() <= 131, "{s}");
+        assert_eq!(s.trim_end_matches("...").chars().count(), 64);
+    }
 }

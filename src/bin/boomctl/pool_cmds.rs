@@ -68,9 +68,26 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
     if a.bench {
         return recover_bench(&a);
     }
-    // (Options, not defaults: a flag's `requires` cannot tell them apart in clap.)
-    if a.bench_size.is_some() || a.value_size.is_some() || a.bench_dir.is_some() || a.repeat.is_some() {
-        bail!("--bench-size, --value-size, --bench-dir and --repeat set up --bench; without it they would do nothing");
+    // Checked here, not by clap's `requires = "bench"`: that did not refuse them
+    // (tests/pool_cli.rs), so they are options without defaults.
+    let given: Vec<&str> = [
+        (a.bench_size.is_some(), "--bench-size"),
+        (a.value_size.is_some(), "--value-size"),
+        (a.bench_dir.is_some(), "--bench-dir"),
+        (a.repeat.is_some(), "--repeat"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    if !given.is_empty() {
+        return Err(crate::common::Finding {
+            code: 2,
+            message: match given.as_slice() {
+                [one] => format!("error: {one} sets up --bench; without --bench it would do nothing"),
+                many => format!("error: {} set up --bench; without --bench they would do nothing", many.join(" and ")),
+            },
+        }
+        .into());
     }
     let arg = a.pmem.and_then(|p| p.pmem).context("--pmem is required")?;
     // --keys lists them in order: the ordered index has them sorted.
@@ -104,7 +121,11 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
         0 => Ok(()),
         n => Err(crate::common::Finding {
             code: DAMAGE_FOUND,
-            message: format!("damage found in {}: {n} (the report above says where)", pool.media().path().display()),
+            message: format!(
+                "{} holds damage ({n} found; the report's {} says what and where)",
+                pool.media().path().display(),
+                if a.json { "`recovery` object" } else { "`damage` and `problem` lines" }
+            ),
         }
         .into()),
     }
@@ -156,12 +177,7 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
     if let Some(a) = r.clover.arena {
         crate::outln!("clover      {}", clover_line(&r.clover, &a))?;
     }
-    crate::outln!(
-        "damage      {} found: {} entries repaired (one flipped bit), {} count words failed their check",
-        r.damaged(),
-        r.entries_repaired,
-        r.counts_damaged
-    )?;
+    crate::outln!("damage      {}", damage_line(r))?;
     if !r.segments_per_client.is_empty() {
         let per: Vec<String> =
             r.segments_per_client.iter().take(20).map(|(c, n)| format!("{}: {n}", owner_label(Some(*c)))).collect();
@@ -181,6 +197,26 @@ fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
         crate::outln!("repaired    {p}")?;
     }
     Ok(())
+}
+
+/// What `damaged()` counts, the kinds found named.
+fn damage_line(r: &RecoveryReport) -> String {
+    let mut kinds = vec![
+        format!("{} entries repaired (one flipped bit)", r.entries_repaired),
+        format!("{} count words failed their check", r.counts_damaged),
+    ];
+    for (n, what) in [
+        (r.rejected() - r.interrupted(), "entries rejected (not interrupted writes)"),
+        (r.segments_damaged, "segments damaged"),
+        (r.header_problems, "pool header words failed their check"),
+        (r.cells.cells_damaged, "cells damaged"),
+        (r.clover.heads_damaged, "Clover heads damaged"),
+    ] {
+        if n > 0 {
+            kinds.push(format!("{n} {what}"));
+        }
+    }
+    format!("{} found: {}", r.damaged(), kinds.join(", "))
 }
 
 fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {

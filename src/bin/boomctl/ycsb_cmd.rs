@@ -268,8 +268,9 @@ pub struct YcsbArgs {
     /// (default 10), also on a terminal.
     #[arg(short = 's')]
     status: bool,
-    /// Print operations instead of running them.
-    #[arg(long)]
+    /// Print operations instead of running them (nothing connects, nothing is
+    /// measured, so no --csv, --json or --hdr-log).
+    #[arg(long, conflicts_with_all = ["csv", "json", "hdr_log"])]
     dry_run: bool,
     /// With --dry-run: how many operations to print (at most the run's operation count).
     #[arg(long, value_name = "N", default_value_t = 20, requires = "dry_run")]

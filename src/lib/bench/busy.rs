@@ -17,7 +17,8 @@
 //! ([`Probe::Handoff`], sampled by [`crate::bench::wake::handoff_ns`]).
 //!
 //! This module owns only the reading, the verdict and its wording ([`RunMachine`] also
-//! its report rows); callers print it. It imports nothing from the rest of the crate.
+//! its report rows); callers print it. From the rest of the crate it imports only
+//! `cpus` (the CPU count a load is judged against).
 
 use std::time::{Duration, Instant};
 

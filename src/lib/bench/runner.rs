@@ -353,7 +353,8 @@ fn phases_with<D: Db + 'static>(
     // A run with scans against a store that cannot scan (a hash index, a protocol
     // without SCAN) fails at its first scan: ask once before loading, not after.
     if w.config().scan_proportion > 0.0 {
-        let mut db = connect().map_err(in_phase("run"))?;
+        // A store that cannot be reached fails the phase that would have come first.
+        let mut db = connect().map_err(in_phase(if phases.load { "load" } else { "run" }))?;
         if let Err(e) = db.scan(b"", 1) {
             if e.is_fatal() {
                 return Err(in_phase("run")(e));

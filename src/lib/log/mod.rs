@@ -10,8 +10,8 @@
 //!
 //! Only [`format`](mod@format) knows where a field lies: the rest of the log (and every
 //! reader outside it) reads and writes media fields through its decoders, encoders and
-//! named offsets, never by literal offset. The log imports `pmem` (the media), `index`
-//! and `error`, nothing above them.
+//! named offsets, never by literal offset. The log imports `pmem` (the media), `index`,
+//! `cpus` (recovery's thread count) and `error`, nothing above them.
 
 pub mod arena;
 pub mod cells;

@@ -36,7 +36,7 @@
 //! Owns: reading the media back (segment header words, slot walks) and the recovery
 //! report. Every field is decoded through [`format`](super::format); it imports only
 //! the pool (`super`), `index` (the locations it inserts), `pmem` (the mapping it
-//! reads) and `error`.
+//! reads), `cpus` (how many threads scan) and `error`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -319,6 +319,9 @@ pub struct RecoveryReport {
     pub entries_repaired: u64,
     /// Segments whose `count` word failed its check (repaired or walked by links).
     pub counts_damaged: u64,
+    /// Words of the pool header that failed their check: a copy of the version
+    /// high-water mark, the cell table's or the arena's descriptor.
+    pub header_problems: u64,
     /// The durable version high-water mark found.
     pub version_hwm: u64,
     /// Slots rejected, by reason.
@@ -361,11 +364,24 @@ impl RecoveryReport {
         self.entries_rejected.values().sum()
     }
 
+    /// Rejected slots no version was ever stored in: writes a crash interrupted.
+    pub fn interrupted(&self) -> u64 {
+        self.entries_rejected.get(&EntryFault::NoVersion.to_string()).copied().unwrap_or(0)
+    }
+
     /// Damage found: rejected slots other than those no version was ever stored in
-    /// (an interrupted write), repaired entries, damaged `count` words and segments.
+    /// (an interrupted write), repaired entries, damaged `count` words, segments and
+    /// header words, cells neither of whose slots verifies, and Clover heads whose
+    /// first version does not verify. What a crash leaves by itself (an interrupted
+    /// write, a cell restored from its other slot, a held lock) is not damage.
     pub fn damaged(&self) -> u64 {
-        let benign = self.entries_rejected.get(&EntryFault::NoVersion.to_string()).copied().unwrap_or(0);
-        self.rejected() - benign + self.entries_repaired + self.counts_damaged + self.segments_damaged
+        self.rejected() - self.interrupted()
+            + self.entries_repaired
+            + self.counts_damaged
+            + self.segments_damaged
+            + self.header_problems
+            + self.cells.cells_damaged
+            + self.clover.heads_damaged
     }
 }
 
@@ -385,6 +401,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     let mut early_problems = early_problems;
     early_problems.extend(cells_problem);
     early_problems.extend(arena_problem);
+    let header_problems = early_problems.len() as u64;
     let mut scan = Scan::new(pool, Trust { sealer: pool.sealer, hwm }, early_problems);
     scan.cells = cells;
     scan.arena = arena;
@@ -395,6 +412,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     });
     let scanned = scan.finish();
     let mut report = RecoveryReport {
+        header_problems,
         entries_rejected: scanned.rejected,
         problems: scanned.problems,
         threads,

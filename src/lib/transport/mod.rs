@@ -1309,12 +1309,15 @@ pub fn spin_limit() -> usize {
 /// `BOOMKV_SPIN_LIMIT` as set: `Ok(None)` when unset, an error when it is not a
 /// whole number (a program checks it at start; [`spin_limit`] ignores a bad value).
 pub fn spin_limit_setting() -> Result<Option<usize>> {
-    let Some(v) = std::env::var_os("BOOMKV_SPIN_LIMIT") else { return Ok(None) };
+    // Set but empty (`BOOMKV_SPIN_LIMIT= cmd`) is unset, as shells use it.
+    let Some(v) = std::env::var_os("BOOMKV_SPIN_LIMIT").filter(|v| !v.is_empty()) else { return Ok(None) };
     match v.to_str().and_then(|s| s.trim().parse().ok()) {
         Some(n) => Ok(Some(n)),
         None => Err(Error::invalid(format!(
-            "BOOMKV_SPIN_LIMIT={}: expected a whole number of threads that may spin at once (0: none)",
-            v.to_string_lossy()
+            "BOOMKV_SPIN_LIMIT={}: expected a whole number from 0 (no thread spins) to {} of threads that may \
+             spin at once",
+            v.to_string_lossy(),
+            usize::MAX
         ))),
     }
 }

@@ -491,6 +491,21 @@ impl CoreWorkload {
             RequestDistribution::Uniform => KeyChooser::Uniform(UniformGenerator::new(lo, hi)?),
             RequestDistribution::Zipfian => {
                 let (min, max) = c.zipfian_span();
+                // YCSB's span is one key more than the inserts (and twice the expected
+                // run-time inserts more): said in the inputs' names, not the span's.
+                if (max - min).saturating_add(1) > MAX_KEYS {
+                    let span = if c.insert_count >= MAX_KEYS {
+                        format!("insertcount {} (from recordcount {}, --records) + 1", c.insert_count, c.record_count)
+                    } else {
+                        format!(
+                            "insertcount {} + 1 + 2 x operationcount {} x insertproportion {}",
+                            c.insert_count, c.operation_count, c.insert_proportion
+                        )
+                    };
+                    return Err(Error::invalid(format!(
+                        "the zipfian chooser spans {span} keys, as YCSB's does: at most 2^63 - 1"
+                    )));
+                }
                 KeyChooser::Zipfian(match c.theta {
                     None => ScrambledZipfianGenerator::ycsb(min, max)?,
                     Some(theta) => ScrambledZipfianGenerator::with_theta(min, max, theta)?,
@@ -726,7 +741,11 @@ mod tests {
             (&["recordcount=9223372036854775808"][..], "choose among at most 2^63 - 1 keys"),
             (
                 &["requestdistribution=zipfian", "operationcount=1000", "insertproportion=1e300", "recordcount=10"][..],
-                "zipfian range",
+                "spans insertcount 10 + 1 + 2 x operationcount 1000 x insertproportion",
+            ),
+            (
+                &["recordcount=9223372036854775807", "requestdistribution=zipfian"][..],
+                "spans insertcount 9223372036854775807 (from recordcount 9223372036854775807, --records) + 1 keys",
             ),
         ] {
             let e = CoreWorkload::new(&spec('b', overrides)).unwrap_err().to_string();

@@ -860,6 +860,15 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
                     outcome.ran += 1;
                     prog.done(&format!("{label} ({:.1} s)", t0.elapsed().as_secs_f64()));
                 }
+                Err(e) if o.server.is_some() && unreachable(&e) => {
+                    // Every other point would fail the same way, each after its timeout.
+                    prog.done(&format!("{label} FAILED: {e}"));
+                    prog.finish();
+                    return Err(SweepError::Invalid(format!(
+                        "{label}: {e}: is `boomctl serve` running there? The sweep stops here (--resume \
+                         continues it)"
+                    )));
+                }
                 Err(e) => {
                     prog.done(&format!("{label} FAILED: {e}"));
                     outcome.failed.push((label, e.to_string()));
@@ -895,6 +904,17 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     outcome.rendered = Some(render(&o.out, out)?);
     Ok(outcome)
+}
+
+/// Whether `e` says the server could not be reached (also inside a YCSB phase).
+fn unreachable(e: &SweepError) -> bool {
+    match e {
+        SweepError::Lib(crate::error::Error::Unreachable { .. }) => true,
+        SweepError::Lib(crate::error::Error::Phase { error, .. }) => {
+            matches!(**error, crate::error::Error::Unreachable { .. })
+        }
+        _ => false,
+    }
 }
 
 /// What [`render`] wrote.
