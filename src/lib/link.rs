@@ -256,6 +256,7 @@ impl<T: Transport> Link<T> {
 
     /// Waits for the next message or data immediate, checking send completions.
     pub(crate) fn wait_arrival(&mut self, what: &'static str) -> Result<Arrival> {
+        self.repost()?;
         loop {
             let c: Completion = match self.cq.wait(self.timeout) {
                 Ok(c) => c,
@@ -287,6 +288,7 @@ impl<T: Transport> Link<T> {
         const WHAT: &str = "the reply to an earlier request that timed out";
         let end = crate::transport::deadline(self.timeout);
         while self.stale > 0 {
+            self.repost()?;
             let left = end.saturating_duration_since(std::time::Instant::now());
             let c = self.cq.wait(left).map_err(|e| match e {
                 Error::Timeout(..) => Error::Timeout(self.timeout, WHAT),
@@ -305,6 +307,7 @@ impl<T: Transport> Link<T> {
     /// client with several requests in flight on one thread polls (see
     /// [`crate::client::Client::get_start`]).
     pub(crate) fn poll_arrival(&mut self, what: &'static str) -> Result<Option<Arrival>> {
+        self.repost()?;
         while let Some(c) = self.poll_one() {
             if let Some(arrival) = self.arrival(c, what) {
                 return arrival.map(Some);
@@ -349,24 +352,32 @@ impl<T: Transport> Link<T> {
             }
             (op, _) => Err(Error::Protocol(format!("unexpected completion {op:?}"))),
         });
-        // Receives go back in pairs: one request is in flight at a time, so two of
-        // the four stay posted, and a pair shares the ring's cache lines.
+        // The slot goes back with the next wait (see `repost`).
         self.unposted.push(slot);
-        if self.unposted.len() >= REPOST_BATCH {
-            // One chained post (verbs: one `ibv_post_recv`) for the pair.
-            let size = self.recv_size;
-            let mut bufs = [(0u64, 0u64, 0u32); REPOST_BATCH];
-            for (b, &s) in bufs.iter_mut().zip(&self.unposted) {
-                *b = (s, s * size as u64, size);
-            }
-            self.unposted.clear();
-            if let Err(e) = self.qp.post_recv_batch(&self.recv_mr, &bufs) {
-                // What came is still the answer (or the error) it is: the connection
-                // closed after it, which the next post or wait reports.
-                return Some(arrival.unwrap_or(Err(e)));
-            }
-        }
         arrival
+    }
+
+    /// Posts the consumed receive slots again once a pair of them is waiting; every
+    /// wait or poll for an arrival begins with it. Pairs: one request is in flight at
+    /// a time, so two of the four stay posted, and a pair shares the ring's cache
+    /// lines. At the wait, not when the reply came: the post writes ring lines the
+    /// server's CPU read last, and the store fence its lock ends with waits for them;
+    /// after the next request is sent, that wait overlaps the wait for its reply
+    /// instead of lengthening the operation. YCSB-B 2 KiB over shm, interleaved pairs
+    /// with the CPU round trip the same before and after both runs: 15 pairs at 1, 4
+    /// and 16 threads, 14 faster, median +5% (0.985x to 1.15x).
+    fn repost(&mut self) -> Result<()> {
+        if self.unposted.len() < REPOST_BATCH {
+            return Ok(());
+        }
+        // One chained post (verbs: one `ibv_post_recv`) for the pair.
+        let size = self.recv_size;
+        let mut bufs = [(0u64, 0u64, 0u32); REPOST_BATCH];
+        for (b, &s) in bufs.iter_mut().zip(&self.unposted) {
+            *b = (s, s * size as u64, size);
+        }
+        self.unposted.clear();
+        self.qp.post_recv_batch(&self.recv_mr, &bufs)
     }
 
     /// The error for a failed completion while waiting for `what`.
