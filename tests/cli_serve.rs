@@ -144,27 +144,33 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
     assert!(err.contains("--listen 127.0.0.1:70000"), "{err}");
     assert!(!dir.path().join("boomkv.pool").exists(), "the new pool in the directory is removed: {err}");
     // a pool that was there stays, whatever fails
-    let mut s = boomctl()
-        .args(["serve", "--pmem", p, "--create", "--pool-size", "64M", "--listen", &port])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // (Killed when dropped: a failed assertion must not leave it running.)
+    let mut s = Serve(
+        boomctl()
+            .args(["serve", "--pmem", p, "--create", "--pool-size", "64M", "--listen", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let t0 = Instant::now();
     while std::net::TcpStream::connect(&port).is_err() {
         assert!(t0.elapsed() < Duration::from_secs(30), "the server did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
-    sigterm(s.id());
-    assert!(s.wait().unwrap().success());
-    let out = run(&["serve", "--pmem", p, "--cpus", "1000", "--listen", &port]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(pool.exists(), "an existing pool is never removed");
-    // it keeps its segment size (1 MiB for 64 MiB): another one is refused, not ignored
-    let out = run(&["serve", "--pmem", p, "--segment-size", "2M", "--listen", &port]);
+    // it keeps its segment size (1 MiB for 64 MiB): another one is refused, not ignored,
+    // and before the pool is opened: here the running server holds its lock, which an
+    // open would have run into first
+    let other = format!("127.0.0.1:{}", free_port());
+    let out = run(&["serve", "--pmem", p, "--segment-size", "2M", "--listen", &other]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--segment-size 2M") && err.contains("made with 1M segments"), "{err}");
-    assert!(pool.exists());
+    sigterm(s.0.id());
+    assert!(s.0.wait().unwrap().success());
+    let out = run(&["serve", "--pmem", p, "--cpus", "1000", "--listen", &port]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(pool.exists(), "an existing pool is never removed");
 }
 
 #[test]

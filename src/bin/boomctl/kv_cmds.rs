@@ -89,20 +89,19 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // The pool file itself (DIR/boomkv.pool for a directory), and whether it was there.
     let file = boomkv::pmem::resolve_pool_path(&given).ok();
     let was_there = file.as_ref().is_some_and(|f| f.exists());
+    // A command that is refused changes nothing: a pool file's segment size is read
+    // before the open recovers (and repairs) it; a device is checked after the open.
+    if let (Some(want), Some(have)) = (a.media.segment_size, file.as_deref().and_then(segment_size_of)) {
+        check_segment_size(want, have, &given)?;
+    }
     let (pool, rep) = Pool::open(&given, &a.media.pool_options())?;
     // A pool this command made and never served holds nothing: a bad option found
     // after creating it (an address in use, a wrong --cpus) must not leave it behind.
     let made = file.filter(|f| rep.created && !was_there && pool.media().path() == f.as_path());
     // A pool keeps the segment size it was formatted with; a different one asked for
     // would be ignored, and every figure after it read against the wrong size.
-    if let Some(want) = a.media.segment_size.filter(|&s| !rep.created && s != pool.segment_size()) {
-        bail!(
-            "--segment-size {}: the pool at {} was made with {} segments, which it keeps \
-             (drop --segment-size, or make a new pool elsewhere)",
-            short_bytes(want),
-            pool.media().path().display(),
-            short_bytes(pool.segment_size())
-        );
+    if let Some(want) = a.media.segment_size.filter(|_| !rep.created) {
+        check_segment_size(want, pool.segment_size(), pool.media().path())?;
     }
     match start(a, pool, rep) {
         Ok(s) => s.run(),
@@ -113,6 +112,30 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             Err(e)
         }
     }
+}
+
+/// The segment size in the header of the pool file `f`, if it reads as one.
+fn segment_size_of(f: &std::path::Path) -> Option<u64> {
+    use boomkv::log::format::{PoolHeader, POOL_HEADER_LEN};
+    let mut b = [0u8; POOL_HEADER_LEN];
+    let mut file = std::fs::File::open(f).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.read_exact(&mut b).ok()?;
+    PoolHeader::decode(&b, len).ok().map(|h| h.segment_size)
+}
+
+/// A pool keeps the segment size it was formatted with.
+fn check_segment_size(want: u64, have: u64, pool: &std::path::Path) -> anyhow::Result<()> {
+    if want != have {
+        bail!(
+            "--segment-size {}: the pool at {} was made with {} segments, which it keeps \
+             (drop --segment-size, or make a new pool elsewhere)",
+            short_bytes(want),
+            pool.display(),
+            short_bytes(have)
+        );
+    }
+    Ok(())
 }
 
 /// A server that is listening.
