@@ -209,6 +209,16 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // SHUTDOWN first: it stops an append-only-file rewrite child and removes its
+        // file. SIGKILL left that child running, writing a temp-rewriteaof-bg file of
+        // hundreds of MB into the directory being removed, which then stayed behind.
+        let asked = RedisDb::connect(&self.url(), Duration::from_secs(1))
+            .map(|mut db| redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut db.conn))
+            .is_ok();
+        let end = Instant::now() + Duration::from_secs(if asked { 5 } else { 0 });
+        while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
