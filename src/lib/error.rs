@@ -184,6 +184,16 @@ impl Error {
         }
     }
 
+    /// Whether the server could not be reached ([`Error::Unreachable`]), also as the
+    /// cause of a failed YCSB phase.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } => true,
+            Error::Phase { error, .. } => error.is_unreachable(),
+            _ => false,
+        }
+    }
+
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(msg: impl Into<String>) -> Error {
         Error::Invalid(msg.into())

@@ -48,14 +48,9 @@ impl std::error::Error for Finding {}
 /// error is prefixed with `server ADDR` (a handshake timeout, a refusal, a broken
 /// connection), also inside a YCSB phase.
 pub fn with_server(e: boomkv::Error, server: &dyn std::fmt::Display) -> anyhow::Error {
-    let unreachable = |e: &boomkv::Error| matches!(e, boomkv::Error::Unreachable { .. });
-    let hint = match &e {
-        boomkv::Error::Phase { error, .. } => unreachable(error),
-        e => unreachable(e),
-    };
     // (Some transport messages name the address too; which ones is not typed, and the
     // prefix stays rather than being decided by the text.)
-    if hint {
+    if e.is_unreachable() {
         anyhow::anyhow!("{e} (is `boomctl serve` running there?)")
     } else {
         anyhow::Error::new(e).context(format!("server {server}"))

@@ -860,7 +860,7 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
                     outcome.ran += 1;
                     prog.done(&format!("{label} ({:.1} s)", t0.elapsed().as_secs_f64()));
                 }
-                Err(e) if o.server.is_some() && unreachable(&e) => {
+                Err(SweepError::Lib(e)) if o.server.is_some() && e.is_unreachable() => {
                     // Every other point would fail the same way, each after its timeout.
                     prog.done(&format!("{label} FAILED: {e}"));
                     prog.finish();
@@ -904,17 +904,6 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     outcome.rendered = Some(render(&o.out, out)?);
     Ok(outcome)
-}
-
-/// Whether `e` says the server could not be reached (also inside a YCSB phase).
-fn unreachable(e: &SweepError) -> bool {
-    match e {
-        SweepError::Lib(crate::error::Error::Unreachable { .. }) => true,
-        SweepError::Lib(crate::error::Error::Phase { error, .. }) => {
-            matches!(**error, crate::error::Error::Unreachable { .. })
-        }
-        _ => false,
-    }
 }
 
 /// What [`render`] wrote.
