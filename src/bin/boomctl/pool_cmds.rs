@@ -20,8 +20,8 @@ use crate::common::{print_json, read_only_options, size_arg, PmemArgs};
 boomctl recover --bench --bench-size 1G --value-size 2k   # recovery time vs a sequential read\n\n\
 Exit status: 0 the pool recovered with no damage (an interrupted last write is not damage); 1 an error \
 (the pool could not be opened); 2 a command line that does not parse; 3 the pool recovered but holds damage: \
-rejected entries, entries repaired from one flipped bit, damaged count words or segments (the report's \
-`damage` line and `problem` lines say which)."
+rejected entries, entries repaired from one flipped bit, damaged count words, segments or pool header \
+words, pDPM-Direct cells or Clover heads (the report's `damage` line and `problem` lines say which)."
 )]
 pub struct RecoverArgs {
     #[command(flatten)]
