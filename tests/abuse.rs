@@ -8,11 +8,12 @@ use std::time::Duration;
 mod common;
 
 use boomkv::client::{Client, ClientOptions};
+use boomkv::error::Error;
 use boomkv::log::format::{slot_size, ENTRY_HEADER_SIZE, ENTRY_VALUE_LEN_OFF, SEGMENT_HEADER_SIZE};
 use boomkv::log::{Pool, PoolOptions};
-use boomkv::server::{Server, ServerConfig};
+use boomkv::server::{Server, ServerConfig, MAX_VALUE_LIMIT};
 use boomkv::transport::{Endpoint, MemoryRegion, QueuePair, ShmTransport};
-use boomkv::wire::{ErrorCode, Msg};
+use boomkv::wire::{ErrorCode, Msg, Protocol};
 use common::{entry, Raw};
 
 fn server(dir: &std::path::Path, cfg: ServerConfig) -> Server<ShmTransport> {
@@ -34,6 +35,36 @@ fn client(s: &Server<ShmTransport>) -> Client<ShmTransport> {
 
 fn raw_client(s: &Server<ShmTransport>) -> Raw<ShmTransport> {
     Raw::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0])
+}
+
+#[test]
+fn a_largest_value_no_transfer_carries_is_refused_and_each_protocol_is_told_its_own() {
+    // Clients would be told they may PUT values that no transfer carries, and fail
+    // only in their transport.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = PoolOptions { segment_size: 32 << 20, ..Default::default() };
+    o.media.create_size = Some(128 << 20);
+    let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+    let ep = Endpoint::Shm(dir.path().join("big.sock"));
+    let cfg = ServerConfig { max_value: MAX_VALUE_LIMIT + 1, ..quiet() };
+    let r = Server::start(ShmTransport::new().unwrap(), pool.clone(), std::slice::from_ref(&ep), cfg);
+    assert!(matches!(r, Err(Error::Invalid(_))), "{:?}", r.err());
+    let cfg = ServerConfig { max_value: MAX_VALUE_LIMIT, ..quiet() };
+    let s = Server::start(ShmTransport::new().unwrap(), pool, &[ep], cfg).unwrap();
+    // Each protocol is told the largest value it carries (an RPC design's request is
+    // one message, smaller than a transfer), and carries it with the longest key; one
+    // byte more is refused by the client before it is sent.
+    let key = vec![b'k'; 1024];
+    for protocol in [Protocol::Boom, Protocol::Rpc, Protocol::Herd] {
+        let o = ClientOptions { protocol, timeout: Duration::from_secs(20), ..Default::default() };
+        let mut c = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap();
+        assert_eq!(c.max_value(), boomkv::proto::value_limit(protocol), "{protocol}");
+        let val = vec![7u8; c.max_value() as usize];
+        c.put(&key, &val).unwrap();
+        assert!(c.get(&key).unwrap().unwrap() == val, "{protocol}");
+        let over = vec![7u8; c.max_value() as usize + 1];
+        assert!(matches!(c.put(&key, &over), Err(Error::TooLarge { what: "value", .. })), "{protocol}");
+    }
 }
 
 #[test]

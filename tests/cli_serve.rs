@@ -166,6 +166,12 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--segment-size 2M") && err.contains("made with 1M segments"), "{err}");
+    // a largest value no transfer carries (the longest key and the headers go with it
+    // in 16 MiB), whatever the segments hold: refused before the open too
+    let out = run(&["serve", "--pmem", p, "--max-value", "16776141", "--listen", &other]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--max-value") && err.contains("at most 16776140 bytes"), "{err}");
     sigterm(s.0.id());
     assert!(s.0.wait().unwrap().success());
     let out = run(&["serve", "--pmem", p, "--cpus", "1000", "--listen", &port]);

@@ -10,6 +10,7 @@ use boomkv::error::Error;
 use boomkv::log::format::ENTRY_HEADER_SIZE;
 use boomkv::transport::{
     Access, CompletionQueue, Endpoint, Listener, MemoryRegion, QueuePair, ShmTransport, Transport, WcOpcode,
+    MAX_MESSAGE,
 };
 use boomkv::wire::{max_get_bytes, DataImm, DataStatus, Msg, Protocol, Welcome};
 
@@ -52,8 +53,13 @@ fn one_client(
 
 /// Starts a fake server speaking `protocol` that answers every request `m` with
 /// `answer(m)` (nothing for `None`) until the client leaves.
-fn fake_server(dir: &std::path::Path, protocol: Protocol, answer: fn(&Msg) -> Option<Reply>) -> Endpoint {
-    one_client(dir, welcome(protocol, 1 << 20, MAX_VALUE), move |t, cq, qp| {
+fn fake_server(
+    dir: &std::path::Path,
+    protocol: Protocol,
+    max_value: u32,
+    answer: fn(&Msg) -> Option<Reply>,
+) -> Endpoint {
+    one_client(dir, welcome(protocol, 1 << 20, max_value), move |t, cq, qp| {
         let recv = t.alloc_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
         for i in 0..8u64 {
             qp.post_recv(i, &recv, i * 4096, 4096).unwrap();
@@ -120,18 +126,19 @@ fn ask_of<R: Send + 'static>(
     answer: fn(&Msg) -> Option<Reply>,
     ask: fn(&mut Client<ShmTransport>) -> R,
 ) -> R {
-    ask_within(protocol, Duration::from_secs(5), answer, ask)
+    ask_within(protocol, Duration::from_secs(5), MAX_VALUE, answer, ask)
 }
 
 /// [`ask_of`] with the client's `timeout`.
 fn ask_within<R: Send + 'static>(
     protocol: Protocol,
     timeout: Duration,
+    max_value: u32,
     answer: fn(&Msg) -> Option<Reply>,
     ask: fn(&mut Client<ShmTransport>) -> R,
 ) -> R {
     let dir = tempfile::tempdir().unwrap();
-    let ep = fake_server(dir.path(), protocol, answer);
+    let ep = fake_server(dir.path(), protocol, max_value, answer);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let opts = ClientOptions { protocol, timeout, ..Default::default() };
@@ -179,6 +186,31 @@ fn a_server_that_asks_for_more_room_than_its_limits_allow_is_not_believed() {
     // A request the limits allow grows the buffer once, and a server that then finds it
     // too small again is not asked a third time.
     let r = ask(|m| too_small(m, |have| if have < 1 << 20 { 1 << 20 } else { have as u32 }), |c| c.get(b"k"));
+    assert!(is_protocol_error(&r), "{r:?}");
+}
+
+#[test]
+fn a_server_that_announces_4_gib_values_cannot_size_a_get_buffer_past_one_transfer() {
+    // Believing the announced largest value, a GET's buffer could grow to 8 GiB (and
+    // over verbs be pinned). No GET reply is longer than one transfer carries.
+    let huge = |protocol, answer, ask| ask_within(protocol, Duration::from_secs(5), u32::MAX, answer, ask);
+    let r = huge(Protocol::Boom, |m| too_small(m, |_| MAX_MESSAGE + 1), |c| c.get(b"k"));
+    assert!(is_protocol_error(&r), "{r:?}");
+    let r = huge(Protocol::Boom, |m| too_small(m, |_| (1 << 30) - 1), |c| split_get(c, b"k"));
+    assert!(is_protocol_error(&r), "{r:?}");
+    fn located(m: &Msg) -> Option<Reply> {
+        let len = MAX_MESSAGE + 1;
+        matches!(m, Msg::Locate { .. }).then_some(Reply::Msgs(vec![Msg::Located { addr: 4096, rkey: 7, len }]))
+    }
+    let r = huge(Protocol::Rdmp, located, |c| c.get(b"k"));
+    assert!(is_protocol_error(&r), "{r:?}");
+    // Up to one transfer it is believed: the buffer grows, and a server that then
+    // finds it too small again is not asked a third time.
+    let r = huge(
+        Protocol::Boom,
+        |m| too_small(m, |have| if have < 1 << 24 { 1 << 24 } else { have as u32 }),
+        |c| c.get(b"k"),
+    );
     assert!(is_protocol_error(&r), "{r:?}");
 }
 
@@ -239,7 +271,7 @@ fn the_late_reply_to_a_request_that_timed_out_answers_no_later_request() {
     // answer to the next GET. Taken for that answer, it said "absent" for a key the
     // server has: it is dropped instead, whole or split.
     let timeout = Duration::from_secs(1);
-    let (slow, quick, abandoned) = ask_within(Protocol::Rpc, timeout, slow_then_quick, |c| {
+    let (slow, quick, abandoned) = ask_within(Protocol::Rpc, timeout, MAX_VALUE, slow_then_quick, |c| {
         (c.get(b"slow"), c.get(b"quick"), c.counters().abandoned)
     });
     assert!(matches!(slow, Err(Error::Timeout(..))), "{slow:?}");
@@ -247,7 +279,7 @@ fn the_late_reply_to_a_request_that_timed_out_answers_no_later_request() {
     assert_eq!(abandoned, 1);
     // A split GET that timed out is over: polling it again is an error (it would take
     // the next request's reply for its own), not a second give-up.
-    let (slow, again, quick, abandoned) = ask_within(Protocol::Rpc, timeout, slow_then_quick, |c| {
+    let (slow, again, quick, abandoned) = ask_within(Protocol::Rpc, timeout, MAX_VALUE, slow_then_quick, |c| {
         let slow = split_get(c, b"slow");
         let again = c.get_poll(b"slow", &mut Vec::new());
         (slow, again, split_get(c, b"quick"), c.counters().abandoned)

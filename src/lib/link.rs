@@ -866,9 +866,11 @@ impl<T: Transport> Link<T> {
     /// The most a GET's entry can need: the longest GET reply a server with the
     /// announced largest value sends ([`crate::wire::max_get_bytes`]; more than one
     /// entry with that value, so an entry written under a larger limit before the
-    /// server restarted is still read).
+    /// server restarted is still read), and never more than one transfer carries
+    /// ([`crate::transport::MAX_MESSAGE`]): a server announcing 4 GiB values would
+    /// otherwise size a client's buffer at 8 GiB.
     pub(crate) fn get_room(&self) -> u64 {
-        crate::wire::max_get_bytes(self.limits.max_value)
+        crate::wire::max_get_bytes(self.limits.max_value).min(u64::from(crate::transport::MAX_MESSAGE))
     }
 
     /// Copies the first `len` bytes of the response buffer into `buf`.

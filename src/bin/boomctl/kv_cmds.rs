@@ -65,6 +65,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     idle_timeout: u64,
     /// Largest value accepted [default: 1M, or what a segment holds if that is less].
+    /// At most what a segment holds, and at most 16M less 1076 bytes (one transfer
+    /// carries the value with the longest key).
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     max_value: Option<u64>,
     /// Segments one client may hold at once (0: no limit).
@@ -93,6 +95,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // before the open recovers (and repairs) it; a device is checked after the open.
     if let (Some(want), Some(have)) = (a.media.segment_size, file.as_deref().and_then(segment_size_of)) {
         check_segment_size(want, have, &given)?;
+    }
+    let limit = boomkv::server::MAX_VALUE_LIMIT;
+    if let Some(v) = a.max_value.filter(|&v| v > u64::from(limit)) {
+        bail!(
+            "--max-value {}: one transfer carries values of at most {limit} bytes (16M less the longest key and the headers)",
+            human_bytes(v)
+        );
     }
     let (pool, rep) = Pool::open(&given, &a.media.pool_options())?;
     // A pool this command made and never served holds nothing: a bad option found

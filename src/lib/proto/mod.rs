@@ -193,6 +193,22 @@ pub struct ReceiveBuffers {
     pub server_depth: u32,
 }
 
+/// The largest value protocol `p` carries with the longest key, whatever the server
+/// allows: the RPC designs (RDMA-KV, HERD, RFP) carry a PUT's entry and a GET's value
+/// in one message ([`crate::wire::MAX_MESSAGE`], with its header and length word);
+/// the others in one transfer ([`crate::service::MAX_VALUE_LIMIT`]). A server
+/// announces the smaller of this and its own limit, so a client refuses a value
+/// before sending it.
+pub fn value_limit(p: Protocol) -> u32 {
+    match p {
+        Protocol::Rpc | Protocol::Herd | Protocol::Rfp => {
+            let overhead = crate::wire::MSG_HEADER as u64 + 4 + ENTRY_HEADER_SIZE + u64::from(fmt::MAX_KEY_LEN);
+            (crate::wire::MAX_MESSAGE as u64 - overhead) as u32
+        }
+        _ => crate::service::MAX_VALUE_LIMIT,
+    }
+}
+
 /// Receive buffers for the one-sided protocols' control messages.
 const CONTROL_BUFFERS: ReceiveBuffers = ReceiveBuffers { client: 64 << 10, server: 4096, server_depth: 8 };
 

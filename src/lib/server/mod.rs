@@ -15,6 +15,7 @@
 pub use crate::service::context::MAX_GETS_IN_FLIGHT;
 pub use crate::service::{
     coop, default_workers, inflight, phases, ServerConfig, ServerCore, ServerCounters, ServerStats, DEFAULT_MAX_VALUE,
+    MAX_VALUE_LIMIT,
 };
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -209,7 +210,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                 client_id: id,
                 segment_size: sh.pool.segment_size(),
                 max_key: fmt::MAX_KEY_LEN,
-                max_value: sh.cfg.max_value,
+                max_value: sh.cfg.max_value.min(crate::proto::value_limit(hello.protocol)),
                 recv_size,
             }
             .encode())

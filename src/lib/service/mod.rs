@@ -45,6 +45,14 @@ pub(crate) type ConnMap<K, V> = hashbrown::HashMap<K, V>;
 /// Largest value the server accepts by default (1 MiB).
 pub const DEFAULT_MAX_VALUE: u32 = 1 << 20;
 
+/// The largest value any protocol carries with the longest key: one transfer
+/// ([`crate::transport::MAX_MESSAGE`]) holds an RPC PUT's message header and length
+/// word, the entry header, the key and the value (a GET reply holds less).
+pub const MAX_VALUE_LIMIT: u32 = crate::transport::MAX_MESSAGE
+    - (crate::wire::MSG_HEADER + 4) as u32
+    - fmt::ENTRY_HEADER_SIZE as u32
+    - fmt::MAX_KEY_LEN;
+
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -221,6 +229,12 @@ pub struct ServerCore {
 impl ServerCore {
     /// Wraps `pool` and starts the cleaner / stats thread.
     pub fn new(pool: Arc<Pool>, cfg: ServerConfig) -> Result<Arc<ServerCore>> {
+        if cfg.max_value > MAX_VALUE_LIMIT {
+            return Err(Error::invalid(format!(
+                "largest value {} bytes: one transfer carries values of at most {MAX_VALUE_LIMIT} bytes",
+                cfg.max_value
+            )));
+        }
         let tombstones = ServerLog::resume(&pool, fmt::TOMBSTONE_OWNER)?;
         let cleaner = if cfg.cleaner { Cleaner::resume(&pool)? } else { Cleaner::new() };
         pool.set_value_limit(cfg.max_value);
