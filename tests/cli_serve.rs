@@ -77,6 +77,23 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     p.stdin.take().unwrap().write_all(b"from stdin").unwrap();
     assert!(p.wait().unwrap().success());
     assert_eq!(run(&["get", "--server", &tcp, "stdin"]).stdout, b"from stdin");
+    // keys and values are bytes: what the shell passes that is not UTF-8 is stored as
+    // given, and shown escaped
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let key = OsStr::from_bytes(b"k\xff\x01");
+    let with =
+        |cmd: &str, rest: &[&OsStr]| boomctl().args([cmd, "--server", &tcp]).arg(key).args(rest).output().unwrap();
+    let out = with("put", &[OsStr::from_bytes(b"v\xfe")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stored k\\xff\\u{1}"), "{out:?}");
+    assert_eq!(with("get", &[]).stdout, b"v\xfe");
+    let json = String::from_utf8(with("get", &[OsStr::new("--json")]).stdout).unwrap();
+    assert!(json.contains(r#""key":null,"key_hex":"6bff01""#) && json.contains(r#""value_hex":"76fe""#), "{json}");
+    assert!(with("del", &[]).status.success());
+    let out = with("get", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("key not found: k\\xff\\u{1}"), "{out:?}");
     // errors: one line, non-zero
     let out = run(&["get", "--server", "127.0.0.1:1", "x", "--timeout", "1"]);
     assert_eq!(out.status.code(), Some(1));
@@ -104,9 +121,9 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     let out = run(&["stats", "--server", &shm]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("puts"));
-    // "bin" and "stdin" live; the four keys above deleted (their tombstones were
+    // "bin" and "stdin" live; the five keys above deleted (their tombstones were
     // counted as keys)
-    assert!(text.contains("keys          2 live, 4 deleted"), "{text}");
+    assert!(text.contains("keys          2 live, 5 deleted"), "{text}");
     // SIGTERM stops it cleanly with status 0
     sigterm(serve.0.id());
     let status = serve.0.wait().unwrap();

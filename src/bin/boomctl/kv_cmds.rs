@@ -1,6 +1,8 @@
 //! `serve`, `put`, `get`, `del`, `stats`: the server and its command-line clients.
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -406,11 +408,11 @@ echo hi | boomctl put user42 -"
 pub struct PutArgs {
     #[command(flatten)]
     client: ClientArgs,
-    /// The key (1 to 1024 bytes).
-    key: String,
-    /// The value; `-` reads it from standard input.
+    /// The key (1 to 1024 bytes, any bytes the shell passes).
+    key: OsString,
+    /// The value (any bytes the shell passes); `-` reads it from standard input.
     #[arg(conflicts_with = "value_file")]
-    value: Option<String>,
+    value: Option<OsString>,
     /// Read the value from this file.
     #[arg(long, value_name = "FILE")]
     value_file: Option<PathBuf>,
@@ -434,10 +436,11 @@ fn read_value(r: impl Read, limit: u32, what: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
-    check_key(&a.key)?;
+    let key = a.key.as_bytes();
+    check_key(key)?;
     let inline = match (&a.value, &a.value_file) {
         (Some(v), _) if v == "-" => None,
-        (Some(v), _) => Some(v.clone().into_bytes()),
+        (Some(v), _) => Some(v.as_bytes().to_vec()),
         (None, Some(_)) => None,
         (None, None) => bail!("give a VALUE, `-` for standard input, or --value-file FILE"),
     };
@@ -454,39 +457,55 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
             }
             (None, None) => read_value(std::io::stdin().lock(), limit, "the value on standard input")?,
         };
-        let info = c.put(a.key.as_bytes(), &value).with_context(|| format!("PUT {}", shown(&a.key)))?;
-        eprintln!("stored {} ({} bytes, version {})", shown(&a.key), value.len(), info.version);
+        let info = c.put(key, &value).with_context(|| format!("PUT {}", shown(key)))?;
+        eprintln!("stored {} ({} bytes, version {})", shown(key), value.len(), info.version);
         Ok(())
     })
 }
 
-/// A key as messages show it: as typed (control characters escaped), cut after 128
-/// bytes.
-fn shown(key: &str) -> String {
+/// A key as messages show it: as typed (control characters escaped, bytes that are
+/// not UTF-8 as `\xNN`), cut after 128 bytes.
+fn shown(key: &[u8]) -> String {
+    shown_upto(key, 128)
+}
+
+/// [`shown`], cut after `cut` bytes of the key.
+fn shown_upto(key: &[u8], cut: usize) -> String {
     let mut s = String::new();
-    for (at, c) in key.char_indices() {
-        if at + c.len_utf8() > 128 {
-            s.push_str("...");
-            break;
+    let mut at = 0;
+    for chunk in key.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            at += c.len_utf8();
+            if at > cut {
+                s.push_str("...");
+                return s;
+            }
+            if c.is_control() {
+                s.extend(c.escape_default());
+            } else {
+                s.push(c);
+            }
         }
-        if c.is_control() {
-            s.extend(c.escape_default());
-        } else {
-            s.push(c);
+        for b in chunk.invalid() {
+            at += 1;
+            if at > cut {
+                s.push_str("...");
+                return s;
+            }
+            s.push_str(&format!("\\x{b:02x}"));
         }
     }
     s
 }
 
 /// Refuses a key no server takes before connecting (and before reading a value).
-fn check_key(key: &str) -> anyhow::Result<()> {
+fn check_key(key: &[u8]) -> anyhow::Result<()> {
     let max = boomkv::log::format::MAX_KEY_LEN as usize;
     if key.is_empty() {
         bail!("the key is empty; a key is 1 to {max} bytes");
     }
     if key.len() > max {
-        let start: String = key.chars().take(40).collect();
-        bail!("the key is {} bytes; a key is at most {max} bytes (it begins `{}`)", key.len(), shown(&start));
+        bail!("the key is {} bytes; a key is at most {max} bytes (it begins `{}`)", key.len(), shown_upto(key, 40));
     }
     Ok(())
 }
@@ -499,33 +518,36 @@ error (its own line); 2 a command line that does not parse.")]
 pub struct GetArgs {
     #[command(flatten)]
     client: ClientArgs,
-    /// The key.
-    key: String,
+    /// The key (any bytes the shell passes).
+    key: OsString,
     /// Print the value as hex.
     #[arg(long, conflicts_with = "json")]
     hex: bool,
-    /// Print {"key", "value" (UTF-8 or null), "value_hex", "len"} as JSON.
+    /// Print {"key" (UTF-8 or null), "key_hex", "value" (UTF-8 or null), "value_hex",
+    /// "len"} as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
-    check_key(&a.key)?;
+    let key = a.key.as_bytes();
+    check_key(key)?;
     let b = a.client.endpoint()?.backend();
     let v = boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
-        c.get(a.key.as_bytes()).with_context(|| format!("GET {}", shown(&a.key)))?
+        c.get(key).with_context(|| format!("GET {}", shown(key)))?
     });
-    let Some(v) = v else { bail!("key not found: {}", shown(&a.key)) };
-    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+    let Some(v) = v else { bail!("key not found: {}", shown(key)) };
+    let hex = |b: &[u8]| -> String { b.iter().map(|b| format!("{b:02x}")).collect() };
     let mut out = std::io::stdout().lock();
     if a.json {
         let j = serde_json::json!({
-            "key": a.key, "len": v.len(), "value": std::str::from_utf8(&v).ok(), "value_hex": hex,
+            "key": std::str::from_utf8(key).ok(), "key_hex": hex(key),
+            "len": v.len(), "value": std::str::from_utf8(&v).ok(), "value_hex": hex(&v),
         });
         writeln!(out, "{j}")?;
     } else if a.hex {
-        writeln!(out, "{hex}")?;
+        writeln!(out, "{}", hex(&v))?;
     } else {
         out.write_all(&v)?;
         // On a terminal, end the line so the prompt does not run into the value; in a
@@ -543,22 +565,23 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 pub struct DelArgs {
     #[command(flatten)]
     client: ClientArgs,
-    /// The key.
-    key: String,
+    /// The key (any bytes the shell passes).
+    key: OsString,
 }
 
 pub fn del(a: DelArgs) -> anyhow::Result<()> {
-    check_key(&a.key)?;
+    let key = a.key.as_bytes();
+    check_key(key)?;
     let b = a.client.endpoint()?.backend();
     boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
         // The protocol's DELETE does not say whether the key existed; ask first, so a
         // missing key is reported (exit 1, like `get`) and no tombstone is written.
-        if c.get(a.key.as_bytes()).with_context(|| format!("GET {}", shown(&a.key)))?.is_none() {
-            bail!("key not found: {}", shown(&a.key));
+        if c.get(key).with_context(|| format!("GET {}", shown(key)))?.is_none() {
+            bail!("key not found: {}", shown(key));
         }
-        let info = c.delete(a.key.as_bytes()).with_context(|| format!("DEL {}", shown(&a.key)))?;
-        eprintln!("deleted {} (version {})", shown(&a.key), info.version);
+        let info = c.delete(key).with_context(|| format!("DEL {}", shown(key)))?;
+        eprintln!("deleted {} (version {})", shown(key), info.version);
         Ok(())
     })
 }
@@ -664,11 +687,14 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
 mod tests {
     #[test]
     fn keys_are_shown_as_typed_escaped_where_unprintable_and_cut() {
-        assert_eq!(super::shown("clé"), "clé");
-        assert_eq!(super::shown("a\nb\u{7}"), "a\\nb\\u{7}");
+        assert_eq!(super::shown("clé".as_bytes()), "clé");
+        assert_eq!(super::shown(b"a\nb\x07"), "a\\nb\\u{7}");
+        assert_eq!(super::shown(b"k\xff\xfe!"), "k\\xff\\xfe!");
         let long = "é".repeat(100);
-        let s = super::shown(&long);
+        let s = super::shown(long.as_bytes());
         assert!(s.ends_with("...") && s.len() <= 131, "{s}");
         assert_eq!(s.trim_end_matches("...").chars().count(), 64);
+        let s = super::shown(&[0xffu8; 200]);
+        assert_eq!(s.trim_end_matches("..."), "\\xff".repeat(128));
     }
 }
