@@ -355,6 +355,13 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     assert!(err.contains("holds damage (2 found; the report's `damage` and `problem` lines say"), "{err}");
     assert!(text.contains("damage      2 found: 2 entries repaired"), "{text}");
     assert!(text.contains("keys        1 live, 1 deleted"), "{text}");
+    // A reader that stops reading (`recover --keys | head`) does not hide the damage:
+    // the status is still 3 (a closed pipe alone ends with 0).
+    for args in [&["recover", "--keys"][..], &["recover", "--json"]] {
+        let mut child = boomctl().args(args).arg("--pmem").arg(&path).stdout(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take());
+        assert_eq!(child.wait().unwrap().code(), Some(3), "{args:?}");
+    }
     let out = boomctl().args(["inspect-log", "--entries", "--pmem"]).arg(&path).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("2 damaged (2 repaired)"), "{text}");

@@ -98,21 +98,31 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
         read_only_options(index)
     };
     let (pool, rep) = Pool::open(&arg, &opts)?;
-    if a.json {
-        print_json(&serde_json::json!({
-            "path": pool.media().path(),
-            "header": pool.header(),
-            "uuid": pool.header().uuid_hex(),
-            "recovery": rep,
-            "keys": if a.keys { Some(live_keys(&pool)?) } else { None },
-        }))?;
-    } else {
-        print_summary(&pool, &rep)?;
-        if a.keys {
-            crate::outln!()?;
-            for k in live_keys(&pool)? {
-                crate::outln!("{k}")?;
+    let printed = (|| -> anyhow::Result<()> {
+        if a.json {
+            print_json(&serde_json::json!({
+                "path": pool.media().path(),
+                "header": pool.header(),
+                "uuid": pool.header().uuid_hex(),
+                "recovery": rep,
+                "keys": if a.keys { Some(live_keys(&pool)?) } else { None },
+            }))
+        } else {
+            print_summary(&pool, &rep)?;
+            if a.keys {
+                crate::outln!()?;
+                for k in live_keys(&pool)? {
+                    crate::outln!("{k}")?;
+                }
             }
+            Ok(())
+        }
+    })();
+    // A reader that stopped reading (`recover --keys | head`) ends the report, not the
+    // check: damage still decides the status.
+    if let Err(e) = printed {
+        if !crate::common::is_broken_pipe(&e) || rep.damaged() == 0 {
+            return Err(e);
         }
     }
     // A health check reads the exit status: damage is not a clean pool. An interrupted
