@@ -1498,6 +1498,25 @@ pub(crate) fn client_cpu_spin(now: std::time::Instant) -> Option<ClientSpin> {
     Some(ClientSpin { turn_over: crowded && turn_over(now), spin: spin_worth() })
 }
 
+/// The start of a wait at `*start` by a client on CPUs no server worker uses (see
+/// [`client_cpu_spin`]): when its turn is over it yields first, then `poll`s once
+/// more, and `*start` moves past the yield. `None` for any other thread; else how the
+/// wait goes, and whether that poll found the completion (the wait is over).
+pub(crate) fn begin_client_wait(
+    start: &mut std::time::Instant,
+    poll: impl FnOnce() -> bool,
+) -> Option<(ClientSpin, bool)> {
+    let c = client_cpu_spin(*start)?;
+    if c.turn_over {
+        std::thread::yield_now();
+        if poll() {
+            return Some((c, true));
+        }
+        *start = std::time::Instant::now();
+    }
+    Some((c, false))
+}
+
 /// Ends the calling thread's turn on its CPU: its wait gave the CPU up anyway (its spin
 /// ran out), so its next wait begins a turn.
 pub(crate) fn end_turn() {

@@ -942,17 +942,9 @@ impl CompletionQueue for ShmCq {
         // A client on CPUs no server worker uses spins whatever the number of threads,
         // and yields them to the other clients when its turn is over (see
         // `client_cpu_spin`); any other thread spins only with a slot.
-        let (slot, spins) = match super::client_cpu_spin(start) {
-            Some(c) => {
-                if c.turn_over {
-                    std::thread::yield_now();
-                    if inner.poll(&mut out, 1) == 1 {
-                        return got(&mut out);
-                    }
-                    start = Instant::now();
-                }
-                (None, c.spin)
-            }
+        let (slot, spins) = match super::begin_client_wait(&mut start, || inner.poll(&mut out, 1) == 1) {
+            Some((_, true)) => return got(&mut out),
+            Some((c, false)) => (None, c.spin),
             None => {
                 let slot = super::spin_slot_at(start);
                 let spins = slot.is_some();

@@ -923,21 +923,27 @@ impl CompletionQueue for VerbsCq {
         let mut start = Instant::now();
         // A client on CPUs no server worker uses gives them to the other clients once
         // per turn (see `transport::client_cpu_spin`): spinning here, it would
-        // otherwise keep them for the scheduler's whole time slice.
-        if crate::transport::client_cpu_spin(start).is_some_and(|c| c.turn_over) {
-            std::thread::yield_now();
-            if self.poll(&mut out, 1) == 1 {
-                return out.pop().ok_or_else(timed_out);
-            }
-            start = Instant::now();
-        }
+        // otherwise keep them for the scheduler's whole time slice. It spins only while
+        // its recent spins found their completions, as over shm.
+        let client = crate::transport::begin_client_wait(&mut start, || self.poll(&mut out, 1) == 1);
+        let spins = match client {
+            Some((_, true)) => return out.pop().ok_or_else(timed_out),
+            Some((c, false)) => c.spin,
+            None => true,
+        };
         let end = crate::transport::deadline_from(start, timeout);
-        let spin_end = start + inner.spin.min(timeout);
+        let spin_end = start + if spins { inner.spin.min(timeout) } else { Duration::ZERO };
         while Instant::now() < spin_end {
             if self.poll(&mut out, 1) == 1 {
+                if client.is_some() {
+                    crate::transport::spin_outcome(true);
+                }
                 return out.pop().ok_or_else(timed_out);
             }
             std::hint::spin_loop();
+        }
+        if spins && client.is_some() {
+            crate::transport::spin_outcome(false);
         }
         crate::transport::end_turn();
         loop {
