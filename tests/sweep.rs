@@ -200,6 +200,30 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
 }
 
 #[test]
+fn each_repeat_of_the_transport_floor_is_a_measurement_of_its_own() {
+    // The floor was measured once and every repeat's row copied from it: the repeats
+    // then "agreed" exactly, whatever the machine did.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("floor");
+    ok(boomctl()
+        .args(["sweep", "transport", "--quick", "--sizes", "64", "--ops", "300", "--transport", "shm"])
+        .args(["--repeats", "3", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap());
+    let t = Table::read(&out.join("transport.csv")).unwrap();
+    assert_eq!(t.rows.len(), 3, "one row per repeat");
+    let measured = |i: usize| {
+        ["write_imm_reply_avg_us", "send_recv_avg_us", "msg_rate_mpps"].map(|c| t.str(i, c).unwrap().to_string())
+    };
+    assert!(measured(0) != measured(1) && measured(1) != measured(2), "{:?}", (0..3).map(measured).collect::<Vec<_>>());
+    if std::thread::available_parallelism().map_or(1, usize::from) >= 2 {
+        let setup = std::fs::read_to_string(out.join("SETUP.md")).unwrap();
+        assert!(setup.contains("the transport floor's two threads on the first two CPUs"), "{setup}");
+    }
+}
+
+#[test]
 fn skew_sweep_counts_real_in_place_updates() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("skew");

@@ -1,5 +1,5 @@
 //! What the presets' points share: the [`Context`] (options, progress bars, the
-//! transport floor and request components measured once per sweep, embedded servers,
+//! transport floor and request components measured once per repeat, embedded servers,
 //! run options, latency-log names), the common CSV columns, and helpers that turn a
 //! run into CSV cells (`Stat`, `Counters`) and build workloads.
 //!
@@ -56,8 +56,11 @@ pub struct Context<'a> {
     /// The sweep.
     pub o: &'a SweepOptions,
     bars: Option<indicatif::MultiProgress>,
-    floors: HashMap<Backend, FloorReport>,
-    components: HashMap<u64, Components>,
+    /// Per backend and repeat: each repeat measures its own, so the repeats' spread is
+    /// the floor's too.
+    floors: HashMap<(Backend, u64), FloorReport>,
+    /// Per size and repeat.
+    components: HashMap<(u64, u64), Components>,
     wanted_sizes: Vec<u64>,
     repeat: u64,
 }
@@ -333,9 +336,10 @@ impl<'a> Context<'a> {
     }
 
     pub(crate) fn floor(&mut self, backend: Backend, size: u64) -> Result<&FloorReport> {
+        let key = (backend, self.repeat);
         let have = self
             .floors
-            .get(&backend)
+            .get(&key)
             .is_some_and(|r| r.latency.iter().any(|l| l.bytes as u64 == size && l.test == FloorTest::WriteImmReply));
         if !have {
             let mut sizes: Vec<usize> = self.wanted_sizes.iter().map(|&s| s as usize).collect();
@@ -348,22 +352,26 @@ impl<'a> Context<'a> {
                 sizes,
                 iters,
                 warmup: (iters / 10).max(10),
-                // Pinning would pin this thread, and so every later run's threads.
-                pin: false,
+                // Its two threads on two CPUs, as `bench-transport` runs it and as the
+                // runs place their server and clients (the floor gives this thread its
+                // own CPUs back when it is done). Unpinned, the two sometimes shared
+                // one CPU, and a round trip was a switch between them: 5.7 us against
+                // 0.33 us, a floor longer than the whole PUT it is part of.
+                pin: self.o.pin,
                 socket_dir: self.o.pmem_dir.clone().unwrap_or_else(std::env::temp_dir),
                 // The sweep needs the backend's own rows only.
                 perftest: false,
                 verbs_tuning_off: false,
             };
             let r = floor::run(&fo, &mut std::io::sink())?;
-            self.floors.insert(backend, r);
+            self.floors.insert(key, r);
         }
-        self.floors.get(&backend).ok_or_else(|| SweepError::Invalid("internal: floor report missing".into()))
+        self.floors.get(&key).ok_or_else(|| SweepError::Invalid("internal: floor report missing".into()))
     }
 
-    /// The per-request components for `size` (cached per size).
+    /// The per-request components for `size` (cached per size and repeat).
     pub(crate) fn components(&mut self, size: u64) -> Result<Components> {
-        if let Some(c) = self.components.get(&size) {
+        if let Some(c) = self.components.get(&(size, self.repeat)) {
             return Ok(*c);
         }
         let backend = self.o.transport();
@@ -387,7 +395,7 @@ impl<'a> Context<'a> {
             index_get: index_us(false, pick(self.o.quick, 20_000, 100_000) as usize)?,
             memcpy: memcpy_us(entry as usize, iters),
         };
-        self.components.insert(size, c);
+        self.components.insert((size, self.repeat), c);
         Ok(c)
     }
 
@@ -403,7 +411,8 @@ impl<'a> Context<'a> {
         Ok(row)
     }
 
-    /// Remembers the sizes the preset's points need, so the floor runs once for all.
+    /// Remembers the sizes the preset's points need, so the floor runs once for all
+    /// (once per repeat).
     pub fn want_floor_sizes(&mut self, sizes: impl IntoIterator<Item = u64>) {
         self.wanted_sizes = sizes.into_iter().collect();
         self.wanted_sizes.sort_unstable();

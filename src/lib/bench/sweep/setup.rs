@@ -295,8 +295,8 @@ fn setup_text(o: &SweepOptions, h: &str) -> String {
         "- thread placement: {}",
         match o.layout() {
             Some(l) => format!(
-                "{l} (--pin auto; not pinned: Redis and its clients, and the writeback preset, whose workers share \
-                 the write-back)"
+                "{l} (--pin auto; the transport floor's two threads on the first two CPUs; not pinned: Redis and \
+                 its clients, and the writeback preset, whose workers share the write-back)"
             ),
             None if o.server.is_some() => "the server's own; client threads not pinned".into(),
             None if o.pin => "not pinned (fewer than two CPUs)".into(),
