@@ -134,6 +134,39 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     assert!(err.contains("stopped after"), "{err}");
 }
 
+#[test]
+fn a_client_whose_server_dies_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = [format!("127.0.0.1:{}", free_port()), format!("shm:{}", dir.path().join("d.sock").display())];
+    for (i, server) in servers.iter().enumerate() {
+        let pool = dir.path().join(format!("pool{i}"));
+        std::fs::create_dir(&pool).unwrap();
+        let s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--listen", server], &pool, server);
+        // A PUT reads its value once connected: the server dies in between.
+        let mut put = boomctl()
+            .args(["put", "--server", server, "--timeout", "20", "k", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !String::from_utf8_lossy(&run(&["stats", "--server", server]).stdout).contains("2 connected") {
+            assert!(t0.elapsed() < Duration::from_secs(20), "the put never connected");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(s);
+        std::thread::sleep(Duration::from_millis(200));
+        use std::io::Write;
+        let _ = put.stdin.take().unwrap().write_all(b"value");
+        let out = put.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{server}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{server}: {err}");
+        assert!(err.starts_with("boomctl: error: PUT k"), "{server}: {err}");
+    }
+}
+
 /// Sends SIGTERM through the `kill` command (no unsafe code in tests).
 fn sigterm(pid: u32) {
     let s = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();

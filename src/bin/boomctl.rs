@@ -120,6 +120,11 @@ fn main() -> ExitCode {
         eprintln!("boomctl: error: {e}");
         return ExitCode::FAILURE;
     }
+    // A one-shot client's error line says what became of its connection: the
+    // transport's own line about it would come first and say it again.
+    if matches!(cli.command, Command::Put(_) | Command::Get(_) | Command::Del(_) | Command::Stats(_)) {
+        boomkv::transport::quiet_events();
+    }
     let r = match cli.command {
         Command::Serve(a) => kv_cmds::serve(a),
         Command::Put(a) => kv_cmds::put(a),

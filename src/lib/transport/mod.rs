@@ -959,10 +959,24 @@ pub trait Listener: Send + Sync + 'static {
         F: FnOnce(&[u8]) -> Result<Vec<u8>>;
 }
 
+/// Set by [`quiet_events`].
+static EVENTS_QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Silences the transport's event lines in this process from here on: for a program
+/// whose own error says what happened to its one connection (a command-line `get`),
+/// where a line about the broken connection before it would say it twice.
+pub fn quiet_events() {
+    EVENTS_QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Logs a transport event that the user may need to see (a refused or broken
-/// connection) on standard error. Set `BOOMKV_QUIET_TRANSPORT=1` to silence it.
+/// connection) on standard error. Set `BOOMKV_QUIET_TRANSPORT=1` to silence it (or
+/// call [`quiet_events`]).
 pub(crate) fn log_event(msg: &str) {
     static QUIET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if EVENTS_QUIET.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     if !*QUIET.get_or_init(|| std::env::var_os("BOOMKV_QUIET_TRANSPORT").is_some_and(|v| v != "0")) {
         eprintln!("boomkv transport: {msg}");
     }
