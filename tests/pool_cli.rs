@@ -71,6 +71,10 @@ fn inspect_log_tables_filters_and_json() {
     // A client with no segment is said so, not shown as an empty table.
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("no segment belongs to client 999") && !text.contains("fill%"), "{text}");
+    // So is a key with no entry.
+    let out = boomctl().args(["inspect-log", "--key", "nosuchkey", "--pmem"]).arg(&pool).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no log entry of key `nosuchkey`") && !text.contains("checksum"), "{text}");
     assert_eq!(std::fs::read(&pool).unwrap(), before, "inspect-log must not change the pool");
 }
 
@@ -130,6 +134,10 @@ fn shell_completions() {
     assert!(out.status.success());
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(s.contains("_boomctl") && s.contains("inspect-log") && s.contains("crashtest"));
+    // Options that take one of a few values offer them, not file names.
+    for values in ["shm tcp verbs", "us ns", "hash ordered", "hybrid append", "hybrid fetch reply", "flush msync"] {
+        assert!(s.contains(values), "bash completion offers no `{values}`");
+    }
 }
 
 #[test]
@@ -266,6 +274,21 @@ fn bench_transport_checks_its_csv_path_before_measuring() {
 }
 
 #[test]
+fn bench_transport_on_one_cpu_judges_nothing() {
+    // Both threads of a round trip on one CPU: the figures are thread switches.
+    let Ok(out) = Command::new("taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_boomctl"), "bench-transport", "--transport", "shm"])
+        .args(["--sizes", "64", "--iters", "200", "--warmup", "20"])
+        .output()
+    else {
+        return; // no taskset
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("the checks are not judged") && !text.contains("PASS"), "{text}");
+}
+
+#[test]
 fn bench_transport_refuses_counts_and_sizes_it_cannot_run() {
     // u64::MAX iterations panicked (capacity overflow), 10^12 aborted on allocation, and
     // warm-up plus timed iterations wrapped around; every refusal comes before any run.
@@ -275,7 +298,7 @@ fn bench_transport_refuses_counts_and_sizes_it_cannot_run() {
         (&["--warmup", "18446744073709551615"][..], 2, "0..=10000000"),
         (&["--sizes", "0"][..], 1, "--sizes: 0 bytes is outside 1 byte to 16 MiB"),
         (&["--sizes", "1M,32M"][..], 1, "--sizes: 33554432 bytes is outside"),
-        (&["--transport", "bogus"][..], 1, "expected shm, tcp, verbs or all"),
+        (&["--transport", "bogus"][..], 2, "[possible values: shm, tcp, verbs, all]"),
     ] {
         let shm: &[&str] = if args[0] == "--transport" { &[] } else { &["--transport", "shm"] };
         let out = Command::new("timeout")

@@ -235,8 +235,11 @@ fn first_contact_messages() {
         &["ycsb", "--mix", "e", "--index", "hash", "--quiet", "-p", "recordcount=5"],
         "which the hash index cannot serve: omit --index hash",
     );
-    // A value over the server's limit says so before running.
-    fails_with(&["ycsb", "--size", "2m", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"], "over the limit");
+    // A value over what a transfer carries says so before running.
+    fails_with(
+        &["ycsb", "--size", "20m", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"],
+        "one transfer carries values up to",
+    );
 }
 
 #[test]
@@ -637,6 +640,63 @@ fn a_warm_up_ends_with_the_duration() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(t0.elapsed() < std::time::Duration::from_secs(50), "{:?}", t0.elapsed());
     assert!(String::from_utf8_lossy(&out.stdout).contains("[OVERALL], Throughput(ops/sec)"));
+}
+
+#[test]
+fn runs_that_cannot_end_well_are_refused_or_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    // A run bounded by time only whose inserts fill the embedded pool says what to do.
+    fails_with(
+        &["ycsb", "--quiet", "--mix", "d", "--records", "100", "--size", "16k", "-p", "insertproportion=1"]
+            .into_iter()
+            .chain(["-p", "readproportion=0", "--duration", "60"])
+            .collect::<Vec<_>>(),
+        "give --pool-size (a sparse file) or bound the run with --ops",
+    );
+    // A CSV the run could not append to is refused before the run, not after it.
+    std::fs::write(p("old.csv"), "a,b\n1,2\n").unwrap();
+    let out = boomctl()
+        .args(["ycsb", "--records", "10", "--duration", "30", "--csv", &p("old.csv")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--csv: ") && err.contains("different columns"), "{err}");
+    assert!(out.stdout.is_empty() && !err.contains("Starting test"), "it ran first: {err}");
+    // A new CSV's columns are unique (`operations` was there twice).
+    run(&["ycsb", "--quiet", "--records", "10", "--ops", "10", "--csv", &p("new.csv")]);
+    let text = std::fs::read_to_string(p("new.csv")).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let unique: std::collections::BTreeSet<&str> = header.iter().copied().collect();
+    assert_eq!(unique.len(), header.len(), "{header:?}");
+    // An output that cannot be written is named.
+    fails_with(
+        &["ycsb", "--quiet", "--records", "10", "--ops", "10", "-p", "exportfile=/dev/full"],
+        "exportfile: writing",
+    );
+    fails_with(&["ycsb", "--quiet", "--records", "10", "--ops", "10", "--json", "/dev/full"], "--json: writing");
+    // Two names of one file.
+    std::fs::create_dir(p("o")).unwrap();
+    fails_with(
+        &["ycsb", "--quiet", "--records", "10", "--ops", "10", "--json", &p("o/../o/r"), "--csv", &p("o/r")],
+        "name the same file",
+    );
+    // --merge runs nothing, so takes no run or output option.
+    fails_with(&["ycsb", "--merge", &p("x.hlog"), "--csv", &p("m.csv")], "cannot be used with");
+    // A segment size no pool can have, on the command line.
+    fails_with(&["ycsb", "--segment-size", "1k", "--dry-run"], "invalid value '1k' for '--segment-size");
+    // Values over the server's default limit are taken by the embedded server.
+    run(&["ycsb", "--quiet", "--records", "4", "--ops", "8", "--size", "2M"]);
+    // `load` names the runner's properties it does not take.
+    let out =
+        boomctl().args(["load", "--server", "127.0.0.1:1", "-p", "threadcount=4", "-p", "target=10"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for k in ["threadcount", "target"] {
+        assert!(err.contains(&format!("load: property `{k}` (-p override) has no effect here")), "{err}");
+    }
 }
 
 #[test]

@@ -122,6 +122,15 @@ pub enum Error {
         /// What failed.
         error: Box<Error>,
     },
+    /// A benchmark's clients stopped at an error no retry gets past ([`Error::is_fatal`];
+    /// the first of them, which several threads may have met).
+    #[error("{message}")]
+    Stopped {
+        /// What kind of error it was ([`Error::refusal_code`]).
+        code: ErrorCode,
+        /// The error.
+        message: String,
+    },
     /// An operation did not complete in time.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
@@ -164,7 +173,8 @@ impl Error {
             | Error::Unreachable { .. }
             | Error::Unsupported(_)
             | Error::PoolFull { .. }
-            | Error::NoRoom(_) => true,
+            | Error::NoRoom(_)
+            | Error::Stopped { .. } => true,
             Error::Server { code, .. } => {
                 matches!(code, ErrorCode::PoolFull | ErrorCode::NoScan | ErrorCode::Unsupported)
             }
@@ -177,6 +187,7 @@ impl Error {
     pub fn refusal_code(&self) -> ErrorCode {
         match self {
             Error::PoolFull { .. } | Error::NoRoom(_) => ErrorCode::PoolFull,
+            Error::Server { code, .. } | Error::Stopped { code, .. } => *code,
             Error::Unsupported(_) => ErrorCode::Unsupported,
             Error::TooLarge { .. } => ErrorCode::TooLarge,
             Error::Invalid(_) => ErrorCode::BadRequest,
@@ -190,6 +201,17 @@ impl Error {
         match self {
             Error::Unreachable { .. } => true,
             Error::Phase { error, .. } => error.is_unreachable(),
+            _ => false,
+        }
+    }
+
+    /// Whether this is the pool running out of room, directly, in a server's refusal,
+    /// in a benchmark's stop or inside a YCSB phase.
+    pub fn is_pool_full(&self) -> bool {
+        match self {
+            Error::PoolFull { .. } | Error::NoRoom(_) => true,
+            Error::Server { code, .. } | Error::Stopped { code, .. } => *code == ErrorCode::PoolFull,
+            Error::Phase { error, .. } => error.is_pool_full(),
             _ => false,
         }
     }

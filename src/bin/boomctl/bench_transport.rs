@@ -18,7 +18,7 @@ pub struct BenchTransportArgs {
     /// Backend to measure: shm, tcp, verbs, or all (shm and tcp). verbs uses the device
     /// of $BOOMKV_RDMA_DEVICE (else the first), with perftest's ib_write_lat,
     /// ib_send_lat and ib_read_lat on the same device as its baselines.
-    #[arg(long, default_value = "all")]
+    #[arg(long, default_value = "all", value_parser = ["shm", "tcp", "verbs", "all"])]
     pub transport: String,
     /// verbs: also measure with each of the RDMA design guidelines' optimizations off
     /// (inline, selective signaling, doorbell batching, batched receive refill), in the
@@ -40,7 +40,7 @@ pub struct BenchTransportArgs {
     /// Also write every series to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
-    /// Do not pin the client and server threads to CPUs 0 and 1.
+    /// Do not pin the client and server threads to the first two CPUs the process may use.
     #[arg(long)]
     pub no_pin: bool,
     /// Exit with an error when a check against the baselines fails.

@@ -87,6 +87,22 @@ pub fn protocol_parser() -> impl clap::builder::TypedValueParser<Value = boomkv:
         .try_map(|s| s.parse::<boomkv::wire::Protocol>())
 }
 
+/// A value that is one of `names`, parsed by its type: listed in `--help` and offered
+/// by shell completion. A name may carry aliases the type also takes, unlisted:
+/// `"verbs|rdma|ib"`.
+pub fn one_of<T>(names: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    let values = names.iter().map(|n| {
+        let mut parts = n.split('|');
+        let v = clap::builder::PossibleValue::new(parts.next().unwrap_or(n));
+        v.aliases(parts)
+    });
+    clap::builder::PossibleValuesParser::new(values).try_map(|s| s.parse::<T>().map_err(|e| e.to_string()))
+}
+
 /// `--flush`: the write-back instructions, named for shell completion.
 pub fn flush_parser() -> impl clap::builder::TypedValueParser<Value = FlushKind> {
     clap::builder::PossibleValuesParser::new(["clwb", "clflushopt", "clflush", "none"])
@@ -96,6 +112,14 @@ pub fn flush_parser() -> impl clap::builder::TypedValueParser<Value = FlushKind>
 /// Parses a byte size for clap (`2k`, `64M`, `1G`).
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_bytes(s).map_err(|e| e.to_string())
+}
+
+/// `--segment-size`: a size a pool's segments can have, refused on the command line
+/// rather than when a pool is made with it.
+pub fn segment_size_arg(s: &str) -> Result<u64, String> {
+    let v = size_arg(s)?;
+    boomkv::log::format::check_segment_size(v).map_err(|e| e.to_string())?;
+    Ok(v)
 }
 
 /// Where the pool is and how to map it.
@@ -120,14 +144,14 @@ pub struct MediaArgs {
     pub create: bool,
     /// Segment size of a NEW pool: the unit a client is granted [default: the paper's
     /// 64M, or pool size / 64 for pools under 4G, so that a pool holds about 64 segments].
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    #[arg(long, value_name = "SIZE", value_parser = segment_size_arg)]
     pub segment_size: Option<u64>,
     /// Cache-line write-back instruction [default: the best this CPU has].
     #[arg(long, value_name = "clwb|clflushopt|clflush|none", value_parser = flush_parser())]
     pub flush: Option<FlushKind>,
     /// How durability is reached: `flush` (write-back + fence; enough on DAX or eADR) or
     /// `msync` (also msync the pages: needed for power-loss durability off DAX; slow).
-    #[arg(long, value_name = "flush|msync", default_value = "flush")]
+    #[arg(long, value_name = "flush|msync", default_value = "flush", value_parser = crate::common::one_of::<Durability>(&["flush", "msync"]))]
     pub durability: Durability,
     /// Index to rebuild: `hash` (point lookups) or `ordered` (also scans, YCSB E).
     #[arg(long, value_name = "hash|ordered", default_value = "hash")]
@@ -270,6 +294,21 @@ pub fn check_writable(what: &str, path: &std::path::Path) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Whether `a` and `b` name the same file, written as they may be (`dir/../dir/x`, a
+/// link to the directory): the directories are resolved, the files need not exist.
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let resolved = |p: &std::path::Path| -> Option<PathBuf> {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.canonicalize().ok()?,
+            _ => std::env::current_dir().ok()?,
+        };
+        // A link's target, if the file is one.
+        let full = dir.join(p.file_name()?);
+        Some(full.canonicalize().unwrap_or(full))
+    };
+    a == b || matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// A count that must be 1 or more (threads, workers): 0 is refused, not made 1.
 pub fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -281,7 +320,19 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{one_line, with_server};
+    use super::{one_line, same_file, with_server};
+
+    #[test]
+    fn the_same_file_is_found_however_it_is_written() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("o");
+        std::fs::create_dir(&sub).unwrap();
+        let (a, b) = (sub.join("j.json"), sub.join("..").join("o").join("j.json"));
+        assert!(same_file(&a, &b), "{} {}", a.display(), b.display());
+        assert!(!same_file(&a, &sub.join("c.csv")));
+        std::os::unix::fs::symlink(&sub, d.path().join("link")).unwrap();
+        assert!(same_file(&a, &d.path().join("link").join("j.json")));
+    }
     use boomkv::Error;
 
     #[test]

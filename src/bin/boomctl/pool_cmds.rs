@@ -404,6 +404,7 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         // An empty table would read as "nothing in it", not "no such segment".
         anyhow::bail!("--segment {s}: the pool has segments 0 to {}", segments.saturating_sub(1));
     }
+    let a_key = a.key.clone();
     let f = InspectFilter {
         segment: a.segment,
         key: a.key.map(String::into_bytes),
@@ -486,7 +487,14 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
             )?;
         }
     }
-    if !ins.entries.is_empty() || f.entries || f.key.is_some() {
+    // A key with no entry: said in words, not as an empty table.
+    if let (Some(k), true) = (&a_key, ins.entries.is_empty()) {
+        crate::outln!()?;
+        crate::outln!(
+            "no log entry of key `{}` in the pool's segments",
+            boomkv::log::inspect::printable_key(k.as_bytes())
+        )?;
+    } else if !ins.entries.is_empty() || f.entries || f.key.is_some() {
         crate::outln!()?;
         crate::outln!(
             "{:>7} {:>7} {:>10} {:>12} {:>9} {:<5} {:<10} {:<15} key",

@@ -93,7 +93,7 @@ pub struct SweepArgs {
     client_threads: Option<String>,
     /// Transport of the embedded servers: shm (default), tcp, or verbs (feature `rdma`;
     /// device from $BOOMKV_RDMA_DEVICE).
-    #[arg(long, value_name = "shm|tcp|verbs")]
+    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     transport: Option<Backend>,
     /// Drive a running server (shm:/path, host:port) instead of embedded ones.
     #[arg(long, value_name = "ADDR")]

@@ -147,14 +147,14 @@ pub struct TargetArgs {
     #[arg(long, value_name = "URL", conflicts_with_all = ["server", "transport", "pmem", "pool_size", "workers", "index", "pin"])]
     pub db: Option<String>,
     /// Transport: with --server, if the address does not say; embedded: which one to use.
-    #[arg(long, value_name = "shm|tcp|verbs")]
+    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     pub transport: Option<Backend>,
     /// Protocol: boom (the default) or one of the baselines of the papers (README,
     /// "Protocols").
     #[arg(long, value_name = "PROTOCOL", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// BOOM updates: hybrid (append + in place) or append (append only).
-    #[arg(long, value_name = "hybrid|append", default_value = "hybrid")]
+    #[arg(long, value_name = "hybrid|append", default_value = "hybrid", value_parser = crate::common::one_of::<UpdateMode>(&["hybrid", "append"]))]
     pub update_mode: UpdateMode,
     /// RFP: bytes of the first READ of a result, or auto (profiled at connect: the knee
     /// of READ latency over 64 B..4 KiB).
@@ -163,7 +163,7 @@ pub struct TargetArgs {
     /// RFP: how results come back: hybrid (fetched, by the server's reply after 2
     /// requests in a row fetched in vain 5 times or more, as the paper's client does;
     /// back after 2 quick replies), fetch (always), or reply (always).
-    #[arg(long, value_name = "hybrid|fetch|reply", default_value = "hybrid")]
+    #[arg(long, value_name = "hybrid|fetch|reply", default_value = "hybrid", value_parser = crate::common::one_of::<boomkv::proto::rfp::ResultMode>(&["hybrid", "fetch", "reply"]))]
     pub rfp_mode: boomkv::proto::rfp::ResultMode,
     /// pDPM-Direct: cells of the table, if the pool has none yet [default: twice the
     /// keys the workload can write, at least 64].
@@ -185,7 +185,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub pool_size: Option<u64>,
     /// Embedded: segment size.
-    #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "64M")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::common::segment_size_arg, default_value = "64M")]
     pub segment_size: u64,
     /// Embedded: server worker threads [default: 1 on small machines].
     #[arg(long, value_parser = crate::common::at_least_one)]
@@ -197,7 +197,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "auto|off", value_enum, default_value = "auto")]
     pub pin: crate::common::PinMode,
     /// Embedded: index (ordered is chosen automatically for workloads with scans).
-    #[arg(long, value_name = "hash|ordered")]
+    #[arg(long, value_name = "hash|ordered", value_parser = crate::common::one_of::<IndexKind>(&["hash", "ordered|btree"]))]
     pub index: Option<IndexKind>,
 }
 
@@ -250,7 +250,7 @@ pub struct YcsbArgs {
     percentiles: Option<String>,
     /// Latency unit of the text report: us (YCSB's whole microseconds, truncated) or ns
     /// (sub-microsecond figures; CSV and JSON always keep them).
-    #[arg(long, value_name = "us|ns", default_value = "us")]
+    #[arg(long, value_name = "us|ns", default_value = "us", value_parser = crate::common::one_of::<LatencyUnit>(&["us", "ns"]))]
     latency_unit: LatencyUnit,
     /// Append one CSV row for this run (stable column names).
     #[arg(long, value_name = "FILE")]
@@ -275,8 +275,13 @@ pub struct YcsbArgs {
     /// With --dry-run: how many operations to print (at most the run's operation count).
     #[arg(long, value_name = "N", default_value_t = 20, requires = "dry_run")]
     print_ops: usize,
-    /// Merge these interval logs (from several client processes) into one report; runs nothing.
-    #[arg(long, value_name = "HLOG", num_args = 1.., conflicts_with = "dry_run")]
+    /// Merge these interval logs (from several client processes) into one report on
+    /// standard output (with --percentiles and --latency-unit); runs nothing, so takes
+    /// no workload, run or output option.
+    #[arg(long, value_name = "HLOG", num_args = 1.., conflicts_with_all = [
+        "dry_run", "csv", "json", "hdr_log", "threads", "clients", "ops", "duration", "target", "warmup", "no_load",
+        "server", "db", "mix", "workload", "props", "size", "theta", "seed", "records",
+    ])]
     merge: Vec<PathBuf>,
 }
 
@@ -292,7 +297,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "ADDR")]
     server: String,
     /// Transport, if the address does not say.
-    #[arg(long, value_name = "shm|tcp|verbs")]
+    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     transport: Option<Backend>,
     /// Protocol.
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
@@ -316,6 +321,13 @@ fn target_options(ta: &TargetArgs) -> ClientOptions {
 
 pub fn load(a: LoadArgs) -> anyhow::Result<()> {
     let spec = a.w.spec()?;
+    // `load` takes the workload's records and --threads, nothing of the runner's.
+    for (k, origin) in spec.runner_properties() {
+        eprintln!(
+            "boomctl: warning: load: property `{k}` ({origin}) has no effect here; `boomctl ycsb -load --server ADDR` \
+             takes it"
+        );
+    }
     let w = CoreWorkload::new(&spec)?;
     let ep = Endpoint::parse_for(&a.server, a.transport)?;
     let opts = RunOptions {
@@ -371,10 +383,18 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         if let Some(p) = p {
             crate::common::check_writable(what, p)?;
             // Two reports into one file: the last written would replace the other.
-            if let Some((other, _)) = outputs[i + 1..].iter().find(|(_, q)| q.as_ref() == Some(p)) {
+            if let Some((other, _)) =
+                outputs[i + 1..].iter().find(|(_, q)| q.as_ref().is_some_and(|q| crate::common::same_file(p, q)))
+            {
                 bail!("{what} and {other} name the same file {}: one would overwrite the other", p.display());
             }
         }
+    }
+    // A CSV this run could not append to: its columns are the configuration's names
+    // (not their values) and the percentiles.
+    if let Some(csv) = &a.csv {
+        let config = full_config(&a, w.config(), &RunOptions::default(), (1, 1, 0), None);
+        boomkv::bench::report::check_csv_header(csv, &csv_schema(&config, &pcts).0).context("--csv")?;
     }
     if a.hdr_log.is_none() {
         if let Some(p) = spec.hdr_file_output()? {
@@ -464,9 +484,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         load: load.finish(),
         handoff_before_ns,
     };
-    let mut config = run_config(&a, &cfg, &run_opts, threads, seed, result.run.operations);
-    // No commas in a [CONFIG] value (the report's field separator).
-    config.push(("pin", layout.as_ref().map_or_else(|| "off".to_string(), |l| l.to_string().replace(',', "+"))));
+    let config = full_config(&a, &cfg, &run_opts, (threads, seed, result.run.operations), layout.as_ref());
     write_reports(&a, &spec, &config, &result, space, &machine, &pcts)?;
     for w in machine.warnings() {
         eprintln!("boomctl: warning: {w}: these figures may measure the machine, not the store");
@@ -578,11 +596,36 @@ fn run_phases(
         }
         (None, None) => {
             let backend = ta.transport.unwrap_or(Backend::Shm);
+            // The embedded server takes the workload's values, as large as a segment and
+            // a transfer allow: refused here, before a pool is sized for them.
+            let value = cfg.value_size.max();
+            let fits = ta.segment_size
+                - boomkv::log::format::SEGMENT_HEADER_SIZE
+                - boomkv::log::format::ENTRY_HEADER_SIZE
+                - u64::from(boomkv::log::format::MAX_KEY_LEN);
+            let limit = fits.min(u64::from(boomkv::server::MAX_VALUE_LIMIT));
+            if value > limit {
+                let why = if fits < u64::from(boomkv::server::MAX_VALUE_LIMIT) {
+                    format!(
+                        "a --segment-size {} segment holds values up to {limit} bytes",
+                        short_bytes(ta.segment_size)
+                    )
+                } else {
+                    format!("one transfer carries values up to {limit} bytes")
+                };
+                bail!("the workload's values are up to {value} bytes (--size, fieldlength): {why}");
+            }
             let pool_size = match ta.pool_size {
                 Some(p) => p,
-                None => embedded_pool_size(cfg, run_opts.ops, run_opts.clients.unwrap_or(threads), ta)?,
+                None => embedded_pool_size(
+                    cfg,
+                    run_opts.ops,
+                    (run_opts.clients.unwrap_or(threads), a.clients.is_some()),
+                    ta,
+                )?,
             };
             let mut server = boomkv::server::ServerConfig { log_clients: false, ..Default::default() };
+            server.max_value = server.max_value.max(value as u32);
             if let Some(n) = ta.workers {
                 server.workers = n;
             }
@@ -596,10 +639,26 @@ fn run_phases(
                 flush: None,
                 server,
             };
+            // A full pool is the size this command chose, or the one given: say which.
+            let full = |e: boomkv::Error| -> anyhow::Error {
+                if !e.is_pool_full() {
+                    return e.into();
+                }
+                let size = boomkv::units::human_bytes(pool_size);
+                let hint = match ta.pool_size {
+                    Some(_) => format!("the --pool-size {size} pool filled; give a larger one"),
+                    None if run_opts.ops == u64::MAX && cfg.insert_proportion > 0.0 => format!(
+                        "the embedded pool ({size}) filled: a run bounded by time only is sized for its inserts to \
+                         double --records; give --pool-size (a sparse file) or bound the run with --ops"
+                    ),
+                    None => format!("the embedded pool ({size}) filled; give --pool-size"),
+                };
+                anyhow::anyhow!("{e}: {hint}")
+            };
             boomkv::with_transport!(backend, t => {
                 let emb = Embedded::start(t.clone(), backend, &eo)?;
                 let ep = emb.endpoint().clone();
-                runner::load_and_run(&t, &ep, &copts, w, run_opts, phases)?
+                runner::load_and_run(&t, &ep, &copts, w, run_opts, phases).map_err(full)?
             })
         }
     };
@@ -616,13 +675,9 @@ fn write_reports(
     machine: &boomkv::bench::busy::RunMachine,
     pcts: &[f64],
 ) -> anyhow::Result<()> {
-    let export = spec.export_file();
-    let mut out: Box<dyn Write> = match &export {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("exportfile: creating {}", p.display()))?,
-        )),
-        None => Box::new(std::io::stdout().lock()),
-    };
+    // The text report is made whole first, and the files are written before it goes to
+    // standard output: a reader that stops early (`| head`) costs none of them.
+    let mut out = Vec::new();
     for (k, v) in config {
         writeln!(out, "[CONFIG], {k}, {v}")?;
     }
@@ -647,17 +702,9 @@ fn write_reports(
     for (name, v) in machine.rows() {
         writeln!(out, "[MACHINE], {name}, {v}")?;
     }
-    out.flush()?;
-    drop(out);
     if let Some(csv) = &a.csv {
-        let names: Vec<&str> = config.iter().map(|(k, _)| *k).collect();
-        let values: Vec<&str> = config.iter().map(|(_, v)| v.as_str()).collect();
-        let schema = CsvSchema::new(&names).with_percentiles(&if pcts.is_empty() {
-            vec![50.0, 95.0, 99.0, 99.9]
-        } else {
-            pcts.to_vec()
-        });
-        append_csv(csv, &schema, &values, &result.measurements, &result.run)?;
+        let (schema, values) = csv_schema(config, pcts);
+        append_csv(csv, &schema, &values, &result.measurements, &result.run).context("--csv")?;
     }
     if let Some(j) = &a.json {
         let mut v = json_report(&result.measurements, &result.run, pcts, true);
@@ -669,9 +716,42 @@ fn write_reports(
             v["client"] = serde_json::to_value(c)?;
         }
         v["machine"] = serde_json::to_value(machine)?;
-        std::fs::write(j, serde_json::to_vec_pretty(&v)?).with_context(|| format!("writing {}", j.display()))?;
+        std::fs::write(j, serde_json::to_vec_pretty(&v)?)
+            .with_context(|| format!("--json: writing {}", j.display()))?;
+    }
+    match spec.export_file() {
+        Some(p) => std::fs::write(&p, &out).with_context(|| format!("exportfile: writing {}", p.display()))?,
+        None => {
+            let mut o = std::io::stdout().lock();
+            o.write_all(&out)?;
+            o.flush()?;
+        }
     }
     Ok(())
+}
+
+/// The `--csv` schema of a run with `config` and the percentiles `pcts` (none: the
+/// default four), and the row's context values. The configured operation count is
+/// left out: the run's own `operations` column has it.
+fn csv_schema<'c>(config: &'c [(&'static str, String)], pcts: &[f64]) -> (CsvSchema, Vec<&'c str>) {
+    let context: Vec<&(&str, String)> = config.iter().filter(|(k, _)| *k != "operations").collect();
+    let names: Vec<&str> = context.iter().map(|(k, _)| *k).collect();
+    let pcts = if pcts.is_empty() { vec![50.0, 95.0, 99.0, 99.9] } else { pcts.to_vec() };
+    (CsvSchema::new(&names).with_percentiles(&pcts), context.iter().map(|(_, v)| v.as_str()).collect())
+}
+
+/// The run's `[CONFIG]` rows, with the thread placement `pin`.
+fn full_config(
+    a: &YcsbArgs,
+    cfg: &boomkv::workload::CoreConfig,
+    o: &RunOptions,
+    (threads, seed, operations): (usize, u64, u64),
+    layout: Option<&boomkv::cpus::Layout>,
+) -> Vec<(&'static str, String)> {
+    let mut config = run_config(a, cfg, o, threads, seed, operations);
+    // No commas in a [CONFIG] value (the report's field separator).
+    config.push(("pin", layout.map_or_else(|| "off".to_string(), |l| l.to_string().replace(',', "+"))));
+    config
 }
 
 /// The run's configuration, as `[CONFIG]` rows, CSV context columns and the JSON
@@ -775,7 +855,7 @@ fn workload_keys(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
 fn embedded_pool_size(
     cfg: &boomkv::workload::CoreConfig,
     ops: u64,
-    clients: usize,
+    (clients, a_clients_given): (usize, bool),
     ta: &TargetArgs,
 ) -> anyhow::Result<u64> {
     let keys = workload_keys(cfg, ops);
@@ -789,18 +869,25 @@ fn embedded_pool_size(
     if let Ok(fs) = rustix::fs::statvfs(&dir) {
         let free = fs.f_bavail.saturating_mul(fs.f_frsize);
         if need > free {
-            // Each client is granted log segments of its own: with many clients on few
-            // keys, that is what the pool is made of, and the message says so.
-            let (what, fewer) = if boomkv::bench::embedded::clients_need(clients, ta.segment_size) > need / 2 {
-                (format!("{clients} clients (two {} segments each)", short_bytes(ta.segment_size)), "--clients")
+            // Each client is granted log segments of its own, and the pool keeps a few
+            // spare: with many clients, or large segments, that is what the pool is made
+            // of, and the message says so.
+            let for_clients = boomkv::bench::embedded::clients_need(clients, ta.segment_size);
+            let for_segments = 4 * ta.segment_size;
+            let seg = short_bytes(ta.segment_size);
+            let (what, fewer) = if for_clients >= for_segments && for_clients > need / 2 {
+                let given = if a_clients_given { "--clients" } else { "--threads (or --clients)" };
+                (format!("{clients} clients (two {seg} segments each)"), format!("fewer {given}"))
+            } else if for_segments > need / 2 {
+                (format!("{seg} segments (four spare, two per client)"), "a smaller --segment-size".to_string())
             } else {
                 (
                     format!("{keys} keys of up to {} each", short_bytes(cfg.value_size.max())),
-                    "--records, a smaller --size",
+                    "fewer --records, a smaller --size".to_string(),
                 )
             };
             bail!(
-                "the embedded pool needs {} for {what}, but {} has {} free; use fewer {fewer}, \
+                "the embedded pool needs {} for {what}, but {} has {} free; use {fewer}, \
                  --pmem DIR on a larger file system, or --pool-size",
                 boomkv::units::human_bytes(need),
                 dir.display(),

@@ -166,7 +166,9 @@ impl<W: Write> HlogWriter<W> {
                 self.write_histogram(name, series.histogram(), interval_start, duration)?;
             }
         }
-        Ok(())
+        // On disk as the run goes (one write per interval): a run that is stopped, or
+        // killed, leaves the intervals it measured, and a reader can follow it.
+        self.out.flush().map_err(io_err)
     }
 
     /// Writes the run summary as comment lines: run time, operation count and the

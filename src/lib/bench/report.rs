@@ -30,7 +30,7 @@
 //! full percentile spectrum for plotting.
 
 use std::fs::OpenOptions;
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -333,9 +333,47 @@ impl CsvSchema {
     }
 }
 
+/// Checks that the CSV file at `path`, if it exists and is not empty, has `schema`'s
+/// header: what a run checks before it starts, so a file it could not append to does
+/// not cost the run.
+pub fn check_csv_header(path: &Path, schema: &CsvSchema) -> Result<()> {
+    let ctx = |what: &str| format!("{what} CSV file {}", path.display());
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(ctx("reading"), e)),
+    };
+    let mut first = String::new();
+    BufReader::new(&file).read_line(&mut first).map_err(|e| Error::io(ctx("reading"), e))?;
+    if first.is_empty() {
+        return Ok(());
+    }
+    let existing: Vec<String> = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(first.as_bytes())
+        .records()
+        .next()
+        .and_then(std::result::Result::ok)
+        .map(|r| r.iter().map(String::from).collect())
+        .unwrap_or_default();
+    let header = schema.header();
+    if existing != header {
+        let at = existing.iter().zip(&header).position(|(a, b)| a != b).unwrap_or(existing.len().min(header.len()));
+        return Err(Error::invalid(format!(
+            "{} has different columns than this run would write (first difference at column {}: `{}` vs `{}`); \
+             write to a new file",
+            path.display(),
+            at + 1,
+            existing.get(at).map(String::as_str).unwrap_or("<none>"),
+            header.get(at).map(String::as_str).unwrap_or("<none>"),
+        )));
+    }
+    Ok(())
+}
+
 /// Appends one row for this run to the CSV file at `path`, writing the header first
 /// if the file is new or empty. Fails, without writing, if the file's header differs
-/// from `schema`'s.
+/// from `schema`'s ([`check_csv_header`]).
 pub fn append_csv(
     path: &Path,
     schema: &CsvSchema,
@@ -344,38 +382,13 @@ pub fn append_csv(
     run: &RunInfo,
 ) -> Result<()> {
     let row = schema.row(context_values, m, run)?;
-    let header = schema.header();
     let ctx = |what: &str| format!("{what} CSV file {}", path.display());
-    let mut file =
-        OpenOptions::new().read(true).append(true).create(true).open(path).map_err(|e| Error::io(ctx("opening"), e))?;
+    check_csv_header(path, schema)?;
+    let mut file = OpenOptions::new().append(true).create(true).open(path).map_err(|e| Error::io(ctx("opening"), e))?;
     let len = file.metadata().map_err(|e| Error::io(ctx("reading"), e))?.len();
-    if len > 0 {
-        file.seek(SeekFrom::Start(0)).map_err(|e| Error::io(ctx("reading"), e))?;
-        let mut first = String::new();
-        BufReader::new(&file).read_line(&mut first).map_err(|e| Error::io(ctx("reading"), e))?;
-        let existing: Vec<String> = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .from_reader(first.as_bytes())
-            .records()
-            .next()
-            .and_then(std::result::Result::ok)
-            .map(|r| r.iter().map(String::from).collect())
-            .unwrap_or_default();
-        if existing != header {
-            let at = existing.iter().zip(&header).position(|(a, b)| a != b).unwrap_or(existing.len().min(header.len()));
-            return Err(Error::invalid(format!(
-                "{} has different columns than this run would write (first difference at column {}: `{}` vs `{}`); \
-                 write to a new file",
-                path.display(),
-                at + 1,
-                existing.get(at).map(String::as_str).unwrap_or("<none>"),
-                header.get(at).map(String::as_str).unwrap_or("<none>"),
-            )));
-        }
-    }
     let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
     if len == 0 {
-        w.write_record(&header).map_err(|e| Error::invalid(format!("CSV: {e}")))?;
+        w.write_record(schema.header()).map_err(|e| Error::invalid(format!("CSV: {e}")))?;
     }
     w.write_record(&row).map_err(|e| Error::invalid(format!("CSV: {e}")))?;
     let bytes = w.into_inner().map_err(|e| Error::invalid(format!("CSV: {e}")))?;

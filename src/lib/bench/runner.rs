@@ -26,7 +26,7 @@ use crate::bench::measure::{MeasurementInterval, Measurements, Status};
 use crate::bench::report::RunInfo;
 use crate::bench::status;
 use crate::client::{Client, ClientCounters, ClientOptions};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::transport::{Endpoint, Transport};
 use crate::workload::{CoreWorkload, Op, OpKind};
 
@@ -151,7 +151,7 @@ struct Shared {
     done: AtomicU64,
     errors: AtomicU64,
     stop: AtomicBool,
-    fatal: std::sync::Mutex<Option<String>>,
+    fatal: std::sync::Mutex<Option<(ErrorCode, String)>>,
     first_error: std::sync::Mutex<Option<String>>,
     client: std::sync::Mutex<Option<ClientCounters>>,
 }
@@ -504,8 +504,8 @@ fn phase<D: Db + 'static>(
     if let Some(e) = first_err {
         return Err(e);
     }
-    if let Some(f) = sh.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
-        return Err(Error::Invalid(f));
+    if let Some((code, message)) = sh.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+        return Err(Error::Stopped { code, message });
     }
     let run = RunInfo { runtime, operations: sh.done.load(Ordering::Relaxed) };
     if let Some(mut h) = col.hlog {
@@ -877,7 +877,10 @@ impl Shared {
             self.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
         }
         if e.is_fatal() {
-            self.fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
+            self.fatal
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_or_insert_with(|| (e.refusal_code(), e.to_string()));
             self.stop.store(true, Ordering::Relaxed);
         }
     }

@@ -293,17 +293,24 @@ pub struct PoolHeader {
     pub format_version: u32,
 }
 
+/// Whether a pool can have segments of `segment_size` bytes: a multiple of 4096, at
+/// least [`MIN_SEGMENT_SIZE`], at most 4 GiB.
+pub fn check_segment_size(segment_size: u64) -> Result<()> {
+    if segment_size < MIN_SEGMENT_SIZE || segment_size % 4096 != 0 {
+        return Err(Error::invalid(format!(
+            "segment size {segment_size} must be a multiple of 4096 and at least {MIN_SEGMENT_SIZE}"
+        )));
+    }
+    if segment_size > (1u64 << 32) {
+        return Err(Error::invalid(format!("segment size {segment_size} is over the 4 GiB limit")));
+    }
+    Ok(())
+}
+
 impl PoolHeader {
     /// Lays out a pool of `pool_size` bytes with segments of `segment_size`.
     pub fn new(pool_size: u64, segment_size: u64, uuid: [u8; 16], created: u64) -> Result<PoolHeader> {
-        if segment_size < MIN_SEGMENT_SIZE || segment_size % 4096 != 0 {
-            return Err(Error::invalid(format!(
-                "segment size {segment_size} must be a multiple of 4096 and at least {MIN_SEGMENT_SIZE}"
-            )));
-        }
-        if segment_size > (1u64 << 32) {
-            return Err(Error::invalid(format!("segment size {segment_size} is over the 4 GiB limit")));
-        }
+        check_segment_size(segment_size)?;
         let segment_count = pool_size.saturating_sub(POOL_HEADER_SIZE) / segment_size;
         if segment_count == 0 {
             return Err(Error::invalid(format!(

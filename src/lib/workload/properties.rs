@@ -379,6 +379,22 @@ impl WorkloadSpec {
         &self.warnings
     }
 
+    /// The properties of the runner (threads, throttling, measurement, output) set in
+    /// a file or with `-p`, with where: what a command that only loads records (and
+    /// takes none of them) must name rather than ignore. The seed is not among them:
+    /// the load's keys depend on it.
+    pub fn runner_properties(&self) -> Vec<(&str, &Origin)> {
+        self.props
+            .iter()
+            .filter(|(k, p)| {
+                k.as_str() != names::SEED
+                    && matches!(known(k), Some(Use::Runner))
+                    && !matches!(p.origin, Origin::BuiltIn { .. })
+            })
+            .map(|(k, p)| (k.as_str(), &p.origin))
+            .collect()
+    }
+
     fn bad(&self, key: &str, expected: &str) -> Error {
         let p = &self.props[key];
         Error::invalid(format!("property `{key}` = `{}` ({}): expected {expected}", p.value, p.origin))
@@ -730,6 +746,17 @@ mod tests {
         assert_eq!(e.get("maxscanlength"), Some("100"));
         assert_eq!(e.get("scanlengthdistribution"), Some("uniform"));
         assert!(WorkloadSpec::from_mix('g').is_err());
+    }
+
+    #[test]
+    fn the_runners_properties_set_by_hand_are_listed() {
+        let mut spec = WorkloadSpec::from_mix('a').unwrap();
+        for p in ["threadcount=4", "seed=3", "recordcount=10", "exportfile=/tmp/x", "table=t"] {
+            spec.set_override(p).unwrap();
+        }
+        let got: Vec<&str> = spec.runner_properties().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(got, ["exportfile", "threadcount"]);
+        assert!(WorkloadSpec::from_mix('d').unwrap().runner_properties().is_empty());
     }
 
     #[test]
