@@ -16,10 +16,24 @@ use std::fmt;
 use crate::error::{Error, Result};
 
 /// How many CPUs this process may use now (its affinity and CPU quota, as
-/// `std::thread::available_parallelism` reports them; 1 when that is unknown). Not
-/// cached: a thread's affinity may change.
+/// `std::thread::available_parallelism` reports them; 1 when that is unknown), whatever
+/// thread asks: a thread pinned to fewer CPUs than the process has (a benchmark's
+/// client) counts the process's, not its own (then without the quota). Not cached: the
+/// affinity may change.
 pub fn count() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+    let here = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let own = rustix::thread::sched_getaffinity(None).map(|s| s.count() as usize);
+    match (own, process_affinity().map(|s| s.count() as usize)) {
+        (Ok(own), Some(process)) if own < process => process,
+        _ => here,
+    }
+}
+
+/// The process's affinity: its main thread's, which no thread of ours pins (pinning
+/// is for threads a benchmark starts).
+fn process_affinity() -> Option<rustix::thread::CpuSet> {
+    let pid = rustix::thread::Pid::from_raw(i32::try_from(std::process::id()).ok()?)?;
+    rustix::thread::sched_getaffinity(Some(pid)).ok()
 }
 
 /// The highest CPU number a list may name (the kernel's `CpuSet` holds this many).
@@ -76,7 +90,9 @@ impl CpuList {
     /// container allows, not merely what the machine has); `None` where the system does
     /// not say.
     pub fn allowed() -> Option<CpuList> {
-        let set = rustix::thread::sched_getaffinity(None).ok()?;
+        // The process's, not the calling thread's: a pinned thread (a benchmark's
+        // client) asks for the CPUs a layout may use, not for the one it is on.
+        let set = process_affinity().or_else(|| rustix::thread::sched_getaffinity(None).ok())?;
         Self::from_cpus((0..MAX_CPU).filter(|&c| set.is_set(c)).collect())
     }
 
@@ -250,12 +266,18 @@ mod tests {
         let last = CpuList::from_cpus(vec![*allowed.cpus().last().unwrap()]).unwrap();
         let seen = std::thread::spawn(move || {
             last.pin_current_thread().unwrap();
-            (CpuList::allowed().unwrap(), rustix::thread::sched_getcpu())
+            let own = rustix::thread::sched_getaffinity(None).unwrap();
+            (own.count(), rustix::thread::sched_getcpu(), CpuList::allowed().unwrap(), count())
         })
         .join()
         .unwrap();
-        assert_eq!(seen.0.cpus(), &[*allowed.cpus().last().unwrap()]);
+        assert_eq!(seen.0, 1);
         assert_eq!(seen.1, *allowed.cpus().last().unwrap());
+        // The pinned thread still sees the process's CPUs: a pinned client asking how
+        // many there are (whether a spin takes a core another thread needs) counted
+        // one, and every later wait of the process believed it.
+        assert_eq!(seen.2, allowed);
+        assert_eq!(seen.3, allowed.len());
         // This thread was not restricted by the other's pin.
         assert_eq!(CpuList::allowed().unwrap(), allowed);
         let beyond = CpuList::from_cpus(vec![MAX_CPU - 1]).unwrap();
