@@ -114,7 +114,7 @@ impl Db for Recorder {
 
 impl Recorder {
     fn note(&self) {
-        let a = CpuList::allowed().map(|l| l.to_string()).unwrap_or_default();
+        let a = CpuList::this_thread().map(|l| l.to_string()).unwrap_or_default();
         self.0.lock().unwrap().insert(a);
     }
 }

@@ -86,12 +86,18 @@ impl CpuList {
         }
     }
 
-    /// The CPUs the calling thread may run on (its affinity: what `taskset` or a
-    /// container allows, not merely what the machine has); `None` where the system does
-    /// not say.
+    /// The CPUs the calling thread may run on: its own affinity (a pinned thread's one
+    /// CPU), where [`CpuList::allowed`] is the process's.
+    pub fn this_thread() -> Option<CpuList> {
+        let set = rustix::thread::sched_getaffinity(None).ok()?;
+        Self::from_cpus((0..MAX_CPU).filter(|&c| set.is_set(c)).collect())
+    }
+
+    /// The CPUs this process may run on (its affinity: what `taskset` or a container
+    /// allows, not merely what the machine has), whichever thread asks: a pinned thread
+    /// (a benchmark's client) gets the CPUs a layout may use, not the one it is on;
+    /// `None` where the system does not say.
     pub fn allowed() -> Option<CpuList> {
-        // The process's, not the calling thread's: a pinned thread (a benchmark's
-        // client) asks for the CPUs a layout may use, not for the one it is on.
         let set = process_affinity().or_else(|| rustix::thread::sched_getaffinity(None).ok())?;
         Self::from_cpus((0..MAX_CPU).filter(|&c| set.is_set(c)).collect())
     }
@@ -279,7 +285,7 @@ mod tests {
         assert_eq!(seen.2, allowed);
         assert_eq!(seen.3, allowed.len());
         // This thread was not restricted by the other's pin.
-        assert_eq!(CpuList::allowed().unwrap(), allowed);
+        assert_eq!(CpuList::this_thread().unwrap(), allowed);
         let beyond = CpuList::from_cpus(vec![MAX_CPU - 1]).unwrap();
         let e = beyond.check_allowed("the test's workers").unwrap_err();
         assert!(e.to_string().contains("not available"), "{e}");

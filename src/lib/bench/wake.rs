@@ -313,7 +313,7 @@ mod tests {
         let ns = ns.or_else(|| (1..10).find_map(|_| handoff_ns())).expect("two CPUs and ten tries: a figure");
         assert!(ns > 1.0 && ns < 100_000.0, "{ns} ns");
         // The caller's own CPUs are as they were.
-        assert_eq!(CpuList::allowed().unwrap(), allowed);
+        assert_eq!(CpuList::this_thread().unwrap(), allowed);
         // A CPU no system has: no figure, at once (both ways round), and no thread left
         // spinning. (A CPU merely outside this process's affinity might be allowed by
         // its cpuset, and pinning to it would succeed.)
