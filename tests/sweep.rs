@@ -288,7 +288,19 @@ fn bad_input_is_reported_with_the_file() {
     let out = boomctl().args(["sweep", "latency", "--sizes", "0", "--out"]).arg(dir.path().join("y")).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sizes: 0"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!dir.path().join("x").exists() && !dir.path().join("y").exists(), "an output directory was made");
+    // ... and an axis no preset of the sweep uses (it was ignored without a word)
+    let out =
+        boomctl().args(["sweep", "latency", "--threads", "4", "--out"]).arg(dir.path().join("w")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--threads: latency does not use it (it uses --sizes, --protocols, --ops, --workers)"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("x").exists() && !dir.path().join("y").exists() && !dir.path().join("w").exists(),
+        "an output directory was made"
+    );
     // A server that is not there stops the sweep at its first point, not after all.
     let out = boomctl()
         .args(["sweep", "latency", "--quick", "--quiet", "--server", "127.0.0.1:1", "--out"])

@@ -144,7 +144,10 @@ pub struct TargetArgs {
     /// Another store instead of boomkv, driven by the same generators, threads, target
     /// rate and reports: redis://HOST:PORT (a running Redis server; one string per
     /// record, no scans).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["server", "transport", "pmem", "pool_size", "workers", "index", "pin"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = [
+        "server", "transport", "pmem", "pool_size", "workers", "index", "pin", "protocol", "segment_size",
+        "update_mode", "fetch_size", "rfp_mode",
+    ])]
     pub db: Option<String>,
     /// Transport: with --server, if the address does not say; embedded: which one to use.
     #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]

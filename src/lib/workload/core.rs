@@ -257,6 +257,17 @@ impl CoreConfig {
             }
         };
         let theta = spec.get(names::THETA).map(|_| spec.get_f64(names::THETA, ZIPFIAN_CONSTANT)).transpose()?;
+        // A skew for a distribution that has none would be ignored without a word.
+        if theta.is_some()
+            && !matches!(request_distribution, RequestDistribution::Zipfian | RequestDistribution::Latest)
+        {
+            let origin = spec.property(names::THETA).map(|p| p.origin.to_string()).unwrap_or_default();
+            return Err(Error::invalid(format!(
+                "{} ({origin}) skews the zipfian and latest distributions only; requestdistribution is {}",
+                names::THETA,
+                spec.get_str("requestdistribution", "uniform")
+            )));
+        }
 
         // CoreWorkload takes anything but "hashed" for ordered; a typo there would
         // silently change every key, so only the two documented values are taken.

@@ -334,6 +334,17 @@ impl WorkloadSpec {
             Some(Use::Workload) if key == "readallfields" && value.trim().eq_ignore_ascii_case("false") => {
                 self.warnings.push(format!("{at}: readallfields=false has no effect: boomkv reads whole values"));
             }
+            Some(Use::Workload)
+                if matches!(key.as_str(), "readallfields" | "writeallfields")
+                    && !value.trim().eq_ignore_ascii_case("true")
+                    && !value.trim().eq_ignore_ascii_case("false") =>
+            {
+                self.warnings.push(format!(
+                    "{at}: {key}={} is neither true nor false (YCSB takes it for false); boomkv reads and writes \
+                     whole values either way",
+                    value.trim()
+                ));
+            }
             Some(Use::Workload) if key == "writeallfields" && value.trim().eq_ignore_ascii_case("false") => {
                 self.warnings.push(format!(
                     "{at}: writeallfields=false has no effect: boomkv updates write whole values of the record size"
@@ -816,6 +827,7 @@ mod tests {
         let e = spec.percentiles().unwrap_err().to_string();
         assert!(e.starts_with("property `hdrhistogram.percentiles` = `50,abc` (-p override):"), "{e}");
         spec.set("readallfields", "maybe").unwrap();
+        assert!(spec.warnings().iter().any(|w| w.contains("readallfields=maybe is neither true nor false")));
         assert!(spec.get_bool("readallfields", true).is_err());
         assert_eq!(spec.thread_count().unwrap(), 1);
         assert_eq!(spec.target().unwrap(), None);

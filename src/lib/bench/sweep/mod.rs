@@ -195,6 +195,27 @@ pub fn parse_size(s: &str) -> Result<u64> {
 }
 
 impl Axes {
+    /// The axes given, by field name (as [`presets::Meta::axes`] lists them).
+    pub fn given(&self) -> Vec<&'static str> {
+        let a = self;
+        [
+            ("sizes", a.sizes.is_some()),
+            ("protocols", a.protocols.is_some()),
+            ("threads", a.threads.is_some()),
+            ("thetas", a.thetas.is_some()),
+            ("segment_sizes", a.segment_sizes.is_some()),
+            ("mixes", a.mixes.is_some()),
+            ("flushes", a.flushes.is_some()),
+            ("ops", a.ops.is_some()),
+            ("keys", a.keys.is_some()),
+            ("workers", a.workers.is_some()),
+            ("client_threads", a.client_threads.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, given)| given.then_some(n))
+        .collect()
+    }
+
     /// Sets one axis from its name and a list (`sizes`, `protocols`, ...); the names
     /// are the long options without dashes, `_` or `-` both accepted.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
@@ -777,6 +798,29 @@ pub struct SweepOutcome {
 /// Runs the sweep: every preset's grid, then [`render`]. Points that fail are
 /// reported and skipped (the sweep runs unattended); a `--resume` runs them again.
 pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
+    // An axis none of the presets reads would be ignored without a word.
+    for axis in o.axes.given() {
+        if !o.presets.iter().any(|p| p.def().meta().axes.contains(&axis)) {
+            let names: Vec<String> = o.presets.iter().map(ToString::to_string).collect();
+            let reads: Vec<String> = o
+                .presets
+                .iter()
+                .flat_map(|p| p.def().meta().axes.iter())
+                .map(|a| format!("--{}", a.replace('_', "-")))
+                .fold(Vec::new(), |mut v, a| {
+                    if !v.contains(&a) {
+                        v.push(a);
+                    }
+                    v
+                });
+            return Err(SweepError::Invalid(format!(
+                "--{}: {} does not use it (it uses {})",
+                axis.replace('_', "-"),
+                names.join(", "),
+                reads.join(", ")
+            )));
+        }
+    }
     // Grids first: bad axes fail before anything runs (or any directory is made).
     let mut plan: Vec<(Preset, Vec<Point>)> = Vec::new();
     for &p in &o.presets {

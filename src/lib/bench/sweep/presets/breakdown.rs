@@ -29,6 +29,7 @@ impl PresetDef for Breakdown {
             method: "breakdown: the latency preset's points at fewer sizes (quick: 64 B, 1 KiB, 16 KiB; full: 64 B .. 16 KiB).",
             columns: COLUMNS,
             needs_embedded: false,
+            axes: &["sizes", "protocols", "ops", "workers"],
         }
     }
 

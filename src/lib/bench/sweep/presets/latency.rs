@@ -123,6 +123,7 @@ impl PresetDef for Latency {
          100..2000; each measured phase also stops after 2 s quick / 20 s full unless --ops is given).",
             columns: COLUMNS,
             needs_embedded: false,
+            axes: &["sizes", "protocols", "ops", "workers"],
         }
     }
 

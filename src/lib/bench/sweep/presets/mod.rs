@@ -46,6 +46,9 @@ pub struct Meta {
     pub columns: &'static [&'static str],
     /// Whether the preset varies the server's settings (so it needs embedded servers).
     pub needs_embedded: bool,
+    /// The axes ([`super::Axes`], by field name) it reads: one given to a sweep whose
+    /// presets read none of them is refused, not ignored.
+    pub axes: &'static [&'static str],
 }
 
 /// What a preset is: everything the driver asks of it.

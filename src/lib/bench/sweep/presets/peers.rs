@@ -110,6 +110,7 @@ impl PresetDef for Peers {
                      N = 200000, 10 s).",
             columns: COLUMNS,
             needs_embedded: true,
+            axes: &["threads", "client_threads", "keys", "mixes", "protocols", "sizes", "ops", "workers"],
         }
     }
 

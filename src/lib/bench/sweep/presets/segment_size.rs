@@ -32,6 +32,7 @@ impl PresetDef for SegmentSize {
             method: space::METHOD,
             columns: COLUMNS,
             needs_embedded: true,
+            axes: &["segment_sizes", "thetas", "keys", "ops", "workers"],
         }
     }
 

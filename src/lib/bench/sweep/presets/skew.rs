@@ -33,6 +33,7 @@ impl PresetDef for SkewPreset {
             method: space::METHOD,
             columns: COLUMNS,
             needs_embedded: false,
+            axes: &["thetas", "segment_sizes", "keys", "ops", "workers"],
         }
     }
 

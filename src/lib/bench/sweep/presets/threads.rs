@@ -55,6 +55,7 @@ impl PresetDef for Threads {
          the point's client threads (threads 1,2,4 quick; 1..16 full), at most 200000 / 2000000 operations.",
             columns: COLUMNS,
             needs_embedded: false,
+            axes: &["sizes", "threads", "protocols", "ops", "workers"],
         }
     }
 

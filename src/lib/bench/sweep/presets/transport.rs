@@ -57,6 +57,7 @@ impl PresetDef for Transport {
             method: "transport: the transport floor (bench-transport) with 2000 (quick) or 20000 (full) iterations per size.",
             columns: COLUMNS,
             needs_embedded: false,
+            axes: &["sizes", "ops"],
         }
     }
 

@@ -61,6 +61,7 @@ impl PresetDef for Writeback {
          cooperative write-back on or off, for 1 s (quick) or 5 s (full), at most 50000 / 500000 PUTs.",
             columns: COLUMNS,
             needs_embedded: true,
+            axes: &["flushes", "sizes", "ops", "workers"],
         }
     }
 

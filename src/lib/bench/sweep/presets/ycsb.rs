@@ -62,6 +62,7 @@ impl PresetDef for Ycsb {
          N = 20000).",
             columns: COLUMNS,
             needs_embedded: false,
+            axes: &["mixes", "protocols", "sizes", "ops", "workers"],
         }
     }
 
