@@ -683,6 +683,12 @@ fn runs_that_cannot_end_well_are_refused_or_explained() {
         &["ycsb", "--quiet", "--records", "10", "--ops", "10", "--json", &p("o/../o/r"), "--csv", &p("o/r")],
         "name the same file",
     );
+    // A skew for a distribution without one; a binding with boomkv's own options.
+    fails_with(
+        &["ycsb", "--theta", "1.1", "-p", "requestdistribution=uniform", "--dry-run"],
+        "skews the zipfian and latest distributions only; requestdistribution is uniform",
+    );
+    fails_with(&["ycsb", "--db", "redis://127.0.0.1:1", "--protocol", "rdmp", "--dry-run"], "cannot be used with");
     // --merge runs nothing, so takes no run or output option.
     fails_with(&["ycsb", "--merge", &p("x.hlog"), "--csv", &p("m.csv")], "cannot be used with");
     // A segment size no pool can have, on the command line.
