@@ -74,7 +74,18 @@ fn inspect_log_tables_filters_and_json() {
     // So is a key with no entry.
     let out = boomctl().args(["inspect-log", "--key", "nosuchkey", "--pmem"]).arg(&pool).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("no log entry of key `nosuchkey`") && !text.contains("checksum"), "{text}");
+    assert!(text.contains("no log entry of key `nosuchkey` in the pool's segments") && !text.contains("checksum"));
+    // A key that is not UTF-8 is a key like any other.
+    use std::os::unix::ffi::OsStrExt;
+    let out = boomctl()
+        .args(["inspect-log", "--segment", "0", "--key"])
+        .arg(std::ffi::OsStr::from_bytes(b"k\xff"))
+        .arg("--pmem")
+        .arg(&pool)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no log entry of key `k\\xff` in segment 0"), "{text}");
     assert_eq!(std::fs::read(&pool).unwrap(), before, "inspect-log must not change the pool");
 }
 
@@ -286,6 +297,18 @@ fn bench_transport_on_one_cpu_judges_nothing() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("the checks are not judged") && !text.contains("PASS"), "{text}");
+}
+
+#[test]
+fn bench_transport_takes_the_aliases_of_verbs_in_any_case() {
+    // Taken by the parser as before, then refused by a build without the backend.
+    if cfg!(feature = "rdma") {
+        return;
+    }
+    let out = boomctl().args(["bench-transport", "--transport", "RDMA"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("built without RDMA support"), "{err}");
 }
 
 #[test]

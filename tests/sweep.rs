@@ -111,7 +111,18 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
             } else {
                 "inconclusive (noisy)"
             };
-            assert_eq!(verdict, want, "row {i}: [{lo}, {hi}] against {target}");
+            // The CSV rounds to 0.01: an end that equals the target there may have been
+            // on either side of it before rounding.
+            let at_edge = (hi - target).abs() < 0.01 || (lo - target).abs() < 0.01;
+            let next = if (hi - target).abs() < 0.01 {
+                ["met", "inconclusive (noisy)"]
+            } else {
+                ["MISSED", "inconclusive (noisy)"]
+            };
+            assert!(
+                verdict == want || (at_edge && next.contains(&verdict)),
+                "row {i}: [{lo}, {hi}] against {target}: {verdict}"
+            );
         }
     }
 
@@ -301,6 +312,17 @@ fn bad_input_is_reported_with_the_file() {
         !dir.path().join("x").exists() && !dir.path().join("y").exists() && !dir.path().join("w").exists(),
         "an output directory was made"
     );
+    // A grid file's axes may serve other presets: not refused.
+    let grid = dir.path().join("g.grid");
+    std::fs::write(&grid, "preset = transport\nquick = true\nsizes = 64\nprotocols = boom\nops = 50\nrepeats = 1\n")
+        .unwrap();
+    ok(boomctl()
+        .args(["sweep", "--quiet", "--grid"])
+        .arg(&grid)
+        .arg("--out")
+        .arg(dir.path().join("g"))
+        .output()
+        .unwrap());
     // A server that is not there stops the sweep at its first point, not after all.
     let out = boomctl()
         .args(["sweep", "latency", "--quick", "--quiet", "--server", "127.0.0.1:1", "--out"])

@@ -695,6 +695,39 @@ fn runs_that_cannot_end_well_are_refused_or_explained() {
     fails_with(&["ycsb", "--segment-size", "1k", "--dry-run"], "invalid value '1k' for '--segment-size");
     // Values over the server's default limit are taken by the embedded server.
     run(&["ycsb", "--quiet", "--records", "4", "--ops", "8", "--size", "2M"]);
+    // A CSV written by earlier versions (the configured `operations` column too) is
+    // appended to in its own layout, not refused.
+    let text = std::fs::read_to_string(p("new.csv")).unwrap();
+    let mut lines = text.lines();
+    let legacy = lines.next().unwrap().replacen(",records,", ",records,operations,", 1);
+    std::fs::write(p("legacy.csv"), format!("{legacy}\n")).unwrap();
+    run(&["ycsb", "--quiet", "--records", "10", "--ops", "10", "--csv", &p("legacy.csv")]);
+    let rows: Vec<csv::StringRecord> = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_path(p("legacy.csv"))
+        .unwrap()
+        .records()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].len(), rows[1].len(), "{rows:?}");
+    assert_eq!(rows[0].iter().filter(|c| *c == "operations").count(), 2, "{rows:?}");
+    // A --json that cannot be written costs not the text report.
+    let out =
+        boomctl().args(["ycsb", "--records", "10", "--ops", "10", "--quiet", "--json", "/dev/full"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[OVERALL], Throughput(ops/sec)"));
+    // Option values in any case, and their aliases, as before.
+    run(&["ycsb", "--transport", "SHM", "--rfp-mode", "Reply", "--index", "BTREE", "--dry-run", "--print-ops", "1"]);
+    // A value the protocol cannot carry is refused before a pool is made for it.
+    fails_with(
+        &["ycsb", "--protocol", "rpc", "--size", "2M", "--records", "10", "--ops", "10"],
+        "rpc carries values up to 1051596 bytes (in one message)",
+    );
+    // `load` takes hdrhistogram.percentiles (its report's rows).
+    let out =
+        boomctl().args(["load", "--server", "127.0.0.1:1", "-p", "hdrhistogram.percentiles=50,99.9"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("has no effect"), "{out:?}");
     // `load` names the runner's properties it does not take.
     let out =
         boomctl().args(["load", "--server", "127.0.0.1:1", "-p", "threadcount=4", "-p", "target=10"]).output().unwrap();

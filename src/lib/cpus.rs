@@ -18,8 +18,7 @@ use crate::error::{Error, Result};
 /// How many CPUs this process may use now (its affinity and CPU quota, as
 /// `std::thread::available_parallelism` reports them; 1 when that is unknown), whatever
 /// thread asks: a thread pinned to fewer CPUs than the process has (a benchmark's
-/// client) counts the process's, not its own (then without the quota). Not cached: the
-/// affinity may change.
+/// client) counts the process's, not its own (then without the quota).
 pub fn count() -> usize {
     let here = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let own = rustix::thread::sched_getaffinity(None).map(|s| s.count() as usize);
@@ -29,11 +28,16 @@ pub fn count() -> usize {
     }
 }
 
-/// The process's affinity: its main thread's, which no thread of ours pins (pinning
-/// is for threads a benchmark starts).
+/// The process's affinity: its main thread's, read once, at first use. Pinning is for
+/// the threads a benchmark starts; the one thread of ours that pins the thread that
+/// called it, the transport floor's client (`bench::floor`), reads this first,
+/// so that a count taken while it runs is still the process's.
 fn process_affinity() -> Option<rustix::thread::CpuSet> {
-    let pid = rustix::thread::Pid::from_raw(i32::try_from(std::process::id()).ok()?)?;
-    rustix::thread::sched_getaffinity(Some(pid)).ok()
+    static SET: std::sync::OnceLock<Option<rustix::thread::CpuSet>> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| {
+        let pid = rustix::thread::Pid::from_raw(i32::try_from(std::process::id()).ok()?)?;
+        rustix::thread::sched_getaffinity(Some(pid)).ok()
+    })
 }
 
 /// The highest CPU number a list may name (the kernel's `CpuSet` holds this many).

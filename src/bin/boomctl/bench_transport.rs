@@ -18,7 +18,7 @@ pub struct BenchTransportArgs {
     /// Backend to measure: shm, tcp, verbs, or all (shm and tcp). verbs uses the device
     /// of $BOOMKV_RDMA_DEVICE (else the first), with perftest's ib_write_lat,
     /// ib_send_lat and ib_read_lat on the same device as its baselines.
-    #[arg(long, default_value = "all", value_parser = ["shm", "tcp", "verbs", "all"])]
+    #[arg(long, default_value = "all", ignore_case = true, value_parser = crate::common::one_of::<String>(&["shm", "tcp", "verbs|rdma|ib", "all"]))]
     pub transport: String,
     /// verbs: also measure with each of the RDMA design guidelines' optimizations off
     /// (inline, selective signaling, doorbell batching, batched receive refill), in the

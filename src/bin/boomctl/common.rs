@@ -89,7 +89,8 @@ pub fn protocol_parser() -> impl clap::builder::TypedValueParser<Value = boomkv:
 
 /// A value that is one of `names`, parsed by its type: listed in `--help` and offered
 /// by shell completion. A name may carry aliases the type also takes, unlisted:
-/// `"verbs|rdma|ib"`.
+/// `"verbs|rdma|ib"`. The argument takes `ignore_case = true` (the values were always
+/// taken in any case), and the type gets the value in lower case.
 pub fn one_of<T>(names: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
 where
     T: std::str::FromStr + Clone + Send + Sync + 'static,
@@ -100,7 +101,8 @@ where
         let v = clap::builder::PossibleValue::new(parts.next().unwrap_or(n));
         v.aliases(parts)
     });
-    clap::builder::PossibleValuesParser::new(values).try_map(|s| s.parse::<T>().map_err(|e| e.to_string()))
+    clap::builder::PossibleValuesParser::new(values)
+        .try_map(|s| s.to_ascii_lowercase().parse::<T>().map_err(|e| e.to_string()))
 }
 
 /// `--flush`: the write-back instructions, named for shell completion.
@@ -151,7 +153,7 @@ pub struct MediaArgs {
     pub flush: Option<FlushKind>,
     /// How durability is reached: `flush` (write-back + fence; enough on DAX or eADR) or
     /// `msync` (also msync the pages: needed for power-loss durability off DAX; slow).
-    #[arg(long, value_name = "flush|msync", default_value = "flush", value_parser = crate::common::one_of::<Durability>(&["flush", "msync"]))]
+    #[arg(long, ignore_case = true, value_name = "flush|msync", default_value = "flush", value_parser = crate::common::one_of::<Durability>(&["flush", "msync"]))]
     pub durability: Durability,
     /// Index to rebuild: `hash` (point lookups) or `ordered` (also scans, YCSB E).
     #[arg(long, value_name = "hash|ordered", default_value = "hash")]

@@ -37,7 +37,7 @@ pub struct CrashArgs {
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "6000")]
     max_value: u64,
     /// Transport between the clients and the server.
-    #[arg(long, value_name = "shm|tcp|verbs", default_value = "shm", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
+    #[arg(long, ignore_case = true, value_name = "shm|tcp|verbs", default_value = "shm", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     transport: Backend,
     /// Probability that a line not yet written back survives the crash.
     #[arg(long, default_value_t = 0.5)]

@@ -345,7 +345,7 @@ pub struct ClientArgs {
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_TCP)]
     pub server: String,
     /// Transport, if the address does not say (shm, tcp or verbs).
-    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
+    #[arg(long, ignore_case = true, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     pub transport: Option<Backend>,
     /// Protocol: boom (one round trip, the default) or one of the baselines of the papers
     /// (README, "Protocols").
@@ -359,7 +359,7 @@ pub struct ClientArgs {
     pub fetch_size: boomkv::proto::rfp::FetchSize,
     /// RFP: how results come back: hybrid (fetched, by the server's reply after repeated
     /// vain fetches, as the paper's client does), fetch (always), or reply (always).
-    #[arg(long, value_name = "hybrid|fetch|reply", default_value = "hybrid", value_parser = crate::common::one_of::<boomkv::proto::rfp::ResultMode>(&["hybrid", "fetch", "reply"]))]
+    #[arg(long, ignore_case = true, value_name = "hybrid|fetch|reply", default_value = "hybrid", value_parser = crate::common::one_of::<boomkv::proto::rfp::ResultMode>(&["hybrid", "fetch", "reply"]))]
     pub rfp_mode: boomkv::proto::rfp::ResultMode,
     /// pDPM-Direct: cells of the table, if the server's pool has none yet.
     #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS)]

@@ -346,9 +346,9 @@ pub struct InspectArgs {
     /// Only this segment.
     #[arg(long, value_name = "ID")]
     segment: Option<u64>,
-    /// Only entries of this key (implies --entries).
+    /// Only entries of this key (implies --entries; any bytes the shell passes).
     #[arg(long, value_name = "KEY")]
-    key: Option<String>,
+    key: Option<std::ffi::OsString>,
     /// Only segments of this client.
     #[arg(long, value_name = "ID")]
     client: Option<u64>,
@@ -404,10 +404,10 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         // An empty table would read as "nothing in it", not "no such segment".
         anyhow::bail!("--segment {s}: the pool has segments 0 to {}", segments.saturating_sub(1));
     }
-    let a_key = a.key.clone();
+    let a_key: Option<Vec<u8>> = a.key.as_ref().map(|k| std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec());
     let f = InspectFilter {
         segment: a.segment,
-        key: a.key.map(String::into_bytes),
+        key: a_key.clone(),
         client: a.client,
         entries: a.entries || a.values,
         free: a.free,
@@ -489,11 +489,13 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
     }
     // A key with no entry: said in words, not as an empty table.
     if let (Some(k), true) = (&a_key, ins.entries.is_empty()) {
+        let within = match (a.segment, a.client) {
+            (Some(s), _) => format!("segment {s}"),
+            (None, Some(c)) => format!("client {c}'s segments"),
+            (None, None) => "the pool's segments".to_string(),
+        };
         crate::outln!()?;
-        crate::outln!(
-            "no log entry of key `{}` in the pool's segments",
-            boomkv::log::inspect::printable_key(k.as_bytes())
-        )?;
+        crate::outln!("no log entry of key `{}` in {within}", boomkv::log::inspect::printable_key(k))?;
     } else if !ins.entries.is_empty() || f.entries || f.key.is_some() {
         crate::outln!()?;
         crate::outln!(

@@ -93,7 +93,7 @@ pub struct SweepArgs {
     client_threads: Option<String>,
     /// Transport of the embedded servers: shm (default), tcp, or verbs (feature `rdma`;
     /// device from $BOOMKV_RDMA_DEVICE).
-    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
+    #[arg(long, ignore_case = true, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     transport: Option<Backend>,
     /// Drive a running server (shm:/path, host:port) instead of embedded ones.
     #[arg(long, value_name = "ADDR")]
@@ -166,6 +166,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
             cli.set(name, v)?;
         }
     }
+    sweep::check_axes_used(&presets, &cli)?;
     axes.override_with(&cli);
     let server = match &a.server {
         Some(s) => Some(Endpoint::parse_for(s, a.transport).with_context(|| format!("--server {s}"))?),

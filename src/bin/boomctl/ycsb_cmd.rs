@@ -146,18 +146,18 @@ pub struct TargetArgs {
     /// record, no scans).
     #[arg(long, value_name = "URL", conflicts_with_all = [
         "server", "transport", "pmem", "pool_size", "workers", "index", "pin", "protocol", "segment_size",
-        "update_mode", "fetch_size", "rfp_mode",
+        "update_mode", "fetch_size", "rfp_mode", "cells", "cell_value", "clover_data",
     ])]
     pub db: Option<String>,
     /// Transport: with --server, if the address does not say; embedded: which one to use.
-    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
+    #[arg(long, ignore_case = true, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     pub transport: Option<Backend>,
     /// Protocol: boom (the default) or one of the baselines of the papers (README,
     /// "Protocols").
     #[arg(long, value_name = "PROTOCOL", default_value = "boom", value_parser = crate::common::protocol_parser())]
     pub protocol: Protocol,
     /// BOOM updates: hybrid (append + in place) or append (append only).
-    #[arg(long, value_name = "hybrid|append", default_value = "hybrid", value_parser = crate::common::one_of::<UpdateMode>(&["hybrid", "append"]))]
+    #[arg(long, ignore_case = true, value_name = "hybrid|append", default_value = "hybrid", value_parser = crate::common::one_of::<UpdateMode>(&["hybrid", "append"]))]
     pub update_mode: UpdateMode,
     /// RFP: bytes of the first READ of a result, or auto (profiled at connect: the knee
     /// of READ latency over 64 B..4 KiB).
@@ -166,7 +166,7 @@ pub struct TargetArgs {
     /// RFP: how results come back: hybrid (fetched, by the server's reply after 2
     /// requests in a row fetched in vain 5 times or more, as the paper's client does;
     /// back after 2 quick replies), fetch (always), or reply (always).
-    #[arg(long, value_name = "hybrid|fetch|reply", default_value = "hybrid", value_parser = crate::common::one_of::<boomkv::proto::rfp::ResultMode>(&["hybrid", "fetch", "reply"]))]
+    #[arg(long, ignore_case = true, value_name = "hybrid|fetch|reply", default_value = "hybrid", value_parser = crate::common::one_of::<boomkv::proto::rfp::ResultMode>(&["hybrid", "fetch", "reply"]))]
     pub rfp_mode: boomkv::proto::rfp::ResultMode,
     /// pDPM-Direct: cells of the table, if the pool has none yet [default: twice the
     /// keys the workload can write, at least 64].
@@ -200,7 +200,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "auto|off", value_enum, default_value = "auto")]
     pub pin: crate::common::PinMode,
     /// Embedded: index (ordered is chosen automatically for workloads with scans).
-    #[arg(long, value_name = "hash|ordered", value_parser = crate::common::one_of::<IndexKind>(&["hash", "ordered|btree"]))]
+    #[arg(long, ignore_case = true, value_name = "hash|ordered", value_parser = crate::common::one_of::<IndexKind>(&["hash", "ordered|btree"]))]
     pub index: Option<IndexKind>,
 }
 
@@ -253,7 +253,7 @@ pub struct YcsbArgs {
     percentiles: Option<String>,
     /// Latency unit of the text report: us (YCSB's whole microseconds, truncated) or ns
     /// (sub-microsecond figures; CSV and JSON always keep them).
-    #[arg(long, value_name = "us|ns", default_value = "us", value_parser = crate::common::one_of::<LatencyUnit>(&["us", "ns"]))]
+    #[arg(long, ignore_case = true, value_name = "us|ns", default_value = "us", value_parser = crate::common::one_of::<LatencyUnit>(&["us", "ns"]))]
     latency_unit: LatencyUnit,
     /// Append one CSV row for this run (stable column names).
     #[arg(long, value_name = "FILE")]
@@ -300,7 +300,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "ADDR")]
     server: String,
     /// Transport, if the address does not say.
-    #[arg(long, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
+    #[arg(long, ignore_case = true, value_name = "shm|tcp|verbs", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     transport: Option<Backend>,
     /// Protocol.
     #[arg(long, default_value = "boom", value_parser = crate::common::protocol_parser())]
@@ -324,8 +324,9 @@ fn target_options(ta: &TargetArgs) -> ClientOptions {
 
 pub fn load(a: LoadArgs) -> anyhow::Result<()> {
     let spec = a.w.spec()?;
-    // `load` takes the workload's records and --threads, nothing of the runner's.
-    for (k, origin) in spec.runner_properties() {
+    // `load` takes the workload's records, --threads and the report's percentiles,
+    // nothing else of the runner's.
+    for (k, origin) in spec.runner_properties().into_iter().filter(|(k, _)| *k != "hdrhistogram.percentiles") {
         eprintln!(
             "boomctl: warning: load: property `{k}` ({origin}) has no effect here; `boomctl ycsb -load --server ADDR` \
              takes it"
@@ -397,7 +398,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     // (not their values) and the percentiles.
     if let Some(csv) = &a.csv {
         let config = full_config(&a, w.config(), &RunOptions::default(), (1, 1, 0), None);
-        boomkv::bench::report::check_csv_header(csv, &csv_schema(&config, &pcts).0).context("--csv")?;
+        let existing = boomkv::bench::report::csv_header(csv).context("--csv")?;
+        let (schema, _) = csv_schema(&config, &pcts, existing.as_deref());
+        boomkv::bench::report::check_csv_header(csv, &schema).context("--csv")?;
     }
     if a.hdr_log.is_none() {
         if let Some(p) = spec.hdr_file_output()? {
@@ -606,13 +609,16 @@ fn run_phases(
                 - boomkv::log::format::SEGMENT_HEADER_SIZE
                 - boomkv::log::format::ENTRY_HEADER_SIZE
                 - u64::from(boomkv::log::format::MAX_KEY_LEN);
-            let limit = fits.min(u64::from(boomkv::server::MAX_VALUE_LIMIT));
+            let carried = u64::from(boomkv::proto::value_limit(ta.protocol));
+            let limit = fits.min(carried);
             if value > limit {
-                let why = if fits < u64::from(boomkv::server::MAX_VALUE_LIMIT) {
+                let why = if fits < carried {
                     format!(
                         "a --segment-size {} segment holds values up to {limit} bytes",
                         short_bytes(ta.segment_size)
                     )
+                } else if carried < u64::from(boomkv::server::MAX_VALUE_LIMIT) {
+                    format!("{} carries values up to {limit} bytes (in one message)", ta.protocol)
                 } else {
                     format!("one transfer carries values up to {limit} bytes")
                 };
@@ -678,8 +684,7 @@ fn write_reports(
     machine: &boomkv::bench::busy::RunMachine,
     pcts: &[f64],
 ) -> anyhow::Result<()> {
-    // The text report is made whole first, and the files are written before it goes to
-    // standard output: a reader that stops early (`| head`) costs none of them.
+    // The text report is made whole first.
     let mut out = Vec::new();
     for (k, v) in config {
         writeln!(out, "[CONFIG], {k}, {v}")?;
@@ -705,42 +710,61 @@ fn write_reports(
     for (name, v) in machine.rows() {
         writeln!(out, "[MACHINE], {name}, {v}")?;
     }
-    if let Some(csv) = &a.csv {
-        let (schema, values) = csv_schema(config, pcts);
-        append_csv(csv, &schema, &values, &result.measurements, &result.run).context("--csv")?;
-    }
-    if let Some(j) = &a.json {
-        let mut v = json_report(&result.measurements, &result.run, pcts, true);
-        v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
-        if let Some(sp) = space {
-            v["space"] = serde_json::to_value(sp)?;
-        }
-        if let Some(c) = &result.client {
-            v["client"] = serde_json::to_value(c)?;
-        }
-        v["machine"] = serde_json::to_value(machine)?;
-        std::fs::write(j, serde_json::to_vec_pretty(&v)?)
-            .with_context(|| format!("--json: writing {}", j.display()))?;
-    }
-    match spec.export_file() {
-        Some(p) => std::fs::write(&p, &out).with_context(|| format!("exportfile: writing {}", p.display()))?,
+    // The text report goes out first, and the files are written whatever became of it:
+    // a reader that stops early (`| head`) costs none of them, and a file that cannot
+    // be written costs not the report. The first error is the command's.
+    let printed = match spec.export_file() {
+        Some(p) => std::fs::write(&p, &out).with_context(|| format!("exportfile: writing {}", p.display())),
         None => {
             let mut o = std::io::stdout().lock();
-            o.write_all(&out)?;
-            o.flush()?;
+            o.write_all(&out).and_then(|()| o.flush()).map_err(anyhow::Error::from)
         }
-    }
-    Ok(())
+    };
+    let files = (|| -> anyhow::Result<()> {
+        if let Some(csv) = &a.csv {
+            let existing = boomkv::bench::report::csv_header(csv).context("--csv")?;
+            let (schema, values) = csv_schema(config, pcts, existing.as_deref());
+            append_csv(csv, &schema, &values, &result.measurements, &result.run).context("--csv")?;
+        }
+        if let Some(j) = &a.json {
+            let mut v = json_report(&result.measurements, &result.run, pcts, true);
+            v["config"] = config.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str()))).collect();
+            if let Some(sp) = space {
+                v["space"] = serde_json::to_value(sp)?;
+            }
+            if let Some(c) = &result.client {
+                v["client"] = serde_json::to_value(c)?;
+            }
+            v["machine"] = serde_json::to_value(machine)?;
+            std::fs::write(j, serde_json::to_vec_pretty(&v)?)
+                .with_context(|| format!("--json: writing {}", j.display()))?;
+        }
+        Ok(())
+    })();
+    printed.and(files)
 }
 
 /// The `--csv` schema of a run with `config` and the percentiles `pcts` (none: the
 /// default four), and the row's context values. The configured operation count is
-/// left out: the run's own `operations` column has it.
-fn csv_schema<'c>(config: &'c [(&'static str, String)], pcts: &[f64]) -> (CsvSchema, Vec<&'c str>) {
-    let context: Vec<&(&str, String)> = config.iter().filter(|(k, _)| *k != "operations").collect();
-    let names: Vec<&str> = context.iter().map(|(k, _)| *k).collect();
+/// left out: the run's own `operations` column has it. A file whose header (`existing`)
+/// is that of earlier versions, with both, is appended to in its own layout.
+fn csv_schema<'c>(
+    config: &'c [(&'static str, String)],
+    pcts: &[f64],
+    existing: Option<&[String]>,
+) -> (CsvSchema, Vec<&'c str>) {
     let pcts = if pcts.is_empty() { vec![50.0, 95.0, 99.0, 99.9] } else { pcts.to_vec() };
-    (CsvSchema::new(&names).with_percentiles(&pcts), context.iter().map(|(_, v)| v.as_str()).collect())
+    fn schema<'c>(context: &[&'c (&'static str, String)], pcts: &[f64]) -> (CsvSchema, Vec<&'c str>) {
+        let names: Vec<&str> = context.iter().map(|(k, _)| *k).collect();
+        (CsvSchema::new(&names).with_percentiles(pcts), context.iter().map(|(_, v)| v.as_str()).collect())
+    }
+    let all: Vec<&(&str, String)> = config.iter().collect();
+    let legacy = schema(&all, &pcts);
+    if existing.is_some_and(|h| h == legacy.0.header()) {
+        return legacy;
+    }
+    let context: Vec<&(&str, String)> = config.iter().filter(|(k, _)| *k != "operations").collect();
+    schema(&context, &pcts)
 }
 
 /// The run's `[CONFIG]` rows, with the thread placement `pin`.

@@ -333,29 +333,37 @@ impl CsvSchema {
     }
 }
 
-/// Checks that the CSV file at `path`, if it exists and is not empty, has `schema`'s
-/// header: what a run checks before it starts, so a file it could not append to does
-/// not cost the run.
-pub fn check_csv_header(path: &Path, schema: &CsvSchema) -> Result<()> {
+/// The header of the CSV file at `path`: `None` if there is no such file or it is
+/// empty.
+pub fn csv_header(path: &Path) -> Result<Option<Vec<String>>> {
     let ctx = |what: &str| format!("{what} CSV file {}", path.display());
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(ctx("reading"), e)),
     };
     let mut first = String::new();
     BufReader::new(&file).read_line(&mut first).map_err(|e| Error::io(ctx("reading"), e))?;
     if first.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    let existing: Vec<String> = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .from_reader(first.as_bytes())
-        .records()
-        .next()
-        .and_then(std::result::Result::ok)
-        .map(|r| r.iter().map(String::from).collect())
-        .unwrap_or_default();
+    Ok(Some(
+        csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(first.as_bytes())
+            .records()
+            .next()
+            .and_then(std::result::Result::ok)
+            .map(|r| r.iter().map(String::from).collect())
+            .unwrap_or_default(),
+    ))
+}
+
+/// Checks that the CSV file at `path`, if it exists and is not empty, has `schema`'s
+/// header: what a run checks before it starts, so a file it could not append to does
+/// not cost the run.
+pub fn check_csv_header(path: &Path, schema: &CsvSchema) -> Result<()> {
+    let Some(existing) = csv_header(path)? else { return Ok(()) };
     let header = schema.header();
     if existing != header {
         let at = existing.iter().zip(&header).position(|(a, b)| a != b).unwrap_or(existing.len().min(header.len()));

@@ -175,6 +175,31 @@ pub struct Axes {
     pub client_threads: Option<usize>,
 }
 
+/// Refuses an axis of `axes` that none of `presets` uses: given on the command line,
+/// it would be ignored without a word. (A grid file's axes may serve other presets.)
+pub fn check_axes_used(presets: &[Preset], axes: &Axes) -> Result<()> {
+    for axis in axes.given() {
+        if presets.iter().any(|p| p.def().meta().axes.contains(&axis)) {
+            continue;
+        }
+        let names: Vec<String> = presets.iter().map(ToString::to_string).collect();
+        let mut uses: Vec<String> = Vec::new();
+        for a in presets.iter().flat_map(|p| p.def().meta().axes.iter()) {
+            let flag = format!("--{}", a.replace('_', "-"));
+            if !uses.contains(&flag) {
+                uses.push(flag);
+            }
+        }
+        return Err(SweepError::Invalid(format!(
+            "--{}: {} does not use it (it uses {})",
+            axis.replace('_', "-"),
+            names.join(", "),
+            uses.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// Parses a comma-separated list with `f`, naming the axis in errors.
 pub fn parse_list<T>(axis: &str, s: &str, f: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
     let v: Vec<T> = s
@@ -798,29 +823,6 @@ pub struct SweepOutcome {
 /// Runs the sweep: every preset's grid, then [`render`]. Points that fail are
 /// reported and skipped (the sweep runs unattended); a `--resume` runs them again.
 pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
-    // An axis none of the presets reads would be ignored without a word.
-    for axis in o.axes.given() {
-        if !o.presets.iter().any(|p| p.def().meta().axes.contains(&axis)) {
-            let names: Vec<String> = o.presets.iter().map(ToString::to_string).collect();
-            let reads: Vec<String> = o
-                .presets
-                .iter()
-                .flat_map(|p| p.def().meta().axes.iter())
-                .map(|a| format!("--{}", a.replace('_', "-")))
-                .fold(Vec::new(), |mut v, a| {
-                    if !v.contains(&a) {
-                        v.push(a);
-                    }
-                    v
-                });
-            return Err(SweepError::Invalid(format!(
-                "--{}: {} does not use it (it uses {})",
-                axis.replace('_', "-"),
-                names.join(", "),
-                reads.join(", ")
-            )));
-        }
-    }
     // Grids first: bad axes fail before anything runs (or any directory is made).
     let mut plan: Vec<(Preset, Vec<Point>)> = Vec::new();
     for &p in &o.presets {
