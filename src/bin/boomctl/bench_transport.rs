@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use boomkv::bench::floor::{self, FloorOptions};
 use boomkv::transport::Backend;
 
@@ -52,12 +52,10 @@ pub struct BenchTransportArgs {
 pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
     // Its shm socket is in the temporary directory: an interrupted run removes it.
     crate::common::clean_up_on_signal(None)?;
-    let backends = match args.transport.to_ascii_lowercase().as_str() {
+    // clap took one of the names (in lower case): only "all" is not a backend.
+    let backends = match args.transport.as_str() {
         "all" => vec![Backend::Shm, Backend::Tcp],
-        other => match other
-            .parse::<Backend>()
-            .map_err(|_| anyhow!("--transport {other}: expected shm, tcp, verbs or all"))?
-        {
+        other => match other.parse::<Backend>()? {
             Backend::Verbs if !cfg!(feature = "rdma") => {
                 bail!("--transport verbs: this boomctl was built without RDMA support (--features rdma)")
             }
