@@ -178,6 +178,13 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     // Nothing ran: SETUP.md still describes the runs there, and only them.
     let kept = std::fs::read_to_string(out.join("SETUP.md")).unwrap();
     assert_eq!(kept, setup, "a resume that ran nothing rewrote SETUP.md");
+    // A resume under other run-wide settings is refused before anything runs: the rows
+    // there were measured under the first invocation's, and would pass for its own.
+    let other = tiny_latency(&out, &["--resume", "--seed", "2"]);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("seed 1 (now 2)") && err.contains("latency.csv"), "{err}");
+    assert_eq!(std::fs::read_to_string(out.join("latency.csv")).unwrap(), before);
 
     // Drop the last row: --resume runs exactly that point again.
     csv.truncate(csv.trim_end().rfind('\n').unwrap() + 1);
@@ -206,6 +213,12 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     std::fs::remove_file(out.join("SUMMARY.md")).unwrap();
     let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&out).output().unwrap());
     assert!(stdout.contains("== latency"), "{stdout}");
+    // It draws what the CSV holds, where it is: a run's options would be ignored.
+    for extra in [&["--out", "elsewhere"][..], &["--sizes", "32"], &["--transport", "shm"], &["--repeats", "2"]] {
+        let o = boomctl().args(["sweep", "--plot-only"]).arg(&out).args(extra).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
     assert!(has(&svg(&out, "fig14-get-latency"), "GET latency vs value size (tcp, 1 client)"));
     assert!(out.join("fig13-put-latency.png").exists() && out.join("SUMMARY.md").exists());
 }

@@ -20,6 +20,35 @@ Examples:
   boomctl sweep --grid workloads/sweep-quick.grid
   boomctl sweep --plot-only plots/2026-01-01-host # re-render from the CSV files";
 
+/// What `--plot-only` refuses: every option of a run (it draws what the CSV files
+/// hold, into their directory), not only the ones that contradict it.
+const PLOT_ONLY_CONFLICTS: [&str; 24] = [
+    "preset",
+    "resume",
+    "overwrite",
+    "quick",
+    "grid",
+    "out",
+    "sizes",
+    "protocols",
+    "threads",
+    "thetas",
+    "segment_sizes",
+    "mixes",
+    "flushes",
+    "ops",
+    "keys",
+    "workers",
+    "client_threads",
+    "transport",
+    "server",
+    "pmem",
+    "pin",
+    "seed",
+    "repeats",
+    "quiet",
+];
+
 /// Run a grid of benchmarks that reproduces the paper's figures, then plot it.
 #[derive(clap::Args, Debug)]
 #[command(after_help = format!("{}\n{}", sweep::presets::help(), SWEEP_HELP))]
@@ -48,8 +77,8 @@ pub struct SweepArgs {
     /// Start the CSV files again when they already have results.
     #[arg(long, conflicts_with = "resume")]
     overwrite: bool,
-    /// Only re-render plots and the summary from the CSV files in DIR.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "resume", "overwrite", "quick", "grid"])]
+    /// Only re-render plots and the summary from the CSV files in DIR (into DIR).
+    #[arg(long, value_name = "DIR", conflicts_with_all = PLOT_ONLY_CONFLICTS)]
     plot_only: Option<PathBuf>,
     /// A grid file (key = value lines: preset, transport, quick, sizes, protocols, ...);
     /// options given here override it.

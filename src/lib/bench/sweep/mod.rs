@@ -23,6 +23,7 @@ pub mod context;
 pub mod paper;
 pub mod plot;
 pub mod presets;
+pub mod resume;
 pub mod setup;
 pub mod summary;
 
@@ -820,6 +821,9 @@ pub struct SweepOutcome {
     pub rendered: Option<RenderOutcome>,
 }
 
+/// The runs of a preset still to make: `(point, repeat)`.
+type Runs = Vec<(Point, u64)>;
+
 /// Runs the sweep: every preset's grid, then [`render`]. Points that fail are
 /// reported and skipped (the sweep runs unattended); a `--resume` runs them again.
 pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
@@ -837,20 +841,23 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     }
     std::fs::create_dir_all(&o.out).map_err(io_err(&o.out))?;
     // Existing results: refuse to mix into them unless asked.
-    let mut todo: Vec<(Preset, Vec<(Point, u64)>)> = Vec::new();
+    // Per preset: the (point, repeat) runs to make, and whether its CSV has no rows yet.
+    let mut todo: Vec<(Preset, Runs, bool)> = Vec::new();
     let mut outcome = SweepOutcome::default();
     for (p, pts) in plan {
         let path = p.csv_path(&o.out);
         let done = if o.resume && !o.overwrite { done_points(p, &o.out)? } else { HashSet::new() };
-        if path.exists() && !o.resume && !o.overwrite {
-            let rows = Table::read(&path).map(|t| t.rows.len()).unwrap_or(0);
-            if rows > 0 {
-                return Err(SweepError::Invalid(format!(
-                    "{} already has {rows} results: pass --resume to skip them, --overwrite to start again, \
-                     or --out another directory",
-                    path.display()
-                )));
-            }
+        let rows =
+            if path.exists() && !o.overwrite { Table::read(&path).map(|t| t.rows.len()).unwrap_or(0) } else { 0 };
+        if rows > 0 && o.resume {
+            resume::check(p, o)?;
+        }
+        if rows > 0 && !o.resume {
+            return Err(SweepError::Invalid(format!(
+                "{} already has {rows} results: pass --resume to skip them, --overwrite to start again, \
+                 or --out another directory",
+                path.display()
+            )));
         }
         // Repeats interleaved: every point once, then every point again (A B C A B C),
         // so drift on the machine hits every point alike.
@@ -864,7 +871,7 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
                 }
             }
         }
-        todo.push((p, runs));
+        todo.push((p, runs, rows == 0));
     }
     let total: usize = todo.iter().map(|t| t.1.len()).sum();
     let resumed = setup::write_setup(o, total > 0)?;
@@ -877,9 +884,13 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     let mut speed = crate::bench::busy::SampleLog::new(crate::bench::busy::Probe::Speed);
     let mut handoff = crate::bench::busy::SampleLog::new(crate::bench::busy::Probe::Handoff);
     let mut ctx = context::Context::new(o, prog.bars());
-    for (preset, runs) in &todo {
+    for (preset, runs, starts) in &todo {
         let fresh = o.overwrite && !o.resume;
         let mut sink = CsvSink::open(*preset, &o.out, fresh)?;
+        if *starts {
+            // The CSV has no rows yet: they will be measured under this invocation's.
+            resume::write(*preset, o)?;
+        }
         let pts: Vec<Point> = runs.iter().filter(|r| r.1 == runs[0].1).map(|r| r.0.clone()).collect();
         preset.def().begin(&mut ctx, &pts);
         for (pt, rep) in runs {
