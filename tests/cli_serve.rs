@@ -86,14 +86,14 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
         |cmd: &str, rest: &[&OsStr]| boomctl().args([cmd, "--server", &tcp]).arg(key).args(rest).output().unwrap();
     let out = with("put", &[OsStr::from_bytes(b"v\xfe")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("stored k\\xff\\u{1}"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stored k\\xff\\x01"), "{out:?}");
     assert_eq!(with("get", &[]).stdout, b"v\xfe");
     let json = String::from_utf8(with("get", &[OsStr::new("--json")]).stdout).unwrap();
     assert!(json.contains(r#""key":null,"key_hex":"6bff01""#) && json.contains(r#""value_hex":"76fe""#), "{json}");
     assert!(with("del", &[]).status.success());
     let out = with("get", &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("key not found: k\\xff\\u{1}"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("key not found: k\\xff\\x01"), "{out:?}");
     // errors: one line, non-zero
     let out = run(&["get", "--server", "127.0.0.1:1", "x", "--timeout", "1"]);
     assert_eq!(out.status.code(), Some(1));
@@ -142,7 +142,9 @@ fn a_client_whose_server_dies_says_so_in_one_line() {
         let pool = dir.path().join(format!("pool{i}"));
         std::fs::create_dir(&pool).unwrap();
         let s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--listen", server], &pool, server);
-        // A PUT reads its value once connected: the server dies in between.
+        // A PUT reads its value once connected: the server dies in between, stopped
+        // first so that the request lies unread in its socket when it is killed (tcp then
+        // resets the connection, a failure the transport reports on a line of its own).
         let mut put = boomctl()
             .args(["put", "--server", server, "--timeout", "20", "k", "-"])
             .stdin(Stdio::piped())
@@ -155,10 +157,13 @@ fn a_client_whose_server_dies_says_so_in_one_line() {
             assert!(t0.elapsed() < Duration::from_secs(20), "the put never connected");
             std::thread::sleep(Duration::from_millis(20));
         }
-        drop(s);
-        std::thread::sleep(Duration::from_millis(200));
+        signal(s.0.id(), "STOP");
+        wait_stopped(s.0.id());
         use std::io::Write;
         let _ = put.stdin.take().unwrap().write_all(b"value");
+        std::thread::sleep(Duration::from_millis(300));
+        signal(s.0.id(), "KILL");
+        drop(s);
         let out = put.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{server}: {err}");
@@ -169,8 +174,31 @@ fn a_client_whose_server_dies_says_so_in_one_line() {
 
 /// Sends SIGTERM through the `kill` command (no unsafe code in tests).
 fn sigterm(pid: u32) {
-    let s = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
-    assert!(s.success());
+    signal(pid, "TERM");
+}
+
+/// Waits until every thread of `pid` has stopped (a signal is delivered to a thread
+/// running on another CPU a little after `kill` returns).
+fn wait_stopped(pid: u32) {
+    let t0 = Instant::now();
+    let stopped = || -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+        tasks.flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    };
+    while !stopped() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{pid} did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Sends signal `name` (`TERM`, `STOP`, ...) to `pid` through the `kill` command.
+fn signal(pid: u32, name: &str) {
+    let s = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().unwrap();
+    assert!(s.success(), "kill -{name} {pid}");
 }
 
 #[test]

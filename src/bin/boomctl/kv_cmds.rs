@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
+use boomkv::log::inspect::{printable_key, printable_key_upto};
 use boomkv::log::Pool;
 use boomkv::server::{Server, ServerConfig, ServerCore};
 use boomkv::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
@@ -457,45 +458,10 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
             }
             (None, None) => read_value(std::io::stdin().lock(), limit, "the value on standard input")?,
         };
-        let info = c.put(key, &value).with_context(|| format!("PUT {}", shown(key)))?;
-        eprintln!("stored {} ({} bytes, version {})", shown(key), value.len(), info.version);
+        let info = c.put(key, &value).with_context(|| format!("PUT {}", printable_key(key)))?;
+        eprintln!("stored {} ({} bytes, version {})", printable_key(key), value.len(), info.version);
         Ok(())
     })
-}
-
-/// A key as messages show it: as typed (control characters escaped, bytes that are
-/// not UTF-8 as `\xNN`), cut after 128 bytes.
-fn shown(key: &[u8]) -> String {
-    shown_upto(key, 128)
-}
-
-/// [`shown`], cut after `cut` bytes of the key.
-fn shown_upto(key: &[u8], cut: usize) -> String {
-    let mut s = String::new();
-    let mut at = 0;
-    for chunk in key.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            at += c.len_utf8();
-            if at > cut {
-                s.push_str("...");
-                return s;
-            }
-            if c.is_control() {
-                s.extend(c.escape_default());
-            } else {
-                s.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            at += 1;
-            if at > cut {
-                s.push_str("...");
-                return s;
-            }
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
 }
 
 /// Refuses a key no server takes before connecting (and before reading a value).
@@ -505,7 +471,11 @@ fn check_key(key: &[u8]) -> anyhow::Result<()> {
         bail!("the key is empty; a key is 1 to {max} bytes");
     }
     if key.len() > max {
-        bail!("the key is {} bytes; a key is at most {max} bytes (it begins `{}`)", key.len(), shown_upto(key, 40));
+        bail!(
+            "the key is {} bytes; a key is at most {max} bytes (it begins `{}`)",
+            key.len(),
+            printable_key_upto(key, 40)
+        );
     }
     Ok(())
 }
@@ -535,9 +505,9 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
     let v = boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
-        c.get(key).with_context(|| format!("GET {}", shown(key)))?
+        c.get(key).with_context(|| format!("GET {}", printable_key(key)))?
     });
-    let Some(v) = v else { bail!("key not found: {}", shown(key)) };
+    let Some(v) = v else { bail!("key not found: {}", printable_key(key)) };
     let hex = |b: &[u8]| -> String { b.iter().map(|b| format!("{b:02x}")).collect() };
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -577,11 +547,11 @@ pub fn del(a: DelArgs) -> anyhow::Result<()> {
         let mut c = connect(&t, &a.client)?;
         // The protocol's DELETE does not say whether the key existed; ask first, so a
         // missing key is reported (exit 1, like `get`) and no tombstone is written.
-        if c.get(key).with_context(|| format!("GET {}", shown(key)))?.is_none() {
-            bail!("key not found: {}", shown(key));
+        if c.get(key).with_context(|| format!("GET {}", printable_key(key)))?.is_none() {
+            bail!("key not found: {}", printable_key(key));
         }
-        let info = c.delete(key).with_context(|| format!("DEL {}", shown(key)))?;
-        eprintln!("deleted {} (version {})", shown(key), info.version);
+        let info = c.delete(key).with_context(|| format!("DEL {}", printable_key(key)))?;
+        eprintln!("deleted {} (version {})", printable_key(key), info.version);
         Ok(())
     })
 }
@@ -681,20 +651,4 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn keys_are_shown_as_typed_escaped_where_unprintable_and_cut() {
-        assert_eq!(super::shown("clé".as_bytes()), "clé");
-        assert_eq!(super::shown(b"a\nb\x07"), "a\\nb\\u{7}");
-        assert_eq!(super::shown(b"k\xff\xfe!"), "k\\xff\\xfe!");
-        let long = "é".repeat(100);
-        let s = super::shown(long.as_bytes());
-        assert!(s.ends_with("...") && s.len() <= 131, "{s}");
-        assert_eq!(s.trim_end_matches("...").chars().count(), 64);
-        let s = super::shown(&[0xffu8; 200]);
-        assert_eq!(s.trim_end_matches("..."), "\\xff".repeat(128));
-    }
 }

@@ -155,22 +155,43 @@ pub struct CellRow {
     pub value: Option<String>,
 }
 
-/// Renders key (or value) bytes printable: ASCII as is, `\` doubled, other bytes as
-/// `\xNN`, cut after 128 bytes with `...`.
+/// Renders key (or value) bytes printable and unambiguous, the one way every command
+/// shows a key: valid UTF-8 as typed (`clé`), `\` doubled, control characters and bytes
+/// that are not UTF-8 as `\xNN` (each byte), cut after 128 bytes with `...`.
 pub fn printable_key(k: &[u8]) -> String {
+    printable_key_upto(k, 128)
+}
+
+/// [`printable_key`], cut after `cut` bytes of `k` (a character is never split).
+pub fn printable_key_upto(k: &[u8], cut: usize) -> String {
     let mut s = String::new();
-    for &b in k.iter().take(128) {
-        if b.is_ascii_graphic() || b == b' ' {
-            if b == b'\\' {
-                s.push('\\');
-            }
-            s.push(b as char);
-        } else {
+    let mut at = 0;
+    let hex = |s: &mut String, bytes: &[u8]| {
+        for b in bytes {
             s.push_str(&format!("\\x{b:02x}"));
         }
-    }
-    if k.len() > 128 {
-        s.push_str("...");
+    };
+    for chunk in k.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            at += c.len_utf8();
+            if at > cut {
+                s.push_str("...");
+                return s;
+            }
+            match c {
+                '\\' => s.push_str("\\\\"),
+                c if c.is_control() => hex(&mut s, c.encode_utf8(&mut [0; 4]).as_bytes()),
+                c => s.push(c),
+            }
+        }
+        for &b in chunk.invalid() {
+            at += 1;
+            if at > cut {
+                s.push_str("...");
+                return s;
+            }
+            hex(&mut s, &[b]);
+        }
     }
     s
 }
@@ -402,4 +423,26 @@ fn entry_row(pool: &Pool, id: u64, e: &ScannedEntry, slot: &[u8], f: &InspectFil
         status,
         value,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_are_shown_as_typed_unambiguous_where_unprintable_and_cut() {
+        use super::printable_key as shown;
+        assert_eq!(shown("clé".as_bytes()), "clé");
+        assert_eq!(shown(b"a\nb\x07 c"), "a\\x0ab\\x07 c");
+        assert_eq!(shown(b"k\xff\xfe!"), "k\\xff\\xfe!");
+        // A backslash is doubled: the key `\xff` (four characters) is not the byte.
+        assert_eq!(shown(b"\\xff"), "\\\\xff");
+        // A control character beyond ASCII (U+0085) is its bytes.
+        assert_eq!(shown("a\u{85}".as_bytes()), "a\\xc2\\x85");
+        let long = "é".repeat(100);
+        let s = shown(long.as_bytes());
+        assert!(s.ends_with("...") && s.len() <= 131, "{s}");
+        assert_eq!(s.trim_end_matches("...").chars().count(), 64);
+        let s = shown(&[0xffu8; 200]);
+        assert_eq!(s.trim_end_matches("..."), "\\xff".repeat(128));
+        assert_eq!(super::printable_key_upto(b"abcdef", 3), "abc...");
+    }
 }
