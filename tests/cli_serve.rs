@@ -221,6 +221,27 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--listen 127.0.0.1:70000"), "{err}");
     assert!(!dir.path().join("boomkv.pool").exists(), "the new pool in the directory is removed: {err}");
+    // One address twice is named as such (it was "Address already in use"), and a
+    // server that could take no value is refused.
+    let twice = format!("tcp://{port}");
+    for (args, needle) in [
+        (
+            &["--listen", &port, "--listen", &twice][..],
+            format!("--listen {twice}: the same address as --listen {port}"),
+        ),
+        (&["--max-value", "0", "--listen", &port][..], "--max-value 0".to_string()),
+    ] {
+        let out = run(&[&["serve", "--pmem", p, "--pool-size", "64M"][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&needle), "{args:?}: {err}");
+        assert!(!pool.exists(), "{args:?}: the new pool is removed");
+    }
+    // A pool too small to keep a free segment back is served, with a warning: its
+    // DELETEs fail once it is full (the README's "DELETEs still succeed" needs 4).
+    let out = run(&["serve", "--pmem", p, "--pool-size", "8M", "--segment-size", "4M", "--listen", "127.0.0.1:70000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a pool of 1 segment keeps no free segment back"), "{err}");
     // a pool that was there stays, whatever fails
     // (Killed when dropped: a failed assertion must not leave it running.)
     let mut s = Serve(

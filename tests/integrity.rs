@@ -151,6 +151,14 @@ fn a_flipped_bit_in_the_newest_value_reads_as_damaged_never_as_the_older_value()
         assert!(rep.damaged() >= 1);
         assert!(rep.problems.iter().any(|p| p.contains("stale") && p.contains("damaged")), "{:?}", rep.problems);
         assert_eq!(value_of(&p, b"gone"), Ok(None));
+        if i == 0 {
+            // inspect-log shows the damaged entry with the lengths its header holds
+            // (its value length read 0).
+            let f = boomkv::log::inspect::InspectFilter { key: Some(b"stale".to_vec()), ..Default::default() };
+            let ins = boomkv::log::inspect::inspect(&p, &rep, &f);
+            let row = ins.entries.iter().find(|e| e.status == "damaged").expect("a damaged row");
+            assert_eq!(row.value_len, b"new value".len() as u64, "{row:?}");
+        }
     }
     // a flip in an older entry's body just rejects that entry
     let mut img = b.image.clone();

@@ -137,7 +137,15 @@ fn round_trips_sizes_and_restart<T: Backend>(p: Protocol) {
         let k = format!("key-{i}");
         if !fits(n) {
             let e = c.put(k.as_bytes(), &value(i, n)).unwrap_err();
-            assert!(matches!(e, boomkv::Error::TooLarge { what: "value", .. }), "{p} size {n}: {e:?}");
+            let boomkv::Error::TooLarge { what: "value", len, limit } = e else { panic!("{p} size {n}: {e:?}") };
+            // In the value's own bytes (Clover named its version's), and the limit is the
+            // real one: a value of it is stored, one byte more is not.
+            assert_eq!(len, n as u64, "{p}");
+            let edge = format!("lim-{i}"); // as long as `k`: the limit depends on the key
+            c.put(edge.as_bytes(), &value(i, limit as usize)).unwrap_or_else(|e| panic!("{p}: {limit} bytes: {e}"));
+            assert_eq!(c.get(edge.as_bytes()).unwrap().unwrap(), value(i, limit as usize), "{p}");
+            let e = c.put(edge.as_bytes(), &value(i, limit as usize + 1)).unwrap_err();
+            assert!(matches!(e, boomkv::Error::TooLarge { .. }), "{p}: {limit} + 1 bytes: {e:?}");
             continue;
         }
         c.put(k.as_bytes(), &value(i, n)).unwrap();

@@ -196,14 +196,45 @@ fn inspect_log_names_the_cleaner_shows_values_and_recover_lists_keys() {
 }
 
 #[test]
+fn recover_lists_long_keys_whole() {
+    // Cut after 128 bytes, two keys that differ only further on were listed alike.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = PoolOptions { segment_size: 64 << 10, ..Default::default() };
+    o.media.create_size = Some(1 << 20);
+    let long = "b".repeat(1000);
+    {
+        let (pool, _) = Pool::open(dir.path(), &o).unwrap();
+        let mut w = LocalWriter::new(&pool);
+        for end in ["1", "2"] {
+            w.append(format!("{long}{end}").as_bytes(), b"v", false).unwrap();
+        }
+    }
+    let out = boomctl().args(["recover", "--keys", "--pmem"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let keys: Vec<&str> = s.lines().skip_while(|l| !l.is_empty()).skip(1).collect();
+    assert_eq!(keys, [format!("{long}1"), format!("{long}2")], "{s}");
+}
+
+#[test]
+fn a_full_standard_output_is_named() {
+    // It ended with a bare "No space left on device".
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path());
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = boomctl().args(["recover", "--keys", "--pmem"]).arg(&pool).stdout(full).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("boomctl: error: writing standard output: "), "{err}");
+}
+
+#[test]
 fn crashtest_refuses_what_it_cannot_run() {
     // A largest value no segment holds was generated in full before the server refused
     // it (10G: all the memory; u64::MAX: a panic); no threads or keys was made 1.
     for (args, needle) in [
         (&["--max-value", "10G"][..], "hold values of at most"),
         (&["--max-value", "18446744073709551615"][..], "hold values of at most"),
-        (&["--keys", "0"][..], "at least 1 of each"),
-        (&["--ops", "0"][..], "nothing would be checked"),
     ] {
         let out = boomctl().args(["crashtest", "--iterations", "1", "--quiet"]).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -218,10 +249,21 @@ fn crashtest_refuses_what_it_cannot_run() {
         assert_eq!(out.status.code(), Some(2), "{n}: {err}");
         assert!(err.contains("1..=256"), "{n}: {err}");
     }
-    let out = boomctl().args(["crashtest", "--iterations", "0", "--quiet"]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("nothing would be checked"), "{err}");
+    // Counts and the probability are checked by the command line too (exit 2, as every
+    // value that does not parse), not after it (they exited 1).
+    for (args, needle) in [
+        (&["--iterations", "0"][..], "not in 1.."),
+        (&["--keys", "0"][..], "not in 1.."),
+        (&["--ops", "0"][..], "not in 1.."),
+        (&["--keep", "1.5"][..], "between 0 and 1"),
+        (&["--keep", "NaN"][..], "between 0 and 1"),
+        (&["--keep", "-0.1"][..], "between 0 and 1"),
+    ] {
+        let out = boomctl().args(["crashtest", "--quiet"]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
     // load: no client threads was made 1
     let out = boomctl().args(["load", "--server", "127.0.0.1:9", "--threads", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));

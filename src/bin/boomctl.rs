@@ -143,7 +143,7 @@ fn main() -> ExitCode {
             // Into memory first: clap_complete panics on a write error (a closed pipe).
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut script);
-            std::io::stdout().lock().write_all(&script).map_err(anyhow::Error::from)
+            common::stdout().write_all(&script).map_err(anyhow::Error::from)
         }
         Command::Sweep(a) => sweep_cmd::run(a),
     };

@@ -57,13 +57,17 @@ pub enum Error {
     /// An argument or configuration the library cannot accept.
     #[error("{0}")]
     Invalid(String),
-    /// The pool has no free segment left.
-    #[error("pool full: no free segment (pool has {segments} segments of {segment_size} bytes)")]
+    /// The pool has no free segment left for this use (the last free ones are kept for
+    /// the cleaner and the tombstone log).
+    #[error("pool full: no free segment (pool has {} of {segment_size} bytes{})", segments_of(*.segments), kept_note(*.kept))]
     PoolFull {
         /// Segments in the pool.
         segments: u64,
         /// Bytes per segment.
         segment_size: u64,
+        /// Free segments there are but this use may not take: kept for the cleaner (so a
+        /// full pool can be compacted) and for DELETEs.
+        kept: usize,
     },
     /// The pool has free segments, but not the run of consecutive ones a cell table or
     /// an arena needs.
@@ -229,5 +233,23 @@ impl Error {
     /// Shorthand for [`Error::Io`].
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io { context: context.into(), source }
+    }
+}
+
+/// `1 segment`, `4 segments` (`units::count`, which this bottom layer may not use).
+fn segments_of(n: u64) -> String {
+    if n == 1 {
+        "1 segment".into()
+    } else {
+        format!("{n} segments")
+    }
+}
+
+/// The end of [`Error::PoolFull`]'s message: the free segments kept back, if any.
+fn kept_note(kept: usize) -> String {
+    match kept {
+        0 => String::new(),
+        1 => "; its last free segment is kept for the cleaner".into(),
+        n => format!("; its last {n} free segments are kept for the cleaner and DELETEs"),
     }
 }

@@ -9,6 +9,9 @@ use crate::error::{Error, Result};
 /// silent guess either way mis-sizes a benchmark. Every unit here is a power of 1024.
 pub fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(Error::invalid(format!("'{s}': a size cannot be negative")));
+    }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, suf) = t.split_at(split);
     let suf = suf.trim();
@@ -45,6 +48,15 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
         return Err(Error::invalid(format!("'{s}' is not a whole number of bytes")));
     }
     Ok(bytes as u64)
+}
+
+/// `n` and `noun`, plural when `n` is not 1: `1 segment`, `4 segments`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Formats a byte count for people: `512 B`, `2.0 KiB`, `1.50 GiB`.

@@ -80,7 +80,7 @@ pub fn run(args: BenchTransportArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.csv {
         crate::common::check_writable("--csv", path)?;
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::common::stdout();
     let report = floor::run(&opts, &mut out).context("transport floor benchmark")?;
     if let Some(path) = &args.csv {
         let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;

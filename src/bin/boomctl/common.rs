@@ -14,8 +14,36 @@ use boomkv::units::parse_bytes;
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*)
+        writeln!($crate::common::stdout(), $($arg)*)
     }};
+}
+
+/// Standard output, locked, whose errors say what failed: a full disk under `> file`
+/// used to end a command with a bare "No space left on device". The error's kind is
+/// kept (a closed pipe is still a normal end, see [`is_broken_pipe`]).
+pub struct Stdout(std::io::StdoutLock<'static>);
+
+/// [`Stdout`].
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+fn on_stdout(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("writing standard output: {e}"))
+}
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(on_stdout)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf).map_err(on_stdout)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(on_stdout)
+    }
 }
 
 /// Is this error, anywhere in its chain, a closed pipe on our output?

@@ -15,8 +15,8 @@ random write-back, fence or protocol step, recovers the image (durable lines plu
 of dirty lines, torn at 8-byte granularity) and checks it. A failure prints the seed and the\n\
 command that replays it.\n\nExamples:\n  boomctl crashtest --iterations 10000\n  boomctl crashtest --protocol rdmp --threads 4 --seed 42")]
 pub struct CrashArgs {
-    /// Crashes to simulate.
-    #[arg(long, default_value_t = 1000)]
+    /// Crashes to simulate (at least 1).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     iterations: u64,
     /// Seed of the first iteration (iteration i uses seed + i).
     #[arg(long, default_value_t = 1)]
@@ -27,11 +27,11 @@ pub struct CrashArgs {
     /// Client threads (1 to 256).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=boomkv::crashtest::MAX_THREADS as u64))]
     threads: u64,
-    /// Operations per client per iteration.
-    #[arg(long, default_value_t = 60)]
+    /// Operations per client per iteration (at least 1).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     ops: u64,
-    /// Distinct keys.
-    #[arg(long, default_value_t = 24)]
+    /// Distinct keys (at least 1).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
     /// Largest value.
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "6000")]
@@ -39,8 +39,8 @@ pub struct CrashArgs {
     /// Transport between the clients and the server.
     #[arg(long, ignore_case = true, value_name = "shm|tcp|verbs", default_value = "shm", value_parser = crate::common::one_of::<Backend>(&["shm", "tcp", "verbs|rdma|ib"]))]
     transport: Backend,
-    /// Probability that a line not yet written back survives the crash.
-    #[arg(long, default_value_t = 0.5)]
+    /// Probability that a line not yet written back survives the crash (0 to 1).
+    #[arg(long, default_value_t = 0.5, value_parser = probability, allow_negative_numbers = true)]
     keep: f64,
     /// Keep whole lines instead of tearing them at 8-byte granularity.
     #[arg(long)]
@@ -76,9 +76,6 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
         boomkv::log::planted::set(p.parse().map_err(anyhow::Error::msg)?);
         #[cfg(not(feature = "planted-bugs"))]
         bail!("--plant {p} needs a build with --features planted-bugs");
-    }
-    if !(0.0..=1.0).contains(&a.keep) {
-        bail!("--keep must be between 0 and 1");
     }
     let o = CrashTestOptions {
         iterations: a.iterations,
@@ -134,4 +131,13 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
         bail!("the crash promise was broken: {} lost, {} corrupted", rep.lost, rep.corrupted);
     }
     Ok(())
+}
+
+/// `--keep`: a probability, 0 to 1.
+fn probability(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        Ok(_) => Err("a probability is between 0 and 1".into()),
+        Err(e) => Err(format!("{e} (a probability: 0 to 1, e.g. 0.5)")),
+    }
 }

@@ -11,11 +11,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
-use boomkv::log::inspect::{printable_key, printable_key_upto};
+use boomkv::log::inspect::printable_upto;
 use boomkv::log::Pool;
 use boomkv::server::{Server, ServerConfig, ServerCore};
 use boomkv::transport::{Backend, Endpoint, ShmTransport, TcpTransport, Transport};
-use boomkv::units::{human_bytes, short_bytes};
+use boomkv::units::{count, human_bytes, short_bytes};
 use boomkv::wire::Protocol;
 
 use crate::common::{size_arg, MediaArgs, PmemArgs, VerbsArgs};
@@ -170,6 +170,9 @@ fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::
         - boomkv::log::format::ENTRY_HEADER_SIZE
         - boomkv::log::format::MAX_KEY_LEN as u64;
     let max_value = match a.max_value {
+        Some(0) => bail!(
+            "--max-value 0: a server must take values of at least 1 byte (omit it for the largest the segment takes)"
+        ),
         Some(v) if v > fits => {
             bail!("--max-value {} does not fit a {} segment (at most {fits} bytes)", human_bytes(v), human_bytes(seg))
         }
@@ -180,22 +183,30 @@ fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::
     let media = pool.media();
     if rep.created {
         eprintln!(
-            "boomctl serve: created a new pool {} ({}, {} segments of {})",
+            "boomctl serve: created a new pool {} ({}, {} of {})",
             media.path().display(),
             human_bytes(media.len()),
-            pool.segment_count(),
+            count(pool.segment_count(), "segment"),
             human_bytes(seg)
         );
     } else {
         eprintln!(
-            "boomctl serve: opened pool {} ({}, {} segments of {}) with {} keys ({} deleted), recovered in {:.1} ms",
+            "boomctl serve: opened pool {} ({}, {} of {}) with {} keys ({} deleted), recovered in {:.1} ms",
             media.path().display(),
             human_bytes(media.len()),
-            pool.segment_count(),
+            count(pool.segment_count(), "segment"),
             human_bytes(seg),
             rep.keys,
             rep.tombstones,
             rep.elapsed_ms
+        );
+    }
+    if pool.segment_count() < 4 {
+        eprintln!(
+            "boomctl serve: warning: a pool of {} keeps no free segment back: once clients fill it, DELETEs are \
+             refused too and the cleaner cannot compact it (4 segments or more keep one for each; a larger \
+             --pool-size or a smaller --segment-size)",
+            count(pool.segment_count(), "segment")
         );
     }
     eprintln!("boomctl serve: durability: {}", media.durability_statement());
@@ -229,8 +240,13 @@ fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::
     let mut shm = Vec::new();
     let mut tcp = Vec::new();
     let mut verbs = Vec::new();
+    let mut seen: Vec<(Endpoint, &str)> = Vec::new();
     for l in &listen {
         let ep = Endpoint::parse(l).with_context(|| format!("--listen {l}"))?;
+        if let Some((_, first)) = seen.iter().find(|(e, _)| *e == ep) {
+            bail!("--listen {l}: the same address as --listen {first} (give each address once)");
+        }
+        seen.push((ep.clone(), l));
         match ep.backend() {
             Backend::Shm => shm.push(ep),
             Backend::Tcp => tcp.push(ep),
@@ -365,8 +381,9 @@ pub struct ClientArgs {
     /// pDPM-Direct: cells of the table, if the server's pool has none yet.
     #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS)]
     pub cells: u64,
-    /// pDPM-Direct: the largest value a cell holds, if the server's pool has no table yet
-    /// (Clover: the largest value its chunks are sized for).
+    /// pDPM-Direct: the value a cell holds under the longest cell key (a shorter key
+    /// leaves room for more), if the server's pool has no table yet (Clover: chunks are
+    /// sized for four versions of such a value, and 64 KiB at least).
     #[arg(long, value_name = "SIZE", value_parser = cell_value_arg, default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELL_VALUE)]
     pub cell_value: u32,
     /// Clover: bytes of chunks of the arena, if the server's pool has none yet (its head
@@ -458,8 +475,8 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
             }
             (None, None) => read_value(std::io::stdin().lock(), limit, "the value on standard input")?,
         };
-        let info = c.put(key, &value).with_context(|| format!("PUT {}", printable_key(key)))?;
-        eprintln!("stored {} ({} bytes, version {})", printable_key(key), value.len(), info.version);
+        let info = c.put(key, &value).with_context(|| format!("PUT {}", shown(key)))?;
+        eprintln!("stored {} ({} bytes, version {})", shown(key), value.len(), info.version);
         Ok(())
     })
 }
@@ -471,11 +488,7 @@ fn check_key(key: &[u8]) -> anyhow::Result<()> {
         bail!("the key is empty; a key is 1 to {max} bytes");
     }
     if key.len() > max {
-        bail!(
-            "the key is {} bytes; a key is at most {max} bytes (it begins `{}`)",
-            key.len(),
-            printable_key_upto(key, 40)
-        );
+        bail!("the key is {} bytes; a key is at most {max} bytes (it begins `{}`)", key.len(), printable_upto(key, 40));
     }
     Ok(())
 }
@@ -505,11 +518,11 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
     let b = a.client.endpoint()?.backend();
     let v = boomkv::with_transport!(b, t => {
         let mut c = connect(&t, &a.client)?;
-        c.get(key).with_context(|| format!("GET {}", printable_key(key)))?
+        c.get(key).with_context(|| format!("GET {}", shown(key)))?
     });
-    let Some(v) = v else { bail!("key not found: {}", printable_key(key)) };
+    let Some(v) = v else { bail!("key not found: {}", shown(key)) };
     let hex = |b: &[u8]| -> String { b.iter().map(|b| format!("{b:02x}")).collect() };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::common::stdout();
     if a.json {
         let j = serde_json::json!({
             "key": std::str::from_utf8(key).ok(), "key_hex": hex(key),
@@ -530,6 +543,10 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 }
 
 /// Delete a key (a durable tombstone).
+///
+/// The key is looked up first (a GET, which the server's `stats` counts): the
+/// protocols' DELETE does not say whether the key existed, and a missing key exits 1
+/// without writing a tombstone.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  boomctl del user42\n  boomctl del --server 10.0.0.5:7470 user42")]
 pub struct DelArgs {
@@ -547,11 +564,11 @@ pub fn del(a: DelArgs) -> anyhow::Result<()> {
         let mut c = connect(&t, &a.client)?;
         // The protocol's DELETE does not say whether the key existed; ask first, so a
         // missing key is reported (exit 1, like `get`) and no tombstone is written.
-        if c.get(key).with_context(|| format!("GET {}", printable_key(key)))?.is_none() {
-            bail!("key not found: {}", printable_key(key));
+        if c.get(key).with_context(|| format!("DEL {}: looking it up", shown(key)))?.is_none() {
+            bail!("key not found: {}", shown(key));
         }
-        let info = c.delete(key).with_context(|| format!("DEL {}", printable_key(key)))?;
-        eprintln!("deleted {} (version {})", printable_key(key), info.version);
+        let info = c.delete(key).with_context(|| format!("DEL {}", shown(key)))?;
+        eprintln!("deleted {} (version {})", shown(key), info.version);
         Ok(())
     })
 }
@@ -651,4 +668,9 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A key as messages show it ([`printable_upto`]), cut after 128 bytes.
+fn shown(key: &[u8]) -> String {
+    printable_upto(key, 128)
 }

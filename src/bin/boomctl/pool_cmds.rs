@@ -33,7 +33,8 @@ pub struct RecoverArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// List the keys that survived (live, in key order, printable), after the summary.
+    /// List the keys that survived (live, in key order, whole, one per line: UTF-8 as
+    /// typed, `\` doubled, other bytes as \xNN), after the summary.
     #[arg(long)]
     keys: bool,
     /// Benchmark: build a pool of --bench-size filled with --value-size entries in
@@ -152,10 +153,10 @@ fn live_keys(pool: &Pool) -> anyhow::Result<Vec<String>> {
 fn print_summary(pool: &Pool, r: &RecoveryReport) -> anyhow::Result<()> {
     let h = pool.header();
     crate::outln!(
-        "pool        {}: {}, {} segments of {}, uuid {}",
+        "pool        {}: {}, {} of {}, uuid {}",
         pool.media().path().display(),
         human_bytes(h.pool_size),
-        h.segment_count,
+        boomkv::units::count(h.segment_count, "segment"),
         human_bytes(h.segment_size),
         h.uuid_hex()
     )?;

@@ -159,7 +159,7 @@ fn shell_quote(s: &str) -> String {
 /// Runs `boomctl sweep`.
 pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     crate::common::clean_up_on_signal(a.pmem.clone())?;
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::common::stdout();
     if let Some(dir) = &a.plot_only {
         if !dir.is_dir() {
             bail!("--plot-only {}: not a directory", dir.display());

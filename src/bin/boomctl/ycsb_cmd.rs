@@ -172,8 +172,10 @@ pub struct TargetArgs {
     /// keys the workload can write, at least 64].
     #[arg(long, value_name = "N")]
     pub cells: Option<u64>,
-    /// pDPM-Direct: the largest value a cell holds, if the pool has no table yet
-    /// [default: the workload's largest value].
+    /// pDPM-Direct: the value a cell holds under the longest cell key (a shorter key
+    /// leaves room for more), if the pool has no table yet (Clover: chunks are sized for
+    /// four versions of such a value, and 64 KiB at least) [default: the workload's
+    /// largest value].
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub cell_value: Option<u64>,
     /// Clover: bytes of chunks of the arena, if the pool has none yet [default: a
@@ -354,7 +356,7 @@ pub fn load(a: LoadArgs) -> anyhow::Result<()> {
 }
 
 fn print_report(r: &RunResult, pcts: &[f64]) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::common::stdout();
     write_ycsb_text(&mut out, &r.measurements, &r.run, pcts)?;
     out.flush()?;
     Ok(())
@@ -369,7 +371,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     if !a.merge.is_empty() {
         let m = merge_hlog_files(&a.merge)?;
         let pcts = if pcts.is_empty() { vec![95.0, 99.0] } else { pcts };
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::common::stdout();
         write_ycsb_text_in(&mut out, &m.measurements, &m.run, &pcts, a.latency_unit)?;
         return Ok(());
     }
@@ -552,7 +554,7 @@ fn dry_run(w: &CoreWorkload, spec: &WorkloadSpec, n: u64) -> anyhow::Result<()> 
     // One operation at a time: nothing is held, and a reader that stops early
     // (`| head`) ends the run at once (a closed pipe is a normal exit, see main).
     let mut s = w.stream(spec.seed()?.unwrap_or(1), 0);
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = std::io::BufWriter::new(crate::common::stdout());
     for _ in 0..n {
         let op = s.next_op();
         s.complete(&op)?;
@@ -716,7 +718,7 @@ fn write_reports(
     let printed = match spec.export_file() {
         Some(p) => std::fs::write(&p, &out).with_context(|| format!("exportfile: writing {}", p.display())),
         None => {
-            let mut o = std::io::stdout().lock();
+            let mut o = crate::common::stdout();
             o.write_all(&out).and_then(|()| o.flush()).map_err(anyhow::Error::from)
         }
     };

@@ -155,15 +155,18 @@ pub struct CellRow {
     pub value: Option<String>,
 }
 
-/// Renders key (or value) bytes printable and unambiguous, the one way every command
-/// shows a key: valid UTF-8 as typed (`clé`), `\` doubled, control characters and bytes
-/// that are not UTF-8 as `\xNN` (each byte), cut after 128 bytes with `...`.
+/// Renders a key printable and unambiguous, the one way every command shows one:
+/// valid UTF-8 as typed (`clé`), `\` doubled, control characters and bytes that are
+/// not UTF-8 as `\xNN` (each byte). Whole: keys are short (at most
+/// [`crate::log::format::MAX_KEY_LEN`] bytes), and a listing that cut them would show two keys
+/// alike. Messages and value previews cut with [`printable_upto`].
 pub fn printable_key(k: &[u8]) -> String {
-    printable_key_upto(k, 128)
+    printable_upto(k, usize::MAX)
 }
 
-/// [`printable_key`], cut after `cut` bytes of `k` (a character is never split).
-pub fn printable_key_upto(k: &[u8], cut: usize) -> String {
+/// [`printable_key`] of any bytes, cut after `cut` of them with `...` (a character is
+/// never split).
+pub fn printable_upto(k: &[u8], cut: usize) -> String {
     let mut s = String::new();
     let mut at = 0;
     let hex = |s: &mut String, bytes: &[u8]| {
@@ -195,6 +198,9 @@ pub fn printable_key_upto(k: &[u8], cut: usize) -> String {
     }
     s
 }
+
+/// How many bytes of a value `--values` shows.
+const VALUE_SHOWN: usize = 128;
 
 /// Builds the inspection of a recovered pool.
 pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Inspection {
@@ -256,7 +262,7 @@ fn clover_rows(pool: &Pool, f: &InspectFilter) -> Vec<CloverRow> {
             chain: v.walked,
             value_len: u64::from(v.header.value_len),
             tombstone: v.header.is_tombstone(),
-            value: f.values.then(|| printable_key(entry_value(&v.entry, &v.header))),
+            value: f.values.then(|| printable_upto(entry_value(&v.entry, &v.header), VALUE_SHOWN)),
         });
     });
     rows
@@ -319,7 +325,7 @@ fn cell_rows(pool: &Pool, f: &InspectFilter) -> Vec<CellRow> {
             holder: cells::lock_holder(word),
             committed: status(&rc),
             uncommitted: status(&ru),
-            value: h.filter(|_| f.values).map(|h| printable_key(entry_value(c, h))),
+            value: h.filter(|_| f.values).map(|h| printable_upto(entry_value(c, h), VALUE_SHOWN)),
         });
     }
     rows
@@ -391,7 +397,7 @@ fn entry_row(pool: &Pool, id: u64, e: &ScannedEntry, slot: &[u8], f: &InspectFil
     };
     // The header's lengths were checked: the value is all there.
     let value = match &e.result {
-        Ok(h) if f.values => Some(printable_key(entry_value(slot, h))),
+        Ok(h) if f.values => Some(printable_upto(entry_value(slot, h), VALUE_SHOWN)),
         _ => None,
     };
     let (status, value_len, tombstone) = match &e.result {
@@ -405,8 +411,11 @@ fn entry_row(pool: &Pool, id: u64, e: &ScannedEntry, slot: &[u8], f: &InspectFil
             };
             (st, h.value_len as u64, h.is_tombstone())
         }
-        Err(_) if e.damaged.is_some() => ("damaged", 0, false),
-        Err(_) => ("rejected", 0, false),
+        // The header held (only the content fails its checksum): its lengths are shown.
+        Err(_) => match &e.damaged {
+            Some(h) => ("damaged", h.value_len as u64, h.is_tombstone()),
+            None => ("rejected", 0, false),
+        },
     };
     Some(EntryRow {
         segment: id,
@@ -437,12 +446,15 @@ mod tests {
         assert_eq!(shown(b"\\xff"), "\\\\xff");
         // A control character beyond ASCII (U+0085) is its bytes.
         assert_eq!(shown("a\u{85}".as_bytes()), "a\\xc2\\x85");
+        // Whole, however long: two keys that differ at their end stay two.
+        let long = [b'b'; 1024];
+        assert_eq!(shown(&long).len(), 1024);
         let long = "é".repeat(100);
-        let s = shown(long.as_bytes());
+        let s = super::printable_upto(long.as_bytes(), 128);
         assert!(s.ends_with("...") && s.len() <= 131, "{s}");
         assert_eq!(s.trim_end_matches("...").chars().count(), 64);
-        let s = shown(&[0xffu8; 200]);
+        let s = super::printable_upto(&[0xffu8; 200], 128);
         assert_eq!(s.trim_end_matches("..."), "\\xff".repeat(128));
-        assert_eq!(super::printable_key_upto(b"abcdef", 3), "abc...");
+        assert_eq!(super::printable_upto(b"abcdef", 3), "abc...");
     }
 }

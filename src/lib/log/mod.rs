@@ -365,16 +365,11 @@ impl Pool {
             TOMBSTONE_OWNER => self.cleaner_reserve(),
             _ => self.cleaner_reserve() + self.tombstone_reserve(),
         };
-        if a.free.len() <= reserve {
-            return Err(Error::PoolFull {
-                segments: self.header.segment_count,
-                segment_size: self.header.segment_size,
-            });
-        }
-        let id = a
-            .free
-            .pop()
-            .ok_or(Error::PoolFull { segments: self.header.segment_count, segment_size: self.header.segment_size })?;
+        let id = if a.free.len() > reserve { a.free.pop() } else { None };
+        let Some(id) = id else {
+            let (segments, segment_size) = (self.header.segment_count, self.header.segment_size);
+            return Err(Error::PoolFull { segments, segment_size, kept: a.free.len() });
+        };
         let base = self.segment_offset(id);
         let log_seq = match prev {
             Some(p) => a.segs.get(p as usize).map(|m| m.log_seq + 1).unwrap_or(0),

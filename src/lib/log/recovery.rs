@@ -623,7 +623,7 @@ impl<'a> Scan<'a> {
                 self.problem(format!(
                     "segment {id} offset {}: key {} version {}: {DAMAGED_VALUE}",
                     e.offset,
-                    super::inspect::printable_key(key),
+                    super::inspect::printable_upto(key, 128),
                     h.version
                 ));
                 self.pool.index_entry(key, loc_of(id, e.offset, &h));

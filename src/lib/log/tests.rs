@@ -477,3 +477,22 @@ fn a_flipped_bit_in_a_never_allocated_segment_s_zero_state_word_is_repaired() {
     assert!(rep.problems.iter().any(|p| p.starts_with(&format!("segment {id}:"))), "{:?}", rep.problems);
     assert_eq!(p3.free_segments(), pool.free_segments() - 1);
 }
+
+#[test]
+fn a_full_pool_says_which_free_segments_it_keeps_back() {
+    // 4 segments of 64 KiB: clients may take 2; the tombstone log one more; the cleaner
+    // the last. "no free segment" while `stats` showed 2 free read as a contradiction.
+    let pool = empty_pool(4096 + 4 * (64 << 10));
+    assert_eq!(pool.header().segment_count, 4);
+    pool.alloc_segment(7, None).unwrap();
+    pool.alloc_segment(8, None).unwrap();
+    let e = pool.alloc_segment(9, None).unwrap_err();
+    assert!(matches!(e, Error::PoolFull { segments: 4, kept: 2, .. }), "{e:?}");
+    assert!(e.to_string().contains("4 segments of 65536 bytes; its last 2 free segments are kept"), "{e}");
+    pool.alloc_segment(TOMBSTONE_OWNER, None).unwrap();
+    let e = pool.alloc_segment(TOMBSTONE_OWNER, None).unwrap_err();
+    assert!(e.to_string().contains("its last free segment is kept for the cleaner"), "{e}");
+    pool.alloc_segment(CLEANER_OWNER, None).unwrap();
+    let e = pool.alloc_segment(CLEANER_OWNER, None).unwrap_err();
+    assert!(matches!(e, Error::PoolFull { kept: 0, .. }) && e.to_string().ends_with("bytes)"), "{e}");
+}

@@ -485,6 +485,12 @@ impl<T: Transport> ClientSide<T> for Client {
     fn put(&mut self, l: &mut Link<T>, key: &[u8], value: &[u8], tomb: bool) -> Result<PutInfo> {
         let v = self.view(l)?;
         let len = clover::version_len(fmt::ENTRY_HEADER_SIZE + key.len() as u64 + value.len() as u64);
+        if len > v.a.chunk_size {
+            // Told in value bytes, with this key: the version around it is the user's
+            // business only through them.
+            let limit = v.a.chunk_size.saturating_sub(NEXT_LEN + fmt::ENTRY_HEADER_SIZE + key.len() as u64);
+            return Err(Error::TooLarge { what: "value", len: value.len() as u64, limit });
+        }
         let off = self.place(l, &v, len)?;
         // What this version follows: the newest the client knows, or (a key it has not
         // touched) nothing yet: a new key's link tries its home head at once.

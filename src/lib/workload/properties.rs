@@ -361,6 +361,10 @@ impl WorkloadSpec {
                     previous.value, previous.origin
                 ));
             }
+            // Both given on one command line: which one wins is not obvious.
+            if previous.origin == Origin::Override && matches!(origin, Origin::Option(_)) && previous.value != value {
+                self.warnings.push(format!("{at} {value} overrides -p {key}={}", previous.value));
+            }
         }
         self.props.insert(key, Property { value, origin });
     }
@@ -788,6 +792,21 @@ mod tests {
         assert_eq!(spec.get("recordcount"), Some("6"));
         // Unknown properties are kept, not dropped.
         assert_eq!(spec.get("mongodb.url"), Some("x"));
+    }
+
+    #[test]
+    fn an_option_that_overrides_a_p_of_the_same_command_line_says_so() {
+        let mut spec = WorkloadSpec::new("test");
+        spec.set_override("recordcount=5").unwrap();
+        spec.set_from_option("--records", "recordcount", "7");
+        assert_eq!(spec.get("recordcount"), Some("7"));
+        let w = spec.warnings().join("\n");
+        assert!(w.contains("--records 7 overrides -p recordcount=5"), "{w}");
+        // The same value: nothing to say.
+        let mut spec = WorkloadSpec::new("test");
+        spec.set_override("recordcount=7").unwrap();
+        spec.set_from_option("--records", "recordcount", "7");
+        assert!(spec.warnings().is_empty(), "{:?}", spec.warnings());
     }
 
     #[test]
