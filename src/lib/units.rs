@@ -59,6 +59,16 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// The `n` segments from `first` for people, ends included: `segment 2`,
+/// `segments 3 to 12` (`3..13` read as overlapping the next run, which began at 13).
+pub fn segment_span(first: u64, n: u64) -> String {
+    match n {
+        0 => "no segment".into(),
+        1 => format!("segment {first}"),
+        n => format!("segments {first} to {}", first.saturating_add(n - 1)),
+    }
+}
+
 /// Formats a byte count for people: `512 B`, `2.0 KiB`, `1.50 GiB`.
 pub fn human_bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -105,6 +115,15 @@ pub fn civil_date(days: i64) -> (i64, i64, i64) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn spans_of_segments_include_their_ends() {
+        assert_eq!(segment_span(2, 1), "segment 2");
+        assert_eq!(segment_span(3, 10), "segments 3 to 12");
+        assert_eq!(count(1, "segment"), "1 segment");
+        assert_eq!(count(0, "segment"), "0 segments");
+        assert!(parse_bytes("-1").unwrap_err().to_string().contains("negative"));
+    }
+
     use super::*;
 
     #[test]

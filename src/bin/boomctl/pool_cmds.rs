@@ -367,11 +367,10 @@ pub struct InspectArgs {
 /// The cell table's line of `recover` and `inspect-log` (pDPM-Direct).
 fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellTable) -> String {
     format!(
-        "cell table (pdpm-direct): {} cells of {} in segments {}..{}: {} hold a key, {} restored from the uncommitted slot, {} damaged, {} locks released",
+        "cell table (pdpm-direct): {} cells of {} in {}: {} hold a key, {} restored from the uncommitted slot, {} damaged, {} locks released",
         t.cells,
         human_bytes(t.cell_size()),
-        t.first_segment,
-        t.first_segment + t.segments,
+        boomkv::units::segment_span(t.first_segment, t.segments),
         c.cells_in_use,
         c.cells_restored,
         c.cells_damaged,
@@ -382,12 +381,11 @@ fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellT
 /// The Clover arena's line of `recover` and `inspect-log`.
 fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Arena) -> String {
     format!(
-        "Clover arena: {} heads, {} chunks of {} in segments {}..{}: {} keys ({} versions walked, {} chains compacted, {} shortcuts reset, {} dangling links cut), {} heads damaged, {} chunks free",
+        "Clover arena: {} heads, {} chunks of {} in {}: {} keys ({} versions walked, {} chains compacted, {} shortcuts reset, {} dangling links cut), {} heads damaged, {} chunks free",
         a.heads,
         a.chunks,
         human_bytes(a.chunk_size),
-        a.first_segment,
-        a.first_segment + a.segments,
+        boomkv::units::segment_span(a.first_segment, a.segments),
         c.keys,
         c.versions,
         c.chains_compacted,

@@ -197,10 +197,16 @@ fn device_size(path: &Path, meta: &std::fs::Metadata) -> Result<u64> {
     let rdev = meta.rdev();
     let (maj, min) = (libc::major(rdev), libc::minor(rdev));
     let sys = format!("/sys/dev/char/{maj}:{min}/size");
-    std::fs::read_to_string(&sys)
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .ok_or_else(|| Error::Path { path: path.into(), problem: format!("cannot read device size from {sys}") })
+    std::fs::read_to_string(&sys).ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
+        // A device-DAX node (/dev/daxX.Y) says its size there; any other character
+        // device (/dev/null, a terminal) is no memory to map.
+        let problem = if Path::new(&format!("/sys/dev/char/{maj}:{min}")).exists() {
+            format!("a character device that is not device-DAX ({sys} gives no size): not persistent memory")
+        } else {
+            format!("cannot read device size from {sys}")
+        };
+        Error::Path { path: path.into(), problem }
+    })
 }
 
 impl Media {

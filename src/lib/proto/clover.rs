@@ -112,12 +112,11 @@ impl<T: Transport> Server<T> {
                 match pool.create_clover_arena(heads, data, value_max) {
                     Ok(a) => {
                         cx.sh.log(&format!(
-                            "created the Clover arena: {} heads, {} chunks of {} bytes in segments {}..{}",
+                            "created the Clover arena: {} heads, {} chunks of {} bytes in {}",
                             a.heads,
                             a.chunks,
                             a.chunk_size,
-                            a.first_segment,
-                            a.first_segment + a.segments
+                            crate::units::segment_span(a.first_segment, a.segments)
                         ));
                         a
                     }

@@ -116,11 +116,10 @@ impl<T: Transport> Server<T> {
                 match pool.create_cell_table(cells, value_max) {
                     Ok(t) => {
                         cx.sh.log(&format!(
-                            "created the pDPM-Direct cell table: {} cells of {} bytes in segments {}..{}",
+                            "created the pDPM-Direct cell table: {} cells of {} bytes in {}",
                             t.cells,
                             t.cell_size(),
-                            t.first_segment,
-                            t.first_segment + t.segments
+                            crate::units::segment_span(t.first_segment, t.segments)
                         ));
                         t
                     }

@@ -86,7 +86,8 @@ impl<T: Transport> Server<T> {
         }
         let mut listeners = Vec::new();
         for ep in listen {
-            let l = shared.t.listen(ep).map_err(|e| Error::Transport(format!("cannot listen on {ep}: {e}")))?;
+            // Each backend names the address in its errors.
+            let l = shared.t.listen(ep)?;
             listeners.push(l);
         }
         let endpoints: Vec<Endpoint> = listeners.iter().map(Listener::endpoint).collect();

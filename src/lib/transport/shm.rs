@@ -565,8 +565,8 @@ impl Transport for ShmTransport {
             use std::os::unix::fs::FileTypeExt;
             if !m.file_type().is_socket() {
                 return Err(Error::invalid(format!(
-                    "{ep}: {} exists and is not a socket; it is left as it is (give a new path for the socket)",
-                    path.display()
+                    "cannot listen on {ep}: the file there is not a socket; it is left as it is (give a new path for \
+                     the socket)"
                 )));
             }
             // A socket file nobody answers on is left over from a dead server.
