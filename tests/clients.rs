@@ -190,3 +190,45 @@ fn a_paced_thread_stops_when_its_clients_are_done() {
     let took = r.result.run.runtime_ms();
     assert!((490..900).contains(&took), "run time {took} ms: 500 expected, 1000 if it waited past the last");
 }
+
+/// A store whose every operation takes `d` (spinning: a sleep would measure the timer).
+struct Busy(Duration);
+
+impl Db for Busy {
+    fn read(&mut self, _key: &[u8], _out: &mut Vec<u8>) -> Result<bool> {
+        let t = Instant::now();
+        while t.elapsed() < self.0 {}
+        Ok(true)
+    }
+    fn write(&mut self, _key: &[u8], _value: &[u8]) -> Result<()> {
+        let t = Instant::now();
+        while t.elapsed() < self.0 {}
+        Ok(())
+    }
+    fn scan(&mut self, _start: &[u8], _count: u32) -> Result<usize> {
+        Ok(0)
+    }
+    fn max_value(&self) -> Option<u64> {
+        None
+    }
+}
+
+#[test]
+fn one_clients_run_time_holds_all_its_operations() {
+    // The run time was the main thread's, whose clock started when it got a CPU after
+    // the client threads' barrier: on a machine the clients kept busy it began late, and
+    // 200 GETs of 1.5 us each were reported as a 195 us run. One client's operations
+    // follow each other, so together they cannot take longer than the run.
+    for _ in 0..5 {
+        let w = workload('c', 20, 300);
+        let o = RunOptions { threads: 1, ops: 300, ..Default::default() };
+        let r =
+            runner::load_and_run_db(|| Ok(Busy(Duration::from_micros(20))), &w, &o, Phases { load: false, run: true })
+                .unwrap();
+        let read = r.result.measurements.get("READ").unwrap().histogram();
+        let busy_ns = read.mean() * read.len() as f64;
+        let run_ns = r.result.run.runtime.as_nanos() as f64;
+        assert!(busy_ns <= run_ns * 1.01, "operations took {busy_ns} ns in a run of {run_ns} ns");
+        assert!(r.result.run.ops_per_sec() <= 1e6 / 20.0, "{}", r.result.run.ops_per_sec());
+    }
+}

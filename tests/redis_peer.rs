@@ -106,6 +106,9 @@ fn sweep_peers_compares_boomkv_with_redis() {
         for i in rows {
             assert!(t.req(i, "ops_per_sec").unwrap() > 0.0, "{peer}");
             assert_eq!(t.req(i, "errors").unwrap(), 0.0, "{peer}");
+            // What the row ran over (every row said the sweep's --transport, shm).
+            let over = if peer == "boom-shm" { "shm" } else { "tcp" };
+            assert_eq!(t.str(i, "transport").unwrap(), over, "{peer}");
         }
     }
     // Interleaved: the four peers of a point run one after another.

@@ -764,3 +764,43 @@ fn two_reports_into_one_file_and_embedded_options_with_a_server_are_refused() {
         assert!(err.contains("cannot be used with"), "{opt:?}: {err}");
     }
 }
+
+#[test]
+fn an_operation_count_of_zero_is_no_limit_as_in_ycsb() {
+    // `--ops 0` ran nothing while `-p operationcount=0` ran to the clock.
+    for zero in [&["--ops", "0"][..], &["-p", "operationcount=0"]] {
+        let out = run(&[&["ycsb", "--mix", "c", "--quiet", "--records", "100", "--duration", "1"][..], zero].concat());
+        assert!(num(&rows(&out.stdout), "READ", "Operations") > 1000.0, "{zero:?}");
+        // Without a time limit nothing would end the run.
+        fails_with(&[&["ycsb", "--mix", "c", "--quiet", "--records", "100"][..], zero].concat(), "no limit");
+    }
+}
+
+#[test]
+fn a_target_paces_a_load_only_run_and_zero_is_no_target() {
+    // YCSB's `-load -target N` throttles the inserts (they ran at full speed under a
+    // report that printed the target and Intended rows).
+    let t0 = std::time::Instant::now();
+    let out = run(&["ycsb", "-load", "--mix", "a", "--quiet", "-p", "recordcount=300", "-target", "1000"]);
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(250), "{:?}", t0.elapsed());
+    let r = rows(&out.stdout);
+    assert!(num(&r, "OVERALL", "Throughput(ops/sec)") < 1300.0, "{r:?}");
+    assert_eq!(num(&r, "Intended-INSERT", "Operations"), 300.0, "{r:?}");
+    // --target 0 is no target: no intended start times, so no Intended rows.
+    let out = run(&["ycsb", "--mix", "a", "--quiet", "--records", "100", "--ops", "100", "--target", "0"]);
+    let r = rows(&out.stdout);
+    assert!(!r.keys().any(|(s, _)| s.starts_with("Intended-")), "{r:?}");
+    // And the last of -load and -t wins, as in YCSB.
+    let out = run(&["ycsb", "--mix", "a", "--quiet", "--records", "100", "--ops", "100", "-load", "-t"]);
+    assert!(num(&rows(&out.stdout), "READ", "Operations") > 0.0);
+}
+
+#[test]
+fn merging_one_log_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("r.hlog");
+    run(&["ycsb", "--mix", "c", "--quiet", "--records", "100", "--ops", "200", "--hdr-log", log.to_str().unwrap()]);
+    let alias = dir.path().join("x").join("..").join("r.hlog");
+    std::fs::create_dir(dir.path().join("x")).unwrap();
+    fails_with(&["ycsb", "--merge", log.to_str().unwrap(), alias.to_str().unwrap()], "are the same file");
+}

@@ -98,7 +98,8 @@ fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
             Some("-threads") => out.push("--threads".into()),
             Some("-target") => out.push("--target".into()),
             Some("-load") => out.extend(["-p".into(), "dotransactions=false".into()]),
-            Some("-t") => {}
+            // As in YCSB, the last of -load and -t wins.
+            Some("-t") => out.extend(["-p".into(), "dotransactions=true".into()]),
             Some("-db") => {
                 let db = it.next().unwrap_or_default();
                 eprintln!("boomctl: warning: -db {} ignored: the database is boomkv", db.to_string_lossy());

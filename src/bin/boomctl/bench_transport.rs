@@ -28,7 +28,8 @@ pub struct BenchTransportArgs {
     /// verbs: skip the perftest baselines.
     #[arg(long)]
     pub no_perftest: bool,
-    /// Message sizes, comma separated, 1 byte to 16 MiB (suffixes k, M: KiB, MiB).
+    /// Message sizes, comma separated, 1 byte to 16 MiB (suffixes k, M: KiB, MiB);
+    /// 64 B is always measured too: the checks compare 64-byte round trips.
     #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512,1k,2k,4k,8k,16k", value_parser = crate::common::size_arg)]
     pub sizes: Vec<u64>,
     /// Timed iterations per test and size (1 to 10,000,000).

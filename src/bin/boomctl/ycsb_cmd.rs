@@ -232,7 +232,7 @@ pub struct YcsbArgs {
     /// operation. Each client is closed-loop, as a YCSB thread is.
     #[arg(long, value_name = "N")]
     clients: Option<u64>,
-    /// Operations to run (operationcount).
+    /// Operations to run (operationcount); 0: no limit, as YCSB's (with --duration).
     #[arg(long)]
     ops: Option<u64>,
     /// Stop after this many seconds (maxexecutiontime); without --ops the run goes on
@@ -369,6 +369,16 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     if !a.merge.is_empty() {
+        // One client's log twice would count its operations twice.
+        for (i, x) in a.merge.iter().enumerate() {
+            if let Some(y) = a.merge[..i].iter().find(|y| crate::common::same_file(x, y)) {
+                bail!(
+                    "--merge: {} and {} are the same file: its operations would count twice",
+                    y.display(),
+                    x.display()
+                );
+            }
+        }
         let m = merge_hlog_files(&a.merge)?;
         let pcts = if pcts.is_empty() { vec![95.0, 99.0] } else { pcts };
         let mut out = crate::common::stdout();
@@ -380,7 +390,11 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let pcts = if pcts.is_empty() { spec.percentiles()? } else { pcts };
     if a.dry_run {
         // No more than the run would do.
-        return dry_run(&w, &spec, (a.print_ops as u64).min(run_ops(&a, w.config())));
+        return dry_run(
+            &w,
+            &spec,
+            (a.print_ops as u64).min(run_ops(&a, w.config(), spec.max_execution_time()?).unwrap_or(u64::MAX)),
+        );
     }
     // Before the run, not after it: a typo in a path must not cost the run.
     let export = spec.export_file();
@@ -454,7 +468,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     let run_opts = RunOptions {
         threads,
         clients,
-        ops: run_ops(&a, &cfg),
+        ops: run_ops(&a, &cfg, spec.max_execution_time()?)?,
         duration: spec.max_execution_time()?,
         target: spec.target()?,
         warmup_ops: a.warmup,
@@ -531,7 +545,8 @@ fn workload_spec(a: &YcsbArgs) -> anyhow::Result<WorkloadSpec> {
     }
     if let Some(t) = a.target {
         spec.set_from_option("--target", names::TARGET, &t.to_string());
-        if spec.get(names::MEASUREMENT_INTERVAL).is_none() {
+        // 0 is no target (YCSB's): no intended start times to measure from.
+        if t > 0.0 && spec.get(names::MEASUREMENT_INTERVAL).is_none() {
             spec.set_from_option("--target", names::MEASUREMENT_INTERVAL, "both");
         }
     }
@@ -540,12 +555,20 @@ fn workload_spec(a: &YcsbArgs) -> anyhow::Result<WorkloadSpec> {
 
 /// The operations the run does at most: `--duration` alone bounds the run by time, so
 /// it runs until the clock stops it (0 is YCSB's "no time limit": the operation count
-/// still bounds the run).
-fn run_ops(a: &YcsbArgs, cfg: &boomkv::workload::CoreConfig) -> u64 {
+/// still bounds the run). An operation count of 0, from `--ops` or `operationcount`,
+/// is YCSB's "no operation limit" (`--ops 0` ran nothing while `-p operationcount=0`
+/// ran to the clock); a run with neither limit would not end, and is refused.
+fn run_ops(a: &YcsbArgs, cfg: &boomkv::workload::CoreConfig, duration: Option<Duration>) -> anyhow::Result<u64> {
     if a.duration.is_some_and(|d| d > 0) && a.ops.is_none() {
-        u64::MAX
-    } else {
-        cfg.operation_count
+        return Ok(u64::MAX);
+    }
+    match (cfg.operation_count, duration) {
+        (0, Some(_)) => Ok(u64::MAX),
+        (0, None) => bail!(
+            "an operation count of 0 (--ops or operationcount) is no limit, as in YCSB: give --duration \
+             (maxexecutiontime) too, or the run would not end"
+        ),
+        (n, _) => Ok(n),
     }
 }
 
@@ -818,6 +841,7 @@ fn run_config(
         (Some(_), _) | (_, Some(_)) => ("server's".to_string(), "server's".to_string()),
         (None, None) => ("flush".to_string(), "best available".to_string()),
     };
+    let boomkv_only = |v: String| if ta.db.is_some() { "-".to_string() } else { v };
     // Another store: its name as the protocol, its address as the transport.
     let (protocol, transport) = match &ta.db {
         Some(url) => ("redis".to_string(), url.clone()),
@@ -835,15 +859,16 @@ fn run_config(
         ("distribution", distribution),
         ("seed", seed.to_string()),
         ("target", o.target.map(|t| t.to_string()).unwrap_or_else(|| "none".into())),
-        ("update_mode", format!("{:?}", ta.update_mode).to_lowercase()),
+        // boomkv's client settings; another store has none ("-").
+        ("update_mode", boomkv_only(format!("{:?}", ta.update_mode).to_lowercase())),
         (
             "fetch_size",
-            match ta.fetch_size {
+            boomkv_only(match ta.fetch_size {
                 FetchSize::Auto => "auto".to_string(),
                 FetchSize::Bytes(n) => n.to_string(),
-            },
+            }),
         ),
-        ("rfp_mode", ta.rfp_mode.name().to_string()),
+        ("rfp_mode", boomkv_only(ta.rfp_mode.name().to_string())),
         ("durability", durability),
         ("flush", flush),
         ("host", host),
@@ -852,10 +877,6 @@ fn run_config(
     ]
 }
 
-/// The embedded pool's size, from the key space (not the operation count: the cleaner
-/// reclaims what updates supersede), by [`boomkv::bench::embedded::pool_size_for`]. A run
-/// bounded only by time that inserts is sized for the record count to double. Fails
-/// with a hint when the pool directory's file system cannot hold it.
 /// Writes a run of `ops` operations may make beyond one per key (Clover keeps every
 /// version while its clients run): every operation, or a run bounded by time only
 /// (`ops` unbounded), four per key.
@@ -881,6 +902,10 @@ fn workload_keys(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
     cfg.record_count.saturating_add(inserts).saturating_add(1)
 }
 
+/// The embedded pool's size, from the key space (not the operation count: the cleaner
+/// reclaims what updates supersede), by [`boomkv::bench::embedded::pool_size_for`]. A run
+/// bounded only by time that inserts is sized for the record count to double. Fails
+/// with a hint when the pool directory's file system cannot hold it.
 fn embedded_pool_size(
     cfg: &boomkv::workload::CoreConfig,
     ops: u64,

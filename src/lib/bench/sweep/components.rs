@@ -81,7 +81,7 @@ fn median(v: &mut [f64]) -> f64 {
         return 0.0;
     }
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    super::summary::median_sorted(v)
 }
 
 /// Median time (us) of [`Media::persist`] of `len` freshly written bytes, on a pool

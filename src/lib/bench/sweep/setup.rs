@@ -2,8 +2,7 @@
 //! read next to the paper's (which ran on 2x Xeon 8260, ConnectX-5, Optane DCPMM).
 //!
 //! Facts come from `/proc/cpuinfo`, `/proc/meminfo`, `uname`, CPUID (flush
-//! instructions) and `git rev-parse` (when git and the source tree are there; never
-//! an error when they are not).
+//! instructions) and the commit the binary was built from (recorded by `build.rs`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -75,26 +74,13 @@ impl Machine {
     }
 }
 
-/// The git commit of the source tree this binary was built from, with `-dirty` when
-/// it has changes; `None` without git or without the tree.
+/// The git commit this binary was built from (`-dirty` with uncommitted changes), as
+/// `--version` says; `None` when it was built outside a git checkout. Read at build
+/// time: the source tree's state when the sweep runs (checked out elsewhere since,
+/// or gone) says nothing about the binary.
 pub fn git_commit() -> Option<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if !dir.join(".git").exists() {
-        return None;
-    }
-    let run = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let head = run(&["rev-parse", "HEAD"])?;
-    let dirty = run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    Some(if dirty { format!("{head}-dirty (uncommitted changes in {})", dir.display()) } else { head })
+    let c = env!("BOOMKV_COMMIT");
+    (c != "unknown").then(|| c.to_string())
 }
 
 /// What durability the embedded servers' pools get in `dir` (one sentence).
@@ -305,8 +291,11 @@ fn setup_text(o: &SweepOptions, h: &str) -> String {
     );
     let _ = writeln!(s, "- seed: {}", o.seed);
     let _ = writeln!(s, "- boomctl version: {}", env!("CARGO_PKG_VERSION"));
-    let _ =
-        writeln!(s, "- git commit: {}", git_commit().unwrap_or_else(|| "unknown (no git or no source tree)".into()));
+    let _ = writeln!(
+        s,
+        "- git commit: {}",
+        git_commit().unwrap_or_else(|| "unknown (built outside a git checkout)".into())
+    );
     let _ = writeln!(s, "- command: `{}`", o.command);
     s
 }

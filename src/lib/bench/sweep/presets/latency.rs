@@ -212,8 +212,8 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
     let cols = COLUMNS;
     ps.put(row, "put_", &cols.iter().copied().filter(|c| c.starts_with("put_")).collect::<Vec<_>>());
     gs.put(row, "get_", &cols.iter().copied().filter(|c| c.starts_with("get_")).collect::<Vec<_>>());
-    row.insert("put_ops_per_sec", format!("{:.1}", put.run.throughput()));
-    row.insert("get_ops_per_sec", format!("{:.1}", get.run.throughput()));
+    row.insert("put_ops_per_sec", format!("{:.1}", put.run.ops_per_sec()));
+    row.insert("get_ops_per_sec", format!("{:.1}", get.run.ops_per_sec()));
     row.insert("errors", (put.errors + get.errors).to_string());
     row.insert("put_hlog", file_name(&put_hlog));
     row.insert("get_hlog", file_name(&get_hlog));

@@ -216,6 +216,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     row.insert("mix", at.mix.to_string());
     row.insert("threads", at.threads.to_string());
     row.insert("peer", at.peer.name().to_string());
+    // Each peer's own (the sweep's --transport is not what these rows ran over).
+    row.insert("transport", if at.peer == Peer::BoomShm { "shm" } else { "tcp" }.to_string());
     row.insert(
         "protocol",
         if matches!(at.peer, Peer::Redis | Peer::RedisAof) { "redis".into() } else { protocol.to_string() },
@@ -224,7 +226,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     row.insert("records", records.to_string());
     row.insert("ops", r.result.run.operations.to_string());
     row.insert("runtime_ms", r.result.run.runtime_ms().to_string());
-    row.insert("ops_per_sec", format!("{:.1}", r.result.run.throughput()));
+    row.insert("ops_per_sec", format!("{:.1}", r.result.run.ops_per_sec()));
     let all = Stat::series(m, &["READ", "UPDATE", "INSERT", "READ-MODIFY-WRITE"])?;
     row.insert("all_avg_us", f3(all.avg));
     row.insert("all_p50_us", f3(all.p50));

@@ -82,7 +82,7 @@ pub(super) fn run_point(
     row.insert("keys", keys.to_string());
     row.insert("value_size", size.to_string());
     row.insert("ops", n.to_string());
-    row.insert("put_ops_per_sec", format!("{:.1}", r.run.throughput()));
+    row.insert("put_ops_per_sec", format!("{:.1}", r.run.ops_per_sec()));
     st.put(row, "put_", &["put_avg_us", "put_p50_us", "put_p99_us"]);
     row.insert("logical_bytes", d.logical.to_string());
     row.insert("pm_bytes_used", d.pm_used.to_string());

@@ -121,9 +121,9 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, threads: usiz
     row.insert("workers", if cx.o.server.is_some() { "remote".into() } else { workers.to_string() });
     row.insert("cores", crate::cpus::count().to_string());
     row.insert("ops", (put.run.operations + get.run.operations).to_string());
-    row.insert("put_ops_per_sec", format!("{:.1}", put.run.throughput()));
+    row.insert("put_ops_per_sec", format!("{:.1}", put.run.ops_per_sec()));
     ps.put(row, "put_", &["put_avg_us", "put_p99_us"]);
-    row.insert("get_ops_per_sec", format!("{:.1}", get.run.throughput()));
+    row.insert("get_ops_per_sec", format!("{:.1}", get.run.ops_per_sec()));
     gs.put(row, "get_", &["get_avg_us", "get_p99_us"]);
     row.insert("errors", (put.errors + get.errors).to_string());
     row.insert("put_hlog", file_name(&put_hlog));

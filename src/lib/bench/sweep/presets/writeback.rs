@@ -140,7 +140,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, flush: FlushKind, coop: bool, siz
     row.insert("clients", clients.to_string());
     row.insert("workers", workers.to_string());
     row.insert("ops", r.run.operations.to_string());
-    row.insert("put_ops_per_sec", format!("{:.1}", r.run.throughput()));
+    row.insert("put_ops_per_sec", format!("{:.1}", r.run.ops_per_sec()));
     st.put(row, "put_", &["put_avg_us", "put_p50_us", "put_p99_us"]);
     row.insert("coop_ranges", d.coop_ranges.to_string());
     row.insert("coop_steals", d.coop_steals.to_string());

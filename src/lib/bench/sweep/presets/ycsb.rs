@@ -123,7 +123,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, mix: char, protocol: Protocol, si
     row.insert("records", records.to_string());
     row.insert("ops", n.to_string());
     row.insert("runtime_ms", r.run.runtime_ms().to_string());
-    row.insert("ops_per_sec", format!("{:.1}", r.run.throughput()));
+    row.insert("ops_per_sec", format!("{:.1}", r.run.ops_per_sec()));
     let all = Stat::series(m, &["READ", "UPDATE", "INSERT", "SCAN"])?;
     row.insert("all_avg_us", f3(all.avg));
     row.insert("all_p50_us", f3(all.p50));
