@@ -172,6 +172,41 @@ fn a_client_whose_server_dies_says_so_in_one_line() {
     }
 }
 
+#[test]
+fn a_ycsb_run_whose_server_dies_says_so_in_one_line() {
+    // As a one-shot client: the transport's line about the reset came first.
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("127.0.0.1:{}", free_port());
+    let s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--listen", &server], dir.path(), &server);
+    let ycsb = boomctl()
+        .args(["ycsb", "--server", &server, "--mix", "c", "--records", "200", "--duration", "30", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until its run phase reads.
+    let t0 = Instant::now();
+    loop {
+        let st = run(&["stats", "--server", &server, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
+        if v["gets"].as_u64().is_some_and(|g| g > 0) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the run never read: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(s.0.id(), "STOP");
+    wait_stopped(s.0.id());
+    std::thread::sleep(Duration::from_millis(300));
+    signal(s.0.id(), "KILL");
+    drop(s);
+    let out = ycsb.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.starts_with("boomctl: error: ") && err.contains("run phase"), "{err}");
+}
+
 /// Sends SIGTERM through the `kill` command (no unsafe code in tests).
 fn sigterm(pid: u32) {
     signal(pid, "TERM");

@@ -190,7 +190,7 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     csv.truncate(csv.trim_end().rfind('\n').unwrap() + 1);
     std::fs::write(out.join("latency.csv"), &csv).unwrap();
     let stdout = ok(tiny_latency(&out, &["--resume"]));
-    assert!(stdout.contains("sweep: 1 runs") && stdout.contains("(17 skipped, 0 failed)"), "{stdout}");
+    assert!(stdout.contains("sweep: 1 run in") && stdout.contains("(17 skipped, 0 failed)"), "{stdout}");
     assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 18);
     // SETUP.md keeps the first invocation's machine and settings, and adds the resumed
     // one's, with the load during its run; the spread section stays one, at the end.

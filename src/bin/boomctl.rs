@@ -123,7 +123,14 @@ fn main() -> ExitCode {
     }
     // A one-shot client's error line says what became of its connection: the
     // transport's own line about it would come first and say it again.
-    if matches!(cli.command, Command::Put(_) | Command::Get(_) | Command::Del(_) | Command::Stats(_)) {
+    // So does a run against a running server (`load`, `ycsb --server`); an embedded
+    // server's own lines stay, as `serve`'s do.
+    let remote = match &cli.command {
+        Command::Ycsb(a) => a.drives_a_server(),
+        Command::Put(_) | Command::Get(_) | Command::Del(_) | Command::Stats(_) | Command::Load(_) => true,
+        _ => false,
+    };
+    if remote {
         boomkv::transport::quiet_events();
     }
     let r = match cli.command {

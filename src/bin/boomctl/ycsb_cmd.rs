@@ -315,6 +315,14 @@ pub struct LoadArgs {
     quiet: bool,
 }
 
+impl YcsbArgs {
+    /// Whether the run drives a running server (`--server`): its clients' error says
+    /// what became of their connections, as a one-shot client's does.
+    pub fn drives_a_server(&self) -> bool {
+        self.target_args.server.is_some()
+    }
+}
+
 fn client_options(p: Protocol, mode: UpdateMode) -> ClientOptions {
     ClientOptions { protocol: p, update_mode: mode, ..Default::default() }
 }

@@ -871,9 +871,10 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
         }
         if rows > 0 && !o.resume {
             return Err(SweepError::Invalid(format!(
-                "{} already has {rows} results: pass --resume to skip them, --overwrite to start again, \
-                 or --out another directory",
-                path.display()
+                "{} already has {}: pass --resume to skip them, --overwrite to start again, or --out another \
+                 directory",
+                path.display(),
+                crate::units::count(rows as u64, "result")
             )));
         }
         // Repeats interleaved: every point once, then every point again (A B C A B C),
@@ -894,7 +895,10 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     let resumed = setup::write_setup(o, total > 0)?;
     let prog = SweepProgress::new(o.progress, total as u64);
     if outcome.skipped > 0 {
-        prog.println(&format!("resume: {} runs already in the CSV files are skipped", outcome.skipped));
+        prog.println(&format!(
+            "resume: {} already in the CSV files skipped",
+            crate::units::count(outcome.skipped as u64, "run")
+        ));
     }
     let started = Instant::now();
     let probe = crate::bench::busy::LoadProbe::start();
@@ -953,8 +957,8 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     prog.finish();
     let _ = writeln!(
         out,
-        "sweep: {} runs in {:.1} s ({} skipped, {} failed); results in {}",
-        outcome.ran,
+        "sweep: {} in {:.1} s ({} skipped, {} failed); results in {}",
+        crate::units::count(outcome.ran as u64, "run"),
         started.elapsed().as_secs_f64(),
         outcome.skipped,
         outcome.failed.len(),

@@ -421,8 +421,8 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
             if let Some(&(bn, br)) = best {
                 if let Some(p) = Paired::of(&t.across(lr, "ops_per_sec")?, &t.across(br, "ops_per_sec")?, ratio) {
                     b.line(&format!(
-                        "target {m}: no collapse, boomkv over tcp at {last} {unit} >= 0.9x its best ({bn} {unit}): \
-                         {}: {}",
+                        "target {m}: no collapse, boomkv over tcp at {last} {unit} >= 0.9x its best at a smaller \
+                         count ({bn}): {}: {}",
                         p.text(x),
                         p.at_least(0.9).word()
                     ));
