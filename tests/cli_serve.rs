@@ -145,7 +145,7 @@ fn a_client_whose_server_dies_says_so_in_one_line() {
         // A PUT reads its value once connected: the server dies in between, stopped
         // first so that the request lies unread in its socket when it is killed (tcp then
         // resets the connection, a failure the transport reports on a line of its own).
-        let mut put = boomctl()
+        let put = boomctl()
             .args(["put", "--server", server, "--timeout", "20", "k", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -157,17 +157,10 @@ fn a_client_whose_server_dies_says_so_in_one_line() {
             assert!(t0.elapsed() < Duration::from_secs(20), "the put never connected");
             std::thread::sleep(Duration::from_millis(20));
         }
-        signal(s.0.id(), "STOP");
-        wait_stopped(s.0.id());
-        use std::io::Write;
-        let _ = put.stdin.take().unwrap().write_all(b"value");
-        std::thread::sleep(Duration::from_millis(300));
-        signal(s.0.id(), "KILL");
-        drop(s);
-        let out = put.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{server}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{server}: {err}");
+        let err = kill_under(s, put, |put| {
+            use std::io::Write;
+            let _ = put.stdin.take().unwrap().write_all(b"value");
+        });
         assert!(err.starts_with("boomctl: error: PUT k"), "{server}: {err}");
     }
 }
@@ -195,16 +188,25 @@ fn a_ycsb_run_whose_server_dies_says_so_in_one_line() {
         assert!(t0.elapsed() < Duration::from_secs(20), "the run never read: {v}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let err = kill_under(s, ycsb, |_| {});
+    assert!(err.starts_with("boomctl: error: ") && err.contains("run phase"), "{err}");
+}
+
+/// Kills server `s` under `client`: stops it first (every thread), lets `then` make the
+/// client send, and kills it 300 ms later, so requests lie unread in its sockets and tcp
+/// resets the connections. The client must exit 1 with one line of error, returned.
+fn kill_under(s: Serve, mut client: Child, then: impl FnOnce(&mut Child)) -> String {
     signal(s.0.id(), "STOP");
     wait_stopped(s.0.id());
+    then(&mut client);
     std::thread::sleep(Duration::from_millis(300));
     signal(s.0.id(), "KILL");
     drop(s);
-    let out = ycsb.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.starts_with("boomctl: error: ") && err.contains("run phase"), "{err}");
+    err
 }
 
 /// Sends SIGTERM through the `kill` command (no unsafe code in tests).
