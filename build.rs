@@ -20,9 +20,11 @@ fn main() {
     };
     println!("cargo:rustc-env=BOOMKV_COMMIT={commit}");
     // Again when a commit is made or checked out, or a source changes (these lines
-    // replace cargo's default of any file of the package).
-    for p in [".git/HEAD", ".git/index", ".git/refs", "src", "tests", "benches", "Cargo.toml", "Cargo.lock", "build.rs"]
-    {
-        println!("cargo:rerun-if-changed={p}");
+    // replace cargo's default of any file of the package). Only paths that exist: cargo
+    // reruns a script with a missing one on every build, recompiling the crate each time.
+    for p in [".git/HEAD", ".git/index", ".git/refs", "src", "tests", "Cargo.toml", "Cargo.lock", "build.rs"] {
+        if std::path::Path::new(p).exists() {
+            println!("cargo:rerun-if-changed={p}");
+        }
     }
 }

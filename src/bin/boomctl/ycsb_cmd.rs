@@ -473,11 +473,12 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         }
         c => c.map(|c| c as usize),
     };
+    let duration = spec.max_execution_time()?;
     let run_opts = RunOptions {
         threads,
         clients,
-        ops: run_ops(&a, &cfg, spec.max_execution_time()?)?,
-        duration: spec.max_execution_time()?,
+        ops: run_ops(&a, &cfg, duration)?,
+        duration,
         target: spec.target()?,
         warmup_ops: a.warmup,
         seed,

@@ -820,7 +820,7 @@ pub struct SweepOutcome {
 /// The median of numeric cells `texts` (their values `v`) as a cell: the middle
 /// text itself for an odd count; for an even count the mean of the two middle values,
 /// with the decimals of the more precise of them (one more when that cuts a half).
-fn median_text(texts: &[&str], mut v: Vec<f64>) -> String {
+fn median_text(texts: &[&str], v: Vec<f64>) -> String {
     let mut order: Vec<usize> = (0..v.len()).collect();
     order.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
     let n = order.len();
@@ -830,8 +830,7 @@ fn median_text(texts: &[&str], mut v: Vec<f64>) -> String {
     let (a, b) = (order[n / 2 - 1], order[n / 2]);
     let decimals = |t: &str| t.trim().split_once('.').map_or(0, |(_, f)| f.len());
     let mut d = decimals(texts[a]).max(decimals(texts[b]));
-    v.sort_by(f64::total_cmp);
-    let m = summary::median_sorted(&v);
+    let m = (v[a] + v[b]) / 2.0;
     if (m * 10f64.powi(d as i32)).fract() != 0.0 {
         d += 1;
     }
@@ -864,8 +863,14 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     for (p, pts) in plan {
         let path = p.csv_path(&o.out);
         let done = if o.resume && !o.overwrite { done_points(p, &o.out)? } else { HashSet::new() };
-        let rows =
-            if path.exists() && !o.overwrite { Table::read(&path).map(|t| t.rows.len()).unwrap_or(0) } else { 0 };
+        // A resume has just read them (once is enough).
+        let rows = if o.resume {
+            done.len()
+        } else if path.exists() && !o.overwrite {
+            Table::read(&path).map(|t| t.rows.len()).unwrap_or(0)
+        } else {
+            0
+        };
         if rows > 0 && o.resume {
             resume::check(p, o)?;
         }
