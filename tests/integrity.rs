@@ -374,6 +374,16 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("2 damaged (2 repaired)"), "{text}");
     assert_eq!(text.matches("superseded (repaired)").count(), 2, "{text}");
+    // inspect-log's status says so too, as recover's does, whatever part of the pool
+    // it shows: a key with no damaged entry, or the JSON.
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    for args in [&["inspect-log", "--key", "nosuchkey"][..], &["inspect-log", "--json"]] {
+        let out = boomctl().args(args).arg("--pmem").arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains("holds damage (2 found;"), "{args:?}: {err}");
+        assert!(!out.stdout.is_empty(), "{args:?}: the report was printed");
+    }
     // serve it and read through a client
     let sock = dir.path().join("s.sock");
     let mut child = boomctl()

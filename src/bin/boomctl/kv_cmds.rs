@@ -612,13 +612,14 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         s.clients_refused
     )?;
     crate::outln!(
-        "operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors",
+        "operations    {} puts, {} dels, {} gets, {} not found, {} scans, {} errors, {} refused for a full pool",
         s.puts,
         s.dels,
         s.gets,
         s.not_found,
         s.scans,
-        s.errors
+        s.errors,
+        s.pool_full
     )?;
     // The server counts what it serves; the passive protocols' clients read and write the
     // pool with one-sided operations it never sees.

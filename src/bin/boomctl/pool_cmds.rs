@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use boomkv::index::IndexKind;
-use boomkv::log::inspect::{inspect, InspectFilter};
+use boomkv::log::inspect::{inspect, InspectFilter, Inspection};
 use boomkv::log::{LocalWriter, Pool, PoolOptions, RecoveryReport};
 use boomkv::pmem::{resolve_pool_path, FlushKind, MediaOptions};
 use boomkv::units::{human_bytes, short_bytes};
@@ -119,6 +119,16 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
             Ok(())
         }
     })();
+    let said = if a.json { "report's `recovery` object says" } else { "report's `damage` and `problem` lines say" };
+    damage_status(&pool, &rep, said, printed)
+}
+
+/// The end of `recover` and `inspect-log` once the report was `printed`: a failed
+/// report, else exit status 3 when the pool holds damage (the report `said` where). A health check reads the
+/// status: damage is not a clean pool, whatever part of it the report showed. An
+/// interrupted write (a slot no version was stored in) is not damage: every crash
+/// leaves one.
+fn damage_status(pool: &Pool, rep: &RecoveryReport, said: &str, printed: anyhow::Result<()>) -> anyhow::Result<()> {
     // A reader that stopped reading (`recover --keys | head`) ends the report, not the
     // check: damage still decides the status.
     if let Err(e) = printed {
@@ -126,17 +136,11 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     }
-    // A health check reads the exit status: damage is not a clean pool. An interrupted
-    // write (a slot no version was stored in) is not damage: every crash leaves one.
     match rep.damaged() {
         0 => Ok(()),
         n => Err(crate::common::Finding {
             code: DAMAGE_FOUND,
-            message: format!(
-                "{} holds damage ({n} found; the report's {} says what and where)",
-                pool.media().path().display(),
-                if a.json { "`recovery` object" } else { "`damage` and `problem` lines" }
-            ),
+            message: format!("{} holds damage ({n} found; the {said} what and where)", pool.media().path().display()),
         }
         .into()),
     }
@@ -337,7 +341,9 @@ fn recover_bench(a: &RecoverArgs) -> anyhow::Result<()> {
 /// Show a pool's header, segments and entries without changing it.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  boomctl inspect-log --pmem /mnt/pmem0\n  \
-boomctl inspect-log --pmem /mnt/pmem0 --entries --key user42\n  boomctl inspect-log --pmem pool.file --json | python3 -m json.tool")]
+boomctl inspect-log --pmem /mnt/pmem0 --entries --key user42\n  boomctl inspect-log --pmem pool.file --json | python3 -m json.tool\n\n\
+Exit status: as recover's: 0 no damage; 1 an error; 2 a command line that does not parse; 3 the pool holds \
+damage, wherever it is (--segment, --client and --key choose what is shown, not what is checked).")]
 pub struct InspectArgs {
     #[command(flatten)]
     pmem: PmemArgs,
@@ -403,19 +409,25 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         // An empty table would read as "nothing in it", not "no such segment".
         anyhow::bail!("--segment {s}: the pool has segments 0 to {}", segments.saturating_sub(1));
     }
-    let a_key: Option<Vec<u8>> = a.key.as_ref().map(|k| std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec());
     let f = InspectFilter {
         segment: a.segment,
-        key: a_key.clone(),
+        key: a.key.as_ref().map(|k| std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()),
         client: a.client,
         entries: a.entries || a.values,
         free: a.free,
         values: a.values,
     };
     let ins = inspect(&pool, &rep, &f);
-    if a.json {
-        return print_json(&ins);
-    }
+    let (said, printed) = if a.json {
+        ("report's `recovery` object says", print_json(&ins))
+    } else {
+        ("`problem` lines and the `damaged` count say", print_inspection(&a, &f, &rep, &ins))
+    };
+    damage_status(&pool, &rep, said, printed)
+}
+
+/// `inspect-log`'s tables.
+fn print_inspection(a: &InspectArgs, f: &InspectFilter, rep: &RecoveryReport, ins: &Inspection) -> anyhow::Result<()> {
     let h = &ins.header;
     crate::outln!("pool {}  uuid {}", ins.path, ins.uuid)?;
     crate::outln!(
@@ -487,7 +499,7 @@ pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
         }
     }
     // A key with no entry: said in words, not as an empty table.
-    if let (Some(k), true) = (&a_key, ins.entries.is_empty()) {
+    if let (Some(k), true) = (&f.key, ins.entries.is_empty()) {
         let within = match (a.segment, a.client) {
             (Some(s), _) => format!("segment {s}"),
             (None, Some(c)) => format!("client {c}'s segments"),

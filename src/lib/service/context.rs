@@ -247,9 +247,12 @@ impl<T: Transport> Ctx<'_, T> {
     }
 
     /// Refuses request `req` with `code`: counts it, logs it (a full pool at most once a
-    /// second: clients ask again while the cleaner works) and tells the client.
+    /// second: clients ask again while the cleaner works) and tells the client. A full
+    /// pool's refusals have a count of their own: a client waiting out a full pool asks
+    /// many times for one request, and would bury the errors.
     pub(crate) fn refuse(&mut self, req: u32, code: ErrorCode, message: String) -> Result<()> {
-        self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+        let counter = if code == ErrorCode::PoolFull { &self.sh.counters.pool_full } else { &self.sh.counters.errors };
+        counter.fetch_add(1, Ordering::Relaxed);
         let quiet = code == ErrorCode::PoolFull && self.w.now < self.w.pool_full_quiet;
         if !quiet {
             if code == ErrorCode::PoolFull {

@@ -136,8 +136,10 @@ pub struct ServerCounters {
     pub scans: AtomicU64,
     /// Segments granted.
     pub grants: AtomicU64,
-    /// Requests refused with an error.
+    /// Requests refused with an error (a full pool's refusals apart).
     pub errors: AtomicU64,
+    /// Requests refused because the pool had no free segment to grant.
+    pub pool_full: AtomicU64,
     /// Clients accepted since start.
     pub clients_total: AtomicU64,
     /// Clients refused.
@@ -171,8 +173,12 @@ pub struct ServerStats {
     pub scans: u64,
     /// Segments granted.
     pub grants: u64,
-    /// Errors returned.
+    /// Errors returned, a full pool's refusals apart.
     pub errors: u64,
+    /// Requests refused because the pool had no free segment to grant: a client
+    /// waiting for room asks again and again, so one waiting PUT counts many.
+    #[serde(default)]
+    pub pool_full: u64,
     /// Peers' one-sided operations refused by the transports (a foreign or unknown
     /// rkey, out of bounds, missing access); each closed the connection it came on.
     pub access_violations: u64,
@@ -312,6 +318,7 @@ impl ServerCore {
             scans: l(&c.scans),
             grants: l(&c.grants),
             errors: l(&c.errors),
+            pool_full: l(&c.pool_full),
             access_violations: self
                 .violation_sources
                 .lock()
