@@ -221,6 +221,22 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     }
     assert!(has(&svg(&out, "fig14-get-latency"), "GET latency vs value size (tcp, 1 client)"));
     assert!(out.join("fig13-put-latency.png").exists() && out.join("SUMMARY.md").exists());
+
+    // --overwrite starts the preset again, logs included: with one repeat, no log of
+    // a second or third repeat is left to pass for this run's. Another preset's log
+    // and other files stay.
+    std::fs::write(out.join("peers-kept.hlog"), "").unwrap();
+    std::fs::write(out.join("notes.txt"), "").unwrap();
+    ok(tiny_latency(&out, &["--overwrite", "--repeats", "1"]));
+    assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 6);
+    let logs: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".hlog"))
+        .collect();
+    assert!(logs.iter().all(|n| !n.contains(".r1.") && !n.contains(".r2.")), "{logs:?}");
+    assert!(out.join("latency-boom-32.put.hlog").exists(), "{logs:?}");
+    assert!(out.join("peers-kept.hlog").exists() && out.join("notes.txt").exists());
 }
 
 #[test]

@@ -74,7 +74,8 @@ pub struct SweepArgs {
     /// Skip grid points whose results are already in the CSV files.
     #[arg(long)]
     resume: bool,
-    /// Start the CSV files again when they already have results.
+    /// Start again when the directory already has results: each chosen preset's CSV
+    /// is emptied and its HdrHistogram logs removed (other files stay).
     #[arg(long, conflicts_with = "resume")]
     overwrite: bool,
     /// Only re-render plots and the summary from the CSV files in DIR (into DIR).

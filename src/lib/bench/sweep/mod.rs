@@ -105,6 +105,27 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError +
     move |source| SweepError::Io { path: path.to_path_buf(), source }
 }
 
+/// Removes the HdrHistogram logs of `preset`'s earlier runs in `dir` (`--overwrite`):
+/// a log whose point is not in the new grid would stay beside results that no longer
+/// name it, and a reader could not tell it from this run's.
+fn remove_logs(preset: Preset, dir: &Path) -> Result<()> {
+    let prefix = format!("{}-", preset.name());
+    // Another preset whose name begins with this one's and a dash owns its own logs.
+    let others: Vec<String> = Preset::ALL
+        .iter()
+        .filter(|p| p.name() != preset.name() && p.name().starts_with(&prefix))
+        .map(|p| format!("{}-", p.name()))
+        .collect();
+    for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let path = e.map_err(io_err(dir))?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        if name.starts_with(&prefix) && name.ends_with(".hlog") && !others.iter().any(|o| name.starts_with(o)) {
+            std::fs::remove_file(&path).map_err(io_err(&path))?;
+        }
+    }
+    Ok(())
+}
+
 /// Parses a preset list: `all` or names separated by commas.
 pub fn parse_presets(s: &str) -> Result<Vec<Preset>> {
     if s.trim().eq_ignore_ascii_case("all") {
@@ -912,6 +933,9 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     let mut ctx = context::Context::new(o, prog.bars());
     for (preset, runs, starts) in &todo {
         let fresh = o.overwrite && !o.resume;
+        if fresh {
+            remove_logs(*preset, &o.out)?;
+        }
         let mut sink = CsvSink::open(*preset, &o.out, fresh)?;
         if *starts {
             // The CSV has no rows yet: they will be measured under this invocation's.
