@@ -215,6 +215,11 @@ fn first_contact_messages() {
     fails_with(&["ycsb", "--size", "2kb", "--dry-run"], "ambiguous");
     fails_with(&["ycsb", "--size", "0", "--dry-run"], "at least 1 byte");
     fails_with(&["ycsb", "--size", "0..4k", "--dry-run"], "at least 1 byte");
+    // A negative number is a value the option's own check judges, not a flag `-1`
+    // that clap does not know.
+    fails_with(&["ycsb", "--pool-size", "-1", "--dry-run"], "'-1': a size cannot be negative");
+    fails_with(&["ycsb", "--threads", "-2", "--dry-run"], "invalid value '-2' for '--threads");
+    fails_with(&["serve", "--pmem", "/nonexistent", "--pool-size", "-5"], "'-5': a size cannot be negative");
     // An output path that cannot be written is found before the run, not after it.
     for flag in ["--csv", "--json", "--hdr-log"] {
         let out = boomctl()
@@ -282,6 +287,8 @@ fn duration_alone_runs_for_the_duration() {
     let runtime = num(&r, "OVERALL", "RunTime(ms)");
     assert!((1900.0..4000.0).contains(&runtime), "{r:?}");
     assert!(num(&r, "READ", "Operations") > 1000.0, "{r:?}");
+    // The report says what bounded the run.
+    assert_eq!(r.get(&("CONFIG".to_string(), "max_execution_time".to_string())).map(String::as_str), Some("2"));
 }
 
 #[test]
@@ -388,6 +395,7 @@ fn every_export_carries_the_run_configuration() {
     assert_eq!(cfg("value_size"), "2048");
     assert_eq!(cfg("records"), "50");
     assert_eq!(cfg("seed"), "7");
+    assert_eq!(cfg("max_execution_time"), "none");
     assert_eq!(cfg("distribution"), "zipfian (true Zipf, theta 1.1)");
     assert!(!cfg("commit").is_empty() && !cfg("version").is_empty(), "{r:?}");
     let text = std::fs::read_to_string(&csv).unwrap();
@@ -398,6 +406,7 @@ fn every_export_carries_the_run_configuration() {
         "transport",
         "records",
         "operations",
+        "max_execution_time",
         "threads",
         "value_size",
         "distribution",
@@ -695,23 +704,60 @@ fn runs_that_cannot_end_well_are_refused_or_explained() {
     fails_with(&["ycsb", "--segment-size", "1k", "--dry-run"], "invalid value '1k' for '--segment-size");
     // Values over the server's default limit are taken by the embedded server.
     run(&["ycsb", "--quiet", "--records", "4", "--ops", "8", "--size", "2M"]);
-    // A CSV written by earlier versions (the configured `operations` column too) is
-    // appended to in its own layout, not refused.
-    let text = std::fs::read_to_string(p("new.csv")).unwrap();
-    let mut lines = text.lines();
-    let legacy = lines.next().unwrap().replacen(",records,", ",records,operations,", 1);
-    std::fs::write(p("legacy.csv"), format!("{legacy}\n")).unwrap();
-    run(&["ycsb", "--quiet", "--records", "10", "--ops", "10", "--csv", &p("legacy.csv")]);
-    let rows: Vec<csv::StringRecord> = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .from_path(p("legacy.csv"))
-        .unwrap()
-        .records()
-        .map(Result::unwrap)
-        .collect();
+    // Each operation's intended latencies have columns of their own: filled by a run
+    // with a target, empty without one. An intended time has no outcome of its own.
+    run(&[
+        "ycsb",
+        "--quiet",
+        "--mix",
+        "c",
+        "--records",
+        "10",
+        "--ops",
+        "40",
+        "--target",
+        "4000",
+        "--csv",
+        &p("new.csv"),
+    ]);
+    let mut rdr = csv::Reader::from_path(p("new.csv")).unwrap();
+    let headers = rdr.headers().unwrap().clone();
+    let rows: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
+    let cell = |r: usize, name: &str| rows[r][headers.iter().position(|h| h == name).unwrap()].to_string();
     assert_eq!(rows.len(), 2);
-    assert_eq!(rows[0].len(), rows[1].len(), "{rows:?}");
-    assert_eq!(rows[0].iter().filter(|c| *c == "operations").count(), 2, "{rows:?}");
+    assert_eq!((cell(0, "intended_read_operations"), cell(0, "intended_read_p99_us")), (String::new(), String::new()));
+    assert_eq!(cell(1, "read_operations"), "40");
+    assert_eq!(cell(1, "intended_read_operations"), "40");
+    assert!(cell(1, "intended_read_p99_us").parse::<f64>().unwrap() > 0.0, "{rows:?}");
+    assert_eq!((cell(1, "intended_read_ok"), cell(1, "intended_read_failed")), (String::new(), String::new()));
+    // A CSV written by earlier versions (without the intended series; before that,
+    // with the configured `operations` column too) is appended to in its own layout,
+    // not refused.
+    let text = std::fs::read_to_string(p("new.csv")).unwrap();
+    let cols: Vec<&str> = text
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .take_while(|c| !c.starts_with("intended_"))
+        .filter(|c| *c != "max_execution_time")
+        .collect();
+    let previous = cols.join(",");
+    let legacy = previous.replacen(",records,", ",records,operations,", 1);
+    for (file, header, operations) in [("previous.csv", &previous, 1), ("legacy.csv", &legacy, 2)] {
+        std::fs::write(p(file), format!("{header}\n")).unwrap();
+        run(&["ycsb", "--quiet", "--records", "10", "--ops", "10", "--csv", &p(file)]);
+        let rows: Vec<csv::StringRecord> = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_path(p(file))
+            .unwrap()
+            .records()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows.len(), 2, "{file}");
+        assert_eq!(rows[0].len(), rows[1].len(), "{file}: {rows:?}");
+        assert_eq!(rows[0].iter().filter(|c| *c == "operations").count(), operations, "{file}: {rows:?}");
+    }
     // A --json that cannot be written costs not the text report.
     let out =
         boomctl().args(["ycsb", "--records", "10", "--ops", "10", "--quiet", "--json", "/dev/full"]).output().unwrap();

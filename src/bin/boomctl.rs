@@ -114,8 +114,21 @@ fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     out
 }
 
+/// The command line's grammar: `Cli`'s, where every option that takes a value also
+/// takes a negative number. clap would otherwise read `--pool-size -1` as an unknown
+/// flag `-1`, where the option's own check says what is wrong with the number (no
+/// boomctl flag is a digit, so nothing is shadowed; `-5M` is still read as flags).
+fn command() -> clap::Command {
+    fn negatives(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| if a.get_action().takes_values() { a.allow_negative_numbers(true) } else { a })
+            .mut_subcommands(negatives)
+    }
+    negatives(<Cli as clap::CommandFactory>::command())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(ycsb_compat_args(std::env::args_os().collect()));
+    let matches = command().get_matches_from(ycsb_compat_args(std::env::args_os().collect()));
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A bad setting is refused before anything runs, not ignored half-way through.
     if let Err(e) = boomkv::transport::spin_limit_setting() {
         eprintln!("boomctl: error: {e}");
@@ -146,11 +159,10 @@ fn main() -> ExitCode {
         Command::InspectLog(a) => pool_cmds::inspect_log(a),
         Command::BenchTransport(a) => bench_transport::run(a),
         Command::Completions { shell } => {
-            use clap::CommandFactory;
             use std::io::Write as _;
             // Into memory first: clap_complete panics on a write error (a closed pipe).
             let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "boomctl", &mut script);
+            clap_complete::generate(shell, &mut command(), "boomctl", &mut script);
             common::stdout().write_all(&script).map_err(anyhow::Error::from)
         }
         Command::Sweep(a) => sweep_cmd::run(a),

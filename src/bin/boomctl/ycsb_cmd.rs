@@ -388,6 +388,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             }
         }
         let m = merge_hlog_files(&a.merge)?;
+        for w in &m.warnings {
+            eprintln!("boomctl: warning: --merge: {w}");
+        }
         let pcts = if pcts.is_empty() { vec![95.0, 99.0] } else { pcts };
         let mut out = crate::common::stdout();
         write_ycsb_text_in(&mut out, &m.measurements, &m.run, &pcts, a.latency_unit)?;
@@ -780,8 +783,11 @@ fn write_reports(
 
 /// The `--csv` schema of a run with `config` and the percentiles `pcts` (none: the
 /// default four), and the row's context values. The configured operation count is
-/// left out: the run's own `operations` column has it. A file whose header (`existing`)
-/// is that of earlier versions, with both, is appended to in its own layout.
+/// left out: the run's own `operations` column has it. Each operation's series has an
+/// `Intended-` one beside it (empty cells without a target). A file whose header
+/// (`existing`) is that of earlier versions (without the intended series and
+/// `max_execution_time`; before that, with the configured count too) is appended to
+/// in its own layout.
 fn csv_schema<'c>(
     config: &'c [(&'static str, String)],
     pcts: &[f64],
@@ -792,13 +798,17 @@ fn csv_schema<'c>(
         let names: Vec<&str> = context.iter().map(|(k, _)| *k).collect();
         (CsvSchema::new(&names).with_percentiles(pcts), context.iter().map(|(_, v)| v.as_str()).collect())
     }
-    let all: Vec<&(&str, String)> = config.iter().collect();
-    let legacy = schema(&all, &pcts);
-    if existing.is_some_and(|h| h == legacy.0.header()) {
-        return legacy;
-    }
-    let context: Vec<&(&str, String)> = config.iter().filter(|(k, _)| *k != "operations").collect();
-    schema(&context, &pcts)
+    let without = |names: &[&str]| -> Vec<&'c (&'static str, String)> {
+        config.iter().filter(|(k, _)| !names.contains(k)).collect()
+    };
+    let (current, values) = schema(&without(&["operations"]), &pcts);
+    let current = (current.with_intended(), values);
+    let Some(existing) = existing else { return current };
+    let earlier = [
+        schema(&without(&["max_execution_time"]), &pcts),
+        schema(&without(&["operations", "max_execution_time"]), &pcts),
+    ];
+    earlier.into_iter().find(|s| s.0.header() == existing).unwrap_or(current)
 }
 
 /// The run's `[CONFIG]` rows, with the thread placement `pin`.
@@ -862,6 +872,8 @@ fn run_config(
         ("workload", a.w.label()),
         ("records", cfg.record_count.to_string()),
         ("operations", operations.to_string()),
+        // The run's bound in time (maxexecutiontime, --duration), beside its count.
+        ("max_execution_time", o.duration.map_or_else(|| "none".to_string(), |d| format!("{}", d.as_secs_f64()))),
         ("threads", threads.to_string()),
         ("clients", o.clients.unwrap_or(threads).to_string()),
         ("value_size", value_bytes),

@@ -345,6 +345,9 @@ pub struct MergedRun {
     pub run: RunInfo,
     /// Number of logs merged.
     pub logs: usize,
+    /// What a reader of the merged figures should know, one sentence each: logs
+    /// without boomkv's end line, logs whose runs do not overlap in time.
+    pub warnings: Vec<String>,
 }
 
 /// Merges parsed logs: histograms per tag across all intervals of all logs, status
@@ -360,7 +363,16 @@ pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
     let mut measurements = Measurements::new(MeasurementInterval::Op);
     let mut operations = 0;
     let mut span: Option<(Duration, Duration)> = None;
+    let mut warnings = Vec::new();
+    let mut spans = Vec::new();
     for f in files {
+        if f.run.is_none() {
+            warnings.push(format!(
+                "{} has no boomkv end line (a run that was killed, or a log another tool wrote): its operations \
+                 are its histograms' counts, and its run time ends with its last interval",
+                f.source
+            ));
+        }
         let totals = f.totals()?;
         measurements.merge(&totals)?;
         let ops: u64 = match &f.run {
@@ -374,6 +386,7 @@ pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
         };
         operations = ops.saturating_add(operations);
         if let Some((s, e)) = f.span() {
+            spans.push((s, e, f.source.as_str()));
             span = Some(match span {
                 None => (s, e),
                 Some((s0, e0)) => (s0.min(s), e0.max(e)),
@@ -381,7 +394,31 @@ pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
         }
     }
     let runtime = span.map(|(s, e)| e.saturating_sub(s)).unwrap_or(Duration::ZERO);
-    Ok(MergedRun { measurements, run: RunInfo { runtime, operations }, logs: files.len() })
+    if let Some((gap, before, after)) = largest_gap(&mut spans) {
+        warnings.push(format!(
+            "the runs do not all overlap in time: {:.3} s passed between the end of {before} and the start of \
+             {after}; the run time spans the gap, so the throughput is below what the clients did together",
+            gap.as_secs_f64()
+        ));
+    }
+    Ok(MergedRun { measurements, run: RunInfo { runtime, operations }, logs: files.len(), warnings })
+}
+
+/// The longest time in which none of the runs `spans` (start, end, source) ran, if
+/// any: the gap, the source that ended before it and the one that started after it.
+fn largest_gap<'a>(spans: &mut [(Duration, Duration, &'a str)]) -> Option<(Duration, &'a str, &'a str)> {
+    spans.sort_by_key(|s| s.0);
+    let (mut end, mut last) = (spans.first()?.1, spans.first()?.2);
+    let mut best: Option<(Duration, &str, &str)> = None;
+    for &(s, e, src) in &spans[1..] {
+        if s > end && best.is_none_or(|b| s - end > b.0) {
+            best = Some((s - end, last, src));
+        }
+        if e >= end {
+            (end, last) = (e, src);
+        }
+    }
+    best
 }
 
 /// Reads and merges the logs at `paths`.
@@ -486,6 +523,30 @@ mod tests {
         one.merge(&tb).unwrap();
         let pct = [50.0, 95.0, 99.0, 99.9];
         assert_eq!(ycsb_text(&merged.measurements, &merged.run, &pct), ycsb_text(&one, &merged.run, &pct));
+        assert!(merged.warnings.is_empty(), "{:?}", merged.warnings);
+    }
+
+    #[test]
+    fn a_merge_says_when_runs_did_not_overlap_or_did_not_end() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        // a: 0-2 s, b: 1-4 s, c: 10-12 s (6 s after the latest end), d: 12.5-14.5 s.
+        let (a, _) = write_log(t0, 1, 2);
+        let (b, _) = write_log(t0 + Duration::from_secs(1), 2, 3);
+        let (c, _) = write_log(t0 + Duration::from_secs(10), 3, 2);
+        let (d, _) = write_log(t0 + Duration::from_millis(12_500), 4, 2);
+        let logs = [(&c, "c"), (&a, "a"), (&d, "d"), (&b, "b")];
+        let files: Vec<HlogFile> = logs.iter().map(|(l, n)| HlogFile::parse(l, n).unwrap()).collect();
+        let m = merge_hlogs(&files).unwrap();
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+        assert!(m.warnings[0].contains("6.000 s passed between the end of b and the start of c"), "{:?}", m.warnings);
+        // A killed run's log has no end line: it is merged, and said.
+        let text = String::from_utf8(a.clone()).unwrap();
+        let cut: String = text.lines().filter(|l| !l.starts_with("#boomkv-")).map(|l| format!("{l}\n")).collect();
+        let killed = HlogFile::parse(cut.as_bytes(), "killed.hlog").unwrap();
+        assert!(killed.run.is_none());
+        let m = merge_hlogs(&[killed, HlogFile::parse(&b, "b").unwrap()]).unwrap();
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+        assert!(m.warnings[0].starts_with("killed.hlog has no boomkv end line"), "{:?}", m.warnings);
     }
 
     #[test]

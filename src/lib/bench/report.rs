@@ -24,7 +24,9 @@
 //! `<s>_ok`, `<s>_failed`, `<s>_avg_us`, `<s>_min_us`, `<s>_max_us`,
 //! `<s>_p<P>_us`... where `<s>` is the lower-cased series name with `-` as `_`
 //! (`read_modify_write`, `intended_read`) and `<P>` the percentile with `.` as `_`
-//! (`p99_9`). Latencies keep nanosecond precision (3 decimals of microseconds).
+//! (`p99_9`). Latencies keep nanosecond precision (3 decimals of microseconds). An
+//! `Intended-` series' `ok` and `failed` cells are empty: the outcome is its
+//! operation's.
 //!
 //! **JSON** ([`json_report`]) has the same numbers plus, on request, each series'
 //! full percentile spectrum for plotting.
@@ -37,7 +39,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 use serde_json::json;
 
-use super::measure::{Measurements, Series, Status};
+use super::measure::{Measurements, Series, Status, INTENDED_PREFIX};
 use crate::error::{Error, Result};
 
 /// The run-wide numbers of a report.
@@ -281,6 +283,16 @@ impl CsvSchema {
         self
     }
 
+    /// Adds an `Intended-<s>` series after the series `<s>` already there: the
+    /// latencies from each operation's intended start, which a throttled run
+    /// (`-target`) records to correct coordinated omission. Their cells are empty in
+    /// a run without a target.
+    pub fn with_intended(mut self) -> CsvSchema {
+        let intended: Vec<String> = self.series.iter().map(|s| format!("{INTENDED_PREFIX}{s}")).collect();
+        self.series.extend(intended);
+        self
+    }
+
     /// Replaces the percentile columns.
     pub fn with_percentiles(mut self, percentiles: &[f64]) -> CsvSchema {
         self.percentiles = percentiles.to_vec();
@@ -325,11 +337,16 @@ impl CsvSchema {
             match m.get(name) {
                 Some(series) => {
                     let s = SeriesStats::new(name, series, &self.percentiles);
-                    let ok = series.status_count(Status::Ok) + series.status_count(Status::BatchedOk);
-                    let failed = series.status_total() - ok;
                     r.push(s.operations.to_string());
-                    r.push(ok.to_string());
-                    r.push(failed.to_string());
+                    if name.starts_with(INTENDED_PREFIX) {
+                        // An intended time has no outcome of its own: its operation's
+                        // is in the operation's series.
+                        r.extend([String::new(), String::new()]);
+                    } else {
+                        let ok = series.status_count(Status::Ok) + series.status_count(Status::BatchedOk);
+                        r.push(ok.to_string());
+                        r.push((series.status_total() - ok).to_string());
+                    }
                     if s.operations == 0 {
                         r.extend(std::iter::repeat_n(String::new(), 3 + self.percentiles.len()));
                     } else {
