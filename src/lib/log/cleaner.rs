@@ -59,6 +59,12 @@ pub const EAGER_PER_ROUND: usize = 16;
 /// `clean_below` of a segment, so fewer at once keeps the round short.
 pub const PRESSURE_PER_ROUND: usize = 2;
 
+/// Once clients are refused segments and no segment is as empty as the policy asks,
+/// the emptiest are compacted whatever their live fraction, up to this one: a segment
+/// still gains its garbage when it is moved. A pool whose every segment held 27%
+/// garbage refused every DELETE for good, since none was at most half live.
+pub const FULL_POOL_CLEAN_LIVE: f64 = 0.97;
+
 /// When and what the cleaner compacts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CleanPolicy {
@@ -129,12 +135,24 @@ impl Cleaner {
     /// ones too. Always both: under pressure the cheap ones free the most space soonest
     /// (a burst of one-shot clients outpaced a cleaner that switched to the fuller
     /// segments alone, two per round, and filled the pool).
+    ///
+    /// Clients refused a segment (the free ones are down to the cleaner's and the
+    /// tombstone log's reserves) are pressure whatever the fraction free: in a pool of
+    /// 7 segments, 2 free were both the reserves and above a quarter, and the cleaner
+    /// left five segments 3% live while every PUT was refused. Then, if nothing was as
+    /// empty as the policy asks, the emptiest segments are compacted up to
+    /// [`FULL_POOL_CLEAN_LIVE`].
     pub fn round(&mut self, pool: &Pool, policy: &CleanPolicy) -> Result<Round> {
         let total = pool.segment_count().max(1);
-        let pressure = (pool.free_segments() as f64) <= policy.clean_when_free * total as f64;
+        let free = pool.free_segments();
+        let refusing = free as usize <= pool.cleaner_reserve() + pool.tombstone_reserve();
+        let pressure = refusing || (free as f64) <= policy.clean_when_free * total as f64;
         let mut stats = self.run(pool, EAGER_CLEAN_LIVE, EAGER_PER_ROUND)?;
         if pressure {
             stats.add(self.run(pool, policy.clean_below, PRESSURE_PER_ROUND)?);
+        }
+        if refusing && stats.segments_freed == 0 {
+            stats.add(self.run(pool, FULL_POOL_CLEAN_LIVE.max(policy.clean_below), PRESSURE_PER_ROUND)?);
         }
         Ok(Round { stats, pressure })
     }
@@ -283,6 +301,63 @@ mod tests {
             assert_eq!(entry_value(&e, &EntryHeader::decode(&e).unwrap()), b"v", "{k}");
         }
         drop(w);
+    }
+
+    #[test]
+    fn a_full_pool_whose_segments_are_all_mostly_live_is_compacted_until_clients_are_served_again() {
+        // Every fourth entry overwrites the key written three before it: each segment
+        // ends about a quarter garbage, none at most half live. Filled until a
+        // client's grant is refused: only the reserves are free.
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let mut w = LocalWriter::new(&pool);
+        let mut last = std::collections::BTreeMap::new();
+        for i in 0u32.. {
+            let k = if i % 4 == 3 { i - 3 } else { i };
+            let v = i.to_le_bytes().repeat(125);
+            match w.append(format!("k{k}").as_bytes(), &v, false) {
+                Ok(_) => last.insert(k, v),
+                Err(e) if e.is_pool_full() => break,
+                Err(e) => panic!("{e}"),
+            };
+        }
+        drop(w);
+        let reserves = (pool.cleaner_reserve() + pool.tombstone_reserve()) as u64;
+        assert_eq!(pool.free_segments(), reserves);
+        let policy = CleanPolicy { clean_below: 0.5, clean_when_free: 0.25 };
+        let mut c = Cleaner::new();
+        assert!(c.victims(&pool, policy.clean_below, usize::MAX).is_empty(), "no segment at most half live");
+        let mut rounds = 0;
+        while pool.free_segments() <= reserves {
+            let r = c.round(&pool, &policy).unwrap();
+            assert!(r.pressure && r.stats.segments_freed > 0, "round {rounds}: {r:?}");
+            rounds += 1;
+            assert!(rounds < 50, "{} free after {rounds} rounds", pool.free_segments());
+        }
+        // A client is served again, and every key reads its last value.
+        LocalWriter::new(&pool).append(b"after", b"room again", false).unwrap();
+        for (k, v) in &last {
+            let l = pool.lookup(format!("k{k}").as_bytes()).unwrap();
+            let e = pool.read_entry(&l).unwrap();
+            assert_eq!(entry_value(&e, &EntryHeader::decode(&e).unwrap()), &v[..], "k{k}");
+        }
+    }
+
+    #[test]
+    fn in_a_small_pool_refused_grants_are_pressure_even_with_a_quarter_free() {
+        // 7 segments; five clients each leave a segment about 3% live (above the
+        // eager threshold): the 2 left are the reserves, so clients are refused.
+        let pool = crate::log::tests::empty_pool(512 << 10);
+        assert_eq!(pool.segment_count(), 7);
+        for i in 0..5u32 {
+            let mut w = LocalWriter::new(&pool);
+            w.append(format!("one-{i}").as_bytes(), &[i as u8; 2000], false).unwrap();
+            pool.seal_segment(w.segment().unwrap().id).unwrap();
+        }
+        assert!(LocalWriter::new(&pool).append(b"sixth", b"v", false).unwrap_err().is_pool_full());
+        assert!(pool.free_segments() as f64 > 0.25 * 7.0, "a quarter free: not pressure by the fraction");
+        let r = Cleaner::new().round(&pool, &CleanPolicy { clean_below: 0.5, clean_when_free: 0.25 }).unwrap();
+        assert!(r.pressure && r.stats.segments_freed > 0, "{r:?}");
+        LocalWriter::new(&pool).append(b"sixth", b"v", false).unwrap();
     }
 
     #[test]
