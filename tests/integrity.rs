@@ -363,6 +363,15 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     assert!(err.contains("holds damage (2 found; the report's `damage` and `problem` lines say"), "{err}");
     assert!(text.contains("damage      2 found: 2 entries repaired"), "{text}");
     assert!(text.contains("keys        1 live, 1 deleted"), "{text}");
+    // Each repaired entry is named where it is, as the error line says.
+    for key in ["stale", "gone"] {
+        assert!(
+            text.lines().any(|l| l.starts_with("problem ")
+                && l.contains(&format!("key {key} version"))
+                && l.contains("one flipped bit in its version or seal word, repaired")),
+            "{key}: {text}"
+        );
+    }
     // A reader that stops reading (`recover --keys | head`) does not hide the damage:
     // the status is still 3 (a closed pipe alone ends with 0).
     for args in [&["recover", "--keys"][..], &["recover", "--json"]] {
@@ -384,6 +393,18 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
         assert!(err.contains("holds damage (2 found;"), "{args:?}: {err}");
         assert!(!out.stdout.is_empty(), "{args:?}: the report was printed");
     }
+    // --repair writes the true words back: that run found the damage (3), and the
+    // next finds none (it found the same flips for ever before).
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&path, &copy).unwrap();
+    let out = boomctl().args(["recover", "--repair", "--pmem"]).arg(&copy).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert_eq!(text.matches("version and seal words rewritten").count(), 2, "{text}");
+    let out = boomctl().args(["recover", "--pmem"]).arg(&copy).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("damage      0 found") && text.contains("keys        1 live, 1 deleted"), "{text}");
     // serve it and read through a client
     let sock = dir.path().join("s.sock");
     let mut child = boomctl()
@@ -407,4 +428,7 @@ fn recover_inspect_log_and_serve_report_damage_and_serve_the_last_value() {
     let _ = child.wait();
     assert_eq!(stale.stdout, b"new value");
     assert_eq!(gone.status.code(), Some(1), "{}", String::from_utf8_lossy(&gone.stdout));
+    // The server's own open repaired the words too.
+    let out = boomctl().args(["recover", "--pmem"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }

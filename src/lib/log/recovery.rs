@@ -387,6 +387,10 @@ impl RecoveryReport {
 
 const MAX_PROBLEMS: usize = 100;
 
+/// How recovery reports an entry whose version or seal had one flipped bit.
+pub const REPAIRED_ENTRY: &str =
+    "one flipped bit in its version or seal word, repaired (it reads as written; a writable open rewrites the word)";
+
 /// How recovery reports an entry [`check_damaged_value`] found.
 pub const DAMAGED_VALUE: &str = "value damaged under a valid seal (the key reads as damaged, never as an older value)";
 
@@ -433,6 +437,7 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     check_owner_logs(pool, &mut owners.logs, writable, &mut report)?;
     if writable {
         repair_segments(pool, &scanned.found, &mut report)?;
+        rewrite_repaired(pool, &scanned.repaired_at, &mut report)?;
     }
     count_index(pool, &mut report);
     report.entries_repaired = scanned.repaired;
@@ -492,6 +497,8 @@ struct Scan<'a> {
     max_version: AtomicU64,
     valid: AtomicU64,
     repaired: AtomicU64,
+    /// Where the repaired entries are, with their true words (for the write-back).
+    repaired_at: Mutex<Vec<RepairedEntry>>,
     counts_damaged: AtomicU64,
     /// The cell table, whose segments are not scanned.
     cells: Option<super::cells::CellTable>,
@@ -515,7 +522,17 @@ struct Scanned {
     max_version: u64,
     valid: u64,
     repaired: u64,
+    repaired_at: Vec<RepairedEntry>,
     counts_damaged: u64,
+}
+
+/// An entry recovery believed after repairing one flipped bit of its version or
+/// seal: where it is and the two words as they verify.
+struct RepairedEntry {
+    segment: u64,
+    offset: u64,
+    version: u64,
+    seal: u64,
 }
 
 impl<'a> Scan<'a> {
@@ -530,6 +547,7 @@ impl<'a> Scan<'a> {
             max_version: AtomicU64::new(0),
             valid: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
+            repaired_at: Mutex::new(Vec::new()),
             counts_damaged: AtomicU64::new(0),
             cells: None,
             arena: None,
@@ -612,6 +630,18 @@ impl<'a> Scan<'a> {
                 tally.max_version = tally.max_version.max(h.version);
                 if e.repaired {
                     self.repaired.fetch_add(1, Ordering::Relaxed);
+                    self.problem(format!(
+                        "segment {id} offset {}: key {} version {}: {REPAIRED_ENTRY}",
+                        e.offset,
+                        super::inspect::printable_upto(entry_key(slot, h), 128),
+                        h.version
+                    ));
+                    locked(&self.repaired_at).push(RepairedEntry {
+                        segment: id,
+                        offset: e.offset,
+                        version: h.version,
+                        seal: h.seal,
+                    });
                 }
                 self.pool.index_entry(entry_key(slot, h), loc_of(id, e.offset, h));
             }
@@ -647,6 +677,7 @@ impl<'a> Scan<'a> {
             max_version: self.max_version.into_inner(),
             valid: self.valid.into_inner(),
             repaired: self.repaired.into_inner(),
+            repaired_at: self.repaired_at.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
             counts_damaged: self.counts_damaged.into_inner(),
         }
     }
@@ -784,6 +815,19 @@ fn repair_segments(pool: &Pool, found: &[SegmentFound], report: &mut RecoveryRep
                 report.repairs.push(format!("segment {}: count raised from {} to {n} slots", f.id, f.count));
             }
         }
+    }
+    Ok(())
+}
+
+/// Rewrites the version and seal words of the entries recovery repaired, as they
+/// verify: else every later recovery finds the flipped bit again, and one more flip in
+/// the same words would be past repair. One of the two words changes; each is one
+/// aligned 8-byte store, so a crash leaves the old or the new word.
+fn rewrite_repaired(pool: &Pool, repaired: &[RepairedEntry], report: &mut RecoveryReport) -> Result<()> {
+    for r in repaired {
+        pool.store_version(r.segment, r.offset, r.version, r.seal)?;
+        pool.media.persist(pool.pool_offset(r.segment, r.offset) + ENTRY_VERSION_OFF, ENTRY_VERSION_SEAL_LEN)?;
+        report.repairs.push(format!("segment {} offset {}: version and seal words rewritten", r.segment, r.offset));
     }
     Ok(())
 }
