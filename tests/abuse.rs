@@ -68,6 +68,35 @@ fn a_largest_value_no_transfer_carries_is_refused_and_each_protocol_is_told_its_
 }
 
 #[test]
+fn a_get_over_an_rpc_design_of_a_value_larger_than_its_one_reply_is_refused_and_the_connection_stays() {
+    // A value BOOM stored, larger than an RPC design's one reply: a GET through one
+    // is refused with its code (the connection was closed for a "protocol error",
+    // and the client said only that the peer had gone).
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = PoolOptions { segment_size: 8 << 20, ..Default::default() };
+    o.media.create_size = Some(64 << 20);
+    let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+    let ep = Endpoint::Shm(dir.path().join("big.sock"));
+    let s = Server::start(ShmTransport::new().unwrap(), pool, &[ep], ServerConfig { max_value: 4 << 20, ..quiet() })
+        .unwrap();
+    let o = ClientOptions { timeout: Duration::from_secs(20), ..Default::default() };
+    let mut c = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap();
+    c.put(b"two", &vec![9u8; 2_000_000]).unwrap();
+    c.put(b"small", b"s").unwrap();
+    for protocol in [Protocol::Rpc, Protocol::Herd, Protocol::Rfp] {
+        let o = ClientOptions { protocol, timeout: Duration::from_secs(20), ..Default::default() };
+        let mut c = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap();
+        match c.get(b"two") {
+            Err(e @ Error::Server { code: ErrorCode::TooLarge, .. }) => {
+                assert!(e.to_string().contains("over the 1052"), "{protocol}: {e}");
+            }
+            other => panic!("{protocol}: {other:?}"),
+        }
+        assert_eq!(c.get(b"small").unwrap().unwrap(), b"s", "{protocol}: the connection stays");
+    }
+}
+
+#[test]
 fn malformed_entries_get_an_error_and_are_never_counted() {
     let dir = tempfile::tempdir().unwrap();
     let s = server(dir.path(), quiet());

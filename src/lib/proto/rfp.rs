@@ -76,7 +76,7 @@ use crate::service::context::FetchedReplies;
 use crate::service::phases::GetTimer;
 use crate::service::Ctx;
 use crate::transport::{Access, Transport};
-use crate::wire::{is_rpc_put, is_rpc_value, Msg};
+use crate::wire::{is_rpc_put, is_rpc_value, ErrorCode, Msg};
 
 /// The fetch size: measured when the client connects, or given.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -204,6 +204,9 @@ fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
     let (found, timer) = cx.lookup(key);
     let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
     let mut h = Msg::RpcValue { entry: Vec::new() }.encode(req);
+    if let Some(why) = rpc::over_one_reply(h.len(), loc.len) {
+        return cx.refuse(req, ErrorCode::TooLarge, why);
+    }
     let n = h.len();
     h[n - 4..].copy_from_slice(&loc.len.to_le_bytes());
     let src = cx.pool().pool_offset(loc.segment as u64, loc.offset as u64);

@@ -49,6 +49,9 @@ impl<T: Transport> Server<T> {
         let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
         // Header of an RpcValue message, then the entry copied from PM.
         let hdr = Msg::RpcValue { entry: Vec::new() }.encode(req);
+        if let Some(why) = over_one_reply(hdr.len(), loc.len) {
+            return cx.refuse(req, ErrorCode::TooLarge, why);
+        }
         let body_len_off = hdr.len() - 4;
         let mut h = hdr.clone();
         h[body_len_off..].copy_from_slice(&loc.len.to_le_bytes());
@@ -125,6 +128,20 @@ pub(super) fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()>
     map.write(dst + fmt::ENTRY_CHECKSUM_OFF, &checksum.to_le_bytes())?;
     let h = EntryHeader { next_offset: next, checksum, version: 0, ..h };
     cx.commit_and_reply(offset, WriteMode::Append, Some(h))
+}
+
+/// Why an entry of `len` bytes cannot be a GET's reply (after a header of `head`
+/// bytes) in the RPC designs, whose reply is one message: a value stored through
+/// another protocol (BOOM's limit is a segment) may be larger. Refused with its own
+/// code, so the connection stays and the client says what is wrong.
+pub(super) fn over_one_reply(head: usize, len: u32) -> Option<String> {
+    let room = MAX_MESSAGE.saturating_sub(head);
+    (len as usize > room).then(|| {
+        format!(
+            "its entry of {len} bytes is over the {room} bytes one reply of this protocol carries (GET it with \
+             boom or rdmp)"
+        )
+    })
 }
 
 // ---- client side ----
