@@ -91,6 +91,24 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
         let speed = t.req(i, "speed_us").unwrap();
         assert!(speed > 0.0 && speed < 1e6, "row {i}: speed_us {speed}");
     }
+    // BOOM-KV's saving over RDMP-KV in microseconds is the median of the repeats'
+    // differences (it was the first repeat's alone, beside a table of all three).
+    let mut diffs: Vec<f64> = (0..t.rows.len())
+        .filter(|&i| t.str(i, "point").unwrap() == "rdmp/32")
+        .map(|i| {
+            let rep = t.str(i, "repeat").unwrap();
+            let boom = (0..t.rows.len())
+                .find(|&j| t.str(j, "point").unwrap() == "boom/32" && t.str(j, "repeat").unwrap() == rep)
+                .unwrap();
+            t.req(i, "put_p50_us").unwrap() - t.req(boom, "put_p50_us").unwrap()
+        })
+        .collect();
+    diffs.sort_by(f64::total_cmp);
+    assert_eq!(diffs.len(), 3);
+    let line = stdout.lines().find(|l| l.contains("32 B PUT: RDMP-KV's median minus BOOM-KV's")).unwrap();
+    assert!(line.contains("the median of the 3 repeats' differences"), "{line}");
+    let said: f64 = line.split(" is ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!((said - diffs[1]).abs() < 0.006, "{line}: the repeats' differences are {diffs:?}");
     let c = Table::read(&out.join("latency-compare.csv")).unwrap();
     assert_eq!(c.rows.len(), 2 * 2 * 2, "op x baseline x size");
     // Verdicts only where every repeat lies on one side of the target.

@@ -1056,7 +1056,12 @@ pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
     let sp = dir.join("SUMMARY.md");
     std::fs::write(&sp, md).map_err(io_err(&sp))?;
     setup::record_spread(dir, &spreads)?;
-    let _ = writeln!(out, "\nwrote {} figures (PNG + SVG) and SUMMARY.md in {}", r.figures.len() / 2, dir.display());
+    let _ = writeln!(
+        out,
+        "\nwrote {} (PNG + SVG) and SUMMARY.md in {}",
+        crate::units::count(r.figures.len() as u64 / 2, "figure"),
+        dir.display()
+    );
     Ok(r)
 }
 

@@ -202,7 +202,8 @@ pub fn write_setup(o: &SweepOptions, adding: bool) -> Result<bool> {
     let _ = writeln!(
         s,
         "Every point runs against a fresh embedded server on a temporary pool (or the --server given) through the \
-         YCSB runner, one client thread unless stated.\n"
+         YCSB runner, one client thread unless stated. The grids below are the presets' defaults; an axis given \
+         on the command line above (--sizes, --threads, --ops, ...) replaced its default in this run.\n"
     );
     for m in methods(o) {
         let _ = writeln!(s, "- {m}");
