@@ -250,6 +250,7 @@ fn a_server_that_cannot_start_leaves_no_pool_it_made_and_keeps_one_it_found() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--cpus"), "{err}");
     assert!(!pool.exists(), "the new, never served pool is removed");
+    assert!(err.contains(&format!("removed the new pool {p} (the server did not start)")), "{err}");
     // ... also when --pmem names a directory (the pool is DIR/boomkv.pool), and a bad
     // --listen is found after the pool was made
     let out =

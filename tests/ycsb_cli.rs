@@ -219,6 +219,8 @@ fn first_contact_messages() {
     // that clap does not know.
     fails_with(&["ycsb", "--pool-size", "-1", "--dry-run"], "'-1': a size cannot be negative");
     fails_with(&["ycsb", "--threads", "-2", "--dry-run"], "invalid value '-2' for '--threads");
+    // recordcount=0 is YCSB's 2^31 - 1 records, and the pool message counts them so.
+    fails_with(&["ycsb", "-p", "recordcount=0", "--ops", "10"], "for 2147483647 records of up to 1000 each");
     fails_with(&["serve", "--pmem", "/nonexistent", "--pool-size", "-5"], "'-5': a size cannot be negative");
     // An output path that cannot be written is found before the run, not after it.
     for flag in ["--csv", "--json", "--hdr-log"] {

@@ -118,8 +118,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     match start(a, pool, rep) {
         Ok(s) => s.run(),
         Err(e) => {
-            if let Some(p) = made {
-                let _ = std::fs::remove_file(&p);
+            // Said, since its creation was: a user looking for it would not find it.
+            if let Some(p) = made.filter(|p| std::fs::remove_file(p).is_ok()) {
+                eprintln!("boomctl serve: removed the new pool {} (the server did not start)", p.display());
             }
             Err(e)
         }

@@ -373,7 +373,7 @@ pub struct InspectArgs {
 /// The cell table's line of `recover` and `inspect-log` (pDPM-Direct).
 fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellTable) -> String {
     format!(
-        "cell table (pdpm-direct): {} cells of {} in {}: {} hold a key, {} restored from the uncommitted slot, {} damaged, {} locks released",
+        "cell table (pdpm-direct): {} cells of {} in {}: {} hold a key (live or deleted), {} restored from the uncommitted slot, {} damaged, {} locks released",
         t.cells,
         human_bytes(t.cell_size()),
         boomkv::units::segment_span(t.first_segment, t.segments),

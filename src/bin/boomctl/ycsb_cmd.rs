@@ -956,8 +956,15 @@ fn embedded_pool_size(
             } else if for_segments > need / 2 {
                 (format!("{seg} segments (four spare, two per client)"), "a smaller --segment-size".to_string())
             } else {
+                // The records and the inserts, as the user counts them (`keys` has one
+                // more, for the inserts' rounding).
+                let inserts = keys.saturating_sub(cfg.record_count).saturating_sub(1);
+                let what = match inserts {
+                    0 => boomkv::units::count(cfg.record_count, "record"),
+                    n => format!("{} and {n} inserts", boomkv::units::count(cfg.record_count, "record")),
+                };
                 (
-                    format!("{keys} keys of up to {} each", short_bytes(cfg.value_size.max())),
+                    format!("{what} of up to {} each", short_bytes(cfg.value_size.max())),
                     "fewer --records, a smaller --size".to_string(),
                 )
             };

@@ -421,8 +421,8 @@ impl RunMachine {
             if handoff_moved(b, a) {
                 w.push(format!(
                     "a cache line's round trip between the CPUs took {b:.0} ns before the run and {a:.0} ns after \
-                     it: the distance between them changed (as when a hypervisor moves virtual CPUs), and \
-                     shared-memory (shm) results follow it"
+                     it: the distance between them changed (as when a hypervisor moves virtual CPUs), and what \
+                     crosses between CPUs follows it (shared memory most, a loopback socket's wake-ups too)"
                 ));
             }
         }

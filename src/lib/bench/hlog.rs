@@ -354,8 +354,9 @@ pub struct MergedRun {
 /// counts and operation counts summed, run time = union of the runs' spans.
 ///
 /// For a log without a boomkv summary, its operations are counted as the
-/// histogram counts of its tags other than `Intended-*` (failed operations included,
-/// `READ-MODIFY-WRITE` counted as a separate operation).
+/// histogram counts of its operations' tags (failed operations included; not
+/// `Intended-*` or `CLEANUP`), less one per `READ-MODIFY-WRITE`, whose READ and
+/// UPDATE are in their tags: the count the run's summary would have given.
 pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
     if files.is_empty() {
         return Err(Error::invalid("no HdrHistogram logs to merge"));
@@ -377,12 +378,19 @@ pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
         measurements.merge(&totals)?;
         let ops: u64 = match &f.run {
             Some(run) => run.operations,
-            None => totals
-                .series()
-                .iter()
-                .filter(|(n, _)| !n.starts_with(INTENDED_PREFIX))
-                .map(|(_, s)| s.histogram().len())
-                .fold(0u64, u64::saturating_add),
+            None => {
+                let count = |keep: &dyn Fn(&str) -> bool| {
+                    totals
+                        .series()
+                        .iter()
+                        .filter(|(n, _)| keep(n))
+                        .map(|(_, s)| s.histogram().len())
+                        .fold(0u64, u64::saturating_add)
+                };
+                // A read-modify-write is one operation recorded as a READ and an
+                // UPDATE too; CLEANUP is no operation.
+                count(&|n: &str| counts_in_total(n)).saturating_sub(count(&|n: &str| n == "READ-MODIFY-WRITE"))
+            }
         };
         operations = ops.saturating_add(operations);
         if let Some((s, e)) = f.span() {
@@ -545,6 +553,7 @@ mod tests {
         let killed = HlogFile::parse(cut.as_bytes(), "killed.hlog").unwrap();
         assert!(killed.run.is_none());
         let m = merge_hlogs(&[killed, HlogFile::parse(&b, "b").unwrap()]).unwrap();
+        assert_eq!(m.run.operations, 2200 + 3300, "its histograms count what its summary said");
         assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
         assert!(m.warnings[0].starts_with("killed.hlog has no boomkv end line"), "{:?}", m.warnings);
     }
@@ -564,6 +573,25 @@ mod tests {
         let log = HlogWriter::new(Vec::new(), SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)).unwrap();
         let bytes = log.finish().unwrap();
         assert!(HlogFile::parse(&bytes, "none.hlog").unwrap().intervals.is_empty());
+    }
+
+    #[test]
+    fn a_log_without_its_end_line_counts_operations_as_its_summary_would() {
+        // Two READs, one read-modify-write (recorded as a READ, an UPDATE and the
+        // whole) and the cleanup: 3 operations.
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut log = HlogWriter::new(Vec::new(), start).unwrap();
+        let mut m = Measurements::new(MeasurementInterval::Both);
+        for us in [5, 6, 7] {
+            m.record_intended("READ", Duration::from_micros(us), Duration::from_micros(us), Status::Ok);
+        }
+        m.record_intended("UPDATE", Duration::from_micros(9), Duration::from_micros(9), Status::Ok);
+        m.measure("READ-MODIFY-WRITE", Duration::from_micros(16), Duration::from_micros(16));
+        m.measure("CLEANUP", Duration::from_micros(100), Duration::from_micros(100));
+        log.write_interval(&m, start, Duration::from_secs(1)).unwrap();
+        let file = HlogFile::parse(&log.finish().unwrap(), "killed").unwrap();
+        assert!(file.run.is_none());
+        assert_eq!(merge_hlogs(&[file]).unwrap().run.operations, 3);
     }
 
     #[test]

@@ -114,7 +114,9 @@ pub struct StatusPoint {
 /// One status line, as YCSB's `StatusThread.computeStats` prints it.
 pub fn line(now: SystemTime, p: &StatusPoint, interval: &Measurements) -> String {
     let mut msg = format!("{} {} sec: {} operations; ", timestamp(now), p.elapsed_ms / 1000, p.total_ops);
-    if p.total_ops != 0 {
+    // A line in the same millisecond as the one before (the last, when the run ends
+    // just after a tick) has no interval to divide by: no rate, not NaN.
+    if p.total_ops != 0 && p.interval_ms != 0 {
         let cur = 1000.0 * (p.total_ops - p.last_total_ops.min(p.total_ops)) as f64 / p.interval_ms as f64;
         msg.push_str(&format!("{} current ops/sec; ", decimal2(cur)));
     }
@@ -167,5 +169,9 @@ mod tests {
         let first = StatusPoint { elapsed_ms: 0, interval_ms: 0, total_ops: 0, last_total_ops: 0, todo_ops: 100 };
         let l = line(UNIX_EPOCH, &first, &Measurements::new(MeasurementInterval::Op));
         assert_eq!(l, "1970-01-01 00:00:00:000 0 sec: 0 operations; est completion in 0 second ");
+        // A last line in the same millisecond as the one before: no rate (it read NaN).
+        let last = StatusPoint { elapsed_ms: 1000, interval_ms: 0, total_ops: 1000, last_total_ops: 1000, todo_ops: 0 };
+        let l = line(UNIX_EPOCH, &last, &Measurements::new(MeasurementInterval::Op));
+        assert_eq!(l, "1970-01-01 00:00:00:000 1 sec: 1000 operations; ");
     }
 }
