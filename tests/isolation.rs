@@ -588,9 +588,16 @@ fn pdpm_table<T: Transport>(t: &T, dir: &std::path::Path, s: Server<T>) {
     drop((honest, hurried, boom, attacker, a2));
     s.shutdown();
 
-    // Recovery: the lock is released, the damage reported, nothing else lost.
+    // Recovery: the lock is released, the damage reported, nothing else lost. A
+    // read-only open first: it finds the locks held and releases none (it said 0
+    // locks, as if none were held).
+    let read_only = boomkv::pmem::MediaOptions { create: false, read_only: true, ..Default::default() };
+    let ro = Pool::open(dir, &PoolOptions { media: read_only, ..Default::default() });
+    let (_, rep) = ro.unwrap();
+    assert_eq!((rep.cells.locks_held, rep.cells.locks_released), (2, 0), "{:?}", rep.cells);
     let (p, rep) = Pool::open(dir, &PoolOptions::default()).unwrap();
     assert_eq!(rep.cells.locks_released, 2, "{:?}", rep.cells);
+    assert_eq!(rep.cells.locks_held, 2, "{:?}", rep.cells);
     assert_eq!(
         rep.cells.cells_restored, 2,
         "the uncommitted copies of \"shared\" and \"busy\" verify: {:?}",

@@ -373,13 +373,14 @@ pub struct InspectArgs {
 /// The cell table's line of `recover` and `inspect-log` (pDPM-Direct).
 fn cells_line(c: &boomkv::log::table::CellsReport, t: &boomkv::log::cells::CellTable) -> String {
     format!(
-        "cell table (pdpm-direct): {} cells of {} in {}: {} hold a key (live or deleted), {} restored from the uncommitted slot, {} damaged, {} locks released",
+        "cell table (pdpm-direct): {} cells of {} in {}: {} hold a key (live or deleted), {} restored from the uncommitted slot, {} damaged, {} locks held ({} released)",
         t.cells,
         human_bytes(t.cell_size()),
         boomkv::units::segment_span(t.first_segment, t.segments),
         c.cells_in_use,
         c.cells_restored,
         c.cells_damaged,
+        c.locks_held,
         c.locks_released
     )
 }

@@ -28,6 +28,8 @@ pub struct CellsReport {
     pub cells_damaged: u64,
     /// Locks that were held at the crash and are released.
     pub locks_released: u64,
+    /// Locks found held, released or not (a read-only open releases none).
+    pub locks_held: u64,
 }
 
 /// One cell holding a key, as recovery or a lookup found it.
@@ -270,10 +272,10 @@ pub(super) fn recover_cells(pool: &Pool, t: CellTable, writable: bool) -> Result
         let lock = base + t.lock_offset(i);
         let word = m.read_u64(lock)?;
         let want = cells::lock_word(version, 0);
+        let held = cells::lock_holder(word) != 0;
+        rep.locks_held += u64::from(held);
         if word != want && writable {
-            if cells::lock_holder(word) != 0 {
-                rep.locks_released += 1;
-            }
+            rep.locks_released += u64::from(held);
             pool.media.store_u64(lock, want)?;
             pool.media.persist(lock, 8)?;
         }
