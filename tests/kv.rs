@@ -447,6 +447,38 @@ fn short_lived_clients_do_not_fill_the_pool<T: Backend>() {
     assert!(st.cleaner.segments_freed >= segments as u64, "{st:?}");
 }
 
+/// A pool filled by PUTs, then every fourth key deleted by one-shot clients: every
+/// segment is three quarters live (none at most half), and the tombstones fill the
+/// tombstone log's reserved segment and want more. Every DELETE succeeds: the cleaner
+/// compacts what clients are refused, and a DELETE waits for it as a grant does. (A
+/// pool like this refused every DELETE for good after the first few thousand.)
+fn deletes_spread_over_a_full_pool_all_succeed<T: Backend>(p: Protocol) {
+    let c = ServerConfig { cleaner: true, clean_interval: Duration::from_millis(5), ..cfg(1, false) };
+    let f = Fixture::<T>::new(4 << 20, 64 << 10, c);
+    let key = |i: u32| format!("{i:0>400}");
+    let mut w = f.client(p);
+    let mut n = 0u32;
+    loop {
+        match w.put(key(n).as_bytes(), &[n as u8; 600]) {
+            Ok(_) => n += 1,
+            Err(e) if e.is_pool_full() => break,
+            Err(e) => panic!("{p}: put {n}: {e}"),
+        }
+    }
+    drop(w);
+    assert!(n > 2000, "{p}: {n} keys");
+    for i in (0..n).step_by(4) {
+        let o = ClientOptions { pool_full_wait: Duration::from_secs(10), ..opts(p) };
+        let mut d = Client::connect(&T::make(), &f.ep, o).unwrap();
+        d.delete(key(i).as_bytes()).unwrap_or_else(|e| panic!("{p}: delete {i} of {n}: {e}"));
+    }
+    let mut r = f.client(p);
+    for i in (0..n).step_by(97) {
+        let got = r.get(key(i).as_bytes()).unwrap();
+        assert_eq!(got, (i % 4 != 0).then(|| vec![i as u8; 600]), "{p}: key {i}");
+    }
+}
+
 /// Two clients keep a request each in flight at once (what `ycsb --clients` does with
 /// one thread): BOOM, RDMA-KV, HERD, RFP and RDMP-KV split their PUTs and GETs, RDMP-CC
 /// its GETs (RDMP-KV's); the others run them whole in `*_start`. Either way every answer
@@ -611,6 +643,13 @@ macro_rules! suite {
             #[$attr]
             fn larger_entries_after_a_lowered_value_limit() {
                 entries_over_a_lowered_value_limit_are_still_read::<$t>()
+            }
+            #[test]
+            #[$attr]
+            fn deletes_over_a_full_pool() {
+                for p in [Protocol::Boom, Protocol::Rpc, Protocol::Rdmp] {
+                    deletes_spread_over_a_full_pool_all_succeed::<$t>(p);
+                }
             }
             #[test]
             #[$attr]

@@ -256,7 +256,7 @@ impl Client {
                 if self.seg.as_ref().is_none_or(|s| s.tail + slot > segment_size) {
                     if tomb {
                         // A DELETE never takes a segment: the server logs the tombstone.
-                        return super::server_delete(l, key).map(Posted::Done);
+                        return super::server_delete(l, key, self.pool_full_wait).map(Posted::Done);
                     }
                     self.grant(l)?;
                 }

@@ -43,7 +43,7 @@ use crate::link::{Link, PutInfo};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::service::Ctx;
 use crate::transport::Transport;
-use crate::wire::{Msg, Protocol};
+use crate::wire::{ErrorCode, Msg, Protocol};
 
 /// What a GET found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,7 +158,7 @@ pub(crate) trait ServerSide<T: Transport>: Send {
 
     /// A WRITE_WITH_IMM of the client landed (immediate `imm`).
     fn on_write_imm(&mut self, cx: &mut Ctx<'_, T>, _imm: u32) -> Result<()> {
-        cx.refuse(0, crate::wire::ErrorCode::BadRequest, "WRITE_WITH_IMM not valid here".into())
+        cx.refuse(0, ErrorCode::BadRequest, "WRITE_WITH_IMM not valid here".into())
     }
 
     /// Serves the next request this half finds by polling memory (HERD, RFP: requests
@@ -273,11 +273,26 @@ pub(crate) fn server_side<T: Transport>(p: Protocol, t: &T) -> Result<Box<dyn Se
 
 /// A DELETE sent to the server as a tombstone entry for its own log (BOOM with no room
 /// in its segment, RDMP on a full pool): no segment is needed.
-fn server_delete<T: Transport>(l: &mut Link<T>, key: &[u8]) -> Result<PutInfo> {
+fn server_delete<T: Transport>(l: &mut Link<T>, key: &[u8], wait: Duration) -> Result<PutInfo> {
     let mut e = vec![0u8; ENTRY_HEADER_SIZE as usize + key.len()];
     fmt::encode_entry(&mut e, key, b"", true, 0)?;
-    match l.call(&Msg::RpcPut { entry: e }, "DELETE")? {
-        Msg::PutOk { version, .. } => Ok(PutInfo { version, in_place: false }),
-        m => Err(Error::Protocol(format!("expected a DELETE reply, got {m:?}"))),
+    // The tombstone log's reserved segment can be full too; then the DELETE waits for
+    // the cleaner, which compacts a pool that refuses clients, as a PUT's grant does.
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match l.call(&Msg::RpcPut { entry: e.clone() }, "DELETE") {
+            Ok(Msg::PutOk { version, .. }) => return Ok(PutInfo { version, in_place: false }),
+            Ok(m) => return Err(Error::Protocol(format!("expected a DELETE reply, got {m:?}"))),
+            Err(Error::Server { code: ErrorCode::PoolFull, .. }) if std::time::Instant::now() + pause < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
+
+/// How long a DELETE of the protocols without a grant wait (RDMP-KV, RDMP-CC) asks a
+/// full pool's tombstone log again: a client's default grant wait.
+const DELETE_POOL_FULL_WAIT: Duration = Duration::from_secs(2);

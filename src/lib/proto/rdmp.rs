@@ -189,7 +189,9 @@ impl<T: Transport> ClientSide<T> for Client {
         let at = match l.call(&Msg::Alloc { len: entry_len(key, value) }, "RDMP allocation") {
             Ok(m) => allocated(m)?,
             // A DELETE on a full pool: the server logs the tombstone itself.
-            Err(Error::Server { code: ErrorCode::PoolFull, .. }) if tomb => return super::server_delete(l, key),
+            Err(Error::Server { code: ErrorCode::PoolFull, .. }) if tomb => {
+                return super::server_delete(l, key, super::DELETE_POOL_FULL_WAIT)
+            }
             Err(e) => return Err(e),
         };
         write_entry(l, key, value, tomb, at)?;
