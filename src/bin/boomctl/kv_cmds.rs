@@ -380,7 +380,7 @@ pub struct ClientArgs {
     #[arg(long, ignore_case = true, value_name = "hybrid|fetch|reply", default_value = "hybrid", value_parser = crate::common::one_of::<boomkv::proto::rfp::ResultMode>(&["hybrid", "fetch", "reply"]))]
     pub rfp_mode: boomkv::proto::rfp::ResultMode,
     /// pDPM-Direct: cells of the table, if the server's pool has none yet.
-    #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS)]
+    #[arg(long, value_name = "N", default_value_t = boomkv::proto::pdpm_direct::DEFAULT_CELLS, value_parser = clap::value_parser!(u64).range(1..))]
     pub cells: u64,
     /// pDPM-Direct: the value a cell holds under the longest cell key (a shorter key
     /// leaves room for more), if the server's pool has no table yet (Clover: chunks are
@@ -427,7 +427,7 @@ echo hi | boomctl put user42 -"
 pub struct PutArgs {
     #[command(flatten)]
     client: ClientArgs,
-    /// The key (1 to 1024 bytes, any bytes the shell passes).
+    /// The key (1 to 1024 bytes, any bytes the shell passes; pDPM-Direct: at most 128).
     key: OsString,
     /// The value (any bytes the shell passes); `-` reads it from standard input.
     #[arg(conflicts_with = "value_file")]
