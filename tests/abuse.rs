@@ -189,3 +189,45 @@ fn idle_clients_are_disconnected_and_limits_refuse_clearly() {
     std::thread::sleep(Duration::from_millis(250));
     assert!(Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).is_ok(), "slots free up");
 }
+
+#[test]
+fn a_closed_connection_frees_its_place_for_the_next_client_at_once() {
+    // One place: a client that closes its connection and the next that connects at
+    // once. The worker notices the close when it next polls; the acceptor used to
+    // refuse the next client ("too many clients") if it asked first, as a flood of
+    // short connections did to honest clients while few were connected.
+    for (name, backend) in [("tcp", boomkv::transport::Backend::Tcp), ("shm", boomkv::transport::Backend::Shm)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
+        o.media.create_size = Some(8 << 20);
+        let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+        let cfg = ServerConfig { max_clients: 1, ..quiet() };
+        let refused = match backend {
+            boomkv::transport::Backend::Tcp => {
+                let ep = Endpoint::parse("127.0.0.1:0").unwrap();
+                let s = Server::start(boomkv::transport::TcpTransport::new().unwrap(), pool, &[ep], cfg).unwrap();
+                churn(&boomkv::transport::TcpTransport::new().unwrap(), &s.endpoints()[0])
+            }
+            _ => {
+                let ep = Endpoint::Shm(dir.path().join("one.sock"));
+                let s = Server::start(ShmTransport::new().unwrap(), pool, &[ep], cfg).unwrap();
+                churn(&ShmTransport::new().unwrap(), &s.endpoints()[0])
+            }
+        };
+        assert_eq!(refused, 0, "{name}: clients refused although the one before had closed");
+    }
+}
+
+/// 100 one-GET clients, one after the other: how many were refused.
+fn churn<T: boomkv::transport::Transport>(t: &T, ep: &Endpoint) -> usize {
+    let o = ClientOptions { timeout: Duration::from_secs(5), ..Default::default() };
+    let mut refused = 0;
+    for i in 0..100 {
+        match Client::connect(t, ep, o.clone()) {
+            Ok(mut c) => assert!(c.get(format!("k{i}").as_bytes()).unwrap().is_none()),
+            Err(e) if e.to_string().contains("too many clients") => refused += 1,
+            Err(e) => panic!("client {i}: {e}"),
+        }
+    }
+    refused
+}
