@@ -105,6 +105,11 @@ fn sweep_peers_compares_boomkv_with_redis() {
         assert_eq!(rows.len(), 4, "{peer}");
         for i in rows {
             assert!(t.req(i, "ops_per_sec").unwrap() > 0.0, "{peer}");
+            // The run time to the microsecond, the same run as ops_per_sec (whole
+            // milliseconds read 0 for a short run beside a finite rate).
+            let (ops, ms) = (t.req(i, "ops").unwrap(), t.req(i, "runtime_ms").unwrap());
+            let rate = ops / (ms / 1e3);
+            assert!((rate / t.req(i, "ops_per_sec").unwrap() - 1.0).abs() < 0.01, "{peer}: {ops} in {ms} ms");
             assert_eq!(t.req(i, "errors").unwrap(), 0.0, "{peer}");
             // What the row ran over (every row said the sweep's --transport, shm).
             let over = if peer == "boom-shm" { "shm" } else { "tcp" };

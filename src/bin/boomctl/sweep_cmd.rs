@@ -103,7 +103,7 @@ pub struct SweepArgs {
     /// YCSB mixes: a, b, c, d, f.
     #[arg(long, value_name = "LIST")]
     mixes: Option<String>,
-    /// Flush instructions (writeback): clflush, clwb, clflushopt.
+    /// Flush instructions (writeback): clflush, clwb, clflushopt, none (no write-back: the store alone).
     #[arg(long, value_name = "LIST")]
     flushes: Option<String>,
     /// Measured operations per run (transport: iterations per size).

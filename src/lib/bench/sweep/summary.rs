@@ -367,7 +367,7 @@ pub fn spread_warning(t: &Table) -> Result<Option<String>> {
         let mut s = format!(
             "NOISY: the repeats of {noisy} of {} points differ by more than {:.0}% (max - min over the median) in a \
              median or a throughput; the widest: {w} ({:.0}%). A busy machine (see SETUP.md for the load during the \
-             run) or a bimodal effect; verdicts above stay inconclusive where the repeats disagree.",
+             run) or a bimodal effect; a target judged above stays inconclusive where the repeats disagree.",
             t.rows.len(),
             NOISY_SPREAD * 100.0,
             spread * 100.0
@@ -449,7 +449,8 @@ pub fn below_with_handoff(
     )))
 }
 
-/// How a paired interval was made, for the summaries.
+/// How a paired interval was made, for the summaries of presets that judge targets
+/// ([`interval_note_unjudged`] for the others).
 pub fn interval_note(n: usize) -> String {
     if n < 2 {
         return "one run per point: no interval and no verdict (use --repeats)".into();
@@ -475,6 +476,18 @@ pub fn interval_note(n: usize) -> String {
     )
 }
 
+/// [`interval_note`] for a preset that judges no target: the paper's figures beside
+/// its comparisons are for reading, and no verdict is printed.
+pub fn interval_note_unjudged(n: usize) -> String {
+    let note = interval_note(n);
+    match note.split_once("; a verdict is given only") {
+        Some((how, _)) => {
+            format!("{how}; the paper's figures beside them are for comparison: this preset judges no target")
+        }
+        None => note.replace("no interval and no verdict", "no interval"),
+    }
+}
+
 /// `1st`, `2nd`, `3rd`, `4th`.
 fn ordinal(k: usize) -> String {
     let suffix = match (k % 10, k % 100) {
@@ -489,6 +502,16 @@ fn ordinal(k: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preset_that_judges_no_target_promises_no_verdict() {
+        for n in [1, 3, 9] {
+            let note = interval_note_unjudged(n);
+            assert!(!note.contains("verdict"), "{note}");
+            assert!(interval_note(n).contains("verdict"));
+        }
+        assert!(interval_note_unjudged(3).ends_with("this preset judges no target"));
+    }
 
     #[test]
     fn paired_verdicts_need_every_repeat_on_one_side() {

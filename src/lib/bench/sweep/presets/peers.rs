@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::super::context::{f3, file_name, pick, Stat};
+use super::super::context::{f3, file_name, ms3, pick, Stat};
 use super::super::plot::{points_across, range_note, repeats, rows_with, series, LineFigure, XAxis, YAxis, PALETTE};
 use super::super::summary::{below_with_handoff, interval_note, us, Paired, TextTable, Verdict};
 use super::prelude::*;
@@ -225,7 +225,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
     row.insert("size", size.to_string());
     row.insert("records", records.to_string());
     row.insert("ops", r.result.run.operations.to_string());
-    row.insert("runtime_ms", r.result.run.runtime_ms().to_string());
+    row.insert("runtime_ms", ms3(r.result.run.runtime));
     row.insert("ops_per_sec", format!("{:.1}", r.result.run.ops_per_sec()));
     let all = Stat::series(m, &["READ", "UPDATE", "INSERT", "READ-MODIFY-WRITE"])?;
     row.insert("all_avg_us", f3(all.avg));

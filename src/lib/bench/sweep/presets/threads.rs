@@ -7,7 +7,7 @@ use std::path::Path;
 use super::super::context::{file_name, insert_spec, mix_spec, on_target, Stat};
 use super::super::paper::{self, Op};
 use super::super::plot::{per_protocol_across, range_note, repeats, LineFigure, XAxis, YAxis};
-use super::super::summary::{interval_note, paired_change, paper_text, sizes_of, TextTable};
+use super::super::summary::{interval_note_unjudged, paired_change, paper_text, sizes_of, TextTable};
 use super::super::Skew;
 use super::prelude::*;
 use crate::bench::runner;
@@ -185,7 +185,7 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
     {
         b.line(&format!("paper: {} throughput vs {base}: {}", op.name(), paper_text(paper::threads_gain(op, base))));
     }
-    b.para(&format!("Throughput: the median of the repeats; vs: {}.", interval_note(repeats(t)?)));
+    b.para(&format!("Throughput: the median of the repeats; vs: {}.", interval_note_unjudged(repeats(t)?)));
     if let Some(i) = (0..t.rows.len()).next() {
         b.para(&format!(
             "This machine: {} cores, {} server worker(s); the paper's servers had 2x Xeon 8260 (48 cores).",

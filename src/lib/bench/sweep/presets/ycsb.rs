@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use super::super::check_values;
-use super::super::context::{f3, file_name, on_target, pick, Stat};
+use super::super::context::{f3, file_name, ms3, on_target, pick, Stat};
 use super::super::paper;
 use super::super::plot::{per_protocol_across, range_note, LineFigure, XAxis, YAxis};
-use super::super::summary::{interval_note, paired_change, paper_text, us, TextTable};
+use super::super::summary::{interval_note_unjudged, paired_change, paper_text, us, TextTable};
 use super::prelude::*;
 use crate::bench::runner;
 use crate::client::ClientOptions;
@@ -122,7 +122,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, mix: char, protocol: Protocol, si
     row.insert("size", size.to_string());
     row.insert("records", records.to_string());
     row.insert("ops", n.to_string());
-    row.insert("runtime_ms", r.run.runtime_ms().to_string());
+    row.insert("runtime_ms", ms3(r.run.runtime));
     row.insert("ops_per_sec", format!("{:.1}", r.run.ops_per_sec()));
     let all = Stat::series(m, &["READ", "UPDATE", "INSERT", "SCAN"])?;
     row.insert("all_avg_us", f3(all.avg));
@@ -219,7 +219,7 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
     b.para(&format!(
         "Median latency of every request (a read-modify-write counts as its GET and its PUT), the median of the \
          repeats; vs: {}. The paper's figures are averages.",
-        interval_note(super::super::plot::repeats(t)?)
+        interval_note_unjudged(super::super::plot::repeats(t)?)
     ));
     Ok(())
 }
