@@ -264,6 +264,12 @@ fn crashtest_refuses_what_it_cannot_run() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    // A run that checked no acknowledged write is no pass (it exited 0).
+    let out =
+        boomctl().args(["crashtest", "--iterations", "5", "--ops", "1", "--threads", "1", "--quiet"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no acknowledged write was checked in 5 crashes: with --ops 1"), "{err}");
     // load: no client threads was made 1
     let out = boomctl().args(["load", "--server", "127.0.0.1:9", "--threads", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));

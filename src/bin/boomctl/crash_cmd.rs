@@ -130,6 +130,17 @@ pub fn run(a: CrashArgs) -> anyhow::Result<()> {
     if rep.lost + rep.corrupted > 0 {
         bail!("the crash promise was broken: {} lost, {} corrupted", rep.lost, rep.corrupted);
     }
+    // A run whose crashes all came before any write was acknowledged checked nothing:
+    // it is no pass (`--ops 2` with boom did that in every one of 40 seeds).
+    if rep.acked_checked == 0 && rep.crashes > 0 {
+        bail!(
+            "no acknowledged write was checked in {} crash{}: with --ops {} no write was acknowledged before its \
+             crash, so the run proves nothing; give more --ops (or --threads)",
+            rep.crashes,
+            if rep.crashes == 1 { "" } else { "es" },
+            a.ops
+        );
+    }
     Ok(())
 }
 
