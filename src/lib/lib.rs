@@ -20,7 +20,8 @@
 //! - [`wire`]: the wire format (handshake, messages, immediates).
 //! - [`link`] and [`service`]: what a protocol's client half and server half run on (a
 //!   client's connection; the server's shared state and the context of a request).
-//! - [`proto`]: the protocols, one file each (BOOM, RDMP-KV, RDMA-KV).
+//! - [`proto`]: the protocols, one file each (BOOM, RDMP-KV, RDMA-KV, RDMP-CC, HERD, RFP,
+//!   pDPM-Direct, Clover).
 //! - [`client`], [`server`]: the client library and the server's threads.
 //! - [`workload`]: YCSB-compatible workloads (generators, property files, op streams).
 //! - `bench` (feature `bench`): the YCSB runner, reports, the transport floor, sweeps

@@ -8,7 +8,8 @@
 //! through the media format's owner ([`crate::log::format`]). It knows no protocol: the
 //! halves in [`crate::proto`] decide which messages and operations make a PUT or a GET.
 //!
-//! May import: `error`, `log::format` (entry encoding), `transport`, `wire`.
+//! May import: `error`, `log::format` (entry encoding), `log::cells` and `log::clover`
+//! (the passive designs' records), `pmem` (a copy), `transport`, `wire`.
 
 use std::time::Duration;
 

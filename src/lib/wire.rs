@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `BOOMWIRE` |
 //! | 8 | 2 | wire version ([`WIRE_VERSION`]) |
-//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc, 3 rdmp-cc, 4 herd, 5 rfp |
+//! | 10 | 1 | protocol: 0 boom, 1 rdmp, 2 rpc, 3 rdmp-cc, 4 herd, 5 rfp, 6 pdpm-direct, 7 clover |
 //! | 11 | 1 | reserved |
 //! | 12 | 4 | client receive-buffer size (largest message it can receive) |
 //! | 16 | 20 | the client's response region ([`RegionDesc`]) |

@@ -22,6 +22,7 @@
 //!   buffer; the server WRITEs the entry there. One round trip each.
 //! - RDMP-KV: PUT = allocation RPC, then WRITE_WITH_IMM; GET = locate RPC, then READ.
 //! - RDMA-KV: PUT and GET are RPCs whose data goes through server DRAM.
+//! - RDMP-CC, HERD, RFP, pDPM-Direct and Clover: see [`crate::proto`], one file each.
 //!
 //! Every GET verifies the entry's checksum and key, and retries a torn read.
 

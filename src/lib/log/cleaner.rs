@@ -13,7 +13,8 @@
 //! another segment.
 //!
 //! Trust: a victim was a client's segment, and its client may have rewritten any of
-//! its bytes. The cleaner walks it only as far as the `count` the server stored, copies
+//! its bytes. The cleaner walks it as far as the `count` the server stored (and on past
+//! it only while entries verify in full, as recovery does), copies
 //! an entry only if its seal verifies with the version the index holds (then seals the
 //! copy for its new place), and frees the victim only if every live byte moved; a
 //! segment holding a live entry that fails its seal is left alone (and reported), since

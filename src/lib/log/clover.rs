@@ -2,7 +2,7 @@
 //! ([`crate::proto::clover`]). Everything that reads the arena (the server that creates
 //! it and hands out its chunks, recovery, `inspect-log`, the crash checker, the
 //! protocol's client) decodes it through this module. Versions hold
-//! [`format`](super::format)'s entries. It imports only `error` and `super::format`.
+//! [`format`](super::format)'s entries. It imports only `error`, `super::format` and `super::cells` (the home of a key).
 //!
 //! ## Where the arena lies
 //!

@@ -1,8 +1,10 @@
 //! THE ON-MEDIA FORMAT. Every byte BOOM-KV keeps in persistent memory is defined here,
-//! and everything that reads a pool (the server, `recover`, `inspect-log`, the crash
-//! checker) decodes it through this module: the decoders and encoders below, or, for a
-//! single word, its named offset (`SEG_*_OFF`, `ENTRY_*_OFF`, [`POOL_HWM_OFFS`]) and
-//! length. It imports only `error`.
+//! but for pDPM-Direct's cell table and its descriptor (`log/cells.rs`) and Clover's
+//! arena and its descriptor (`log/clover.rs`), runs of segments without segment
+//! headers; everything that reads a pool (the server, `recover`, `inspect-log`, the
+//! crash checker) decodes it through these modules: the decoders and encoders below,
+//! or, for a single word, its named offset (`SEG_*_OFF`, `ENTRY_*_OFF`,
+//! [`POOL_HWM_OFFS`]) and length. It imports `error`, and `pmem` for one copy.
 //!
 //! All integers are little-endian and fixed width. Fields that decide validity
 //! (`count`, `state`, `version_num`) are aligned 8-byte words updated with single
@@ -65,7 +67,7 @@
 //! | 40 | 8 | log_seq | position in the owner's log, from 0 |
 //! | 48 | 8 | generation | how many times this segment has been allocated |
 //! | 56 | 8 | seal | SipHash-2-4 under `seal_key` of bytes 0..56: the server wrote this line |
-//! | 64 | 8 | count | a checked count word (below): appended entries that are durable; recovery reads no further |
+//! | 64 | 8 | count | a checked count word (below): appended entries that are durable; past it recovery reads on only while entries verify in full |
 //! | 72 | 8 | state | [`SegmentState`], a checked state word (below; in pools before version 4: 0 free, 1 active, 2 sealed) |
 //! | 80 | 8 | next | next segment of the owner's log, or [`NO_SEGMENT`] |
 //! | 88 | 40 | reserved | zero |

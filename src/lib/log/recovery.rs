@@ -30,8 +30,10 @@
 //!
 //! `recover` runs its steps in order, one function each: read the high-water mark,
 //! scan the segments (the shared `Scan`: per segment its header, then per slot index
-//! or count), rebuild the allocator, check the owners' logs (repairing a missing
-//! link), seal and repair segments, count the index, restart the counters.
+//! or count), rebuild the allocator, recover the cell table and the Clover arena (if
+//! the pool has them: `log::table`, `log::arena`), check the owners' logs (repairing a
+//! missing link), seal and repair segments and rewrite the words of entries repaired
+//! from one flipped bit (writable opens), count the index, restart the counters.
 //!
 //! Owns: reading the media back (segment header words, slot walks) and the recovery
 //! report. Every field is decoded through [`format`](super::format); it imports only

@@ -13,9 +13,10 @@
 //!    as aligned 8-byte words;
 //! 3. an **append** writes its lines back, version and seal included, and fences; then
 //!    stores and persists the checked `count` (one aligned 8-byte store, second fence).
-//!    Until `count` covers the slot recovery ignores it, so the version may become
-//!    durable with any part of the content: that is the paper's order, two fences per
-//!    append;
+//!    Until `count` covers the slot, recovery believes it only if it verifies in full
+//!    (bounds, checksum, seal: it reads on past `count` while entries do), so a version
+//!    durable with part of the content is rejected: that is the paper's order, two
+//!    fences per append;
 //! 4. an **in-place** rewrite sits in a slot `count` already covers, so its content
 //!    (with `version_num` = `seal` = 0, as the client wrote it) is written back and
 //!    fenced first, then the version and seal on their own (second fence). With this

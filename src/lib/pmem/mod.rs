@@ -2,8 +2,9 @@
 //! crash-simulating media.
 //!
 //! This module owns every `unsafe` block of the crate outside the verbs backend:
-//! mapping files and shared memory ([`map`]), executing `clwb`/`clflushopt`/`clflush`
-//! and `sfence` ([`flush`]). Everything above it uses the safe, bounds-checked
+//! mapping files and shared memory ([`map`], [`shared`]), executing
+//! `clwb`/`clflushopt`/`clflush` and `sfence` ([`flush`]), and two libc calls here
+//! (`posix_fallocate`, `flock`). Everything above it uses the safe, bounds-checked
 //! [`Mapping`] and [`Media`] APIs.
 //!
 //! [`Media`] is what the log writes to. It is either a real pool (a file, a file in a

@@ -24,7 +24,7 @@
 //! ([`crate::log`]), the index, recovery, the server's worker pool and the transport:
 //! only the message flow differs, so their latencies compare the protocols alone.
 //!
-//! May import: `error`, `link`, `service`, `log`, `index`, `transport`, `wire`.
+//! May import: `error`, `link`, `service`, `log`, `index`, `transport`, `wire`, `units`.
 
 pub mod boom;
 pub mod clover;

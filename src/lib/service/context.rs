@@ -3,7 +3,8 @@
 //! uses (replies, refusals, the commit path, segment grants, the tombstone log, GETs in
 //! flight, step timing). What a request means is the protocol's ([`crate::proto`]).
 //!
-//! May import: `error`, `pmem`, `log`, `transport`, `units`, `wire`, and its parent `service`.
+//! May import: `error`, `pmem`, `log`, `index`, `transport`, `units`, `wire`, and its parent
+//! `service`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -458,8 +459,9 @@ impl<T: Transport> Ctx<'_, T> {
         (found, timer)
     }
 
-    /// Records a GET data write `wr` of `key`'s `version` as in flight (the cleaner and
-    /// in-place rewrites leave that entry alone until its completion).
+    /// Records a GET data write `wr` of `key`'s `version` as in flight (in-place
+    /// rewrites leave that entry alone until its completion; the cleaner does not look,
+    /// and a torn entry it caused fails the client's check, which asks again).
     pub(crate) fn begin_get(&mut self, wr: u64, key: &[u8], version: u64) {
         let t = self.sh.inflight.begin(key, version);
         self.conn.gets.insert(wr, t);

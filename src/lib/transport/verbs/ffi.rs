@@ -1,5 +1,7 @@
 //! Every call into libibverbs, behind owning handles. This file holds the backend's
-//! `unsafe` code; the rest of the module works with the safe types below.
+//! `unsafe` code but one call: `mod.rs` registers a region of a mapping it keeps alive
+//! (`reg_mr`, with its `// SAFETY:` reason); the rest of the module works with the safe
+//! types below.
 //!
 //! Ownership mirrors the verbs object graph, so resources are released in the order
 //! verbs requires: a [`RawQp`] holds `Arc`s of its two [`RawCq`]s and of the [`Hca`];
