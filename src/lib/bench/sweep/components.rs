@@ -65,7 +65,9 @@ pub fn copies(p: Protocol) -> (f64, f64) {
 
 /// How the breakdown is measured, for SETUP.md and the figure captions.
 pub const BREAKDOWN_METHOD: &str = "transport = the floor's WRITE_WITH_IMM+16 B reply round trip of the size \
-(RDMP GET: READ of the size); metadata = the floor's 64 B SEND/RECV round trip (RDMP only); copies = \
+(RDMP GET: READ of the size); metadata = the floor's 64 B SEND/RECV round trip per small round trip: \
+RDMP-KV's and RDMP-CC's metadata RPC, pDPM-Direct's lock and release (two per PUT), Clover's link (one per PUT); \
+copies = \
 entry-size memcpy x copies on the code path (BOOM/RDMP/RDMP-CC/pDPM-Direct/Clover 2, RPC 3, HERD/RFP PUT 5 and GET 3); write-back = Media::persist of one entry \
 plus Media::persist of one 8-byte word (PUT only: every protocol's commit fences twice, the entry with its version, \
 then count); index = hash index upsert/get at 100k keys; other = median latency minus all of these \

@@ -196,7 +196,7 @@ fn server_phases(t: &Table, b: &mut Builder) -> Result<()> {
                     have = true;
                     cells.push(us(v));
                 }
-                None => cells.push(String::new()),
+                None => cells.push("-".into()),
             }
         }
         if have {

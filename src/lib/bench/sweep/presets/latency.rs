@@ -187,8 +187,10 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
         let phases = Client::connect(&t, &ep, copts.clone()).and_then(|mut c| c.stats()).ok().map(|s| s.phases);
         Ok::<_, SweepError>((put, get, phases))
     })?;
-    if let Some(ph) = phases.filter(|p| p.put_samples > 0 || p.get_samples > 0) {
-        for (c, v) in [
+    // Each operation's steps only where the server timed some: a protocol whose server
+    // never runs that path (RDMP-CC's PUTs, the passive designs') shows "-", not 0.00.
+    if let Some(ph) = phases {
+        let put = [
             ("srv_put_validate_us", ph.put_validate_us),
             ("srv_put_seal_us", ph.put_seal_us),
             ("srv_put_writeback_us", ph.put_writeback_us),
@@ -196,10 +198,14 @@ pub(super) fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, si
             ("srv_put_index_us", ph.put_index_us),
             ("srv_put_reply_us", ph.put_reply_us),
             ("srv_put_total_us", ph.put_total_us),
+        ];
+        let get = [
             ("srv_get_lookup_us", ph.get_lookup_us),
             ("srv_get_write_us", ph.get_write_us),
             ("srv_get_total_us", ph.get_total_us),
-        ] {
+        ];
+        let timed = |n: u64, cols: &[(&'static str, f64)]| if n > 0 { cols.to_vec() } else { Vec::new() };
+        for (c, v) in timed(ph.put_samples, &put).into_iter().chain(timed(ph.get_samples, &get)) {
             row.insert(c, f3(v));
         }
     }
