@@ -17,11 +17,21 @@ use boomkv::wire::{ErrorCode, Msg, Protocol};
 use common::{entry, Raw};
 
 fn server(dir: &std::path::Path, cfg: ServerConfig) -> Server<ShmTransport> {
-    let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
-    o.media.create_size = Some(8 << 20);
-    let (pool, _) = Pool::open(dir, &o).unwrap();
     let ep = Endpoint::Shm(dir.join("abuse.sock"));
-    Server::start(ShmTransport::new().unwrap(), Arc::new(pool), &[ep], cfg).unwrap()
+    Server::start(ShmTransport::new().unwrap(), pool(dir, 256 << 10, 8 << 20), &[ep], cfg).unwrap()
+}
+
+/// A new pool in `dir` of `size` bytes in segments of `segment` bytes.
+fn pool(dir: &std::path::Path, segment: u64, size: u64) -> Arc<Pool> {
+    let mut o = PoolOptions { segment_size: segment, ..Default::default() };
+    o.media.create_size = Some(size);
+    Arc::new(Pool::open(dir, &o).unwrap().0)
+}
+
+/// A client of `protocol` with a timeout long enough for the largest values.
+fn client_of(s: &Server<ShmTransport>, protocol: Protocol) -> Client<ShmTransport> {
+    let o = ClientOptions { protocol, timeout: Duration::from_secs(20), ..Default::default() };
+    Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap()
 }
 
 fn quiet() -> ServerConfig {
@@ -42,9 +52,7 @@ fn a_largest_value_no_transfer_carries_is_refused_and_each_protocol_is_told_its_
     // Clients would be told they may PUT values that no transfer carries, and fail
     // only in their transport.
     let dir = tempfile::tempdir().unwrap();
-    let mut o = PoolOptions { segment_size: 32 << 20, ..Default::default() };
-    o.media.create_size = Some(128 << 20);
-    let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+    let pool = pool(dir.path(), 32 << 20, 128 << 20);
     let ep = Endpoint::Shm(dir.path().join("big.sock"));
     let cfg = ServerConfig { max_value: MAX_VALUE_LIMIT + 1, ..quiet() };
     let r = Server::start(ShmTransport::new().unwrap(), pool.clone(), std::slice::from_ref(&ep), cfg);
@@ -56,8 +64,7 @@ fn a_largest_value_no_transfer_carries_is_refused_and_each_protocol_is_told_its_
     // byte more is refused by the client before it is sent.
     let key = vec![b'k'; 1024];
     for protocol in [Protocol::Boom, Protocol::Rpc, Protocol::Herd] {
-        let o = ClientOptions { protocol, timeout: Duration::from_secs(20), ..Default::default() };
-        let mut c = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap();
+        let mut c = client_of(&s, protocol);
         assert_eq!(c.max_value(), boomkv::proto::value_limit(protocol), "{protocol}");
         let val = vec![7u8; c.max_value() as usize];
         c.put(&key, &val).unwrap();
@@ -73,19 +80,15 @@ fn a_get_over_an_rpc_design_of_a_value_larger_than_its_one_reply_is_refused_and_
     // is refused with its code (the connection was closed for a "protocol error",
     // and the client said only that the peer had gone).
     let dir = tempfile::tempdir().unwrap();
-    let mut o = PoolOptions { segment_size: 8 << 20, ..Default::default() };
-    o.media.create_size = Some(64 << 20);
-    let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+    let pool = pool(dir.path(), 8 << 20, 64 << 20);
     let ep = Endpoint::Shm(dir.path().join("big.sock"));
     let s = Server::start(ShmTransport::new().unwrap(), pool, &[ep], ServerConfig { max_value: 4 << 20, ..quiet() })
         .unwrap();
-    let o = ClientOptions { timeout: Duration::from_secs(20), ..Default::default() };
-    let mut c = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap();
+    let mut c = client_of(&s, Protocol::Boom);
     c.put(b"two", &vec![9u8; 2_000_000]).unwrap();
     c.put(b"small", b"s").unwrap();
     for protocol in [Protocol::Rpc, Protocol::Herd, Protocol::Rfp] {
-        let o = ClientOptions { protocol, timeout: Duration::from_secs(20), ..Default::default() };
-        let mut c = Client::connect(&ShmTransport::new().unwrap(), &s.endpoints()[0], o).unwrap();
+        let mut c = client_of(&s, protocol);
         match c.get(b"two") {
             Err(e @ Error::Server { code: ErrorCode::TooLarge, .. }) => {
                 assert!(e.to_string().contains("over the 1052"), "{protocol}: {e}");
@@ -198,9 +201,7 @@ fn a_closed_connection_frees_its_place_for_the_next_client_at_once() {
     // short connections did to honest clients while few were connected.
     for (name, backend) in [("tcp", boomkv::transport::Backend::Tcp), ("shm", boomkv::transport::Backend::Shm)] {
         let dir = tempfile::tempdir().unwrap();
-        let mut o = PoolOptions { segment_size: 256 << 10, ..Default::default() };
-        o.media.create_size = Some(8 << 20);
-        let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+        let pool = pool(dir.path(), 256 << 10, 8 << 20);
         let cfg = ServerConfig { max_clients: 1, ..quiet() };
         let refused = match backend {
             boomkv::transport::Backend::Tcp => {

@@ -909,18 +909,20 @@ fn run_writes(ops: u64, keys: u64) -> u64 {
     }
 }
 
-/// Keys a run of `ops` operations of `cfg` can write: the records and the inserts.
+/// Keys a run of `ops` operations of `cfg` can write: the records and the inserts,
+/// and one more for the inserts' rounding.
 fn workload_keys(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
-    let inserts = if ops == u64::MAX {
-        if cfg.insert_proportion > 0.0 {
-            cfg.record_count
-        } else {
-            0
-        }
-    } else {
-        (ops as f64 * cfg.insert_proportion) as u64
-    };
-    cfg.record_count.saturating_add(inserts).saturating_add(1)
+    cfg.record_count.saturating_add(workload_inserts(cfg, ops)).saturating_add(1)
+}
+
+/// The inserts a run of `ops` operations of `cfg` makes (one bounded by time only,
+/// `ops` unbounded: as many as the records).
+fn workload_inserts(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
+    match (ops, cfg.insert_proportion > 0.0) {
+        (_, false) => 0,
+        (u64::MAX, true) => cfg.record_count,
+        (_, true) => (ops as f64 * cfg.insert_proportion) as u64,
+    }
 }
 
 /// The embedded pool's size, from the key space (not the operation count: the cleaner
@@ -956,10 +958,8 @@ fn embedded_pool_size(
             } else if for_segments > need / 2 {
                 (format!("{seg} segments (four spare, two per client)"), "a smaller --segment-size".to_string())
             } else {
-                // The records and the inserts, as the user counts them (`keys` has one
-                // more, for the inserts' rounding).
-                let inserts = keys.saturating_sub(cfg.record_count).saturating_sub(1);
-                let what = match inserts {
+                // The records and the inserts, as the user counts them.
+                let what = match workload_inserts(cfg, ops) {
                     0 => boomkv::units::count(cfg.record_count, "record"),
                     n => format!("{} and {n} inserts", boomkv::units::count(cfg.record_count, "record")),
                 };

@@ -88,7 +88,7 @@ impl Default for ClientOptions {
             response_buffer: 64 << 10,
             torn_retries: 8,
             on_write: None,
-            pool_full_wait: Duration::from_secs(2),
+            pool_full_wait: crate::proto::POOL_FULL_WAIT,
             fetch_size: crate::proto::rfp::FetchSize::Auto,
             rfp_mode: crate::proto::rfp::ResultMode::Hybrid,
             cells: crate::proto::pdpm_direct::DEFAULT_CELLS,

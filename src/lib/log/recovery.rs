@@ -439,10 +439,10 @@ pub(super) fn recover(pool: &Pool) -> Result<RecoveryReport> {
     check_owner_logs(pool, &mut owners.logs, writable, &mut report)?;
     if writable {
         repair_segments(pool, &scanned.found, &mut report)?;
-        rewrite_repaired(pool, &scanned.repaired_at, &mut report)?;
+        rewrite_repaired(pool, &scanned.repaired, &mut report)?;
     }
     count_index(pool, &mut report);
-    report.entries_repaired = scanned.repaired;
+    report.entries_repaired = scanned.repaired.len() as u64;
     report.counts_damaged = scanned.counts_damaged;
     restart_counters(pool, hwm, scanned.max_version, owners.max_owner, &mut report);
     report.problems.truncate(MAX_PROBLEMS);
@@ -498,9 +498,8 @@ struct Scan<'a> {
     problems: Mutex<Vec<String>>,
     max_version: AtomicU64,
     valid: AtomicU64,
-    repaired: AtomicU64,
-    /// Where the repaired entries are, with their true words (for the write-back).
-    repaired_at: Mutex<Vec<RepairedEntry>>,
+    /// The entries repaired from one flipped bit: where, with their true words.
+    repaired: Mutex<Vec<RepairedEntry>>,
     counts_damaged: AtomicU64,
     /// The cell table, whose segments are not scanned.
     cells: Option<super::cells::CellTable>,
@@ -523,8 +522,7 @@ struct Scanned {
     problems: Vec<String>,
     max_version: u64,
     valid: u64,
-    repaired: u64,
-    repaired_at: Vec<RepairedEntry>,
+    repaired: Vec<RepairedEntry>,
     counts_damaged: u64,
 }
 
@@ -548,8 +546,7 @@ impl<'a> Scan<'a> {
             problems: Mutex::new(early_problems),
             max_version: AtomicU64::new(0),
             valid: AtomicU64::new(0),
-            repaired: AtomicU64::new(0),
-            repaired_at: Mutex::new(Vec::new()),
+            repaired: Mutex::new(Vec::new()),
             counts_damaged: AtomicU64::new(0),
             cells: None,
             arena: None,
@@ -631,14 +628,13 @@ impl<'a> Scan<'a> {
                 tally.valid += 1;
                 tally.max_version = tally.max_version.max(h.version);
                 if e.repaired {
-                    self.repaired.fetch_add(1, Ordering::Relaxed);
                     self.problem(format!(
                         "segment {id} offset {}: key {} version {}: {REPAIRED_ENTRY}",
                         e.offset,
                         super::inspect::printable_upto(entry_key(slot, h), 128),
                         h.version
                     ));
-                    locked(&self.repaired_at).push(RepairedEntry {
+                    locked(&self.repaired).push(RepairedEntry {
                         segment: id,
                         offset: e.offset,
                         version: h.version,
@@ -678,8 +674,7 @@ impl<'a> Scan<'a> {
             problems: self.problems.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
             max_version: self.max_version.into_inner(),
             valid: self.valid.into_inner(),
-            repaired: self.repaired.into_inner(),
-            repaired_at: self.repaired_at.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
+            repaired: self.repaired.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
             counts_damaged: self.counts_damaged.into_inner(),
         }
     }

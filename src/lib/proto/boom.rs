@@ -27,7 +27,7 @@ pub mod hybrid;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{ClientSide, ClientTuning, Fetched, ServerSide};
 use crate::error::{Error, Result};
@@ -214,23 +214,14 @@ impl Client {
     /// clients that left are sealed and compacted in the background, so ask again for a
     /// while).
     fn grant<T: Transport>(&mut self, l: &mut Link<T>) -> Result<()> {
-        let deadline = Instant::now() + self.pool_full_wait;
-        let mut pause = Duration::from_millis(2);
-        loop {
-            match l.call(&Msg::GrantSegment, "segment grant") {
-                Ok(Msg::SegmentGranted { segment, region }) => {
-                    self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
-                    self.hybrid.reset();
-                    l.counters.grants += 1;
-                    return Ok(());
-                }
-                Err(Error::Server { code: ErrorCode::PoolFull, .. }) if Instant::now() + pause < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(50));
-                }
-                Err(e) => return Err(e),
-                Ok(m) => return Err(Error::Protocol(format!("expected a segment grant, got {m:?}"))),
+        match super::while_pool_full(self.pool_full_wait, || l.call(&Msg::GrantSegment, "segment grant"))? {
+            Msg::SegmentGranted { segment, region } => {
+                self.seg = Some(Segment { id: segment, region, tail: fmt::SEGMENT_HEADER_SIZE });
+                self.hybrid.reset();
+                l.counters.grants += 1;
+                Ok(())
             }
+            m => Err(Error::Protocol(format!("expected a segment grant, got {m:?}"))),
         }
     }
 

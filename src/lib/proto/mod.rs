@@ -278,21 +278,30 @@ fn server_delete<T: Transport>(l: &mut Link<T>, key: &[u8], wait: Duration) -> R
     fmt::encode_entry(&mut e, key, b"", true, 0)?;
     // The tombstone log's reserved segment can be full too; then the DELETE waits for
     // the cleaner, which compacts a pool that refuses clients, as a PUT's grant does.
+    let m = Msg::RpcPut { entry: e };
+    match while_pool_full(wait, || l.call(&m, "DELETE"))? {
+        Msg::PutOk { version, .. } => Ok(PutInfo { version, in_place: false }),
+        m => Err(Error::Protocol(format!("expected a DELETE reply, got {m:?}"))),
+    }
+}
+
+/// How long a client asks a full pool again ([`crate::client::ClientOptions::pool_full_wait`]'s
+/// default; the DELETEs of RDMP-KV and RDMP-CC, which take no option, wait this).
+pub const POOL_FULL_WAIT: Duration = Duration::from_secs(2);
+
+/// `ask` again while the server refuses it for a full pool, for up to `wait` (pauses
+/// from 2 ms, doubling to 50 ms): the cleaner frees segments in the background, and
+/// compacts at once a pool that refuses clients. Any other answer is returned.
+fn while_pool_full<R>(wait: Duration, mut ask: impl FnMut() -> Result<R>) -> Result<R> {
     let deadline = std::time::Instant::now() + wait;
     let mut pause = Duration::from_millis(2);
     loop {
-        match l.call(&Msg::RpcPut { entry: e.clone() }, "DELETE") {
-            Ok(Msg::PutOk { version, .. }) => return Ok(PutInfo { version, in_place: false }),
-            Ok(m) => return Err(Error::Protocol(format!("expected a DELETE reply, got {m:?}"))),
+        match ask() {
             Err(Error::Server { code: ErrorCode::PoolFull, .. }) if std::time::Instant::now() + pause < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
-            Err(e) => return Err(e),
+            r => return r,
         }
     }
 }
-
-/// How long a DELETE of the protocols without a grant wait (RDMP-KV, RDMP-CC) asks a
-/// full pool's tombstone log again: a client's default grant wait.
-const DELETE_POOL_FULL_WAIT: Duration = Duration::from_secs(2);

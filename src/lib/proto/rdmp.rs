@@ -190,7 +190,7 @@ impl<T: Transport> ClientSide<T> for Client {
             Ok(m) => allocated(m)?,
             // A DELETE on a full pool: the server logs the tombstone itself.
             Err(Error::Server { code: ErrorCode::PoolFull, .. }) if tomb => {
-                return super::server_delete(l, key, super::DELETE_POOL_FULL_WAIT)
+                return super::server_delete(l, key, super::POOL_FULL_WAIT)
             }
             Err(e) => return Err(e),
         };

@@ -273,7 +273,7 @@ impl<T: Transport> ClientSide<T> for Client {
             Ok(Msg::CcPlaced { addr, rkey, offset, version, seal }) => (addr, rkey, offset, version, seal),
             // A DELETE on a full pool: the server logs the tombstone itself.
             Err(Error::Server { code: ErrorCode::PoolFull, .. }) if tomb => {
-                return super::server_delete(l, key, super::DELETE_POOL_FULL_WAIT)
+                return super::server_delete(l, key, super::POOL_FULL_WAIT)
             }
             Err(e) => return Err(e),
             Ok(m) => return Err(Error::Protocol(format!("expected a placement, got {m:?}"))),

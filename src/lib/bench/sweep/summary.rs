@@ -452,8 +452,25 @@ pub fn below_with_handoff(
 /// How a paired interval was made, for the summaries of presets that judge targets
 /// ([`interval_note_unjudged`] for the others).
 pub fn interval_note(n: usize) -> String {
+    match interval_how(n) {
+        Some(how) => format!("{how}; a verdict is given only when the whole interval lies on one side of the target"),
+        None => "one run per point: no interval and no verdict (use --repeats)".into(),
+    }
+}
+
+/// [`interval_note`] for a preset that judges no target: the paper's figures beside
+/// its comparisons are for reading, and no verdict is printed.
+pub fn interval_note_unjudged(n: usize) -> String {
+    match interval_how(n) {
+        Some(how) => format!("{how}; the paper's figures beside them are for comparison: this preset judges no target"),
+        None => "one run per point: no interval (use --repeats)".into(),
+    }
+}
+
+/// How `n` repeats make a comparison and its interval; `None` for one run.
+fn interval_how(n: usize) -> Option<String> {
     if n < 2 {
-        return "one run per point: no interval and no verdict (use --repeats)".into();
+        return None;
     }
     let k = interval_rank(n);
     let how = if k == 1 {
@@ -470,22 +487,9 @@ pub fn interval_note(n: usize) -> String {
             median_coverage(n, k) * 100.0
         )
     };
-    format!(
-        "{n} interleaved repeats per point; a comparison is the median of the {n} per-repeat values with {how}; a \
-         verdict is given only when the whole interval lies on one side of the target"
-    )
-}
-
-/// [`interval_note`] for a preset that judges no target: the paper's figures beside
-/// its comparisons are for reading, and no verdict is printed.
-pub fn interval_note_unjudged(n: usize) -> String {
-    let note = interval_note(n);
-    match note.split_once("; a verdict is given only") {
-        Some((how, _)) => {
-            format!("{how}; the paper's figures beside them are for comparison: this preset judges no target")
-        }
-        None => note.replace("no interval and no verdict", "no interval"),
-    }
+    Some(format!(
+        "{n} interleaved repeats per point; a comparison is the median of the {n} per-repeat values with {how}"
+    ))
 }
 
 /// `1st`, `2nd`, `3rd`, `4th`.
