@@ -51,7 +51,14 @@ const PLOT_ONLY_CONFLICTS: [&str; 24] = [
 
 /// Run a grid of benchmarks that reproduces the paper's figures, then plot it.
 #[derive(clap::Args, Debug)]
-#[command(after_help = format!("{}\n{}", sweep::presets::help(), SWEEP_HELP))]
+#[command(
+    after_help = format!("{}\n{}", sweep::presets::help(), SWEEP_HELP),
+    // clap's own line reads `boomctl sweep <PRESET>...` after a conflict, even when the
+    // preset was the conflict (`sweep latency --plot-only DIR`): the three ways, named.
+    override_usage = "boomctl sweep [OPTIONS] <PRESET>...\n       \
+                      boomctl sweep --grid <FILE> [OPTIONS] [PRESET]...\n       \
+                      boomctl sweep --plot-only <DIR>"
+)]
 pub struct SweepArgs {
     /// Preset (see the list below), or all; several: comma separated.
     #[arg(
