@@ -386,3 +386,28 @@ fn recover_exits_3_on_damage_in_the_cell_table_and_the_clover_arena() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["recovery"]["cells"]["cells_damaged"], 1, "{j}");
 }
+
+#[test]
+fn ycsb_t_against_a_loaded_server_runs_the_transactions_alone() {
+    // YCSB's `-load` then `-t`: the second used to load every record again (the server
+    // counted 400 PUTs for 200 records) before it measured.
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("127.0.0.1:{}", free_port());
+    let _s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--listen", &server], dir.path(), &server);
+    let ycsb = |phase: &str| {
+        let out = run(&["ycsb", "--server", &server, "-P", "workloads/workloadc", "-p", "recordcount=200", phase]);
+        assert!(out.status.success(), "{phase}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let puts = || {
+        let st = run(&["stats", "--server", &server, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+        v["puts"].as_u64().unwrap()
+    };
+    ycsb("-load");
+    assert_eq!(puts(), 200);
+    let out = ycsb("-t");
+    assert_eq!(puts(), 200, "-t loaded again: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[READ], Return=OK, 1000"), "{text}");
+}

@@ -84,7 +84,7 @@ enum Command {
 }
 
 /// YCSB's own single-dash flags after `ycsb` (`-threads 2`, `-target 1000`, `-load`,
-/// `-t`, `-db X`), rewritten to boomctl's, so a YCSB command line works unchanged
+/// `-t`, `-l LABEL`, `-db X`), rewritten to boomctl's, so a YCSB command line works unchanged
 /// after `boomctl ycsb`. (`-P`, `-p` and `-s` are boomctl flags as they are.)
 fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let Some(pos) = args.iter().position(|a| a == "ycsb") else { return args };
@@ -93,13 +93,27 @@ fn ycsb_compat_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     }
     let mut out: Vec<std::ffi::OsString> = args[..=pos].to_vec();
     let mut it = args[pos + 1..].iter().cloned();
+    let mut t_given = false;
     while let Some(a) = it.next() {
         match a.to_str() {
             Some("-threads") => out.push("--threads".into()),
             Some("-target") => out.push("--target".into()),
+            Some("-l") => {
+                out.push("-p".into());
+                let mut label = std::ffi::OsString::from("label=");
+                label.push(it.next().unwrap_or_default());
+                out.push(label);
+            }
             Some("-load") => out.extend(["-p".into(), "dotransactions=false".into()]),
-            // As in YCSB, the last of -load and -t wins.
-            Some("-t") => out.extend(["-p".into(), "dotransactions=true".into()]),
+            // As in YCSB, the last of -load and -t wins; `--ycsb-t` says -t was given
+            // (then, against a loaded store, the transactions run alone).
+            Some("-t") => {
+                out.extend(["-p".into(), "dotransactions=true".into()]);
+                if !t_given {
+                    out.push("--ycsb-t".into());
+                    t_given = true;
+                }
+            }
             Some("-db") => {
                 let db = it.next().unwrap_or_default();
                 eprintln!("boomctl: warning: -db {} ignored: the database is boomkv", db.to_string_lossy());

@@ -64,7 +64,8 @@ impl Mix {
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkloadArgs {
     /// A built-in YCSB workload: a (50/50 read/update), b (95/5), c (read only),
-    /// d (read latest), e (scans), f (read-modify-write).
+    /// d (read latest), e (scans), f (read-modify-write) [default: a, unless -P FILE or
+    /// -p workload=site.ycsb.workloads.CoreWorkload, which starts from YCSB's defaults].
     #[arg(long, value_name = "a..f", conflicts_with = "workload", ignore_case = true)]
     pub mix: Option<Mix>,
     /// A YCSB workload property file (any of YCSB's, or your own); YCSB's -P.
@@ -102,7 +103,26 @@ impl WorkloadArgs {
                 spec
             }
             (None, Some(m)) => WorkloadSpec::from_mix(m.letter())?,
-            (None, None) => WorkloadSpec::from_mix('a')?,
+            (None, None) if self.core_defaults() => WorkloadSpec::new("CoreWorkload"),
+            (None, None) => {
+                // The -p's change workloada's mix, where YCSB would start from its
+                // CoreWorkload defaults (95/5, uniform): say which.
+                const MIX: [&str; 6] = [
+                    "readproportion",
+                    "updateproportion",
+                    "insertproportion",
+                    "scanproportion",
+                    "readmodifywriteproportion",
+                    "requestdistribution",
+                ];
+                if self.prop_keys().any(|k| MIX.contains(&k)) {
+                    eprintln!(
+                        "boomctl: note: no -P or --mix: the -p properties change workloada (50/50, zipfian); \
+                         -p workload=site.ycsb.workloads.CoreWorkload starts from YCSB's defaults instead"
+                    );
+                }
+                WorkloadSpec::from_mix('a')?
+            }
         };
         for p in &self.props {
             spec.set_override(p).with_context(|| format!("-p {p}"))?;
@@ -129,8 +149,20 @@ impl WorkloadArgs {
         match (self.workload.last(), self.mix) {
             (Some(f), _) => f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             (None, Some(m)) => format!("workload{}", m.letter()),
+            (None, None) if self.core_defaults() => "CoreWorkload".into(),
             (None, None) => "workloada".into(),
         }
+    }
+
+    /// The keys the -p options set.
+    fn prop_keys(&self) -> impl Iterator<Item = &str> {
+        self.props.iter().filter_map(|p| p.split_once('=').map(|(k, _)| k.trim()))
+    }
+
+    /// No workload file and no mix, but `-p workload=...` (YCSB's way of naming the
+    /// workload class): the run starts from CoreWorkload's defaults, as YCSB's would.
+    fn core_defaults(&self) -> bool {
+        self.workload.is_empty() && self.mix.is_none() && self.prop_keys().any(|k| k == "workload")
     }
 }
 
@@ -250,6 +282,11 @@ pub struct YcsbArgs {
     /// Skip the load phase (the server already holds the records).
     #[arg(long)]
     no_load: bool,
+    /// YCSB's `-t` was given (it is rewritten to this and `-p dotransactions=true`):
+    /// against a running store (--server, --db) the transactions run alone, as in
+    /// YCSB, where `-load` and `-t` are two invocations.
+    #[arg(long = "ycsb-t", hide = true)]
+    ycsb_t: bool,
     /// Percentiles to report (hdrhistogram.percentiles).
     #[arg(long, value_name = "LIST")]
     percentiles: Option<String>,
@@ -449,11 +486,39 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             a.w.label()
         );
     }
-    let threads = spec.thread_count()?.max(1) as usize;
     let seed = spec.seed()?.unwrap_or(1);
     let transactions = spec.do_transactions()?;
     if !transactions && a.no_load {
         bail!("dotransactions=false (-load) runs only the load phase, and --no-load skips it: nothing to run");
+    }
+    let duration = spec.max_execution_time()?;
+    let ops = run_ops(&a, w.config(), duration)?;
+    let mut threads = spec.thread_count()?.max(1) as usize;
+    // As YCSB's Client: a thread is given one operation at least, so more threads than
+    // the measured phase's operations are cut to their count (a thread with none would
+    // only connect and clean up, and count in [CLEANUP]).
+    let measured = if transactions { ops } else { w.config().insert_count };
+    if a.clients.is_none() && measured > 0 && measured < threads as u64 {
+        eprintln!("boomctl: warning: {threads} threads for {measured} operations: running {measured} threads");
+        threads = measured as usize;
+    }
+    let remote = a.target_args.server.is_some() || a.target_args.db.is_some();
+    // YCSB's `-t` against a loaded store is the transactions alone: loading again would
+    // rewrite every record (and a partitioned multi-client load's ranges) before the run.
+    let transactions_alone = a.ycsb_t && transactions && remote;
+    let do_load = !a.no_load && !transactions_alone;
+    if !remote && !a.quiet && transactions {
+        if a.no_load {
+            eprintln!(
+                "boomctl: warning: --no-load on the embedded server: its new pool holds no record, so reads and \
+                 updates find nothing (give --server to run against a loaded store)"
+            );
+        } else if a.ycsb_t {
+            eprintln!(
+                "boomctl: note: -t on the embedded server loads first, as its new pool is empty (with --server or \
+                 --db, -t runs the transactions alone, as in YCSB)"
+            );
+        }
     }
     if !a.quiet {
         // YCSB's Client prints its command line and the phases on standard error.
@@ -464,7 +529,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         eprintln!("Loading workload...");
         eprintln!("Starting test.");
     }
-    let progress = if a.status { Progress::Lines } else { Progress::auto(a.quiet) };
+    let progress = if a.status || spec.status()? { Progress::Lines } else { Progress::auto(a.quiet) };
     let hlog = match &a.hdr_log {
         Some(p) => Some(p.clone()),
         None => spec.hdr_file_output()?,
@@ -476,11 +541,10 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         }
         c => c.map(|c| c as usize),
     };
-    let duration = spec.max_execution_time()?;
     let run_opts = RunOptions {
         threads,
         clients,
-        ops: run_ops(&a, &cfg, duration)?,
+        ops,
         duration,
         target: spec.target()?,
         warmup_ops: a.warmup,
@@ -491,6 +555,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         status_interval: spec.status_interval()?,
         measurement: spec.measurement_interval()?,
         label: if a.target_args.db.is_some() { "redis".into() } else { a.target_args.protocol.to_string() },
+        status_label: spec.label(),
         bars: None,
         client_cpus: None,
     };
@@ -505,14 +570,8 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     // share the probe's CPUs).
     let load = boomkv::bench::busy::LoadProbe::start();
     let handoff_before_ns = boomkv::bench::wake::handoff_ns();
-    let runner::PhasesResult { result, space } = run_phases(
-        &a,
-        &w,
-        &run_opts,
-        runner::Phases { load: !a.no_load, run: transactions },
-        has_scans,
-        layout.as_ref(),
-    )?;
+    let runner::PhasesResult { result, space } =
+        run_phases(&a, &w, &run_opts, runner::Phases { load: do_load, run: transactions }, has_scans, layout.as_ref())?;
     let machine = boomkv::bench::busy::RunMachine {
         handoff_after_ns: boomkv::bench::wake::handoff_ns(),
         load: load.finish(),
@@ -557,10 +616,13 @@ fn workload_spec(a: &YcsbArgs) -> anyhow::Result<WorkloadSpec> {
     }
     if let Some(t) = a.target {
         spec.set_from_option("--target", names::TARGET, &t.to_string());
-        // 0 is no target (YCSB's): no intended start times to measure from.
-        if t > 0.0 && spec.get(names::MEASUREMENT_INTERVAL).is_none() {
-            spec.set_from_option("--target", names::MEASUREMENT_INTERVAL, "both");
-        }
+    }
+    // A throttled run also measures from each operation's intended start (Intended-*
+    // rows), however the target was given (`--target`, `-target`, `-p target=`, a
+    // workload file), unless `measurement.interval` says otherwise; 0 is no target
+    // (YCSB's): no intended start times to measure from. (YCSB's own default is `op`.)
+    if spec.target().ok().flatten().is_some() && spec.get(names::MEASUREMENT_INTERVAL).is_none() {
+        spec.set_from_option("a target", names::MEASUREMENT_INTERVAL, "both");
     }
     Ok(spec)
 }
@@ -712,6 +774,17 @@ fn run_phases(
 }
 
 /// Writes the YCSB text report (stdout or `exportfile`), then `--csv` and `--json`.
+/// A text value as one field of a report row: YCSB's rows are `[SERIES], name, value`,
+/// read by splitting at commas, so a comma in a value (`zipfian (YCSB scrambled, ...)`)
+/// would make a fourth field.
+fn report_value(v: &str) -> std::borrow::Cow<'_, str> {
+    if v.contains(',') {
+        v.replace(',', ";").into()
+    } else {
+        v.into()
+    }
+}
+
 fn write_reports(
     a: &YcsbArgs,
     spec: &WorkloadSpec,
@@ -724,7 +797,7 @@ fn write_reports(
     // The text report is made whole first.
     let mut out = Vec::new();
     for (k, v) in config {
-        writeln!(out, "[CONFIG], {k}, {v}")?;
+        writeln!(out, "[CONFIG], {k}, {}", report_value(v))?;
     }
     write_ycsb_text_in(&mut out, &result.measurements, &result.run, pcts, a.latency_unit)?;
     if let Some(sp) = &space {
@@ -820,7 +893,7 @@ fn full_config(
     layout: Option<&boomkv::cpus::Layout>,
 ) -> Vec<(&'static str, String)> {
     let mut config = run_config(a, cfg, o, threads, seed, operations);
-    // No commas in a [CONFIG] value (the report's field separator).
+    // A CPU list's commas read as `+` (any other comma in a value: see `report_value`).
     config.push(("pin", layout.map_or_else(|| "off".to_string(), |l| l.to_string().replace(',', "+"))));
     config
 }
@@ -844,10 +917,10 @@ fn run_config(
     let (lo, hi) = (cfg.value_size.min(), cfg.value_size.max());
     let value_bytes = if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") };
     let distribution = match (&cfg.request_distribution, cfg.theta) {
-        (D::Zipfian, None) => "zipfian (YCSB scrambled, Gray et al. theta 0.99)".to_string(),
-        (D::Zipfian, Some(t)) => format!("zipfian (true Zipf, theta {t})"),
-        (D::Latest, None) => "latest (YCSB, Gray et al. theta 0.99)".to_string(),
-        (D::Latest, Some(t)) => format!("latest (true Zipf, theta {t})"),
+        (D::Zipfian, None) => "zipfian (YCSB scrambled; Gray et al. theta 0.99)".to_string(),
+        (D::Zipfian, Some(t)) => format!("zipfian (true Zipf; theta {t})"),
+        (D::Latest, None) => "latest (YCSB; Gray et al. theta 0.99)".to_string(),
+        (D::Latest, Some(t)) => format!("latest (true Zipf; theta {t})"),
         (D::Uniform, _) => "uniform".into(),
         (D::Hotspot { data_fraction, opn_fraction }, _) => {
             format!("hotspot ({data_fraction} of keys get {opn_fraction} of ops)")

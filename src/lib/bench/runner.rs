@@ -92,6 +92,8 @@ pub struct RunOptions {
     pub measurement: MeasurementInterval,
     /// A label for progress output ("load", "run", "boom 2k").
     pub label: String,
+    /// Put before every status line, as it is (YCSB's `-l`, property `label`).
+    pub status_label: String,
     /// Show the progress bar under these (a sweep's overall bar) instead of on its own.
     pub bars: Option<indicatif::MultiProgress>,
     /// Run the client threads on these CPUs only (`None`: wherever the scheduler puts
@@ -117,6 +119,7 @@ impl Default for RunOptions {
             status_interval: Duration::from_secs(10),
             measurement: MeasurementInterval::Op,
             label: "run".into(),
+            status_label: String::new(),
             bars: None,
             client_cpus: None,
         }
@@ -368,11 +371,15 @@ fn phases_with<D: Db + 'static>(
         }
     }
     if phases.load {
-        // Preparation, not measured: as fast as it goes, so no intended start times.
+        // Preparation, not measured: as fast as it goes, so no intended start times,
+        // and every record, whatever the run's time limit (in YCSB load and run are two
+        // invocations, and `maxexecutiontime` limits only the one it is given to: cut
+        // short here, the run would measure a partial data set full of misses).
         let lo = RunOptions {
             label: "load".into(),
             hlog: None,
             target: None,
+            duration: None,
             warmup_ops: 0,
             measurement: MeasurementInterval::Op,
             ..o.clone()
@@ -994,7 +1001,7 @@ impl<'a> Collector<'a> {
             last_total_ops: self.last_done,
             todo_ops: if self.timed.is_some() { 0 } else { self.total.saturating_sub(done) },
         };
-        eprintln!("{}", status::line(SystemTime::now(), &p, acc));
+        eprintln!("{}{}", self.opts.status_label, status::line(SystemTime::now(), &p, acc));
     }
 
     /// Takes what the workers send until every one has hung up.

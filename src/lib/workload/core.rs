@@ -296,6 +296,13 @@ impl CoreConfig {
                 "minscanlength ({min_scan_length}) is above maxscanlength ({max_scan_length})"
             )));
         }
+        // YCSB reads both as a Java int; a longer scan was cut to 32 bits on its way out.
+        if max_scan_length > i32::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "maxscanlength ({max_scan_length}) is over {}, the longest scan YCSB's int allows",
+                i32::MAX
+            )));
+        }
         let scan_length_distribution = match spec.get_str("scanlengthdistribution", "uniform") {
             "uniform" => ScanLengthDistribution::Uniform,
             "zipfian" => ScanLengthDistribution::Zipfian,
@@ -712,6 +719,15 @@ mod tests {
         // YCSB would take a typo for ordered and change every key without a word.
         let e = order("hashd").unwrap_err().to_string();
         assert!(e.contains("insertorder") && e.contains("hashd"), "{e}");
+    }
+
+    #[test]
+    fn a_scan_longer_than_an_int_is_refused() {
+        // It was cut to 32 bits on its way to the server, without a word.
+        let c = |v: &str| CoreConfig::from_spec(&spec('e', &[&format!("maxscanlength={v}")]));
+        assert!(c("2147483647").is_ok());
+        let e = c("5000000000").unwrap_err().to_string();
+        assert!(e.contains("maxscanlength (5000000000)"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub mod names {
     pub const SEED: &str = "boomkv.seed";
     /// Seconds between status lines.
     pub const STATUS_INTERVAL: &str = "status.interval";
+    /// true: status lines (YCSB's `-s`).
+    pub const STATUS: &str = "status";
+    /// Put before every status line (YCSB's `-l`).
+    pub const LABEL: &str = "label";
     /// false: run the load phase only.
     pub const DO_TRANSACTIONS: &str = "dotransactions";
     /// File for the text report.
@@ -112,6 +116,8 @@ const KNOWN: &[(&str, Use)] = &[
     (names::HDR_FILE_OUTPUT, Use::Runner),
     (names::HDR_OUTPUT_PATH, Use::Runner),
     (names::STATUS_INTERVAL, Use::Runner),
+    (names::STATUS, Use::Runner),
+    (names::LABEL, Use::Runner),
     ("reportlatencyforeacherror", Use::Runner),
     ("latencytrackederrors", Use::NoEffect("use reportlatencyforeacherror=true to split failed latencies by status")),
     ("exporter", Use::Runner),
@@ -493,6 +499,16 @@ impl WorkloadSpec {
             return Err(self.bad(names::STATUS_INTERVAL, "at least 1 (seconds)"));
         }
         Ok(Duration::from_secs(s))
+    }
+
+    /// `status` (default false; true = status lines, YCSB's `-s`).
+    pub fn status(&self) -> Result<bool> {
+        self.get_bool(names::STATUS, false)
+    }
+
+    /// `label`: what YCSB puts before every status line (`-l`), as it is.
+    pub fn label(&self) -> String {
+        self.get(names::LABEL).unwrap_or_default().to_string()
     }
 
     /// `dotransactions` (default true; false = load only, YCSB's `-load`).
