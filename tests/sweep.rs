@@ -210,6 +210,19 @@ fn latency_sweep_writes_csv_plots_setup_and_resumes() {
     let stdout = ok(tiny_latency(&out, &["--resume"]));
     assert!(stdout.contains("sweep: 1 run in") && stdout.contains("(17 skipped, 0 failed)"), "{stdout}");
     assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 18);
+    // A row cut short (a full disk) is no result: --plot-only reads the rows before it,
+    // and --resume cuts it and runs its point again. Both refused the file for good
+    // ("found record with 9 fields, but the previous record has 55 fields").
+    let full = std::fs::read(out.join("latency.csv")).unwrap();
+    std::fs::write(out.join("latency.csv"), &full[..full.len() - 20]).unwrap();
+    ok(boomctl().arg("sweep").arg("--plot-only").arg(&out).output().unwrap());
+    let again = tiny_latency(&out, &["--resume"]);
+    let err = String::from_utf8_lossy(&again.stderr).into_owned();
+    let stdout = ok(again);
+    assert!(stdout.contains("sweep: 1 run in") && stdout.contains("(17 skipped, 0 failed)"), "{stdout}");
+    assert!(err.contains("cut a torn last row"), "{err}");
+    assert_eq!(Table::read(&out.join("latency.csv")).unwrap().rows.len(), 18);
+    assert!(std::fs::read(out.join("latency.csv")).unwrap().ends_with(b"\n"));
     // SETUP.md keeps the first invocation's machine and settings, and adds the resumed
     // one's, with the load during its run; the spread section stays one, at the end.
     let resumed = std::fs::read_to_string(out.join("SETUP.md")).unwrap();

@@ -944,3 +944,56 @@ fn more_threads_than_operations_are_cut_to_the_count() {
     assert_eq!(num(&r, "CLEANUP", "Operations"), 2.0, "{r:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("4 threads for 2 operations"));
 }
+
+#[test]
+fn a_torn_csv_row_is_cut_before_the_next_row() {
+    // A run that hit a full disk left its row cut short; the next run's row joined it
+    // into one line of 116 fields under a 104-field header, values under wrong names.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("r.csv");
+    let args = ["ycsb", "--mix", "c", "--quiet", "-p", "recordcount=20", "-p", "operationcount=20", "--csv"];
+    run(&[&args[..], &[csv.to_str().unwrap()]].concat());
+    run(&[&args[..], &[csv.to_str().unwrap()]].concat());
+    let two = std::fs::read(&csv).unwrap();
+    std::fs::write(&csv, &two[..two.len() - 30]).unwrap();
+    let out = run(&[&args[..], &[csv.to_str().unwrap()]].concat());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cut a torn last row"));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut r = csv::ReaderBuilder::new().flexible(false).from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = r.records().collect::<Result<_, _>>().unwrap();
+    assert_eq!(rows.len(), 2, "{text}");
+}
+
+#[test]
+fn a_csv_that_is_a_device_is_not_read_for_its_header() {
+    // `--csv /dev/full` read /dev/full's "first line" until memory ran out (23 GB, then
+    // the OOM killer); now the row's write fails with the device's own error.
+    let args = ["ycsb", "--mix", "c", "--quiet", "-p", "recordcount=20", "-p", "operationcount=20", "--csv"];
+    fails_with(&[&args[..], &["/dev/full"]].concat(), "No space left on device");
+    run(&[&args[..], &["/dev/null"]].concat());
+}
+
+#[test]
+fn what_a_killed_run_left_behind_is_removed_and_said() {
+    // A run killed with SIGKILL left its 1 GiB pool in /dev/shm, and every later run
+    // left it there, without a word.
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let parent = std::env::temp_dir();
+    let left = parent.join(format!("boomkv-{dead}-killedrun"));
+    std::fs::create_dir_all(&left).unwrap();
+    std::fs::write(left.join("boomkv.pool"), vec![1u8; 8192]).unwrap();
+    // A live process's (this test's) stays.
+    let live = parent.join(format!("boomkv-{}-alive", std::process::id()));
+    std::fs::create_dir_all(&live).unwrap();
+    let out = run(&["ycsb", "--mix", "c", "--quiet", "-p", "recordcount=5", "-p", "operationcount=5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!left.exists(), "{err}");
+    assert!(err.contains(&format!("removed {}", left.display())) && err.contains("was killed"), "{err}");
+    assert!(live.exists());
+    std::fs::remove_dir_all(&live).unwrap();
+}

@@ -289,12 +289,28 @@ pub fn pin_layout(pin: PinMode, workers: usize) -> Option<boomkv::cpus::Layout> 
 /// this first.
 pub fn clean_up_on_signal(also: Option<PathBuf>) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    // What a killed run (SIGKILL, the OOM killer) could not remove: its pool would pin
+    // its size of memory in /dev/shm for good.
+    let mut parents = vec![boomkv::bench::embedded::default_parent(), std::env::temp_dir()];
+    parents.extend(also.clone());
+    parents.dedup();
+    for p in &parents {
+        for (path, bytes) in boomkv::bench::embedded::remove_dead_temp_dirs(p) {
+            eprintln!(
+                "boomctl: removed {} ({}), left behind by a boomkv process that was killed",
+                path.display(),
+                boomkv::units::short_bytes(bytes)
+            );
+        }
+    }
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| anyhow::anyhow!("cannot install signal handlers: {e}"))?;
     std::thread::Builder::new()
         .name("boomctl-signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                // Before the directories: a server writing into its own would leave files.
+                boomkv::bench::redis::stop_started();
                 let mut dirs = vec![boomkv::bench::embedded::default_parent(), std::env::temp_dir()];
                 dirs.extend(also);
                 for d in &dirs {
@@ -324,6 +340,32 @@ pub fn check_writable(what: &str, path: &std::path::Path) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Writes `bytes` as the whole of the file at `path`, replacing it only once they are
+/// all written: beside it first, then renamed over it, so a write that fails (a full
+/// disk) leaves the earlier file as it was, not cut short. A path that is not a
+/// regular file (`/dev/stdout`, a FIFO) is written in place.
+pub fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return std::fs::write(path, bytes);
+    }
+    // Through a link to the file it names: the link stays.
+    let resolved = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path)?,
+        _ => path.to_path_buf(),
+    };
+    let path = resolved.as_path();
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let r = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
 /// Whether `a` and `b` name the same file, written as they may be (`dir/../dir/x`, a
 /// link to the directory): the directories are resolved, the files need not exist.
 pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
@@ -350,7 +392,24 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{one_line, same_file, with_server};
+    use super::{one_line, same_file, with_server, write_replacing};
+
+    #[test]
+    fn a_replaced_file_is_whole_and_a_link_to_it_stays_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("r.json");
+        write_replacing(&f, b"first").unwrap();
+        let link = d.path().join("l.json");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        write_replacing(&link, b"second").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(&f).unwrap(), b"second");
+        // Nothing left beside it, and a device is written in place.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+        write_replacing(std::path::Path::new("/dev/null"), b"x").unwrap();
+        // A failed write (no such directory) leaves nothing behind and says why.
+        assert!(write_replacing(&d.path().join("no/such.json"), b"x").is_err());
+    }
 
     #[test]
     fn the_same_file_is_found_however_it_is_written() {

@@ -194,7 +194,9 @@ fn start(a: ServeArgs, pool: Pool, rep: boomkv::log::RecoveryReport) -> anyhow::
         eprintln!(
             "boomctl serve: opened pool {} ({}, {} of {}) with {} keys ({} deleted), recovered in {:.1} ms",
             media.path().display(),
-            human_bytes(media.len()),
+            // The pool's own size (the header's), as `recover` says: a file grown
+            // beyond it (`truncate -s`) holds nothing more.
+            human_bytes(pool.header().pool_size),
             count(pool.segment_count(), "segment"),
             human_bytes(seg),
             rep.keys,

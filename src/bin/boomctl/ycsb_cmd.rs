@@ -824,7 +824,9 @@ fn write_reports(
     // a reader that stops early (`| head`) costs none of them, and a file that cannot
     // be written costs not the report. The first error is the command's.
     let printed = match spec.export_file() {
-        Some(p) => std::fs::write(&p, &out).with_context(|| format!("exportfile: writing {}", p.display())),
+        Some(p) => {
+            crate::common::write_replacing(&p, &out).with_context(|| format!("exportfile: writing {}", p.display()))
+        }
         None => {
             let mut o = crate::common::stdout();
             o.write_all(&out).and_then(|()| o.flush()).map_err(anyhow::Error::from)
@@ -834,7 +836,14 @@ fn write_reports(
         if let Some(csv) = &a.csv {
             let existing = boomkv::bench::report::csv_header(csv).context("--csv")?;
             let (schema, values) = csv_schema(config, pcts, existing.as_deref());
-            append_csv(csv, &schema, &values, &result.measurements, &result.run).context("--csv")?;
+            let torn = append_csv(csv, &schema, &values, &result.measurements, &result.run).context("--csv")?;
+            if torn > 0 {
+                eprintln!(
+                    "boomctl: warning: --csv {}: cut a torn last row ({torn} bytes without a line end: a write cut \
+                     short, as by a full disk) before appending",
+                    csv.display()
+                );
+            }
         }
         if let Some(j) = &a.json {
             let mut v = json_report(&result.measurements, &result.run, pcts, true);
@@ -846,7 +855,7 @@ fn write_reports(
                 v["client"] = serde_json::to_value(c)?;
             }
             v["machine"] = serde_json::to_value(machine)?;
-            std::fs::write(j, serde_json::to_vec_pretty(&v)?)
+            crate::common::write_replacing(j, &serde_json::to_vec_pretty(&v)?)
                 .with_context(|| format!("--json: writing {}", j.display()))?;
         }
         Ok(())

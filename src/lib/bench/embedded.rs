@@ -144,6 +144,54 @@ pub fn allow_run_clients(cfg: &mut ServerConfig, clients: usize) {
     cfg.max_clients = cfg.max_clients.max(clients.saturating_mul(2).saturating_add(1));
 }
 
+/// Removes the temporary directories and files in `parent` that a boomkv process which
+/// is gone left behind (killed with SIGKILL, or by the OOM killer: no clean-up ran),
+/// each of them a pool of up to the run's size pinning memory in /dev/shm: the
+/// entries named with [`crate::log::temp_prefix`] of a process ID that no process has
+/// now, owned by this user. Returns what was removed, with its size in bytes.
+pub fn remove_dead_temp_dirs(parent: &Path) -> Vec<(PathBuf, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let own = std::process::id();
+    let Ok(me) = std::fs::metadata("/proc/self") else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(parent) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("boomkv-"))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A live process (this one, or one that reuses the ID) keeps its entry.
+        if pid == own || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let Ok(meta) = e.path().symlink_metadata() else { continue };
+        if meta.uid() != me.uid() {
+            continue;
+        }
+        let size = disk_usage(&e.path());
+        let gone = if meta.is_dir() { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
+        if gone.is_ok() {
+            removed.push((e.path(), size));
+        }
+    }
+    removed
+}
+
+/// The bytes the files under `p` take on disk (what a removal frees).
+fn disk_usage(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = p.symlink_metadata() else { return 0 };
+    if !m.is_dir() {
+        return m.blocks() * 512;
+    }
+    std::fs::read_dir(p).map(|d| d.flatten().map(|e| disk_usage(&e.path())).sum()).unwrap_or(0)
+}
+
 /// Removes this process's temporary directories and files (a socket) in `parent`
 /// ([`crate::log::temp_prefix`]): for a binary's signal handler, on its way out of an
 /// interrupted run (best effort: what cannot be removed is left).

@@ -218,6 +218,9 @@ pub struct HlogFile {
     pub run: Option<RunInfo>,
     /// Status counts per tag from the summary.
     pub statuses: Vec<(String, Status, u64)>,
+    /// Bytes after the last line end, left out: a line whose write was cut short (a
+    /// full disk, a crash mid-write).
+    pub torn: usize,
 }
 
 impl HlogFile {
@@ -230,6 +233,11 @@ impl HlogFile {
     /// Parses a log; `source` names it in errors.
     pub fn parse(bytes: &[u8], source: &str) -> Result<HlogFile> {
         let bad = |why: String| Error::corrupt("HdrHistogram log", format!("{source}: {why}"));
+        // Every line a writer finished ends with a line end; what follows the last one
+        // was cut short, and is left out (said by `merge_hlogs`), not the whole log.
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let torn = if bytes[whole..].iter().all(u8::is_ascii_whitespace) { 0 } else { bytes.len() - whole };
+        let bytes = if torn > 0 { &bytes[..whole] } else { bytes };
         let mut start_time = None;
         let mut base_time = None;
         let mut raw = Vec::new();
@@ -305,7 +313,7 @@ impl HlogFile {
                 }
             }
         }
-        Ok(HlogFile { source: source.to_string(), start_time, intervals, run, statuses })
+        Ok(HlogFile { source: source.to_string(), start_time, intervals, run, statuses, torn })
     }
 
     /// All intervals merged per tag, plus the summary's status counts.
@@ -367,6 +375,13 @@ pub fn merge_hlogs(files: &[HlogFile]) -> Result<MergedRun> {
     let mut warnings = Vec::new();
     let mut spans = Vec::new();
     for f in files {
+        if f.torn > 0 {
+            warnings.push(format!(
+                "{}: its last {} bytes are a line cut short (a write that did not finish, as on a full disk): \
+                 left out",
+                f.source, f.torn
+            ));
+        }
         if f.run.is_none() {
             warnings.push(format!(
                 "{} has no boomkv end line (a run that was killed, or a log another tool wrote): its operations \
@@ -556,6 +571,17 @@ mod tests {
         assert_eq!(m.run.operations, 2200 + 3300, "its histograms count what its summary said");
         assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
         assert!(m.warnings[0].starts_with("killed.hlog has no boomkv end line"), "{:?}", m.warnings);
+        // A log whose last line was cut short (a full disk) was refused whole ("line 6:
+        // not a line of an HdrHistogram interval log"): the lines before it merge.
+        let torn = &cut.as_bytes()[..cut.len() - 7];
+        let f = HlogFile::parse(torn, "full.hlog").unwrap();
+        assert_eq!(f.intervals.len(), killed_intervals(&cut) - 1);
+        let m = merge_hlogs(&[f]).unwrap();
+        assert!(m.warnings.iter().any(|w| w.starts_with("full.hlog: its last ")), "{:?}", m.warnings);
+    }
+
+    fn killed_intervals(log: &str) -> usize {
+        HlogFile::parse(log.as_bytes(), "x").unwrap().intervals.len()
     }
 
     #[test]

@@ -12,11 +12,13 @@
 //! [`RedisServer`] starts a `redis-server` of its own on a loopback port (the `peers`
 //! sweep preset and the tests use it), with or without an append-only file.
 //!
-//! May import: `bench::runner` (the [`Db`] trait), `error`.
+//! May import: `bench::runner` (the [`Db`] trait), `log` (the prefix of this process's
+//! temporary files), `error`.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::runner::Db;
@@ -131,11 +133,43 @@ pub enum Persistence {
     AofEverySec,
 }
 
-/// A `redis-server` child on a free loopback port, killed (by its PID) on drop.
+/// A `redis-server` child on a free loopback port, stopped on drop (or by
+/// [`stop_started`]).
 pub struct RedisServer {
-    child: Child,
+    child: Arc<Mutex<Child>>,
     port: u16,
     _dir: tempfile::TempDir,
+}
+
+/// The servers this process started and has not stopped yet (port, child).
+static STARTED: Mutex<Vec<(u16, Arc<Mutex<Child>>)>> = Mutex::new(Vec::new());
+
+/// Stops every `redis-server` this process started: for a process ending on a signal,
+/// whose drops will not run (the servers would outlive it, listening, with their
+/// directories).
+pub fn stop_started() {
+    let all = std::mem::take(&mut *STARTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    for (port, child) in all {
+        stop(port, &mut child.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+}
+
+/// Stops the server `child` listening on `port`.
+fn stop(port: u16, child: &mut Child) {
+    // SHUTDOWN first: it stops an append-only-file rewrite child and removes its
+    // file. SIGKILL left that child running, writing a temp-rewriteaof-bg file of
+    // hundreds of MB into the directory being removed, which then stayed behind.
+    let url = format!("redis://127.0.0.1:{port}");
+    let asked = matches!(child.try_wait(), Ok(None))
+        && RedisDb::connect(&url, Duration::from_secs(1))
+            .map(|mut db| redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut db.conn))
+            .is_ok();
+    let end = Instant::now() + Duration::from_secs(if asked { 5 } else { 0 });
+    while Instant::now() < end && matches!(child.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl RedisServer {
@@ -151,9 +185,11 @@ impl RedisServer {
         if !Self::installed() {
             return Err(Error::Unsupported("redis-server is not installed (Debian: apt install redis-server)".into()));
         }
+        // This process's temporary prefix: what a signal's clean-up removes.
+        let prefix = format!("{}redis-", crate::log::temp_prefix());
         let dir = match parent {
-            Some(p) => tempfile::Builder::new().prefix("boomkv-redis-").tempdir_in(p),
-            None => tempfile::Builder::new().prefix("boomkv-redis-").tempdir(),
+            Some(p) => tempfile::Builder::new().prefix(&prefix).tempdir_in(p),
+            None => tempfile::Builder::new().prefix(&prefix).tempdir(),
         }
         .map_err(|e| Error::Transport(format!("redis-server: a directory for its files: {e}")))?;
         // A free port: the kernel's choice for a listener dropped at once. Another
@@ -174,10 +210,13 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| Error::Transport(format!("starting redis-server: {e}")))?;
-        let mut server = RedisServer { child, port, _dir: dir };
+        let child = Arc::new(Mutex::new(child));
+        STARTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((port, child.clone()));
+        let server = RedisServer { child, port, _dir: dir };
         let end = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = server.child.try_wait() {
+            let exited = server.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner).try_wait();
+            if let Ok(Some(status)) = exited {
                 return Err(Error::Transport(format!("redis-server on port {port} exited at start: {status}")));
             }
             if Instant::now() > end {
@@ -209,18 +248,8 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        // SHUTDOWN first: it stops an append-only-file rewrite child and removes its
-        // file. SIGKILL left that child running, writing a temp-rewriteaof-bg file of
-        // hundreds of MB into the directory being removed, which then stayed behind.
-        let asked = RedisDb::connect(&self.url(), Duration::from_secs(1))
-            .map(|mut db| redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut db.conn))
-            .is_ok();
-        let end = Instant::now() + Duration::from_secs(if asked { 5 } else { 0 });
-        while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        STARTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|(p, _)| *p != self.port);
+        stop(self.port, &mut self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 }
 

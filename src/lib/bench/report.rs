@@ -32,7 +32,7 @@
 //! full percentile spectrum for plotting.
 
 use std::fs::OpenOptions;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -370,10 +370,21 @@ pub fn csv_header(path: &Path) -> Result<Option<Vec<String>>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(ctx("reading"), e)),
     };
+    // A device or a pipe (`/dev/stdout`, a FIFO) holds no earlier rows to read: reading
+    // one would wait for ever or, from /dev/zero, fill memory with one endless line.
+    if !file.metadata().map_err(|e| Error::io(ctx("reading"), e))?.is_file() {
+        return Ok(None);
+    }
     let mut first = String::new();
-    BufReader::new(&file).read_line(&mut first).map_err(|e| Error::io(ctx("reading"), e))?;
+    BufReader::new(&file).take(MAX_CSV_HEADER).read_line(&mut first).map_err(|e| Error::io(ctx("reading"), e))?;
     if first.is_empty() {
         return Ok(None);
+    }
+    if !first.ends_with('\n') && first.len() as u64 == MAX_CSV_HEADER {
+        return Err(Error::invalid(format!(
+            "{}: its first line is over {MAX_CSV_HEADER} bytes, no CSV header of a report",
+            path.display()
+        )));
     }
     Ok(Some(
         csv::ReaderBuilder::new()
@@ -385,6 +396,45 @@ pub fn csv_header(path: &Path) -> Result<Option<Vec<String>>> {
             .map(|r| r.iter().map(String::from).collect())
             .unwrap_or_default(),
     ))
+}
+
+/// The longest first line [`csv_header`] reads (a report's header is a few KiB).
+const MAX_CSV_HEADER: u64 = 1 << 20;
+
+/// Cuts from `file` what follows its last line end: a row whose write was cut short
+/// (a full disk, a crash mid-write), which a row appended after it would join into one
+/// line of the wrong fields. Returns the bytes cut (0: the file ends with a whole
+/// line, or is empty). `file` must be open for reading and writing.
+pub fn drop_torn_row(file: &std::fs::File) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let meta = file.metadata()?;
+    let len = meta.len();
+    if !meta.is_file() || len == 0 {
+        return Ok(0);
+    }
+    let mut b = [0u8; 1];
+    file.read_exact_at(&mut b, len - 1)?;
+    if b[0] == b'\n' {
+        return Ok(0);
+    }
+    // Back from the end, a block at a time, to the last line end (none: the whole
+    // file is one torn line).
+    let mut end = len;
+    let mut block = vec![0u8; 64 << 10];
+    let whole = loop {
+        if end == 0 {
+            break 0;
+        }
+        let n = (end as usize).min(block.len());
+        let start = end - n as u64;
+        file.read_exact_at(&mut block[..n], start)?;
+        if let Some(i) = block[..n].iter().rposition(|&c| c == b'\n') {
+            break start + i as u64 + 1;
+        }
+        end = start;
+    };
+    file.set_len(whole)?;
+    Ok(len - whole)
 }
 
 /// Checks that the CSV file at `path`, if it exists and is not empty, has `schema`'s
@@ -416,11 +466,16 @@ pub fn append_csv(
     context_values: &[&str],
     m: &Measurements,
     run: &RunInfo,
-) -> Result<()> {
+) -> Result<u64> {
     let row = schema.row(context_values, m, run)?;
     let ctx = |what: &str| format!("{what} CSV file {}", path.display());
     check_csv_header(path, schema)?;
-    let mut file = OpenOptions::new().append(true).create(true).open(path).map_err(|e| Error::io(ctx("opening"), e))?;
+    let mut file =
+        OpenOptions::new().read(true).append(true).create(true).open(path).map_err(|e| Error::io(ctx("opening"), e))?;
+    // One appender at a time: another's torn row is cut, and rows never interleave.
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Error::io(ctx("locking"), e.into()))?;
+    let torn = drop_torn_row(&file).map_err(|e| Error::io(ctx("repairing"), e))?;
     let len = file.metadata().map_err(|e| Error::io(ctx("reading"), e))?.len();
     let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
     if len == 0 {
@@ -430,7 +485,7 @@ pub fn append_csv(
     let bytes = w.into_inner().map_err(|e| Error::invalid(format!("CSV: {e}")))?;
     // One write of whole lines, so concurrent appenders do not interleave rows.
     file.write_all(&bytes).map_err(|e| Error::io(ctx("appending to"), e))?;
-    Ok(())
+    Ok(torn)
 }
 
 /// The full percentile spectrum of `h` (nanoseconds) as `(percentile, latency_us,
@@ -642,6 +697,25 @@ mod tests {
         // 249.984..250.111 whose middle is 250.048); integer columns are rounded.
         assert_eq!(text, expected);
         assert_eq!(1000.0 * 111.0 / 10110.0, 10.979228486646884);
+    }
+
+    #[test]
+    fn a_torn_last_row_is_cut_back_to_the_last_line_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let cut = |content: &[u8]| {
+            std::fs::write(&path, content).unwrap();
+            let f = OpenOptions::new().read(true).append(true).open(&path).unwrap();
+            (drop_torn_row(&f).unwrap(), std::fs::read(&path).unwrap())
+        };
+        assert_eq!(cut(b"a,b\n1,2\n"), (0, b"a,b\n1,2\n".to_vec()));
+        assert_eq!(cut(b"a,b\n1,2\n3,"), (2, b"a,b\n1,2\n".to_vec()));
+        assert_eq!(cut(b"a,"), (2, Vec::new()));
+        assert_eq!(cut(b""), (0, Vec::new()));
+        // A torn row longer than the block read back at a time.
+        let mut long = b"a\n".to_vec();
+        long.extend(std::iter::repeat_n(b'x', 200_000));
+        assert_eq!(cut(&long), (200_000, b"a\n".to_vec()));
     }
 
     #[test]

@@ -579,7 +579,10 @@ impl Table {
     /// Reads `path`; every row must have as many fields as the header.
     pub fn read(path: &Path) -> Result<Table> {
         let bytes = std::fs::read(path).map_err(io_err(path))?;
-        Table::parse(&bytes, path)
+        // What follows the last line end is a row whose write was cut short (a full
+        // disk): not a result. `CsvSink::open` cuts it before the next row.
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        Table::parse(&bytes[..whole], path)
     }
 
     /// Parses CSV bytes; `path` names them in errors.
@@ -759,6 +762,9 @@ pub struct CsvSink {
     path: PathBuf,
     columns: &'static [&'static str],
     file: std::fs::File,
+    /// Bytes of a torn last row cut when the file was opened (see
+    /// [`crate::bench::report::drop_torn_row`]).
+    pub torn: u64,
 }
 
 impl CsvSink {
@@ -782,15 +788,20 @@ impl CsvSink {
         let mut opts = std::fs::OpenOptions::new();
         opts.create(true);
         if exists {
-            opts.append(true);
+            opts.read(true).append(true);
         } else {
             opts.write(true).truncate(true);
         }
         let mut file = opts.open(&path).map_err(io_err(&path))?;
-        if !exists {
+        let mut torn = 0;
+        if exists {
+            // A row cut short (a full disk) would join the next one into a line of the
+            // wrong fields; the readers skip it, and so it goes.
+            torn = crate::bench::report::drop_torn_row(&file).map_err(io_err(&path))?;
+        } else {
             file.write_all(&csv_records([columns])?).map_err(io_err(&path))?;
         }
-        Ok(CsvSink { path, columns, file })
+        Ok(CsvSink { path, columns, file, torn })
     }
 
     /// Writes one row (columns missing from `row` are empty).
@@ -937,6 +948,14 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
             remove_logs(*preset, &o.out)?;
         }
         let mut sink = CsvSink::open(*preset, &o.out, fresh)?;
+        if sink.torn > 0 {
+            prog.warn(&format!(
+                "{}: cut a torn last row ({} bytes without a line end: a write cut short, as by a full disk); its \
+                 point runs again",
+                preset.csv_path(&o.out).display(),
+                sink.torn
+            ));
+        }
         if *starts {
             // The CSV has no rows yet: they will be measured under this invocation's.
             resume::write(*preset, o)?;
@@ -1106,6 +1125,16 @@ impl SweepProgress {
             }
             (None, Progress::Lines) => eprintln!("{s}"),
             _ => {}
+        }
+    }
+
+    /// A warning: printed above the bars, or on standard error (also with --quiet).
+    fn warn(&self, s: &str) {
+        match &self.multi {
+            Some(m) => {
+                let _ = m.println(format!("warning: {s}"));
+            }
+            None => eprintln!("warning: {s}"),
         }
     }
 
