@@ -83,7 +83,8 @@ pub struct WorkloadArgs {
     /// approximation, theta 0.99 only), bit for bit.
     #[arg(long)]
     pub theta: Option<f64>,
-    /// Seed of the operation streams (same seed, same operations).
+    /// Seed of the operation streams (same seed, same operations) [default: 1; YCSB's
+    /// differ on every run, so give several client processes each its own].
     #[arg(long)]
     pub seed: Option<u64>,
     /// Records to load (recordcount; at least 1: YCSB reads recordcount=0 as 2^31 - 1

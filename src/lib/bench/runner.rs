@@ -11,8 +11,10 @@
 //! interval log (`--hdr-log`) and drives the progress display.
 //!
 //! With a target throughput, client `i` of `n` issues its `k`-th operation at
-//! `start + k * n / target`; the latency from that intended time is recorded too (as
-//! YCSB's `measurement.interval=both` does), so stalls are not hidden.
+//! `start + k * n / target + p_i * min(n / target, 10 ms)`, where `p_i` in [0, 1)
+//! spreads the clients over one interval (all in step they would send in bursts;
+//! YCSB's threads first sleep a random part of one interval); the latency from that intended time is recorded too
+//! (as YCSB's `measurement.interval=both` does), so stalls are not hidden.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -483,6 +485,7 @@ fn phase<D: Db + 'static>(
             done: 0,
             buf: Vec::new(),
             in_flight: None,
+            phase: unit_fraction(opts.seed, i as u64),
         });
     }
     let mut handles = Vec::new();
@@ -569,6 +572,26 @@ struct Lane<D: Db> {
     /// The read or write in flight (a thread with several clients): the operation,
     /// when it started, and when it was meant to start.
     in_flight: Option<(Op, Instant, Instant)>,
+    /// Under a target rate, where in its first interval this client starts, as a
+    /// fraction of the interval (or of [`MAX_SPREAD_S`] when that is shorter): clients
+    /// in step would send in bursts, all at once. YCSB's threads likewise first sleep a
+    /// random part of one interval.
+    phase: f64,
+}
+
+/// The longest a throttled client's start is put off to spread the clients (seconds):
+/// a burst matters where the interval is short; a client at 0.01 ops/s still starts at
+/// once rather than up to 100 s late.
+const MAX_SPREAD_S: f64 = 0.010;
+
+/// A number in [0, 1) fixed by `seed` and the client `i` (SplitMix64's mix): the same
+/// run spreads its clients the same way.
+fn unit_fraction(seed: u64, i: u64) -> f64 {
+    let mut z = seed ^ i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// One client thread's job.
@@ -675,7 +698,7 @@ impl<D: Db> Worker<D> {
         let r = (|| {
             while !self.sh.stop.load(Ordering::Relaxed) {
                 let Some(op) = self.next_op(&mut lane) else { break };
-                let ControlFlow::Continue(intended) = self.pace(tally.t0, lane.done) else { break };
+                let ControlFlow::Continue(intended) = self.pace(tally.t0, lane.done, lane.phase) else { break };
                 let s = Instant::now();
                 let outcome = execute(&mut lane.client, &op, &self.values, &mut lane.buf);
                 if self.finish(tally, &mut lane, &op, &outcome, s, intended)? {
@@ -719,7 +742,7 @@ impl<D: Db> Worker<D> {
                     if !issuing || lane.done >= lane.ops {
                         continue;
                     }
-                    let intended = self.due(tally.t0, lane.done);
+                    let intended = self.due(tally.t0, lane.done, lane.phase);
                     if let Some(at) = intended.filter(|&at| at > Instant::now()) {
                         first_due = Some(first_due.map_or(at, |d| d.min(at)));
                         continue;
@@ -797,13 +820,17 @@ impl<D: Db> Worker<D> {
     }
 
     /// Under a target rate, a client's `k`-th operation's intended start (`None`
-    /// without one).
-    fn due(&self, t0: Instant, k: u64) -> Option<Instant> {
+    /// without one), `phase` (0..1) of an interval (of [`MAX_SPREAD_S`] at most) after
+    /// the run's start.
+    fn due(&self, t0: Instant, k: u64, phase: f64) -> Option<Instant> {
         // A rate so low that the start is past what an Instant holds: as good as never
         // (the run's time or its stop ends the wait).
         let never = || t0.checked_add(Duration::from_secs(100 * 365 * 86400)).unwrap_or(t0);
         self.rate.map(|r| {
-            Duration::try_from_secs_f64(k as f64 / r).ok().and_then(|d| t0.checked_add(d)).unwrap_or_else(never)
+            Duration::try_from_secs_f64(k as f64 / r + phase * (1.0 / r).min(MAX_SPREAD_S))
+                .ok()
+                .and_then(|d| t0.checked_add(d))
+                .unwrap_or_else(never)
         })
     }
 
@@ -816,8 +843,8 @@ impl<D: Db> Worker<D> {
     /// returns it; otherwise `None`: the intended start is the start (no clock
     /// reading for it). `Break` when the run stopped or its time ran out first: the
     /// wait goes in slices, so a low rate never outlasts the run.
-    fn pace(&self, t0: Instant, k: u64) -> ControlFlow<(), Option<Instant>> {
-        let Some(at) = self.due(t0, k) else { return ControlFlow::Continue(None) };
+    fn pace(&self, t0: Instant, k: u64, phase: f64) -> ControlFlow<(), Option<Instant>> {
+        let Some(at) = self.due(t0, k, phase) else { return ControlFlow::Continue(None) };
         let wake = self.end(t0).map_or(at, |e| e.min(at));
         loop {
             let now = Instant::now();
@@ -1107,4 +1134,22 @@ fn progress_bar(p: Progress, len: u64, label: &str, timed: bool) -> Option<indic
     b.set_style(style);
     b.set_prefix(label.to_string());
     Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_fraction;
+
+    #[test]
+    fn throttled_clients_are_spread_over_an_interval() {
+        let p: Vec<f64> = (0..1000).map(|i| unit_fraction(1, i)).collect();
+        assert!(p.iter().all(|x| (0.0..1.0).contains(x)));
+        let mean = p.iter().sum::<f64>() / p.len() as f64;
+        assert!((0.45..0.55).contains(&mean), "{mean}");
+        // Four clients start at four different points of their interval, and the same
+        // seed spreads them the same way again.
+        let four: Vec<f64> = (0..4).map(|i| unit_fraction(7, i)).collect();
+        assert!(four.windows(2).all(|w| (w[0] - w[1]).abs() > 1e-9), "{four:?}");
+        assert_eq!(four, (0..4).map(|i| unit_fraction(7, i)).collect::<Vec<_>>());
+    }
 }

@@ -176,6 +176,27 @@ fn read_exact<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<(), ReadError> {
     })
 }
 
+/// A socket read under one deadline for a whole handshake: each read waits only what is
+/// left of it. A socket's read timeout is per read, so a peer that sent a byte just
+/// within it each time would hold the handshake (and the acceptor behind it) for hours.
+pub struct ReadBy<'a> {
+    /// The handshake's socket.
+    pub sock: &'a mut std::net::TcpStream,
+    /// When the handshake must be done.
+    pub until: std::time::Instant,
+}
+
+impl Read for ReadBy<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(ErrorKind::TimedOut, "the handshake's deadline passed"));
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        self.sock.read(buf)
+    }
+}
+
 /// Reads one message (blocking, under the reader's own timeout).
 pub fn read_msg<R: Read>(r: &mut R) -> Result<Msg, ReadError> {
     let mut h = [0u8; HEADER_LEN];
@@ -200,6 +221,33 @@ mod tests {
             mtu: 3,
             rd_atomic: 16,
         }
+    }
+
+    #[test]
+    fn a_peer_that_drips_bytes_cannot_outlast_the_deadline() {
+        // One byte every 50 ms, each within any per-read timeout: the message as a whole
+        // is cut off at the deadline.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let dripper = std::thread::spawn(move || {
+            use std::io::Write;
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            let m = Msg::bare(Kind::Reject, &"x".repeat(200)).encode();
+            for b in m {
+                if c.write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        let (mut s, _) = l.accept().unwrap();
+        let t0 = std::time::Instant::now();
+        let until = t0 + std::time::Duration::from_millis(400);
+        let r = read_msg(&mut ReadBy { sock: &mut s, until });
+        assert_eq!(r, Err(ReadError::TimedOut));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{:?}", t0.elapsed());
+        drop(s);
+        dripper.join().unwrap();
     }
 
     #[test]

@@ -134,7 +134,7 @@ use rustix::event::EventfdFlags;
 
 use self::attr::{LocalPort, PeerInfo, RnrParams, LINK_LAYER_ETHERNET};
 use self::ffi::{Hca, Payload, QpCaps, RawCq, RawMr, RawQp, RecvWr, SendOp, SendWr, Sge, Wc};
-use self::handshake::{read_msg, Kind, Msg, ReadError};
+use self::handshake::{read_msg, Kind, Msg, ReadBy, ReadError};
 use super::{
     deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion,
     QpStats, QueuePair, RemoteRegion, StatCounters, Transport, TransportConfig, WcOpcode, WcStatus, WriteWr,
@@ -580,7 +580,7 @@ impl Transport for VerbsTransport {
         let sh = self.new_qp(send_cq, recv_cq)?;
         sock.write_all(&Msg::qp(Kind::Hello, sh.info(), private_data).encode())
             .map_err(|e| Error::Transport(format!("{ep}: sending the verbs handshake: {e}")))?;
-        let reply = match read_msg(&mut sock) {
+        let reply = match read_msg(&mut ReadBy { sock: &mut sock, until: end }) {
             Ok(m) => m,
             Err(ReadError::TimedOut) => return Err(Error::Timeout(timeout, "the verbs connection handshake")),
             Err(e) => return Err(Error::Transport(format!("{ep}: {e}"))),
@@ -1641,7 +1641,10 @@ impl VerbsListener {
         let reject = |s: &mut TcpStream, why: &str| {
             let _ = s.write_all(&Msg::bare(Kind::Reject, why).encode());
         };
-        let hello = match read_msg(&mut s) {
+        // One deadline for the whole handshake (hello, then ready), however the peer
+        // paces its bytes.
+        let until = Instant::now() + to;
+        let hello = match read_msg(&mut ReadBy { sock: &mut s, until }) {
             Ok(m) if m.kind == Kind::Hello => m,
             Ok(m) => {
                 let why = format!("expected a hello, got {:?}", m.kind);
@@ -1687,7 +1690,7 @@ impl VerbsListener {
         if let Err(e) = s.write_all(&Msg::qp(Kind::Accept, sh.info(), &reply).encode()) {
             return Err(refused(format!("sending the handshake reply: {e}")));
         }
-        match read_msg(&mut s) {
+        match read_msg(&mut ReadBy { sock: &mut s, until }) {
             Ok(m) if m.kind == Kind::Ready => {}
             Ok(m) if m.kind == Kind::Bye => return Err(refused(format!("the client gave up: {}", m.reason()))),
             Ok(m) => return Err(refused(format!("expected ready, got {:?}", m.kind))),
