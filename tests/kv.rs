@@ -548,6 +548,31 @@ fn entries_over_a_lowered_value_limit_are_still_read<T: Backend>() {
     }
 }
 
+/// An acknowledged RDMP-CC PUT is seen at once by every protocol's GET (and a scan),
+/// though its client sends nothing more: the server learns that such a PUT finished
+/// only at its client's next request, and only RDMP-CC's own look-up used to check.
+fn client_durable_puts_are_seen_by_every_protocol<T: Backend>() {
+    // The ordered index, for the scan.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = PoolOptions { segment_size: 4 << 20, index: boomkv::index::IndexKind::Ordered, ..Default::default() };
+    o.media.create_size = Some(64 << 20);
+    let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+    let server = Server::start(T::make(), pool, &[T::listen_at(dir.path())], cfg(1, false)).unwrap();
+    let f = Fixture::<T> { ep: server.endpoints()[0].clone(), dir, server: Some(server) };
+    let mut cc = f.client(Protocol::RdmpCc);
+    cc.put(b"k", b"old").unwrap();
+    // A second request counts the first PUT; the second stays pending.
+    cc.put(b"k", b"new").unwrap();
+    for p in [Protocol::Boom, Protocol::Rdmp, Protocol::Rpc, Protocol::Herd, Protocol::Rfp] {
+        let got = f.client(p).get(b"k").unwrap();
+        assert_eq!(got.as_deref(), Some(&b"new"[..]), "{p} read an older value");
+    }
+    cc.put(b"s", b"scanned").unwrap();
+    let items = f.client(Protocol::Boom).scan(b"s", 1).unwrap();
+    assert_eq!(items, vec![(b"s".to_vec(), b"scanned".to_vec())]);
+    drop(cc);
+}
+
 macro_rules! suite {
     ($m:ident, $t:ty) => {
         suite!(
@@ -650,6 +675,11 @@ macro_rules! suite {
                 for p in [Protocol::Boom, Protocol::Rpc, Protocol::Rdmp] {
                     deletes_spread_over_a_full_pool_all_succeed::<$t>(p);
                 }
+            }
+            #[test]
+            #[$attr]
+            fn client_durable_puts_seen_by_every_protocol() {
+                client_durable_puts_are_seen_by_every_protocol::<$t>()
             }
             #[test]
             #[$attr]

@@ -147,6 +147,8 @@ const MAX_SCAN: u32 = 10_000;
 /// A SCAN: the entries written back to back into the client's buffer, then one
 /// immediate with the total length.
 fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: RegionDesc) -> Result<()> {
+    // RDMP-CC's PUTs that completed are in the index before it is walked.
+    crate::service::index_all_completed(cx.pool(), &cx.sh.pending_puts);
     let items = match cx.pool().index().scan(&start, count.min(MAX_SCAN) as usize) {
         Ok(v) => v,
         Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),

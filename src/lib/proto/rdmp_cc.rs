@@ -65,7 +65,6 @@ use crate::error::{Error, Result};
 use crate::index::Loc;
 use crate::link::{Link, PutInfo};
 use crate::log::format::{self as fmt, SlotPlace, ENTRY_HEADER_SIZE};
-use crate::log::Pool;
 use crate::service::pending::PendingPut;
 use crate::service::Ctx;
 use crate::transport::{MemoryRegion, Transport};
@@ -86,24 +85,6 @@ impl<T: Transport> Default for Server<T> {
     }
 }
 
-/// Whether the slot of `p` now holds the complete entry its allocation sealed for `key`:
-/// seal, version, checksum and key as placed. Returns its location.
-fn check_slot(pool: &Pool, key: &[u8], p: &PendingPut) -> Option<Loc> {
-    let size = pool.segment_size();
-    let slot = pool.media().map().view(pool.pool_offset(p.segment, p.offset), (size - p.offset) as usize).ok()?;
-    let place = SlotPlace { segment: p.segment, generation: p.generation, offset: p.offset };
-    let c = fmt::check_entry(slot, place, size, &pool.trust(), &mut 0).ok()?;
-    let h = c.header;
-    let ok = h.version == p.version && h.next_offset == p.next_offset && fmt::entry_key(slot, &h) == key;
-    ok.then(|| Loc {
-        segment: p.segment as u32,
-        offset: p.offset as u32,
-        len: h.entry_len() as u32,
-        version: h.version,
-        tombstone: h.is_tombstone(),
-    })
-}
-
 impl<T: Transport> Server<T> {
     /// Counts and indexes this client's last PUT if it completed; with `writeback`, its
     /// lines are written back first (the client may have left before its FLUSH).
@@ -111,7 +92,7 @@ impl<T: Transport> Server<T> {
         let Some((key, p)) = self.last.take() else { return Ok(()) };
         // From here on no GET indexes it: this half decides.
         let still_pending = cx.sh.pending_puts.remove(&key, &p);
-        let found = check_slot(cx.pool(), &key, &p);
+        let found = crate::service::check_pending(cx.pool(), &key, &p);
         let Some(seg) = cx.conn.seg.as_mut().filter(|s| s.id == p.segment && s.tail == p.offset) else {
             return Ok(());
         };
@@ -198,28 +179,14 @@ impl<T: Transport> Server<T> {
     }
 }
 
-/// A GET of `key`: its pending PUTs that completed are written back and indexed first.
-fn index_completed<T: Transport>(cx: &Ctx<'_, T>, key: &[u8]) {
-    let pool = &cx.sh.pool;
-    cx.sh.pending_puts.take_key(key, |p| match check_slot(pool, key, p) {
-        Some(loc) => {
-            let wb = pool.writeback(pool.pool_offset(p.segment, p.offset), loc.len as usize);
-            if wb.is_ok() {
-                pool.index_entry(key, loc);
-            }
-            wb.is_ok()
-        }
-        None => false,
-    });
-}
-
 impl<T: Transport> ServerSide<T> for Server<T> {
     fn on_msg(&mut self, cx: &mut Ctx<'_, T>, m: Msg, req: u32) -> Result<()> {
         match m {
             Msg::CcAlloc { key, value_len, value_crc, tomb } => self.alloc(cx, &key, value_len, value_crc, tomb, req),
             Msg::Locate { key } => {
                 self.settle(cx, false)?;
-                index_completed(cx, &key);
+                // Every protocol's look-up indexes the key's completed pending PUTs
+                // first (`Ctx::lookup`).
                 self.rdmp.locate(cx, &key, req)
             }
             Msg::RpcPut { entry } => {

@@ -451,6 +451,7 @@ impl<T: Transport> Ctx<'_, T> {
     /// to [`phases::GetTimer::posted`]); an absent key is counted as not found.
     pub(crate) fn lookup(&mut self, key: &[u8]) -> (Option<crate::index::Loc>, Option<phases::GetTimer>) {
         let mut timer = phases::GetTimer::start(self.sampled());
+        super::index_completed(&self.sh.pool, &self.sh.pending_puts, key);
         let found = self.sh.pool.lookup(key);
         phases::GetTimer::looked_up(&mut timer);
         if found.is_none() {

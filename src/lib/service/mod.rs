@@ -355,6 +355,47 @@ impl Drop for ServerCore {
     }
 }
 
+/// Whether the slot of `p` now holds the complete entry its allocation sealed for `key`:
+/// seal, version, checksum and key as placed. Returns its location.
+pub(crate) fn check_pending(pool: &Pool, key: &[u8], p: &pending::PendingPut) -> Option<crate::index::Loc> {
+    let size = pool.segment_size();
+    let slot = pool.media().map().view(pool.pool_offset(p.segment, p.offset), (size - p.offset) as usize).ok()?;
+    let place = fmt::SlotPlace { segment: p.segment, generation: p.generation, offset: p.offset };
+    let c = fmt::check_entry(slot, place, size, &pool.trust(), &mut 0).ok()?;
+    let h = c.header;
+    let ok = h.version == p.version && h.next_offset == p.next_offset && fmt::entry_key(slot, &h) == key;
+    ok.then(|| crate::index::Loc {
+        segment: p.segment as u32,
+        offset: p.offset as u32,
+        len: h.entry_len() as u32,
+        version: h.version,
+        tombstone: h.is_tombstone(),
+    })
+}
+
+/// Indexes the pending PUTs (RDMP-CC's) of `key` that completed, written back first:
+/// what every look-up does before it reads the index, whatever its protocol, so a GET
+/// sees a PUT once its client was told it is durable, not only at that client's next
+/// request.
+pub(crate) fn index_completed(pool: &Pool, pending: &pending::PendingPuts, key: &[u8]) {
+    pending.take_key(key, |p| index_pending(pool, key, p));
+}
+
+/// [`index_completed`] for every key (before a scan).
+pub(crate) fn index_all_completed(pool: &Pool, pending: &pending::PendingPuts) {
+    pending.take_all(|key, p| index_pending(pool, key, p));
+}
+
+/// Writes back and indexes pending PUT `p` of `key` if it completed (then true).
+fn index_pending(pool: &Pool, key: &[u8], p: &pending::PendingPut) -> bool {
+    let Some(loc) = check_pending(pool, key, p) else { return false };
+    let wb = pool.writeback(pool.pool_offset(p.segment, p.offset), loc.len as usize);
+    if wb.is_ok() {
+        pool.index_entry(key, loc);
+    }
+    wb.is_ok()
+}
+
 /// One transport's server state over a core: the core, the transport, cooperative
 /// write-back between its workers, and the local regions over the segments.
 pub(crate) struct Shared<T: Transport> {

@@ -76,6 +76,22 @@ impl PendingPuts {
         self.n.fetch_sub(gone, Ordering::AcqRel);
     }
 
+    /// [`PendingPuts::take_key`] for every key.
+    pub(crate) fn take_all(&self, mut done: impl FnMut(&[u8], &PendingPut) -> bool) {
+        if self.n.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut m = self.map();
+        let mut gone = 0;
+        m.retain(|key, v| {
+            let before = v.len();
+            v.retain(|p| !done(key, p));
+            gone += before - v.len();
+            !v.is_empty()
+        });
+        self.n.fetch_sub(gone, Ordering::AcqRel);
+    }
+
     /// Pending PUTs in the table.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
