@@ -2,10 +2,20 @@
 //!
 //! Two variants:
 //! - [`IndexKind::Hash`] (default): a sharded hash table that keeps **no key bytes in
-//!   DRAM**. Each slot is 24 bytes: the entry's segment, offset, length and flags, its
-//!   version, and a 32-bit tag of the key's hash. A lookup compares the key against the
-//!   entry in persistent memory through a [`KeySource`], as PM stores such as FlatStore
-//!   do. Memory per key is about 24 bytes / 0.875 load factor + 1 control byte.
+//!   DRAM**. Each slot is 32 bytes: the entry's segment, offset, length and flags, its
+//!   version, and the key's 64-bit hash under a secret key (SipHash-1-3, keyed afresh by
+//!   each process). A lookup compares the key against the entry in persistent memory
+//!   through a [`KeySource`], as PM stores such as FlatStore do. Memory per key is about
+//!   32 bytes / 0.875 load factor + 1 control byte.
+//!
+//!   The key bytes in PM are the writing client's until its segment is sealed, so a
+//!   slot matches a key only when both its secret hash and its key in PM do, and a
+//!   look-up takes the newest of the slots that match: a client that rewrites its own
+//!   entry's key can hide that entry, never another key's. (With a public hash and the
+//!   first match, a client could rewrite its key so that a newer PUT of the key by
+//!   another client went into a second slot, then restore it: GETs read its older
+//!   value; and with a key whose public tag collides, it could answer GETs of a key it
+//!   never wrote.)
 //! - [`IndexKind::Ordered`]: a B-tree with the key bytes, for range scans (YCSB
 //!   workload E). Costs the key plus roughly 40 bytes per entry.
 //!
@@ -79,10 +89,11 @@ const SHARDS: usize = 64;
 #[derive(Clone, Copy)]
 struct Slot {
     version: u64,
+    /// The key's secret 64-bit hash.
+    tag: u64,
     segment: u32,
     offset: u32,
     len_flags: u32,
-    tag: u32,
 }
 
 const TOMB_BIT: u32 = 1 << 31;
@@ -97,7 +108,7 @@ impl Slot {
             tombstone: self.len_flags & TOMB_BIT != 0,
         }
     }
-    fn new(loc: &Loc, tag: u32) -> Slot {
+    fn new(loc: &Loc, tag: u64) -> Slot {
         Slot {
             version: loc.version,
             segment: loc.segment,
@@ -108,38 +119,50 @@ impl Slot {
     }
 }
 
-fn spread(tag: u32) -> u64 {
-    (tag as u64 | ((tag as u64) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+/// The table's hash of a slot: its tag (already a hash), the top bits used for the shard.
+fn spread(tag: u64) -> u64 {
+    tag.rotate_left(6)
 }
 
 struct HashIndex {
-    hasher: foldhash::fast::FixedState,
+    /// SipHash-1-3 under keys drawn by the process: a client cannot choose keys whose
+    /// tags collide.
+    hasher: std::hash::RandomState,
     shards: Vec<RwLock<HashTable<Slot>>>,
 }
 
 impl HashIndex {
     fn new() -> HashIndex {
         HashIndex {
-            hasher: foldhash::fast::FixedState::with_seed(0x5EED_B00C),
+            hasher: std::hash::RandomState::new(),
             shards: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
         }
     }
 
-    fn place(&self, key: &[u8]) -> (usize, u32) {
+    fn place(&self, key: &[u8]) -> (usize, u64) {
         let h = self.hasher.hash_one(key);
-        ((h >> 58) as usize % SHARDS, h as u32)
+        ((h >> 58) as usize % SHARDS, h)
     }
 
     fn get(&self, key: &[u8], ks: &dyn KeySource) -> Option<Loc> {
         let (s, tag) = self.place(key);
         let t = self.shards[s].read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        t.find(spread(tag), |sl| sl.tag == tag && ks.key_matches(&sl.loc(), key)).map(Slot::loc)
+        // The newest of the slots that match: more than one only when a client
+        // rewrote the key of its own entry and restored it (see the module docs).
+        t.iter_hash(spread(tag))
+            .filter(|sl| sl.tag == tag && ks.key_matches(&sl.loc(), key))
+            .map(Slot::loc)
+            .max_by_key(|l| l.version)
     }
 
     fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
         let (s, tag) = self.place(key);
         let mut t = self.shards[s].write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(sl) = t.find_mut(spread(tag), |sl| sl.tag == tag && ks.key_matches(&sl.loc(), key)) {
+        let newest = t
+            .iter_hash_mut(spread(tag))
+            .filter(|sl| sl.tag == tag && ks.key_matches(&sl.loc(), key))
+            .max_by_key(|sl| sl.version);
+        if let Some(sl) = newest {
             let old = sl.loc();
             if old.version >= loc.version {
                 return Upsert::Stale(old);
@@ -154,8 +177,9 @@ impl HashIndex {
     fn replace_exact(&self, key: &[u8], old: &Loc, new: Option<Loc>, ks: &dyn KeySource) -> bool {
         let (s, tag) = self.place(key);
         let mut t = self.shards[s].write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match t.find_entry(spread(tag), |sl| sl.tag == tag && ks.key_matches(&sl.loc(), key)) {
-            Ok(e) if e.get().loc() == *old => {
+        // The slot that holds `old` itself (of several that match, the one meant).
+        match t.find_entry(spread(tag), |sl| sl.tag == tag && sl.loc() == *old && ks.key_matches(&sl.loc(), key)) {
+            Ok(e) => {
                 match new {
                     Some(n) => *e.into_mut() = Slot::new(&n, tag),
                     None => {
@@ -355,6 +379,31 @@ mod tests {
     }
 
     #[test]
+    fn a_client_that_rewrites_its_own_key_cannot_shadow_a_newer_put_of_it() {
+        // B's entry of K (v10) in B's writable segment 1; B rewrites its key in PM, A's
+        // newer PUT of K (v11) finds no slot of K and takes a second one, B restores the
+        // key: both slots match K. The first match in probe order was B's older one.
+        let idx = Index::new(IndexKind::Hash);
+        let mut keys = Keys(HashMap::new());
+        let (b, a) = (loc(1, 0, 10, false), loc(2, 0, 11, false));
+        keys.0.insert((1, 0), b"K".to_vec());
+        assert_eq!(idx.upsert(b"K", b, &keys), Upsert::Inserted);
+        keys.0.insert((1, 0), b"X".to_vec());
+        keys.0.insert((2, 0), b"K".to_vec());
+        assert_eq!(idx.upsert(b"K", a, &keys), Upsert::Inserted);
+        keys.0.insert((1, 0), b"K".to_vec());
+        assert_eq!(idx.get(b"K", &keys), Some(a));
+        // The next PUT replaces the newest, and the stale duplicate stays B's garbage:
+        // the cleaner's move of it finds its own slot, not A's.
+        let c = loc(3, 0, 12, false);
+        keys.0.insert((3, 0), b"K".to_vec());
+        assert_eq!(idx.upsert(b"K", c, &keys), Upsert::Replaced(a));
+        assert_eq!(idx.upsert(b"K", loc(4, 0, 11, false), &keys), Upsert::Stale(c));
+        assert!(idx.replace_exact(b"K", &b, None, &keys));
+        assert_eq!(idx.get(b"K", &keys), Some(c));
+    }
+
+    #[test]
     fn tombstones_are_counted_as_entries_change() {
         for kind in [IndexKind::Hash, IndexKind::Ordered] {
             let mut keys = Keys(HashMap::new());
@@ -451,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn hash_slot_is_24_bytes() {
-        assert_eq!(size_of::<Slot>(), 24);
+    fn hash_slot_is_32_bytes() {
+        assert_eq!(size_of::<Slot>(), 32);
     }
 }
