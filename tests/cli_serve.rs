@@ -411,3 +411,32 @@ fn ycsb_t_against_a_loaded_server_runs_the_transactions_alone() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("[READ], Return=OK, 1000"), "{text}");
 }
+
+#[test]
+fn a_boom_put_that_timed_out_does_not_make_the_next_one_write_over_it() {
+    // The server stops (SIGSTOP) under a PUT whose entry is on its way: the client times
+    // out. The server then commits that entry late. The client's next PUT wrote at the
+    // same segment offset (its tail moves only on an answer): over the committed entry,
+    // and every later append was refused as misplaced. Now it takes a new segment.
+    use boomkv::client::{Client, ClientOptions};
+    use boomkv::transport::{Endpoint, TcpTransport};
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("127.0.0.1:{}", free_port());
+    let s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--listen", &server], dir.path(), &server);
+    let ep = Endpoint::parse(&server).unwrap();
+    let opts = ClientOptions { timeout: Duration::from_millis(300), ..Default::default() };
+    let mut c = Client::connect(&TcpTransport::new().unwrap(), &ep, opts).unwrap();
+    c.put(b"a", b"first").unwrap();
+    signal(s.0.id(), "STOP");
+    wait_stopped(s.0.id());
+    assert!(c.put(b"b", b"late").is_err(), "the PUT did not time out");
+    signal(s.0.id(), "CONT");
+    // The next PUTs succeed, and the late entry is there, whole.
+    c.put(b"c", b"next").unwrap();
+    c.put(b"d", b"after").unwrap();
+    let mut other = Client::connect(&TcpTransport::new().unwrap(), &ep, ClientOptions::default()).unwrap();
+    assert_eq!(other.get(b"b").unwrap().as_deref(), Some(&b"late"[..]));
+    assert_eq!(other.get(b"c").unwrap().as_deref(), Some(&b"next"[..]));
+    assert_eq!(other.get(b"d").unwrap().as_deref(), Some(&b"after"[..]));
+    drop(s);
+}

@@ -227,6 +227,18 @@ impl Client {
         }
     }
 
+    /// After a PUT whose entry was written but whose answer did not come (a timeout, a
+    /// refusal, a lost connection): whether the server committed the slot is unknown,
+    /// so the segment's tail and its hybrid slots are no longer known either. Writing on
+    /// from the old tail would overwrite the slot if it was committed (an acknowledged
+    /// entry the index replaced its key's older one with: lost at recovery), and the
+    /// server would refuse every later append as misplaced. The next PUT takes a new
+    /// segment (the server seals this one, whatever became of the slot).
+    fn forget_segment(&mut self) {
+        self.seg = None;
+        self.hybrid.reset();
+    }
+
     fn tell(&self, intent: &WriteIntent) {
         if let Some(h) = &self.on_write {
             (h.0)(intent);
@@ -360,7 +372,7 @@ impl<T: Transport> ClientSide<T> for Client {
         match self.post_put(l, key, value, tomb)? {
             Posted::Done(info) => Ok(info),
             Posted::Written(w) => {
-                let m = l.wait_msg("PUT")?;
+                let m = l.wait_msg("PUT").inspect_err(|_| self.forget_segment())?;
                 self.put_done(key, w, m, l)
             }
         }
@@ -377,9 +389,13 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn put_poll(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<PutInfo>> {
-        let Some(a) = l.poll_arrival("PUT")? else { return Ok(None) };
+        let arrival = l.poll_arrival("PUT").inspect_err(|_| {
+            self.put_in_flight = None;
+            self.forget_segment();
+        });
+        let Some(a) = arrival? else { return Ok(None) };
         let w = self.put_in_flight.take().ok_or_else(|| Error::invalid("no PUT in flight"))?;
-        let m = crate::link::message("PUT", a)?;
+        let m = crate::link::message("PUT", a).inspect_err(|_| self.forget_segment())?;
         self.put_done(key, w, m, l).map(Some)
     }
 
