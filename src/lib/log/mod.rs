@@ -357,6 +357,11 @@ impl Pool {
     /// persisting it (see the allocation order in [`format`](mod@format)) and linking `prev` to it.
     pub fn alloc_segment(&self, owner: u64, prev: Option<u64>) -> Result<u64> {
         let mut a = self.lock();
+        // A `prev` that is no longer `owner`'s (the cleaner freed it, and it may have
+        // been granted again) is not linked: the new segment starts a log of its own.
+        // Linking it would write its `next`, or make it the new segment's own `prev`.
+        let prev =
+            prev.filter(|&p| a.segs.get(p as usize).is_some_and(|m| m.owner == owner && m.state != SegmentState::Free));
         // The last free segments are the cleaner's: without a segment to copy live
         // entries into, a full pool could never be compacted again. The one before is
         // the tombstone log's, so that DELETEs succeed on a pool clients have filled.
@@ -462,6 +467,20 @@ impl Pool {
     /// segments kept for ever would let it fill the pool.
     pub fn is_torn(&self, id: u64) -> bool {
         self.seg_torn.get(id as usize).is_some_and(|t| t.load(Ordering::Relaxed))
+    }
+
+    /// Seals segment `id` if it is still `owner`'s active segment of `generation`:
+    /// what a log does with its last segment when it takes the next. One the cleaner
+    /// freed meanwhile, and perhaps granted to another client, is left alone.
+    pub fn seal_owned(&self, id: u64, owner: u64, generation: u64) -> Result<()> {
+        let mut a = self.lock();
+        let Some(meta) = a.segs.get_mut(id as usize) else { return Ok(()) };
+        if meta.state != SegmentState::Active || meta.owner != owner || meta.generation != generation {
+            return Ok(());
+        }
+        self.persist_state(id, SegmentState::Sealed)?;
+        meta.state = SegmentState::Sealed;
+        Ok(())
     }
 
     /// Marks an active segment sealed (no more appends).

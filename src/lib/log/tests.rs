@@ -496,3 +496,27 @@ fn a_full_pool_says_which_free_segments_it_keeps_back() {
     let e = pool.alloc_segment(CLEANER_OWNER, None).unwrap_err();
     assert!(matches!(e, Error::PoolFull { kept: 0, .. }) && e.to_string().ends_with("bytes)"), "{e}");
 }
+
+#[test]
+fn a_log_never_links_or_seals_a_segment_that_stopped_being_its_own() {
+    // The tombstone log's last segment X, torn at recovery, is kept as a full segment;
+    // the cleaner frees it and another client is granted it. The log's next segment
+    // used to link X -> new, take X as its `prev`, and seal X: another client's
+    // active segment, which the cleaner would then free under it.
+    let pool = empty_pool(4096 + 16 * (64 << 10));
+    let x = pool.alloc_segment(TOMBSTONE_OWNER, None).unwrap();
+    let old = ActiveSegment::new(x, pool.seg_meta(x).unwrap().generation);
+    pool.free_segment(x).unwrap();
+    let client = 42;
+    // The lowest free segment goes first: X itself.
+    assert_eq!(pool.alloc_segment(client, None).unwrap(), x);
+    let y = pool.grant_segment_revoking(TOMBSTONE_OWNER, Some(&old), || {}).unwrap().id;
+    let (mx, my) = (pool.seg_meta(x).unwrap(), pool.seg_meta(y).unwrap());
+    assert_eq!((mx.owner, mx.state, mx.next), (client, SegmentState::Active, NO_SEGMENT));
+    assert_eq!((my.owner, my.prev), (TOMBSTONE_OWNER, NO_SEGMENT));
+    // And a log whose last segment is still its own links and seals it as before.
+    let z = pool.grant_segment_revoking(TOMBSTONE_OWNER, Some(&ActiveSegment::new(y, my.generation)), || {});
+    let z = z.unwrap().id;
+    assert_eq!(pool.seg_meta(y).unwrap().state, SegmentState::Sealed);
+    assert_eq!((pool.seg_meta(y).unwrap().next, pool.seg_meta(z).unwrap().prev), (z, y));
+}

@@ -318,7 +318,7 @@ impl Pool {
         let id = self.alloc_segment(owner, prev.map(|p| p.id))?;
         revoke();
         if let Some(p) = prev {
-            self.seal_segment(p.id)?;
+            self.seal_owned(p.id, owner, p.generation)?;
         }
         let generation = self.seg_meta(id).map(|m| m.generation).unwrap_or(0);
         Ok(ActiveSegment::new(id, generation))
