@@ -336,7 +336,9 @@ impl<T: Transport> Ctx<'_, T> {
         self.sh.counters.grants.fetch_add(1, Ordering::Relaxed);
         let mr = self
             .sh
-            .bound_seg_mr(&conn.qp, id, Access::REMOTE_WRITE)
+            // READ too: over verbs a client-durable PUT's FLUSH (RDMP-CC) is a READ of
+            // the last bytes it wrote.
+            .bound_seg_mr(&conn.qp, id, Access::REMOTE_WRITE | Access::REMOTE_READ)
             .map_err(|e| (ErrorCode::Internal, format!("segment {id} was granted, but registering it failed: {e}")))?;
         conn.seg_mr = Some(mr);
         Ok(())

@@ -472,6 +472,7 @@ impl VerbsTransport {
             error: AtomicBool::new(false),
             reason: Mutex::new(None),
             ctrl: OnceLock::new(),
+            flush_mr: OnceLock::new(),
             stats: StatCounters::default(),
             t: t.clone(),
         });
@@ -1028,6 +1029,8 @@ struct QpShared {
     reason: Mutex<Option<String>>,
     /// The control socket (set once the handshake finished).
     ctrl: OnceLock<TcpStream>,
+    /// Where the READs that stand for FLUSH put the bytes they read (made at the first).
+    flush_mr: OnceLock<VerbsMr>,
     stats: StatCounters,
     t: Arc<TrInner>,
 }
@@ -1195,6 +1198,17 @@ impl QpShared {
             && fits(off, len, mr.inner.len)
             && mr.is_registered();
         Ok(if inline { Payload::InlineSge(mr.sge(off, len)) } else { Payload::Sge(mr.sge(off, len)) })
+    }
+
+    /// The buffer the READs that stand for FLUSH read into (never looked at).
+    fn flush_buf(&self) -> Result<&VerbsMr> {
+        if let Some(b) = self.flush_mr.get() {
+            return Ok(b);
+        }
+        let b = VerbsMr::register(self.raw.hca(), Arc::new(Mapping::anonymous(4096)?), 0, 4096, Access::LOCAL_WRITE)?;
+        // Another thread may have set one meanwhile: either does.
+        let _ = self.flush_mr.set(b);
+        self.flush_mr.get().ok_or_else(|| Error::invalid("the FLUSH buffer was not kept"))
     }
 
     /// Why a receive buffer is unusable, if it is.
@@ -1552,15 +1566,19 @@ impl QueuePair for VerbsQp {
     }
 
     /// The devices this builds against have no FLUSH verb: the classic emulation, a
-    /// zero-length READ on the same queue pair after the WRITEs. A READ response leaves
-    /// the target only after the earlier WRITEs were placed in its memory, so on a
-    /// platform whose persistence domain covers what the device placed (ADR with the
-    /// device's writes not held in the CPU's caches, or eADR), the WRITEs are durable
-    /// when it completes; elsewhere it orders, and the target's CPU must still write
-    /// back.
+    /// READ on the same queue pair after the WRITEs, of the last (up to 8) bytes they
+    /// wrote. Not a zero-length READ: the specification lets one skip the target's
+    /// memory, and with it the wait for the WRITEs before it. A READ response leaves the
+    /// target only after the earlier WRITEs were placed in its memory, so on a platform
+    /// whose persistence domain covers what the device placed (ADR with the device's
+    /// writes not held in the CPU's caches, or eADR), the WRITEs are durable when it
+    /// completes; elsewhere it orders, and the target's CPU must still write back. The
+    /// range must be readable under `rkey`.
     fn post_flush(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<()> {
-        let _ = len;
-        self.sh.post(wr_id, SendOp::Read, WcOpcode::Flush, Payload::None, 0, (remote_addr, rkey), 0, true, None)?;
+        let n = len.min(8);
+        let p = if n == 0 { Payload::None } else { Payload::Sge(self.sh.flush_buf()?.sge(0, n)) };
+        let at = remote_addr + u64::from(len - n);
+        self.sh.post(wr_id, SendOp::Read, WcOpcode::Flush, p, n, (at, rkey), 0, true, None)?;
         self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
