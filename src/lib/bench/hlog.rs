@@ -235,7 +235,7 @@ impl HlogFile {
         let bad = |why: String| Error::corrupt("HdrHistogram log", format!("{source}: {why}"));
         // Every line a writer finished ends with a line end; what follows the last one
         // was cut short, and is left out (said by `merge_hlogs`), not the whole log.
-        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let whole = super::report::whole_lines_len(bytes);
         let torn = if bytes[whole..].iter().all(u8::is_ascii_whitespace) { 0 } else { bytes.len() - whole };
         let bytes = if torn > 0 { &bytes[..whole] } else { bytes };
         let mut start_time = None;

@@ -398,6 +398,12 @@ pub fn csv_header(path: &Path) -> Result<Option<Vec<String>>> {
     ))
 }
 
+/// The length of `bytes` up to and with its last line end (0 if it has none): what a
+/// writer finished. What follows was cut short (a full disk, a crash mid-write).
+pub fn whole_lines_len(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+}
+
 /// The longest first line [`csv_header`] reads (a report's header is a few KiB).
 const MAX_CSV_HEADER: u64 = 1 << 20;
 
@@ -428,8 +434,9 @@ pub fn drop_torn_row(file: &std::fs::File) -> io::Result<u64> {
         let n = (end as usize).min(block.len());
         let start = end - n as u64;
         file.read_exact_at(&mut block[..n], start)?;
-        if let Some(i) = block[..n].iter().rposition(|&c| c == b'\n') {
-            break start + i as u64 + 1;
+        let w = whole_lines_len(&block[..n]);
+        if w > 0 {
+            break start + w as u64;
         }
         end = start;
     };

@@ -584,14 +584,11 @@ struct Lane<D: Db> {
 /// once rather than up to 100 s late.
 const MAX_SPREAD_S: f64 = 0.010;
 
-/// A number in [0, 1) fixed by `seed` and the client `i` (SplitMix64's mix): the same
-/// run spreads its clients the same way.
+/// A number in [0, 1) fixed by `seed` and the client `i`: the same run spreads its
+/// clients the same way. From the workload's random source, on a stream apart from the
+/// clients' operation streams (which are numbered from 0).
 fn unit_fraction(seed: u64, i: u64) -> f64 {
-    let mut z = seed ^ i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    crate::workload::rng::WorkloadRng::new(seed, u64::MAX - i).next_f64()
 }
 
 /// One client thread's job.

@@ -581,7 +581,7 @@ impl Table {
         let bytes = std::fs::read(path).map_err(io_err(path))?;
         // What follows the last line end is a row whose write was cut short (a full
         // disk): not a result. `CsvSink::open` cuts it before the next row.
-        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let whole = crate::bench::report::whole_lines_len(&bytes);
         Table::parse(&bytes[..whole], path)
     }
 
