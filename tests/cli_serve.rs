@@ -440,3 +440,33 @@ fn a_boom_put_that_timed_out_does_not_make_the_next_one_write_over_it() {
     assert_eq!(other.get(b"d").unwrap().as_deref(), Some(&b"after"[..]));
     drop(s);
 }
+
+#[test]
+fn a_pool_truncated_under_the_server_stops_it_with_a_line_that_says_so() {
+    // Another process truncates the pool file while `serve` runs: the next access past
+    // the new end is a SIGBUS. It ended the server with the shell's bare "Bus error".
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("127.0.0.1:{}", free_port());
+    let mut s = serve(&["--pool-size", "64M", "--stats-interval", "0", "--listen", &server], dir.path(), &server);
+    let put = run(&["put", "--server", &server, "k", "value"]);
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    std::fs::OpenOptions::new().write(true).open(dir.path().join("boomkv.pool")).unwrap().set_len(4096).unwrap();
+    // The GET reads the entry, past the end now; its client hears the server go.
+    let get = run(&["get", "--server", &server, "--timeout", "5", "k"]);
+    assert!(!get.status.success());
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = s.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < until, "the server still runs on a truncated pool");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+    let mut err = String::new();
+    s.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("boomctl: bus error at 0x"), "{err}");
+    assert!(err.contains("another process truncated the pool file"), "{err}");
+}

@@ -143,6 +143,11 @@ fn command() -> clap::Command {
 fn main() -> ExitCode {
     let matches = command().get_matches_from(ycsb_compat_args(std::env::args_os().collect()));
     let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // A pool truncated under us ends the process with one line saying so, not a bare
+    // "Bus error".
+    if let Err(e) = boomkv::pmem::fault::report_bus_errors("boomctl") {
+        eprintln!("boomctl: warning: {e}");
+    }
     // A bad setting is refused before anything runs, not ignored half-way through.
     if let Err(e) = boomkv::transport::spin_limit_setting() {
         eprintln!("boomctl: error: {e}");

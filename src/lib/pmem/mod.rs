@@ -3,7 +3,8 @@
 //!
 //! This module owns every `unsafe` block of the crate outside the verbs backend:
 //! mapping files and shared memory ([`map`], [`shared`]), executing
-//! `clwb`/`clflushopt`/`clflush` and `sfence` ([`flush`]), and two libc calls here
+//! `clwb`/`clflushopt`/`clflush` and `sfence` ([`flush`]), the SIGBUS report of a
+//! pool truncated under the process ([`fault`]), and two libc calls here
 //! (`posix_fallocate`, `flock`). Everything above it uses the safe, bounds-checked
 //! [`Mapping`] and [`Media`] APIs.
 //!
@@ -14,6 +15,7 @@
 //! power failure would leave behind.
 
 pub mod crashsim;
+pub mod fault;
 pub mod flush;
 pub mod map;
 pub mod shared;
