@@ -573,6 +573,42 @@ fn client_durable_puts_are_seen_by_every_protocol<T: Backend>() {
     drop(cc);
 }
 
+/// Every read the server makes for a client (a GET's copy or data write, a SCAN's)
+/// holds its entries' segments against the cleaner until it is over; when the clients
+/// are done and gone, no segment is still held.
+fn server_reads_hold_no_segment_once_over<T: Backend>() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = PoolOptions { segment_size: 4 << 20, index: boomkv::index::IndexKind::Ordered, ..Default::default() };
+    o.media.create_size = Some(64 << 20);
+    let pool = Arc::new(Pool::open(dir.path(), &o).unwrap().0);
+    let server = Server::start(T::make(), pool.clone(), &[T::listen_at(dir.path())], cfg(2, false)).unwrap();
+    let f = Fixture::<T> { ep: server.endpoints()[0].clone(), dir, server: Some(server) };
+    let big = vec![9u8; 1 << 20];
+    let mut w = f.client(Protocol::Boom);
+    w.put(b"small", b"v").unwrap();
+    // Larger than a client's first GET buffer: BOOM's answer is "too small" first.
+    w.put(b"big", &big).unwrap();
+    for p in [Protocol::Boom, Protocol::Rpc, Protocol::Herd, Protocol::Rfp, Protocol::Rdmp] {
+        let mut c = f.client(p);
+        for _ in 0..20 {
+            assert_eq!(c.get(b"small").unwrap().as_deref(), Some(&b"v"[..]), "{p}");
+            assert_eq!(c.get(b"absent").unwrap(), None, "{p}");
+        }
+        if p != Protocol::Rpc && p != Protocol::Herd && p != Protocol::Rfp {
+            assert_eq!(c.get(b"big").unwrap().map(|v| v.len()), Some(big.len()), "{p}");
+        }
+    }
+    let mut c = f.client(Protocol::Boom);
+    assert_eq!(c.scan(b"", 10).unwrap().len(), 2);
+    drop((c, w));
+    let held = |pool: &Pool| (0..pool.segment_count()).map(|s| pool.segment_readers(s)).sum::<u32>();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while held(&pool) > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(held(&pool), 0, "segments still held after every read is over");
+}
+
 macro_rules! suite {
     ($m:ident, $t:ty) => {
         suite!(
@@ -680,6 +716,11 @@ macro_rules! suite {
             #[$attr]
             fn client_durable_puts_seen_by_every_protocol() {
                 client_durable_puts_are_seen_by_every_protocol::<$t>()
+            }
+            #[test]
+            #[$attr]
+            fn server_reads_hold_nothing_once_over() {
+                server_reads_hold_no_segment_once_over::<$t>()
             }
             #[test]
             #[$attr]

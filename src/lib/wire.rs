@@ -66,6 +66,12 @@ pub const MSG_HEADER: usize = 8;
 /// The largest message either side may send (RPC PUT of the largest value).
 pub const MAX_MESSAGE: usize = (1 << 20) + 4096;
 
+/// How long a server keeps the segment of an entry whose place it named (RDMP-KV's
+/// `Located`) from being freed and granted anew. A client takes a READ of it that
+/// completes [`READ_LEASE`]` / 2` or more after it asked as torn, and asks again: by
+/// then the place may hold another client's entry.
+pub const READ_LEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The most bytes of GET replies a server keeps in flight to one client whose largest
 /// value is `max_value`: room for two of the largest values, and at least 4 MiB. So no
 /// single reply is longer; a client believes no longer one (an entry written under a

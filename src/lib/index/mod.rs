@@ -144,15 +144,20 @@ impl HashIndex {
         ((h >> 58) as usize % SHARDS, h)
     }
 
-    fn get(&self, key: &[u8], ks: &dyn KeySource) -> Option<Loc> {
+    fn get(&self, key: &[u8], ks: &dyn KeySource, then: &mut dyn FnMut(&Loc)) -> Option<Loc> {
         let (s, tag) = self.place(key);
         let t = self.shards[s].read().unwrap_or_else(std::sync::PoisonError::into_inner);
         // The newest of the slots that match: more than one only when a client
         // rewrote the key of its own entry and restored it (see the module docs).
-        t.iter_hash(spread(tag))
+        let found = t
+            .iter_hash(spread(tag))
             .filter(|sl| sl.tag == tag && ks.key_matches(&sl.loc(), key))
             .map(Slot::loc)
-            .max_by_key(|l| l.version)
+            .max_by_key(|l| l.version);
+        if let Some(l) = &found {
+            then(l);
+        }
+        found
     }
 
     fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
@@ -241,9 +246,25 @@ impl Index {
 
     /// The newest entry of `key`, tombstones included.
     pub fn get(&self, key: &[u8], ks: &dyn KeySource) -> Option<Loc> {
+        self.get_then(key, ks, &mut |_| {})
+    }
+
+    /// [`Index::get`], calling `then` with what it found before the look-up lets go of
+    /// the index: a change of `key` (an upsert, the cleaner's [`Index::replace_exact`])
+    /// comes wholly before the look-up or wholly after `then`. A server pins the
+    /// entry's segment there, so the cleaner either sees the pin or has already moved
+    /// the look-up on to the entry's new place.
+    pub fn get_then(&self, key: &[u8], ks: &dyn KeySource, then: &mut dyn FnMut(&Loc)) -> Option<Loc> {
         match (&self.hash, &self.ordered) {
-            (Some(h), _) => h.get(key, ks),
-            (_, Some(o)) => o.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied(),
+            (Some(h), _) => h.get(key, ks, then),
+            (_, Some(o)) => {
+                let m = o.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let found = m.get(key).copied();
+                if let Some(l) = &found {
+                    then(l);
+                }
+                found
+            }
             _ => None,
         }
     }
@@ -320,6 +341,12 @@ impl Index {
 
     /// Up to `n` live (non-deleted) keys from `start` on, in key order.
     pub fn scan(&self, start: &[u8], n: usize) -> Result<Vec<(Vec<u8>, Loc)>> {
+        self.scan_then(start, n, &mut |_| {})
+    }
+
+    /// [`Index::scan`], calling `then` with each entry found before the scan lets go
+    /// of the index (see [`Index::get_then`]).
+    pub fn scan_then(&self, start: &[u8], n: usize, then: &mut dyn FnMut(&Loc)) -> Result<Vec<(Vec<u8>, Loc)>> {
         let o = self
             .ordered
             .as_ref()
@@ -328,7 +355,10 @@ impl Index {
         Ok(m.range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
             .filter(|(_, l)| !l.tombstone)
             .take(n)
-            .map(|(k, l)| (k.to_vec(), *l))
+            .map(|(k, l)| {
+                then(l);
+                (k.to_vec(), *l)
+            })
             .collect())
     }
 

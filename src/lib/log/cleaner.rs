@@ -4,7 +4,9 @@
 //! version unchanged, to the cleaner's own log (segments owned by
 //! [`super::format::CLEANER_OWNER`] as owner), written back and counted, then
 //! swapped into the index only if the index still points at the original (a concurrent
-//! PUT wins). When all live entries have moved, the victim is freed.
+//! PUT wins). When all live entries have moved, the victim is freed, unless the server
+//! is still reading one of its entries for a client ([`Pool::lookup_pinned`]): then a
+//! later round, which finds it all dead, frees it.
 //!
 //! Crash safety at any point: until the victim's `state = free` is persisted both copies
 //! are valid and carry the same version, so recovery keeps one of them (either is the
@@ -92,7 +94,18 @@ pub struct Cleaner {
     buf: Vec<u8>,
     /// Segments holding live entries that fail their seal: never cleaned.
     stuck: std::collections::BTreeSet<u64>,
+    /// Segments left with live bytes after a cleaning though none of their entries
+    /// failed its seal, and how many cleanings in a row did so (see
+    /// [`UNSETTLED_TRIES`]).
+    unsettled: std::collections::HashMap<u64, u32>,
 }
+
+/// Cleanings in a row that may leave a segment with live bytes, no entry of it failing
+/// its seal, before it is taken as stuck. A PUT that supersedes an entry takes its
+/// bytes off the segment's live count just after the index changes, so a cleaning that
+/// looks in between sees bytes no entry holds; the next one does not. Bytes that stay
+/// are entries the walk never reached (past a torn slot): stuck.
+pub const UNSETTLED_TRIES: u32 = 3;
 
 impl Cleaner {
     /// A cleaner with no output segment yet.
@@ -121,7 +134,12 @@ impl Cleaner {
                 m.state == SegmentState::Sealed && Some(*id as u64) != own && !self.stuck.contains(&(*id as u64))
             })
             .filter_map(|(id, _)| {
-                let frac = pool.segment_live(id as u64) as f64 / capacity;
+                let live = pool.segment_live(id as u64);
+                // All dead but still read from: nothing to move, and not free until then.
+                if live == 0 && pool.segment_held(id as u64) {
+                    return None;
+                }
+                let frac = live as f64 / capacity;
                 (frac <= max_live).then_some((frac, id as u64))
             })
             .collect();
@@ -201,14 +219,27 @@ impl Cleaner {
             }
         });
         let mut st = CleanStats::default();
+        let mut unsealed = 0;
         for (old, key) in live {
-            let Some(new) = self.copy_entry(pool, &old, meta.generation, &trust)? else { continue };
+            let Some(new) = self.copy_entry(pool, &old, meta.generation, &trust)? else {
+                // Superseded meanwhile is fine; still the key's newest, it stays here.
+                unsealed += u32::from(pool.index().get(&key, pool) == Some(old));
+                continue;
+            };
             if pool.index().replace_exact(&key, &old, Some(new), pool) {
                 pool.move_live(&old, &new);
             }
             st.entries_moved += 1;
             st.bytes_moved += old.len as u64;
         }
+        if pool.segment_live(id) > 0 && unsealed == 0 {
+            let tries = self.unsettled.entry(id).or_insert(0);
+            *tries += 1;
+            if *tries < UNSETTLED_TRIES {
+                return Ok(st);
+            }
+        }
+        self.unsettled.remove(&id);
         if pool.segment_live(id) > 0 {
             self.stuck.insert(id);
             return Err(Error::corrupt(
@@ -219,9 +250,12 @@ impl Cleaner {
                 ),
             ));
         }
-        st.bytes_reclaimed = used.saturating_sub(st.bytes_moved);
-        pool.free_segment(id)?;
-        st.segments_freed = 1;
+        // A server-side read of one of its entries still in progress keeps it: it is
+        // all dead now, so a later round picks it again and frees it then.
+        if pool.free_segment(id)? {
+            st.bytes_reclaimed = used.saturating_sub(st.bytes_moved);
+            st.segments_freed = 1;
+        }
         Ok(st)
     }
 
@@ -359,6 +393,159 @@ mod tests {
         let r = Cleaner::new().round(&pool, &CleanPolicy { clean_below: 0.5, clean_when_free: 0.25 }).unwrap();
         assert!(r.pressure && r.stats.segments_freed > 0, "{r:?}");
         LocalWriter::new(&pool).append(b"sixth", b"v", false).unwrap();
+    }
+
+    fn value_at(pool: &Pool, l: &Loc) -> Vec<u8> {
+        let e = pool.read_entry(l).unwrap();
+        entry_value(&e, &EntryHeader::decode(&e).unwrap()).to_vec()
+    }
+
+    /// A segment one entry of which the server is still reading for a client.
+    fn segment_being_read(pool: &Pool) -> (Loc, crate::log::ReadPin, u64) {
+        let mut w = LocalWriter::new(pool);
+        w.append(b"read", &[1; 300], false).unwrap();
+        w.append(b"other", &[2; 300], false).unwrap();
+        let seg = w.segment().unwrap().id;
+        pool.seal_segment(seg).unwrap();
+        let (loc, pin, ()) = pool.lookup_pinned(b"read", |_| ()).unwrap();
+        assert_eq!(loc.segment as u64, seg);
+        assert_eq!(pool.segment_readers(seg), 1);
+        (loc, pin, seg)
+    }
+
+    #[test]
+    fn a_segment_the_server_reads_from_is_not_freed_until_the_read_is_over() {
+        // The attack: a GET's data write (or copy) reads an entry; meanwhile a newer PUT
+        // supersedes it and the cleaner frees its segment, which is granted to another
+        // client, who writes its own entry of the key there; the data write sends that.
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let (loc, pin, seg) = segment_being_read(&pool);
+        let mut w = LocalWriter::new(&pool);
+        w.append(b"read", &[3; 300], false).unwrap();
+        w.append(b"other", &[4; 300], false).unwrap();
+        assert_eq!(pool.segment_live(seg), 0, "all dead");
+        let mut c = Cleaner::new();
+        let st = c.run(&pool, 1.0, 100).unwrap();
+        assert_eq!(st.segments_freed, 0, "{st:?}");
+        assert_eq!(pool.seg_meta(seg).unwrap().state, SegmentState::Sealed);
+        // Nothing can be granted over it: the entry being read is as it was.
+        let e = pool.read_entry(&loc).unwrap();
+        let h = EntryHeader::decode(&e).unwrap();
+        assert_eq!((entry_key(&e, &h), entry_value(&e, &h)), (&b"read"[..], &[1u8; 300][..]));
+        assert!(c.victims(&pool, 1.0, 100).is_empty(), "all dead and read from: not walked again");
+        pool.unpin(pin);
+        assert_eq!(pool.segment_readers(seg), 0);
+        let st = c.run(&pool, 1.0, 100).unwrap();
+        assert_eq!(st.segments_freed, 1, "{st:?}");
+        assert_eq!(pool.seg_meta(seg).unwrap().state, SegmentState::Free);
+    }
+
+    #[test]
+    fn live_entries_move_under_a_read_and_their_segment_waits_for_it() {
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let (loc, pin, seg) = segment_being_read(&pool);
+        let mut c = Cleaner::new();
+        let st = c.run(&pool, 1.0, 100).unwrap();
+        assert_eq!((st.entries_moved, st.segments_freed), (2, 0), "{st:?}");
+        let moved = pool.lookup(b"read").unwrap();
+        assert_ne!(moved.segment as u64, seg, "a new GET reads the copy");
+        assert_eq!(value_at(&pool, &loc), vec![1; 300], "the read goes on, unchanged");
+        pool.unpin(pin);
+        assert_eq!(c.run(&pool, 1.0, 100).unwrap().segments_freed, 1);
+        assert_eq!(value_at(&pool, &moved), vec![1; 300]);
+    }
+
+    #[test]
+    fn a_segment_whose_entry_a_client_was_told_to_read_is_kept_for_the_lease() {
+        // RDMP-KV: the server names the entry's place, the client READs it later. Freed
+        // and granted to another client meanwhile, the place could hold that client's
+        // entry of the same key.
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let mut w = LocalWriter::new(&pool);
+        w.append(b"located", &[1; 300], false).unwrap();
+        w.append(b"brief", &[1; 300], false).unwrap();
+        let seg = w.segment().unwrap().id;
+        pool.seal_segment(seg).unwrap();
+        let loc = pool.lookup_leased(b"located", std::time::Duration::from_secs(600)).unwrap();
+        assert_eq!(loc.segment as u64, seg);
+        assert!(pool.segment_held(seg));
+        assert_eq!(pool.segment_readers(seg), 0, "a lease is no pin");
+        let mut c = Cleaner::new();
+        let st = c.run(&pool, 1.0, 100).unwrap();
+        assert_eq!((st.entries_moved, st.segments_freed), (2, 0), "{st:?}");
+        assert_eq!(value_at(&pool, &loc), vec![1; 300], "the READ finds the entry where it was told");
+        assert!(c.victims(&pool, 1.0, 100).is_empty(), "all moved and leased: not walked again");
+        // A lease that is over keeps nothing.
+        let w2 = {
+            let mut w2 = LocalWriter::new(&pool);
+            w2.append(b"short", &[2; 300], false).unwrap();
+            w2
+        };
+        let seg2 = w2.segment().unwrap().id;
+        pool.seal_segment(seg2).unwrap();
+        pool.lookup_leased(b"short", std::time::Duration::ZERO).unwrap();
+        let t0 = std::time::Instant::now();
+        while pool.segment_held(seg2) {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5), "a zero lease never ended");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(pool.lookup_leased(b"absent", std::time::Duration::from_secs(600)).is_none());
+        assert_eq!(c.run(&pool, 1.0, 100).unwrap().segments_freed, 1, "the short one only");
+        assert_eq!(pool.seg_meta(seg2).unwrap().state, SegmentState::Free);
+        assert_eq!(pool.seg_meta(seg).unwrap().state, SegmentState::Sealed);
+    }
+
+    #[test]
+    fn a_put_whose_accounting_lags_its_index_change_does_not_make_a_segment_stuck() {
+        // A PUT supersedes an entry in the index, then takes its bytes off the segment's
+        // live count: a cleaning in between found live bytes no entry held and marked
+        // the segment stuck (never cleaned again, for the server's life).
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let mut w = LocalWriter::new(&pool);
+        w.append(b"k", &[1; 300], false).unwrap();
+        let seg = w.segment().unwrap().id;
+        let old = pool.lookup(b"k").unwrap();
+        pool.seal_segment(seg).unwrap();
+        let mut w2 = LocalWriter::new(&pool);
+        w2.append(b"k", &[2; 300], false).unwrap();
+        let new = pool.lookup(b"k").unwrap();
+        // The PUT's accounting, not landed yet: the old entry's bytes still count here.
+        pool.move_live(&new, &old);
+        let mut c = Cleaner::new();
+        let st = c.run(&pool, 1.0, 100).expect("a cleaning in between is no error");
+        assert_eq!(st.segments_freed, 0);
+        // It lands: the next round frees the segment.
+        pool.move_live(&old, &new);
+        assert_eq!(c.run(&pool, 1.0, 100).unwrap().segments_freed, 1);
+        assert_eq!(pool.seg_meta(seg).unwrap().state, SegmentState::Free);
+        // Bytes that never go are stuck after the tries.
+        let mut w3 = LocalWriter::new(&pool);
+        w3.append(b"j", &[3; 300], false).unwrap();
+        let seg3 = w3.segment().unwrap().id;
+        let j = pool.lookup(b"j").unwrap();
+        pool.seal_segment(seg3).unwrap();
+        LocalWriter::new(&pool).append(b"j", &[4; 300], false).unwrap();
+        pool.move_live(&pool.lookup(b"j").unwrap(), &j);
+        let mut errs = 0;
+        for _ in 0..UNSETTLED_TRIES {
+            errs += u32::from(c.clean_segment(&pool, seg3).is_err());
+        }
+        assert_eq!(errs, 1, "the last try reports it");
+        assert!(c.victims(&pool, 1.0, 100).iter().all(|&v| v != seg3), "stuck: not picked again");
+    }
+
+    #[test]
+    fn a_deleted_key_takes_no_pin() {
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let mut w = LocalWriter::new(&pool);
+        w.append(b"gone", b"v", false).unwrap();
+        w.append(b"gone", b"", true).unwrap();
+        let seg = w.segment().unwrap().id;
+        let mut ran = false;
+        assert!(pool.lookup_pinned(b"gone", |_| ran = true).is_none());
+        assert!(pool.lookup_pinned(b"never", |_| ran = true).is_none());
+        assert!(!ran);
+        assert_eq!(pool.segment_readers(seg), 0);
     }
 
     #[test]

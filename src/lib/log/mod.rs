@@ -103,6 +103,14 @@ pub struct Pool {
     seg_count: Vec<AtomicU64>,
     seg_used: Vec<AtomicU64>,
     seg_live: Vec<AtomicU64>,
+    /// Per segment: server-side reads of its entries in progress ([`ReadPin`]s held);
+    /// [`Pool::free_segment`] frees no segment with one.
+    seg_readers: Vec<AtomicU32>,
+    /// Per segment: until when (milliseconds after `opened`) a client may still READ an
+    /// entry the server named the place of ([`Pool::lookup_leased`]); not freed before.
+    seg_lease_until: Vec<AtomicU64>,
+    /// The clock of `seg_lease_until`.
+    opened: std::time::Instant,
     /// Per segment: recovery's walk ended on damage (or its `count` word was damaged),
     /// so counted slots may lie past the end it found: nothing is appended there.
     seg_torn: Vec<std::sync::atomic::AtomicBool>,
@@ -116,6 +124,18 @@ pub struct Pool {
     /// The arena's chunks (the metadata server's space).
     clover_chunks: Mutex<arena::Chunks>,
 }
+
+/// A server-side read of an entry in progress (see [`Pool::lookup_pinned`]): its
+/// segment is not freed until the pin is handed back with [`Pool::unpin`]. A pin that
+/// is never handed back only keeps that one segment from being reused.
+#[must_use = "hand the pin back with Pool::unpin when the read is over"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReadPin {
+    segment: u32,
+}
+
+/// What [`Pool::scan_pinned`] found, in key order, and the pins of its entries.
+pub type PinnedScan = (Vec<(Vec<u8>, Loc)>, Vec<ReadPin>);
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -207,6 +227,9 @@ impl Pool {
             seg_count: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            seg_readers: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            seg_lease_until: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            opened: std::time::Instant::now(),
             seg_torn: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             space: SpaceCounters::default(),
             cells: OnceLock::new(),
@@ -495,12 +518,21 @@ impl Pool {
         Ok(())
     }
 
-    /// Returns a segment to the free list (the cleaner, after moving its live entries).
-    pub fn free_segment(&self, id: u64) -> Result<()> {
+    /// Returns a segment to the free list (the cleaner, after moving its live entries):
+    /// `false`, and nothing done, while a server-side read of one of its entries is in
+    /// progress ([`Pool::lookup_pinned`]); the segment is freed by a later call.
+    pub fn free_segment(&self, id: u64) -> Result<bool> {
         let mut a = self.lock();
         let meta = a.segs.get_mut(id as usize).ok_or_else(|| Error::invalid(format!("no segment {id}")))?;
         if meta.state == SegmentState::Free {
-            return Ok(());
+            return Ok(true);
+        }
+        // Every entry of the segment has left the index (moved or superseded) before this
+        // call, and a pin is taken inside the index look-up that found it (see
+        // `Index::get_then`): a reader is either counted here or found the entry's new
+        // place. Acquire pairs with `unpin`'s release: the reader's copy is over.
+        if self.segment_held(id) {
+            return Ok(false);
         }
         self.persist_state(id, SegmentState::Free)?;
         *meta = SegMeta::free(meta.generation);
@@ -508,7 +540,7 @@ impl Pool {
         a.free.sort_unstable_by(|x, y| y.cmp(x));
         self.seg_used[id as usize].store(0, Ordering::Relaxed);
         self.seg_live[id as usize].store(0, Ordering::Relaxed);
-        Ok(())
+        Ok(true)
     }
 
     /// The `count` of segment `id` the server stored (or recovery verified): never the
@@ -625,6 +657,87 @@ impl Pool {
     /// Looks `key` up; `None` if absent or deleted.
     pub fn lookup(&self, key: &[u8]) -> Option<Loc> {
         self.index.get(key, self).filter(|l| !l.tombstone)
+    }
+
+    /// [`Pool::lookup`] for a read of the entry by the server itself (a GET's copy or
+    /// data write): the entry's segment is pinned, so the cleaner does not free it
+    /// (and it is not granted to another client, who could write over the entry while
+    /// the copy reads it) until the pin is handed back with [`Pool::unpin`], when the
+    /// read is over. `also` runs where the pin is taken, before any later change of
+    /// `key` can reach the index. A read a client makes by itself (RDMP-KV's READ) is
+    /// not pinned: the server never learns when it is over.
+    pub fn lookup_pinned<A>(&self, key: &[u8], also: impl FnOnce(&Loc) -> A) -> Option<(Loc, ReadPin, A)> {
+        let mut also = Some(also);
+        let mut taken = None;
+        let found = self.index.get_then(key, self, &mut |l| {
+            if let (false, Some(f)) = (l.tombstone, also.take()) {
+                taken = Some((self.pin(l.segment), f(l)));
+            }
+        });
+        let (pin, a) = taken?;
+        Some((found?, pin, a))
+    }
+
+    /// [`Index::scan`] for a read of the entries by the server itself: one pin per
+    /// entry, as [`Pool::lookup_pinned`] takes.
+    pub fn scan_pinned(&self, start: &[u8], n: usize) -> Result<PinnedScan> {
+        let mut pins = Vec::new();
+        let items = self.index.scan_then(start, n, &mut |l| pins.push(self.pin(l.segment)));
+        match items {
+            Ok(items) => Ok((items, pins)),
+            Err(e) => {
+                pins.into_iter().for_each(|p| self.unpin(p));
+                Err(e)
+            }
+        }
+    }
+
+    fn pin(&self, segment: u32) -> ReadPin {
+        // Relaxed is enough: the index lock the caller holds orders the pin before any
+        // later change of the entry, and the cleaner sees that change before it frees.
+        self.seg_readers[segment as usize].fetch_add(1, Ordering::Relaxed);
+        ReadPin { segment }
+    }
+
+    /// Hands back a pin of [`Pool::lookup_pinned`]: the read it was taken for is over.
+    pub fn unpin(&self, pin: ReadPin) {
+        self.seg_readers[pin.segment as usize].fetch_sub(1, Ordering::Release);
+    }
+
+    /// Pins held on segment `id` (server-side reads in progress).
+    pub fn segment_readers(&self, id: u64) -> u32 {
+        self.seg_readers.get(id as usize).map(|a| a.load(Ordering::Acquire)).unwrap_or(0)
+    }
+
+    /// [`Pool::lookup`] for a client that READs the entry by itself once told its place
+    /// (RDMP-KV's GET): the entry's segment is not freed for `lease` from now (taken
+    /// inside the look-up, as [`Pool::lookup_pinned`] pins), and the client takes a
+    /// READ that completes later than that as torn. The server never learns when such
+    /// a READ is over; without the lease the segment could be freed and granted to
+    /// another client, whose entry of the same key, at the same place, the READ would
+    /// then return.
+    pub fn lookup_leased(&self, key: &[u8], lease: std::time::Duration) -> Option<Loc> {
+        let until = self.lease_clock().saturating_add(lease.as_millis() as u64 + 1);
+        self.index
+            .get_then(key, self, &mut |l| {
+                if !l.tombstone {
+                    self.seg_lease_until[l.segment as usize].fetch_max(until, Ordering::Relaxed);
+                }
+            })
+            .filter(|l| !l.tombstone)
+    }
+
+    /// Milliseconds since the pool was opened (the clock of the leases).
+    fn lease_clock(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    /// Whether segment `id` may still be read from: a server-side read is in progress
+    /// ([`Pool::lookup_pinned`]) or a client's READ may still come ([`Pool::lookup_leased`]).
+    pub fn segment_held(&self, id: u64) -> bool {
+        let i = id as usize;
+        self.seg_readers.get(i).is_some_and(|a| a.load(Ordering::Acquire) > 0)
+            || self.seg_lease_until.get(i).is_some_and(|a| a.load(Ordering::Relaxed) > self.lease_clock())
     }
 
     /// Bytes of segment `id` holding entries (appended slots).

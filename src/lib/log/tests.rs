@@ -433,7 +433,7 @@ fn a_flipped_bit_in_a_free_segment_s_state_word_is_rewritten() {
     w.append(b"k", b"v", false).unwrap();
     let id = w.segment().unwrap().id;
     pool.seal_segment(id).unwrap();
-    pool.free_segment(id).unwrap();
+    assert!(pool.free_segment(id).unwrap());
     let mut img = pool.media().durable_image().unwrap();
     img[state_at(id) + 5] ^= 0x20;
     let (p2, rep) = recover_image(&img).unwrap();
@@ -506,7 +506,7 @@ fn a_log_never_links_or_seals_a_segment_that_stopped_being_its_own() {
     let pool = empty_pool(4096 + 16 * (64 << 10));
     let x = pool.alloc_segment(TOMBSTONE_OWNER, None).unwrap();
     let old = ActiveSegment::new(x, pool.seg_meta(x).unwrap().generation);
-    pool.free_segment(x).unwrap();
+    assert!(pool.free_segment(x).unwrap());
     let client = 42;
     // The lowest free segment goes first: X itself.
     assert_eq!(pool.alloc_segment(client, None).unwrap(), x);

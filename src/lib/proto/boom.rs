@@ -31,11 +31,12 @@ use std::time::Duration;
 
 use super::{ClientSide, ClientTuning, Fetched, ServerSide};
 use crate::error::{Error, Result};
+use crate::index::Loc;
 use crate::link::{Arrival, Link, PutInfo};
 use crate::log::format::{self as fmt, ENTRY_HEADER_SIZE};
 use crate::log::WriteMode;
 use crate::service::phases::GetTimer;
-use crate::service::Ctx;
+use crate::service::{Ctx, ServerRead};
 use crate::transport::{MemoryRegion, QueuePair, Transport, WriteWr};
 use crate::wire::{DataImm, DataStatus, ErrorCode, Msg, PutImm, RegionDesc};
 use hybrid::{Decision, HybridTable, SlotInfo};
@@ -111,28 +112,48 @@ fn grant<T: Transport>(cx: &mut Ctx<'_, T>, req: u32) -> Result<()> {
     }
 }
 
-/// Tells the client's buffer `buf` the GET's `status` and length.
-fn data_imm<T: Transport>(cx: &mut Ctx<'_, T>, buf: &RegionDesc, status: DataStatus, len: u32) -> Result<()> {
+/// Tells the client's buffer `buf` the GET's `status` and length; `read`, what the
+/// data writes before it read, is held until this write completes (its completion
+/// follows theirs).
+fn data_imm<T: Transport>(
+    cx: &mut Ctx<'_, T>,
+    buf: &RegionDesc,
+    status: DataStatus,
+    len: u32,
+    read: Option<ServerRead>,
+) -> Result<()> {
     let wr = cx.conn.wr();
+    if let Some(r) = read {
+        cx.conn.gets.insert(wr, r);
+    }
     let imm = DataImm { status, len }.encode();
     cx.conn.qp.post_write_imm(wr, &cx.conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
 }
 
 /// A GET: WRITE_WITH_IMM the entry from PM into the client's buffer.
 fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], buf: RegionDesc) -> Result<()> {
-    let (found, timer) = cx.lookup(key);
-    let Some(loc) = found else { return data_imm(cx, &buf, DataStatus::NotFound, 0) };
+    let (found, timer) = cx.lookup_read(key);
+    let Some((loc, read)) = found else { return data_imm(cx, &buf, DataStatus::NotFound, 0, None) };
     if loc.len as u64 > buf.len {
-        return data_imm(cx, &buf, DataStatus::TooSmall, loc.len);
+        cx.sh.end_read(read);
+        return data_imm(cx, &buf, DataStatus::TooSmall, loc.len, None);
     }
     if let Err(why) = cx.conn.admit_get(loc.len, cx.max_value()) {
+        cx.sh.end_read(read);
         cx.counters().over_limit.fetch_add(1, Ordering::Relaxed);
         cx.conn.close(why);
         return Ok(());
     }
-    let mr = cx.local_segment_region(loc.segment as u64)?;
+    let mr = match cx.local_segment_region(loc.segment as u64) {
+        Ok(mr) => mr,
+        Err(e) => {
+            cx.sh.end_read(read);
+            return Err(e);
+        }
+    };
     let wr = cx.conn.wr();
-    cx.begin_get(wr, key, loc.version);
+    // Held until the write completes (or the connection is dropped, which flushes it).
+    cx.conn.gets.insert(wr, read);
     let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
     cx.counters().gets.fetch_add(1, Ordering::Relaxed);
     cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
@@ -149,14 +170,26 @@ const MAX_SCAN: u32 = 10_000;
 fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: RegionDesc) -> Result<()> {
     // RDMP-CC's PUTs that completed are in the index before it is walked.
     crate::service::index_all_completed(cx.pool(), &cx.sh.pending_puts);
-    let items = match cx.pool().index().scan(&start, count.min(MAX_SCAN) as usize) {
+    let (items, pins) = match cx.pool().scan_pinned(&start, count.min(MAX_SCAN) as usize) {
         Ok(v) => v,
         Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
     };
+    let read = ServerRead::Scan(pins);
     let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
     if total > buf.len {
-        return data_imm(cx, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32);
+        cx.sh.end_read(read);
+        return data_imm(cx, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32, None);
     }
+    if let Err(e) = post_scan(cx, &items, &buf) {
+        cx.sh.end_read(read);
+        return Err(e);
+    }
+    cx.counters().scans.fetch_add(1, Ordering::Relaxed);
+    data_imm(cx, &buf, DataStatus::Ok, total as u32, Some(read))
+}
+
+/// A SCAN's data writes: `items`' entries back to back into `buf`.
+fn post_scan<T: Transport>(cx: &mut Ctx<'_, T>, items: &[(Vec<u8>, Loc)], buf: &RegionDesc) -> Result<()> {
     // The entries go out together: one batch (verbs: one doorbell) per run of entries
     // in the same segment.
     let mut off = 0u64;
@@ -178,8 +211,7 @@ fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: Regi
             batch.clear();
         }
     }
-    cx.counters().scans.fetch_add(1, Ordering::Relaxed);
-    data_imm(cx, &buf, DataStatus::Ok, total as u32)
+    Ok(())
 }
 
 // ---- client side ----

@@ -17,6 +17,7 @@
 //! the request path of either protocol.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::{ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ use crate::log::WriteMode;
 use crate::service::phases::GetTimer;
 use crate::service::{ConnMap, Ctx};
 use crate::transport::{Access, MemoryRegion, Transport};
-use crate::wire::{ErrorCode, Msg, PutImm};
+use crate::wire::{ErrorCode, Msg, PutImm, READ_LEASE};
 
 // ---- server side ----
 
@@ -127,14 +128,22 @@ pub(crate) struct Client {
 
 /// The phase a split request is in.
 enum Pending {
-    /// GET, phase 1: the `Locate` is out.
-    Locating,
+    /// GET, phase 1: the `Locate` is out (sent at `asked`).
+    Locating { asked: Instant },
     /// GET, phase 2: the READ of the `len`-byte entry is out (work request `wr`).
-    Reading { wr: u64, len: u32 },
+    Reading { wr: u64, len: u32, asked: Instant },
     /// PUT, phase 1: the `Alloc` is out; the value waits in [`Client::value`].
     Allocating,
     /// PUT, phase 2: the entry is written; the server's answer is to come.
     Writing,
+}
+
+/// Whether a READ of a place asked for at `asked` came too late to trust: the server
+/// keeps the place's segment for [`READ_LEASE`] from its look-up, which came after
+/// `asked`; past half of it the place may have been freed and hold another client's
+/// entry (of the same key, even), so the GET is asked again.
+fn late(asked: Instant) -> bool {
+    asked.elapsed() >= READ_LEASE / 2
 }
 
 /// The entry length of `key` with `value`.
@@ -199,6 +208,15 @@ impl<T: Transport> ClientSide<T> for Client {
         put_done(l, m)
     }
 
+    fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
+        let asked = Instant::now();
+        let entry = ClientSide::<T>::get(self, l, key)?;
+        if entry.is_some() && late(asked) {
+            return Ok(Fetched::Torn);
+        }
+        Ok(Fetched::in_buf(l, key, entry, out))
+    }
+
     fn get(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<Option<(usize, usize)>> {
         let m = l.call(&Msg::Locate { key: key.to_vec() }, "RDMP locate")?;
         let Some((addr, rkey, len)) = located(m, l.get_room())? else {
@@ -235,29 +253,33 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
+        let asked = Instant::now();
         l.send(&Msg::Locate { key: key.to_vec() })?;
-        self.pending = Some(Pending::Locating);
+        self.pending = Some(Pending::Locating { asked });
         Ok(true)
     }
 
     fn get_poll(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Fetched>> {
         match self.pending.take() {
-            Some(Pending::Locating) => {
+            Some(Pending::Locating { asked }) => {
                 let Some(a) = l.poll_arrival("RDMP locate")? else {
-                    self.pending = Some(Pending::Locating);
+                    self.pending = Some(Pending::Locating { asked });
                     return Ok(None);
                 };
                 let Some((addr, rkey, len)) = located(crate::link::message("RDMP locate", a)?, l.get_room())? else {
                     return Ok(Some(Fetched::Absent));
                 };
                 let wr = l.post_read_response(len, addr, rkey, "RDMP READ")?;
-                self.pending = Some(Pending::Reading { wr, len });
+                self.pending = Some(Pending::Reading { wr, len, asked });
                 Ok(None)
             }
-            Some(Pending::Reading { wr, len }) => {
+            Some(Pending::Reading { wr, len, asked }) => {
                 if !l.poll_completion(wr, "RDMP READ")? {
-                    self.pending = Some(Pending::Reading { wr, len });
+                    self.pending = Some(Pending::Reading { wr, len, asked });
                     return Ok(None);
+                }
+                if late(asked) {
+                    return Ok(Some(Fetched::Torn));
                 }
                 Fetched::in_response(l, key, len, out).map(Some)
             }

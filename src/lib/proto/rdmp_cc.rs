@@ -263,6 +263,10 @@ impl<T: Transport> ClientSide<T> for Client {
         ClientSide::<T>::get(&mut self.gets, l, key)
     }
 
+    fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
+        ClientSide::<T>::get_value(&mut self.gets, l, key, out)
+    }
+
     fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
         ClientSide::<T>::get_start(&mut self.gets, l, key)
     }

@@ -201,17 +201,23 @@ impl<T: Transport> Server<T> {
 
 /// GET: the entry copied PM -> the result region.
 fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
-    let (found, timer) = cx.lookup(key);
-    let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
+    let (found, timer) = cx.lookup_read(key);
+    let Some((loc, read)) = found else { return cx.reply(&Msg::NotFound, req) };
     let mut h = Msg::RpcValue { entry: Vec::new() }.encode(req);
     if let Some(why) = rpc::over_one_reply(h.len(), loc.len) {
+        cx.sh.end_read(read);
         return cx.refuse(req, ErrorCode::TooLarge, why);
     }
     let n = h.len();
     h[n - 4..].copy_from_slice(&loc.len.to_le_bytes());
     let src = cx.pool().pool_offset(loc.segment as u64, loc.offset as u64);
-    let f = cx.conn.fetched.as_mut().ok_or_else(|| Error::Protocol("a GET outside a fetched request".into()))?;
-    f.put_entry(&h, cx.sh.pool.media().map(), src, loc.len as usize)?;
+    let copied = match cx.conn.fetched.as_mut() {
+        Some(f) => f.put_entry(&h, cx.sh.pool.media().map(), src, loc.len as usize),
+        None => Err(Error::Protocol("a GET outside a fetched request".into())),
+    };
+    // The entry is in the result region now (or not at all).
+    cx.sh.end_read(read);
+    copied?;
     cx.counters().gets.fetch_add(1, Ordering::Relaxed);
     cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
     GetTimer::posted(timer, cx.phases());

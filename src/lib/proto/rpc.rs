@@ -45,20 +45,25 @@ impl<T: Transport> Server<T> {
 
     /// GET: copy the entry PM -> DRAM and SEND it.
     fn get(&mut self, cx: &mut Ctx<'_, T>, key: &[u8], req: u32) -> Result<()> {
-        let (found, timer) = cx.lookup(key);
-        let Some(loc) = found else { return cx.reply(&Msg::NotFound, req) };
+        let (found, timer) = cx.lookup_read(key);
+        let Some((loc, read)) = found else { return cx.reply(&Msg::NotFound, req) };
         // Header of an RpcValue message, then the entry copied from PM.
         let hdr = Msg::RpcValue { entry: Vec::new() }.encode(req);
         if let Some(why) = over_one_reply(hdr.len(), loc.len) {
+            cx.sh.end_read(read);
             return cx.refuse(req, ErrorCode::TooLarge, why);
         }
         let body_len_off = hdr.len() - 4;
         let mut h = hdr.clone();
         h[body_len_off..].copy_from_slice(&loc.len.to_le_bytes());
-        self.send_mr.write(0, &h)?;
-        let (map, base) = self.send_mr.mapping();
-        let src = cx.pool().pool_offset(loc.segment as u64, loc.offset as u64);
-        cx.pool().media().map().copy_to(src, map, base + h.len() as u64, loc.len as usize)?;
+        let copied = self.send_mr.write(0, &h).and_then(|()| {
+            let (map, base) = self.send_mr.mapping();
+            let src = cx.pool().pool_offset(loc.segment as u64, loc.offset as u64);
+            cx.pool().media().map().copy_to(src, map, base + h.len() as u64, loc.len as usize)
+        });
+        // The entry is in the staging buffer now (or not at all).
+        cx.sh.end_read(read);
+        copied?;
         cx.counters().gets.fetch_add(1, Ordering::Relaxed);
         cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
         let wr = cx.conn.wr();

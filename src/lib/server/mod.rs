@@ -469,8 +469,8 @@ impl<T: Transport> Worker<T> {
             // Closed first: a GET's data write still waiting in the queue pair (for a
             // receive, or an rkey look-up) is flushed, not copied after its version is
             // released.
-            for (_, t) in c.gets.drain() {
-                self.sh.inflight.end(t);
+            for (_, r) in c.gets.drain() {
+                self.sh.end_read(r);
             }
             self.gone.insert(q, self.st.now);
             self.sh.clients.fetch_sub(1, Ordering::AcqRel);
@@ -485,8 +485,8 @@ impl<T: Transport> Worker<T> {
             }
             return;
         };
-        if let Some(t) = conn.gets.remove(&c.wr_id) {
-            self.sh.inflight.end(t);
+        if let Some(r) = conn.gets.remove(&c.wr_id) {
+            self.sh.end_read(r);
             conn.get_bytes = conn.get_bytes.saturating_sub(c.byte_len as u64);
         }
         if !c.status.is_ok() && conn.dead.is_none() {

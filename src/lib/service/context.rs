@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::phases::{self, Phase};
-use super::{ConnMap, ServerCounters, Shared};
+use super::{ConnMap, ServerCore, ServerCounters, Shared};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, EntryHeader};
 use crate::log::{ActiveSegment, CommitError, CommitTimes, Pool, WriteMode};
@@ -38,8 +38,8 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) seg_mr: Option<T::Mr>,
     /// Segments granted so far (for the quota).
     pub(crate) segments: u64,
-    /// wr_id -> the in-flight GET record of each GET data write not yet completed.
-    pub(crate) gets: ConnMap<u64, crate::service::inflight::GetTicket>,
+    /// wr_id -> what each GET (or SCAN) data write not yet completed reads.
+    pub(crate) gets: ConnMap<u64, ServerRead>,
     /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`crate::wire::max_get_bytes`]).
     pub(crate) get_bytes: u64,
     next_wr: u64,
@@ -449,12 +449,13 @@ impl<T: Transport> Ctx<'_, T> {
         }
     }
 
-    /// A GET's index look-up, timed when this request is sampled (the timer then goes on
-    /// to [`phases::GetTimer::posted`]); an absent key is counted as not found.
+    /// A GET's index look-up for a client that reads the entry by itself (RDMP-KV's
+    /// READ, under the lease of [`crate::wire::READ_LEASE`]), timed when this request is sampled (the timer then goes on to
+    /// [`phases::GetTimer::posted`]); an absent key is counted as not found.
     pub(crate) fn lookup(&mut self, key: &[u8]) -> (Option<crate::index::Loc>, Option<phases::GetTimer>) {
         let mut timer = phases::GetTimer::start(self.sampled());
         super::index_completed(&self.sh.pool, &self.sh.pending_puts, key);
-        let found = self.sh.pool.lookup(key);
+        let found = self.sh.pool.lookup_leased(key, crate::wire::READ_LEASE);
         phases::GetTimer::looked_up(&mut timer);
         if found.is_none() {
             self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
@@ -462,11 +463,53 @@ impl<T: Transport> Ctx<'_, T> {
         (found, timer)
     }
 
-    /// Records a GET data write `wr` of `key`'s `version` as in flight (in-place
-    /// rewrites leave that entry alone until its completion; the cleaner does not look,
-    /// and a torn entry it caused fails the client's check, which asks again).
-    pub(crate) fn begin_get(&mut self, wr: u64, key: &[u8], version: u64) {
-        let t = self.sh.inflight.begin(key, version);
-        self.conn.gets.insert(wr, t);
+    /// [`Ctx::lookup`] for a GET whose entry the server reads itself (a copy, a data
+    /// write): the entry is held ([`ServerRead`]) until [`ServerCore::end_read`], which
+    /// the caller owes on every path, or, for a data write, the write's completion
+    /// (`conn.gets`).
+    pub(crate) fn lookup_read(
+        &mut self,
+        key: &[u8],
+    ) -> (Option<(crate::index::Loc, ServerRead)>, Option<phases::GetTimer>) {
+        let mut timer = phases::GetTimer::start(self.sampled());
+        super::index_completed(&self.sh.pool, &self.sh.pending_puts, key);
+        let inflight = &self.sh.inflight;
+        let found = self.sh.pool.lookup_pinned(key, |l| inflight.begin(key, l.version));
+        phases::GetTimer::looked_up(&mut timer);
+        if found.is_none() {
+            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
+        }
+        (found.map(|(loc, pin, ticket)| (loc, ServerRead::Get { pin, ticket })), timer)
+    }
+}
+
+/// What the server is reading for a client from the pool, held from the look-up until
+/// the data is out ([`ServerCore::end_read`]).
+///
+/// - Its entries' segments are pinned ([`crate::log::ReadPin`]): the cleaner does not
+///   free them, so no other client is granted one and writes over an entry being sent.
+///   (It may have moved the entries meanwhile; the copy reads the old place, unchanged.)
+/// - A GET's entry version is in flight ([`crate::service::inflight`]): its client
+///   does not rewrite that entry in place. Both are taken inside the index look-up,
+///   so a PUT that supersedes the entry after it sees the GET.
+#[must_use = "hand it to ServerCore::end_read when the data is out"]
+pub(crate) enum ServerRead {
+    /// One GET's entry.
+    Get { pin: crate::log::ReadPin, ticket: crate::service::inflight::GetTicket },
+    /// A SCAN's entries.
+    Scan(Vec<crate::log::ReadPin>),
+}
+
+impl ServerCore {
+    /// The read `r` is over: its data has been copied or written to the client (or
+    /// never will be).
+    pub(crate) fn end_read(&self, r: ServerRead) {
+        match r {
+            ServerRead::Get { pin, ticket } => {
+                self.inflight.end(ticket);
+                self.pool.unpin(pin);
+            }
+            ServerRead::Scan(pins) => pins.into_iter().for_each(|p| self.pool.unpin(p)),
+        }
     }
 }

@@ -38,7 +38,7 @@ use coop::CoopWriteback;
 use inflight::InflightGets;
 use phases::Phases;
 
-pub(crate) use context::{Conn, Ctx, WorkerState};
+pub(crate) use context::{Conn, Ctx, ServerRead, WorkerState};
 /// with its fast default hasher, since they are touched on every completion.
 pub(crate) type ConnMap<K, V> = hashbrown::HashMap<K, V>;
 
