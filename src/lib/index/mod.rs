@@ -160,23 +160,27 @@ impl HashIndex {
         found
     }
 
-    fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
+    fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource, then: &mut dyn FnMut(&Upsert)) -> Upsert {
         let (s, tag) = self.place(key);
         let mut t = self.shards[s].write().unwrap_or_else(std::sync::PoisonError::into_inner);
         let newest = t
             .iter_hash_mut(spread(tag))
             .filter(|sl| sl.tag == tag && ks.key_matches(&sl.loc(), key))
             .max_by_key(|sl| sl.version);
-        if let Some(sl) = newest {
-            let old = sl.loc();
-            if old.version >= loc.version {
-                return Upsert::Stale(old);
+        let u = match newest {
+            Some(sl) if sl.version >= loc.version => Upsert::Stale(sl.loc()),
+            Some(sl) => {
+                let old = sl.loc();
+                *sl = Slot::new(&loc, tag);
+                Upsert::Replaced(old)
             }
-            *sl = Slot::new(&loc, tag);
-            return Upsert::Replaced(old);
-        }
-        t.insert_unique(spread(tag), Slot::new(&loc, tag), |sl| spread(sl.tag));
-        Upsert::Inserted
+            None => {
+                t.insert_unique(spread(tag), Slot::new(&loc, tag), |sl| spread(sl.tag));
+                Upsert::Inserted
+            }
+        };
+        then(&u);
+        u
     }
 
     fn replace_exact(&self, key: &[u8], old: &Loc, new: Option<Loc>, ks: &dyn KeySource) -> bool {
@@ -271,7 +275,14 @@ impl Index {
 
     /// Installs `loc` for `key` if it is newer than what the index holds.
     pub fn upsert(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
-        let u = self.upsert_inner(key, loc, ks);
+        self.upsert_then(key, loc, ks, &mut |_| {})
+    }
+
+    /// [`Index::upsert`], calling `then` with what it did before the upsert lets go of
+    /// the index: whoever looks `key` up after the change also sees what `then` did (the
+    /// pool's live-byte accounting, which the cleaner reads).
+    pub fn upsert_then(&self, key: &[u8], loc: Loc, ks: &dyn KeySource, then: &mut dyn FnMut(&Upsert)) -> Upsert {
+        let u = self.upsert_inner(key, loc, ks, then);
         match u {
             Upsert::Inserted => self.count_tombstones(None, Some(&loc)),
             Upsert::Replaced(old) => self.count_tombstones(Some(&old), Some(&loc)),
@@ -288,21 +299,26 @@ impl Index {
         }
     }
 
-    fn upsert_inner(&self, key: &[u8], loc: Loc, ks: &dyn KeySource) -> Upsert {
+    fn upsert_inner(&self, key: &[u8], loc: Loc, ks: &dyn KeySource, then: &mut dyn FnMut(&Upsert)) -> Upsert {
         match (&self.hash, &self.ordered) {
-            (Some(h), _) => h.upsert(key, loc, ks),
+            (Some(h), _) => h.upsert(key, loc, ks, then),
             (_, Some(o)) => {
                 let mut m = o.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-                match m.get_mut(key) {
+                let u = match m.get_mut(key) {
                     Some(cur) if cur.version >= loc.version => Upsert::Stale(*cur),
                     Some(cur) => Upsert::Replaced(std::mem::replace(cur, loc)),
                     None => {
                         m.insert(key.into(), loc);
                         Upsert::Inserted
                     }
-                }
+                };
+                then(&u);
+                u
             }
-            _ => Upsert::Inserted,
+            _ => {
+                then(&Upsert::Inserted);
+                Upsert::Inserted
+            }
         }
     }
 

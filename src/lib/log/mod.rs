@@ -607,18 +607,20 @@ impl Pool {
     /// Installs a durable entry in the index and updates live/garbage accounting.
     /// Returns what the index did.
     pub fn index_entry(&self, key: &[u8], loc: Loc) -> Upsert {
-        let r = self.index.upsert(key, loc, self);
-        match r {
+        // Counted while the index still holds the change: a cleaner that finds the old
+        // entry superseded also finds its bytes off its segment's live count (counted
+        // after, a cleaning in between saw live bytes no entry held and took the
+        // segment for stuck, never to be cleaned again).
+        self.index.upsert_then(key, loc, self, &mut |r| match r {
             Upsert::Inserted => {
                 self.seg_live[loc.segment as usize].fetch_add(slot_bytes(&loc), Ordering::Relaxed);
             }
             Upsert::Replaced(old) => {
                 self.seg_live[loc.segment as usize].fetch_add(slot_bytes(&loc), Ordering::Relaxed);
-                self.seg_live[old.segment as usize].fetch_sub(slot_bytes(&old), Ordering::Relaxed);
+                self.seg_live[old.segment as usize].fetch_sub(slot_bytes(old), Ordering::Relaxed);
             }
             Upsert::Stale(_) => {}
-        }
-        r
+        })
     }
 
     /// Moves live-byte accounting from `old` to `new` (the cleaner relocated an entry).

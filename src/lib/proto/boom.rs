@@ -124,7 +124,7 @@ fn data_imm<T: Transport>(
 ) -> Result<()> {
     let wr = cx.conn.wr();
     if let Some(r) = read {
-        cx.conn.gets.insert(wr, r);
+        cx.conn.hold_read(wr, r, cx.w.now);
     }
     let imm = DataImm { status, len }.encode();
     cx.conn.qp.post_write_imm(wr, &cx.conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
@@ -153,7 +153,7 @@ fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], buf: RegionDesc) -> Result
     };
     let wr = cx.conn.wr();
     // Held until the write completes (or the connection is dropped, which flushes it).
-    cx.conn.gets.insert(wr, read);
+    cx.conn.hold_read(wr, read, cx.w.now);
     let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
     cx.counters().gets.fetch_add(1, Ordering::Relaxed);
     cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
@@ -180,8 +180,17 @@ fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: Regi
         cx.sh.end_read(read);
         return data_imm(cx, &buf, DataStatus::TooSmall, total.min((1 << 30) - 1) as u32, None);
     }
-    if let Err(e) = post_scan(cx, &items, &buf) {
+    if let Err(why) = cx.conn.admit_scan() {
         cx.sh.end_read(read);
+        cx.counters().over_limit.fetch_add(1, Ordering::Relaxed);
+        cx.conn.close(why);
+        return Ok(());
+    }
+    if let Err(e) = post_scan(cx, &items, &buf) {
+        // Writes posted before the failure may still read their entries: the read is
+        // held until the connection, which the error ends, is closed.
+        let wr = cx.conn.wr();
+        cx.conn.hold_read(wr, read, cx.w.now);
         return Err(e);
     }
     cx.counters().scans.fetch_add(1, Ordering::Relaxed);

@@ -411,6 +411,8 @@ impl<T: Transport> Worker<T> {
                 dead.push((*q, why.clone()));
             } else if c.qp.is_error() {
                 dead.push((*q, c.qp.error_reason().unwrap_or_else(|| "connection error".into())));
+            } else if let Some(why) = c.stalled_reply(self.st.now) {
+                dead.push((*q, why));
             } else if let Some(t) = self.sh.cfg.idle_timeout {
                 if self.st.now.duration_since(c.last_active) > t {
                     dead.push((*q, format!("idle for more than {t:?}")));
@@ -469,7 +471,7 @@ impl<T: Transport> Worker<T> {
             // Closed first: a GET's data write still waiting in the queue pair (for a
             // receive, or an rkey look-up) is flushed, not copied after its version is
             // released.
-            for (_, r) in c.gets.drain() {
+            for (_, (_, r)) in c.gets.drain() {
                 self.sh.end_read(r);
             }
             self.gone.insert(q, self.st.now);
@@ -485,7 +487,7 @@ impl<T: Transport> Worker<T> {
             }
             return;
         };
-        if let Some(r) = conn.gets.remove(&c.wr_id) {
+        if let Some((_, r)) = conn.gets.remove(&c.wr_id) {
             self.sh.end_read(r);
             conn.get_bytes = conn.get_bytes.saturating_sub(c.byte_len as u64);
         }
@@ -645,5 +647,42 @@ mod tests {
         let took = t0.elapsed();
         assert!(took < Duration::from_secs(20), "50 PUT+GET beside a client that answers no look-up: {took:?}");
         assert!(!qp.is_error(), "the silent client is still connected: its look-up has not timed out");
+    }
+
+    /// A client whose GET replies stay unacknowledged (stopped, or holding the server's
+    /// look-up, with its connection open) would keep the segments of the entries they
+    /// read from being freed for good ([`crate::service::ServerRead`]): it is dropped
+    /// after [`crate::service::context::GET_REPLY_DEADLINE`], and nothing stays held.
+    #[test]
+    fn a_client_that_leaves_its_replies_unacknowledged_is_dropped_and_holds_nothing() {
+        use crate::service::context::GET_REPLY_DEADLINE;
+        let (_dir, s) = one_worker(Duration::from_secs(600));
+        let ep = &s.endpoints()[0];
+        let mut honest = Client::connect(&ShmTransport::new().unwrap(), ep, ClientOptions::default()).unwrap();
+        honest.put(b"read", b"value").unwrap();
+        let silent = ShmTransport::new().unwrap();
+        silent.hold_lookups(true);
+        let cq = silent.create_cq().unwrap();
+        let response = silent.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: response.remote() };
+        let (qp, w) = silent.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        let get = Msg::Get { key: b"read".to_vec(), buf: response.remote() };
+        qp.post_send_bytes(0, &get.encode(1)).unwrap();
+        let pool = s.pool();
+        let held = || (0..pool.segment_count()).filter(|&g| pool.segment_held(g)).count();
+        let t0 = Instant::now();
+        while held() == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the GET never held its segment");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(s.stats().clients, 2);
+        let until = t0 + GET_REPLY_DEADLINE + Duration::from_secs(20);
+        while s.stats().clients > 1 || held() > 0 {
+            assert!(Instant::now() < until, "{} clients, {} segment(s) held", s.stats().clients, held());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(t0.elapsed() >= GET_REPLY_DEADLINE - Duration::from_millis(100), "{:?}", t0.elapsed());
+        assert_eq!(honest.get(b"read").unwrap().as_deref(), Some(&b"value"[..]));
     }
 }

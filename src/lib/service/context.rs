@@ -22,6 +22,13 @@ use crate::wire::{ErrorCode, Msg, Protocol};
 /// this bound instead of piling them up in the server's send buffers.
 pub const MAX_GETS_IN_FLIGHT: usize = 64;
 
+/// How long a GET's or SCAN's data write may stay unacknowledged by the client's
+/// transport before the connection is closed: until then its entries' segments cannot be
+/// freed (a `ServerRead`), so a client that stops with replies in flight (stopped, hung,
+/// its socket still open) would hold them for good. A live client gives up on its GET
+/// well before (its timeout is 10 s by default).
+pub const GET_REPLY_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Work requests the server posts carry this bit; receives (slot numbers) do not.
 const WR_SEND: u64 = 1 << 63;
 
@@ -38,8 +45,9 @@ pub(crate) struct Conn<T: Transport> {
     pub(crate) seg_mr: Option<T::Mr>,
     /// Segments granted so far (for the quota).
     pub(crate) segments: u64,
-    /// wr_id -> what each GET (or SCAN) data write not yet completed reads.
-    pub(crate) gets: ConnMap<u64, ServerRead>,
+    /// wr_id -> what each GET (or SCAN) data write not yet completed reads, and when it
+    /// was posted (see [`GET_REPLY_DEADLINE`]).
+    pub(crate) gets: ConnMap<u64, (Instant, ServerRead)>,
     /// Bytes of those writes (bounded: [`MAX_GETS_IN_FLIGHT`], [`crate::wire::max_get_bytes`]).
     pub(crate) get_bytes: u64,
     next_wr: u64,
@@ -149,11 +157,7 @@ impl<T: Transport> Conn<T> {
     /// Counts a GET reply of `len` bytes as in flight, or says why the client is over
     /// its bound.
     pub(crate) fn admit_get(&mut self, len: u32, max_value: u32) -> std::result::Result<(), String> {
-        if self.gets.len() >= MAX_GETS_IN_FLIGHT {
-            return Err(format!(
-                "over the limit of {MAX_GETS_IN_FLIGHT} GET replies in flight (the client does not read them)"
-            ));
-        }
+        self.admit_scan()?;
         let limit = crate::wire::max_get_bytes(max_value);
         if self.get_bytes + len as u64 > limit {
             return Err(format!(
@@ -163,6 +167,32 @@ impl<T: Transport> Conn<T> {
         }
         self.get_bytes += len as u64;
         Ok(())
+    }
+
+    /// Counts a SCAN reply as in flight (its size is bounded by the client's buffer),
+    /// or says why the client is over its bound.
+    pub(crate) fn admit_scan(&self) -> std::result::Result<(), String> {
+        if self.gets.len() >= MAX_GETS_IN_FLIGHT {
+            return Err(format!(
+                "over the limit of {MAX_GETS_IN_FLIGHT} GET replies in flight (the client does not read them)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Holds `read` until data write `wr` completes (or the connection ends).
+    pub(crate) fn hold_read(&mut self, wr: u64, read: ServerRead, now: Instant) {
+        self.gets.insert(wr, (now, read));
+    }
+
+    /// Why the client has to go for a reply it leaves unacknowledged, if it does.
+    pub(crate) fn stalled_reply(&self, now: Instant) -> Option<String> {
+        self.gets.values().any(|(t, _)| now.saturating_duration_since(*t) > GET_REPLY_DEADLINE).then(|| {
+            format!(
+                "a GET reply stayed unacknowledged by its transport for more than {}s (the client stopped?)",
+                GET_REPLY_DEADLINE.as_secs()
+            )
+        })
     }
 
     /// A fresh work-request id for something the server posts on this connection.

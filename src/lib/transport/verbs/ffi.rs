@@ -765,12 +765,24 @@ impl RawQp {
     /// The device reads (SEND, WRITE) or writes (READ) the local buffer only through its
     /// `lkey`, which bounds it to a registered region; inline data is copied before the
     /// call returns.
-    pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        self.post_sends(std::slice::from_ref(wr))
+    ///
+    /// # Safety
+    ///
+    /// As [`RawQp::post_sends`].
+    pub unsafe fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
+        // SAFETY: the caller's promise for `wr` is the one `post_sends` asks for.
+        unsafe { self.post_sends(std::slice::from_ref(wr)) }
     }
 
     /// Posts send requests as one chained list: one doorbell for the whole batch.
-    pub fn post_sends(&self, wrs: &[SendWr<'_>]) -> Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// Every [`Payload::InlineSge`] of `wrs` names memory valid for reads of its whole
+    /// length until the call returns: the library copies inline data from the address
+    /// without the lkey check that bounds every other payload, so a safe caller could
+    /// otherwise have any memory of the process read (and sent).
+    pub unsafe fn post_sends(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         if wrs.is_empty() {
             return Ok(());
         }

@@ -1158,7 +1158,17 @@ impl QpShared {
             seq += 1;
             run = if signaled { 0 } else { run + 1 };
         }
-        let posted = if chain { self.raw.post_sends(&wrs) } else { wrs.iter().try_for_each(|w| self.raw.post_send(w)) };
+        // SAFETY: every InlineSge comes from `local`, which makes one only for a range
+        // inside a region (`fits` its length) whose `VerbsMr` the caller holds across
+        // this call; the region's `Arc<Mapping>` keeps that memory mapped, registered
+        // or not, so the range is readable until the post returns.
+        let posted = unsafe {
+            if chain {
+                self.raw.post_sends(&wrs)
+            } else {
+                wrs.iter().try_for_each(|w| self.raw.post_send(w))
+            }
+        };
         match posted {
             Ok(()) => {
                 for (signaled, e) in entries {
