@@ -323,7 +323,10 @@ impl<T: Transport> Client<T> {
                 Fetched::Torn => self.link.counters.torn_retries += 1,
             }
         }
-        Err(Error::Protocol(format!("the entry of this key failed its checksum {} times in a row", self.attempts())))
+        Err(Error::Protocol(format!(
+            "the entry of this key failed its checksum, or its READ came too late to trust, {} times in a row",
+            self.attempts()
+        )))
     }
 
     /// Starts a GET of `key` without waiting for its answer, so that one thread can

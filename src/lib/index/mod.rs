@@ -357,12 +357,12 @@ impl Index {
 
     /// Up to `n` live (non-deleted) keys from `start` on, in key order.
     pub fn scan(&self, start: &[u8], n: usize) -> Result<Vec<(Vec<u8>, Loc)>> {
-        self.scan_then(start, n, &mut |_| {})
+        self.scan_then(start, n, &mut |_, _| {})
     }
 
-    /// [`Index::scan`], calling `then` with each entry found before the scan lets go
-    /// of the index (see [`Index::get_then`]).
-    pub fn scan_then(&self, start: &[u8], n: usize, then: &mut dyn FnMut(&Loc)) -> Result<Vec<(Vec<u8>, Loc)>> {
+    /// [`Index::scan`], calling `then` with each key and entry found before the scan
+    /// lets go of the index (see [`Index::get_then`]).
+    pub fn scan_then(&self, start: &[u8], n: usize, then: &mut dyn FnMut(&[u8], &Loc)) -> Result<Vec<(Vec<u8>, Loc)>> {
         let o = self
             .ordered
             .as_ref()
@@ -372,7 +372,7 @@ impl Index {
             .filter(|(_, l)| !l.tombstone)
             .take(n)
             .map(|(k, l)| {
-                then(l);
+                then(k, l);
                 (k.to_vec(), *l)
             })
             .collect())

@@ -134,8 +134,9 @@ pub struct ReadPin {
     segment: u32,
 }
 
-/// What [`Pool::scan_pinned`] found, in key order, and the pins of its entries.
-pub type PinnedScan = (Vec<(Vec<u8>, Loc)>, Vec<ReadPin>);
+/// What [`Pool::scan_pinned`] found, in key order, and the pins of its entries (with
+/// what its `also` made of each).
+pub type PinnedScan<A> = (Vec<(Vec<u8>, Loc)>, Vec<(ReadPin, A)>);
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -681,17 +682,18 @@ impl Pool {
     }
 
     /// [`Index::scan`] for a read of the entries by the server itself: one pin per
-    /// entry, as [`Pool::lookup_pinned`] takes.
-    pub fn scan_pinned(&self, start: &[u8], n: usize) -> Result<PinnedScan> {
+    /// entry, as [`Pool::lookup_pinned`] takes, and what `also` made of each key and
+    /// entry where its pin was taken.
+    pub fn scan_pinned<A>(
+        &self,
+        start: &[u8],
+        n: usize,
+        mut also: impl FnMut(&[u8], &Loc) -> A,
+    ) -> Result<PinnedScan<A>> {
         let mut pins = Vec::new();
-        let items = self.index.scan_then(start, n, &mut |l| pins.push(self.pin(l.segment)));
-        match items {
-            Ok(items) => Ok((items, pins)),
-            Err(e) => {
-                pins.into_iter().for_each(|p| self.unpin(p));
-                Err(e)
-            }
-        }
+        // An error (no ordered index) comes before any entry is visited: nothing pinned.
+        let items = self.index.scan_then(start, n, &mut |k, l| pins.push((self.pin(l.segment), also(k, l))))?;
+        Ok((items, pins))
     }
 
     fn pin(&self, segment: u32) -> ReadPin {

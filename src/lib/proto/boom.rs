@@ -170,11 +170,15 @@ const MAX_SCAN: u32 = 10_000;
 fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: RegionDesc) -> Result<()> {
     // RDMP-CC's PUTs that completed are in the index before it is walked.
     crate::service::index_all_completed(cx.pool(), &cx.sh.pending_puts);
-    let (items, pins) = match cx.pool().scan_pinned(&start, count.min(MAX_SCAN) as usize) {
-        Ok(v) => v,
-        Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
-    };
-    let read = ServerRead::Scan(pins);
+    // Each entry's version is in flight too: its client does not rewrite it in place
+    // under the scan's write.
+    let inflight = &cx.sh.inflight;
+    let (items, held) =
+        match cx.sh.pool.scan_pinned(&start, count.min(MAX_SCAN) as usize, |k, l| inflight.begin(k, l.version)) {
+            Ok(v) => v,
+            Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
+        };
+    let read = ServerRead::Scan(held);
     let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
     if total > buf.len {
         cx.sh.end_read(read);

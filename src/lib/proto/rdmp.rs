@@ -17,7 +17,7 @@
 //! the request path of either protocol.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::Duration;
 
 use super::{ClientSide, Fetched, ServerSide};
 use crate::error::{Error, Result};
@@ -129,21 +129,34 @@ pub(crate) struct Client {
 /// The phase a split request is in.
 enum Pending {
     /// GET, phase 1: the `Locate` is out (sent at `asked`).
-    Locating { asked: Instant },
+    Locating { asked: Asked },
     /// GET, phase 2: the READ of the `len`-byte entry is out (work request `wr`).
-    Reading { wr: u64, len: u32, asked: Instant },
+    Reading { wr: u64, len: u32, asked: Asked },
     /// PUT, phase 1: the `Alloc` is out; the value waits in [`Client::value`].
     Allocating,
     /// PUT, phase 2: the entry is written; the server's answer is to come.
     Writing,
 }
 
+/// When a GET asked for a place: a reading of CLOCK_BOOTTIME, which goes on counting
+/// while the machine sleeps (a client suspended between the server's answer and its
+/// READ must see that time pass; `Instant` would not).
+#[derive(Clone, Copy, Debug)]
+struct Asked(Duration);
+
+impl Asked {
+    fn now() -> Asked {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Asked(Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32))
+    }
+}
+
 /// Whether a READ of a place asked for at `asked` came too late to trust: the server
 /// keeps the place's segment for [`READ_LEASE`] from its look-up, which came after
 /// `asked`; past half of it the place may have been freed and hold another client's
 /// entry (of the same key, even), so the GET is asked again.
-fn late(asked: Instant) -> bool {
-    asked.elapsed() >= READ_LEASE / 2
+fn late(asked: Asked) -> bool {
+    Asked::now().0.saturating_sub(asked.0) >= READ_LEASE / 2
 }
 
 /// The entry length of `key` with `value`.
@@ -209,7 +222,7 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get_value(&mut self, l: &mut Link<T>, key: &[u8], out: &mut Vec<u8>) -> Result<Fetched> {
-        let asked = Instant::now();
+        let asked = Asked::now();
         let entry = ClientSide::<T>::get(self, l, key)?;
         if entry.is_some() && late(asked) {
             return Ok(Fetched::Torn);
@@ -253,7 +266,7 @@ impl<T: Transport> ClientSide<T> for Client {
     }
 
     fn get_start(&mut self, l: &mut Link<T>, key: &[u8]) -> Result<bool> {
-        let asked = Instant::now();
+        let asked = Asked::now();
         l.send(&Msg::Locate { key: key.to_vec() })?;
         self.pending = Some(Pending::Locating { asked });
         Ok(true)
@@ -285,5 +298,19 @@ impl<T: Transport> ClientSide<T> for Client {
             }
             _ => Err(Error::invalid("no GET in flight")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_is_late_from_half_the_lease_on() {
+        let now = Asked::now();
+        assert!(!late(now));
+        assert!(!late(Asked(now.0.saturating_sub(READ_LEASE / 4))));
+        assert!(late(Asked(now.0.saturating_sub(READ_LEASE / 2))));
+        assert!(Asked::now().0 >= now.0, "the clock never goes back");
     }
 }

@@ -526,8 +526,8 @@ impl<T: Transport> Ctx<'_, T> {
 pub(crate) enum ServerRead {
     /// One GET's entry.
     Get { pin: crate::log::ReadPin, ticket: crate::service::inflight::GetTicket },
-    /// A SCAN's entries.
-    Scan(Vec<crate::log::ReadPin>),
+    /// A SCAN's entries (their versions in flight too).
+    Scan(Vec<(crate::log::ReadPin, crate::service::inflight::GetTicket)>),
 }
 
 impl ServerCore {
@@ -539,7 +539,12 @@ impl ServerCore {
                 self.inflight.end(ticket);
                 self.pool.unpin(pin);
             }
-            ServerRead::Scan(pins) => pins.into_iter().for_each(|p| self.pool.unpin(p)),
+            ServerRead::Scan(held) => {
+                for (pin, ticket) in held {
+                    self.inflight.end(ticket);
+                    self.pool.unpin(pin);
+                }
+            }
         }
     }
 }
