@@ -605,6 +605,28 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
 
+    /// A BOOM client over shm that never answers the server's look-up of its response
+    /// buffer, so no GET reply it asks for is ever written (or acknowledged).
+    struct SilentClient {
+        qp: <ShmTransport as Transport>::Qp,
+        response: <ShmTransport as Transport>::Mr,
+        _cq: <ShmTransport as Transport>::Cq,
+        _transport: ShmTransport,
+    }
+
+    impl SilentClient {
+        fn connect(ep: &Endpoint) -> SilentClient {
+            let silent = ShmTransport::new().unwrap();
+            silent.hold_lookups(true);
+            let cq = silent.create_cq().unwrap();
+            let response = silent.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+            let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: response.remote() };
+            let (qp, w) = silent.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
+            assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+            SilentClient { qp, response, _cq: cq, _transport: silent }
+        }
+    }
+
     /// A client that asks for a GET and never answers the server's look-up of its
     /// response buffer (a stopped or hostile process) costs the honest client beside it,
     /// on the server's only worker, nothing: the reply waits in the silent client's send
@@ -619,13 +641,8 @@ mod tests {
         let mut honest = Client::connect(&ShmTransport::new().unwrap(), ep, opts).unwrap();
         honest.put(b"before", b"acknowledged").unwrap();
 
-        let silent = ShmTransport::new().unwrap();
-        silent.hold_lookups(true);
-        let cq = silent.create_cq().unwrap();
-        let response = silent.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: response.remote() };
-        let (qp, w) = silent.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
-        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        let silent = SilentClient::connect(ep);
+        let (qp, response) = (&silent.qp, &silent.response);
         for i in 0..4u32 {
             let get = Msg::Get { key: b"before".to_vec(), buf: response.remote() };
             qp.post_send_bytes(u64::from(i), &get.encode(i + 1)).unwrap();
@@ -660,13 +677,8 @@ mod tests {
         let ep = &s.endpoints()[0];
         let mut honest = Client::connect(&ShmTransport::new().unwrap(), ep, ClientOptions::default()).unwrap();
         honest.put(b"read", b"value").unwrap();
-        let silent = ShmTransport::new().unwrap();
-        silent.hold_lookups(true);
-        let cq = silent.create_cq().unwrap();
-        let response = silent.alloc_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-        let hello = Hello { protocol: Protocol::Boom, recv_size: 4096, response: response.remote() };
-        let (qp, w) = silent.connect(ep, &cq, &cq, &hello.encode(), Duration::from_secs(5)).unwrap();
-        assert!(matches!(Welcome::decode(&w).unwrap(), Welcome::Accepted { .. }));
+        let silent = SilentClient::connect(ep);
+        let (qp, response) = (&silent.qp, &silent.response);
         let get = Msg::Get { key: b"read".to_vec(), buf: response.remote() };
         qp.post_send_bytes(0, &get.encode(1)).unwrap();
         let pool = s.pool();

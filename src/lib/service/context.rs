@@ -483,9 +483,19 @@ impl<T: Transport> Ctx<'_, T> {
     /// READ, under the lease of [`crate::wire::READ_LEASE`]), timed when this request is sampled (the timer then goes on to
     /// [`phases::GetTimer::posted`]); an absent key is counted as not found.
     pub(crate) fn lookup(&mut self, key: &[u8]) -> (Option<crate::index::Loc>, Option<phases::GetTimer>) {
+        self.timed_lookup(key, |sh| sh.pool.lookup_leased(key, crate::wire::READ_LEASE))
+    }
+
+    /// A GET's look-up `look`, after RDMP-CC's completed PUTs of `key` are indexed:
+    /// timed when this request is sampled, an absent key counted as not found.
+    fn timed_lookup<R>(
+        &mut self,
+        key: &[u8],
+        look: impl FnOnce(&ServerCore) -> Option<R>,
+    ) -> (Option<R>, Option<phases::GetTimer>) {
         let mut timer = phases::GetTimer::start(self.sampled());
         super::index_completed(&self.sh.pool, &self.sh.pending_puts, key);
-        let found = self.sh.pool.lookup_leased(key, crate::wire::READ_LEASE);
+        let found = look(self.sh);
         phases::GetTimer::looked_up(&mut timer);
         if found.is_none() {
             self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
@@ -501,15 +511,10 @@ impl<T: Transport> Ctx<'_, T> {
         &mut self,
         key: &[u8],
     ) -> (Option<(crate::index::Loc, ServerRead)>, Option<phases::GetTimer>) {
-        let mut timer = phases::GetTimer::start(self.sampled());
-        super::index_completed(&self.sh.pool, &self.sh.pending_puts, key);
-        let inflight = &self.sh.inflight;
-        let found = self.sh.pool.lookup_pinned(key, |l| inflight.begin(key, l.version));
-        phases::GetTimer::looked_up(&mut timer);
-        if found.is_none() {
-            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
-        }
-        (found.map(|(loc, pin, ticket)| (loc, ServerRead::Get { pin, ticket })), timer)
+        self.timed_lookup(key, |sh| {
+            let (loc, pin, ticket) = sh.pool.lookup_pinned(key, |l| sh.inflight.begin(key, l.version))?;
+            Some((loc, ServerRead::Get(pin, ticket)))
+        })
     }
 }
 
@@ -524,8 +529,8 @@ impl<T: Transport> Ctx<'_, T> {
 ///   so a PUT that supersedes the entry after it sees the GET.
 #[must_use = "hand it to ServerCore::end_read when the data is out"]
 pub(crate) enum ServerRead {
-    /// One GET's entry.
-    Get { pin: crate::log::ReadPin, ticket: crate::service::inflight::GetTicket },
+    /// One GET's entry (no allocation, unlike a SCAN's).
+    Get(crate::log::ReadPin, crate::service::inflight::GetTicket),
     /// A SCAN's entries (their versions in flight too).
     Scan(Vec<(crate::log::ReadPin, crate::service::inflight::GetTicket)>),
 }
@@ -534,17 +539,13 @@ impl ServerCore {
     /// The read `r` is over: its data has been copied or written to the client (or
     /// never will be).
     pub(crate) fn end_read(&self, r: ServerRead) {
+        let release = |(pin, ticket)| {
+            self.inflight.end(ticket);
+            self.pool.unpin(pin);
+        };
         match r {
-            ServerRead::Get { pin, ticket } => {
-                self.inflight.end(ticket);
-                self.pool.unpin(pin);
-            }
-            ServerRead::Scan(held) => {
-                for (pin, ticket) in held {
-                    self.inflight.end(ticket);
-                    self.pool.unpin(pin);
-                }
-            }
+            ServerRead::Get(pin, ticket) => release((pin, ticket)),
+            ServerRead::Scan(held) => held.into_iter().for_each(release),
         }
     }
 }
