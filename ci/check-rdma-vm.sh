@@ -6,6 +6,8 @@
 # - the transport conformance suite over verbs (`transport::verbs::tests`),
 # - the kv suite over verbs (tests/kv.rs, module `verbs`: every protocol, the value
 #   sizes, restart, round-trip counts, many clients, pool full),
+# - the isolation attacks over verbs (tests/isolation.rs, module `verbs`: another
+#   client's rkey, a revoked grant's, blind guesses; memory windows refuse them),
 # - the kill test over verbs with fewer kills (tests/kill.rs),
 # - a short crash test over verbs (`boomctl crashtest --transport verbs`),
 # - a CLI session: `serve --listen verbs://`, put/get/del/stats with each protocol,
@@ -45,7 +47,8 @@ for line in open(sys.argv[1]):
     t = m["target"]
     key = ("test-" if m["profile"]["test"] else "bin-") + t["name"]
     found[key] = m["executable"]
-for want, var in [("test-boomkv", "LIB"), ("test-kv", "KV"), ("test-kill", "KILL"), ("bin-boomctl", "BOOMCTL")]:
+for want, var in [("test-boomkv", "LIB"), ("test-kv", "KV"), ("test-isolation", "ISO"), ("test-kill", "KILL"),
+                  ("bin-boomctl", "BOOMCTL")]:
     if want not in found:
         sys.exit(f"check-rdma-vm: no {want} in cargo's output")
     print(f"{var}={found[want]}")
@@ -53,7 +56,7 @@ EOF
 )
 eval "$bins"
 t_built=$(date +%s)
-echo "rdma-vm check: built in $((t_built - t_start)) s: $LIB $KV $KILL $BOOMCTL"
+echo "rdma-vm check: built in $((t_built - t_start)) s: $LIB $KV $ISO $KILL $BOOMCTL"
 
 # The guest's /tmp is its own, so the script goes to the read-write share.
 share=$(mktemp -d /tmp/rdma-vm-check.XXXXXX)
@@ -61,7 +64,7 @@ guest=$share/check.sh
 trap 'rm -f "$json"; rm -rf "$share"' EXIT
 cat >"$guest" <<EOF
 set -euo pipefail
-LIB=$LIB KV=$KV KILL=$KILL BOOMCTL=$BOOMCTL
+LIB=$LIB KV=$KV ISO=$ISO KILL=$KILL BOOMCTL=$BOOMCTL
 kills=${BOOMKV_RDMA_VM_KILLS:-4}
 EOF
 cat >>"$guest" <<'EOF'
@@ -73,6 +76,9 @@ step "transport conformance suite over verbs"
 
 step "kv suite over verbs"
 "$KV" --ignored verbs::
+
+step "isolation attacks over verbs"
+"$ISO" --ignored verbs::
 
 step "kill test over verbs ($kills kills)"
 BOOMKV_KILLS=$kills "$KILL" --ignored kills_over_verbs --nocapture
@@ -122,6 +128,8 @@ kill -TERM $serve_pid
 wait $serve_pid
 trap - EXIT
 grep -q "stopped after" "$dir/serve.log" || { cat "$dir/serve.log"; exit 1; }
+# rxe has type-2 memory windows: the server binds each client's regions to its connection.
+grep -q "clients isolated by type-2 memory windows" "$dir/serve.log" || { cat "$dir/serve.log"; exit 1; }
 "$BOOMCTL" recover --pmem "$dir/pool" | tee "$dir/recover.txt"
 grep -qi "keys" "$dir/recover.txt"
 rm -rf "$dir"

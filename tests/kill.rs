@@ -24,7 +24,8 @@ fn start_server(dir: &Path, ep: &Endpoint) -> Child {
         .arg("--listen")
         .arg(ep.to_string())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // BOOMKV_KILL_LOG=1 shows the servers' logs (to see why one did not come back).
+        .stderr(if std::env::var_os("BOOMKV_KILL_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
         .spawn()
         .expect("start boomctl serve")
 }

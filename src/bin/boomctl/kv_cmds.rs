@@ -347,7 +347,13 @@ fn start_verbs(
     }
     let t = boomkv::transport::VerbsTransport::new(v.config()?).context("--listen verbs://")?;
     let route = t.gid_index().map_or("routing by LID".to_string(), |i| format!("GID index {i}"));
-    eprintln!("boomctl serve: RDMA device {} ({route})", t.device_name());
+    let isolation = if t.binds_regions() {
+        "clients isolated by type-2 memory windows"
+    } else {
+        "WARNING: the device has no type-2 memory windows, so clients are not isolated from \
+         each other's regions: serve only trusted clients over it"
+    };
+    eprintln!("boomctl serve: RDMA device {} ({route}); {isolation}", t.device_name());
     let s = Server::start_on(t, core.clone(), listen)?;
     eps.extend(s.endpoints().iter().map(ToString::to_string));
     Ok(Some(s))

@@ -492,6 +492,9 @@ pub enum WcOpcode {
     FetchAdd,
     /// A FLUSH posted here (`IBV_WC_FLUSH`, or its emulation).
     Flush,
+    /// A memory window bound here (`IBV_WC_BIND_MW`; verbs only, and reported only
+    /// when it failed).
+    Bind,
 }
 
 impl WcOpcode {
@@ -505,6 +508,7 @@ impl WcOpcode {
             WcOpcode::CompareSwap => 5,
             WcOpcode::FetchAdd => 6,
             WcOpcode::Flush => 7,
+            WcOpcode::Bind => 8,
         }
     }
 
@@ -518,6 +522,7 @@ impl WcOpcode {
             5 => WcOpcode::CompareSwap,
             6 => WcOpcode::FetchAdd,
             7 => WcOpcode::Flush,
+            // 8 (`Bind`) is the verbs backend's alone: no software peer may claim it.
             _ => return None,
         })
     }
@@ -1023,78 +1028,6 @@ where
     }
 }
 
-/// The accept loop shared by the backends whose connection handshake runs over a TCP
-/// socket: waits up to `timeout` for a client whose `handshake` succeeds. Attempts that
-/// fail before reaching the callback are logged and skipped (the callback is kept for
-/// the next client); one that fails after it ends the call with an error.
-#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
-pub(crate) fn accept_over_tcp<Q, F>(
-    l: &std::net::TcpListener,
-    local: &Endpoint,
-    timeout: Duration,
-    what: &'static str,
-    on_connect: F,
-    mut handshake: impl FnMut(std::net::TcpStream, &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>) -> Result<Q, Handshake>,
-) -> Result<Q>
-where
-    F: FnOnce(&[u8]) -> Result<Vec<u8>>,
-{
-    let end = deadline(timeout);
-    let mut cb = Some(on_connect);
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                if let Some(qp) = accept_attempt(local, &mut cb, |f| handshake(s, f))? {
-                    return Ok(qp);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                // Per-connection failures (ECONNABORTED, EMFILE) must not end the server.
-                log_event(&format!("accept on {local}: {e}"));
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        let now = std::time::Instant::now();
-        if now >= end {
-            return Err(Error::Timeout(timeout, what));
-        }
-        let wait = (end - now).min(Duration::from_millis(100));
-        let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: wait.as_nanos().min(999_999_999) as _ };
-        let mut fds = [rustix::event::PollFd::new(l, rustix::event::PollFlags::IN)];
-        let _ = rustix::event::poll(&mut fds, Some(&ts));
-    }
-}
-
-/// [`accept_over_tcp`] without waiting: `Ok(None)` when no good client is there.
-#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
-pub(crate) fn try_accept_over_tcp<Q, F>(
-    l: &std::net::TcpListener,
-    local: &Endpoint,
-    on_connect: F,
-    handshake: impl FnOnce(std::net::TcpStream, F) -> Result<Q, Handshake>,
-) -> Result<Option<Q>>
-where
-    F: FnOnce(&[u8]) -> Result<Vec<u8>>,
-{
-    match l.accept() {
-        Ok((s, _)) => match handshake(s, on_connect) {
-            Ok(qp) => Ok(Some(qp)),
-            Err(Handshake::Rejected(e)) => Err(e),
-            Err(Handshake::Refused(why)) => {
-                log_event(&format!("refused connection on {local}: {why}"));
-                Ok(None)
-            }
-        },
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(None),
-        Err(e) => {
-            log_event(&format!("accept on {local}: {e}"));
-            Ok(None)
-        }
-    }
-}
-
 /// Most handshakes a listener runs at once; a connection beyond it is closed at once.
 pub const MAX_PENDING_HANDSHAKES: usize = 4096;
 
@@ -1191,6 +1124,58 @@ impl<P: Send + 'static> Greeter<P> {
             })
             .map_err(|e| Error::io("spawn the greeter thread", e))?;
         Ok(Greeter { ready: std::sync::Mutex::new(rx), stop, thread: Some(thread) })
+    }
+
+    /// [`Listener::accept`] over the greeted connections: the first one for which
+    /// `finish` (the second half of the handshake, the application's `on_connect`
+    /// included) succeeds within `timeout`. One that fails before `on_connect` ran is
+    /// logged and skipped; one `on_connect` refused ends the call with its error.
+    pub(crate) fn accept<Q, F>(
+        &self,
+        local: &Endpoint,
+        timeout: Duration,
+        what: &'static str,
+        on_connect: F,
+        finish: impl Fn(P, &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>) -> Result<Q, Handshake>,
+    ) -> Result<Q>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let end = deadline(timeout);
+        let mut cb = Some(on_connect);
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if let Some(g) = self.next(left.max(Duration::from_micros(1))) {
+                if let Some(qp) = accept_attempt(local, &mut cb, |f| finish(g, f))? {
+                    return Ok(qp);
+                }
+            }
+            if std::time::Instant::now() >= end {
+                return Err(Error::Timeout(timeout, what));
+            }
+        }
+    }
+
+    /// [`Listener::try_accept`] over the greeted connections: `Ok(None)` when none is
+    /// waiting or the one waiting failed before `on_connect` ran (logged).
+    pub(crate) fn try_accept<Q, F>(
+        &self,
+        local: &Endpoint,
+        on_connect: F,
+        finish: impl FnOnce(P, F) -> Result<Q, Handshake>,
+    ) -> Result<Option<Q>>
+    where
+        F: FnOnce(&[u8]) -> Result<Vec<u8>>,
+    {
+        let Some(g) = self.next(Duration::ZERO) else { return Ok(None) };
+        match finish(g, on_connect) {
+            Ok(qp) => Ok(Some(qp)),
+            Err(Handshake::Rejected(e)) => Err(e),
+            Err(Handshake::Refused(why)) => {
+                log_event(&format!("refused connection on {local}: {why}"));
+                Ok(None)
+            }
+        }
     }
 
     /// The next connection whose first half is done, waiting up to `timeout`.

@@ -777,37 +777,15 @@ impl Listener for ShmListener {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let until = deadline(timeout);
-        let mut f = Some(on_connect);
-        let local = self.endpoint();
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if let Some(g) = self.greeter.next(left.max(Duration::from_micros(1))) {
-                let attempt =
-                    |cb: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, |p: &[u8]| cb(p));
-                if let Some(qp) = super::accept_attempt(&local, &mut f, attempt)? {
-                    return Ok(qp);
-                }
-            }
-            if Instant::now() >= until {
-                return Err(Error::Timeout(timeout, "an shm connection"));
-            }
-        }
+        let finish = |g, f: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, f);
+        self.greeter.accept(&self.endpoint(), timeout, "an shm connection", on_connect, finish)
     }
 
     fn try_accept<F>(&self, send_cq: &ShmCq, recv_cq: &ShmCq, on_connect: F) -> Result<Option<ShmQp>>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let Some(g) = self.greeter.next(Duration::ZERO) else { return Ok(None) };
-        match self.finish(g, send_cq, recv_cq, on_connect) {
-            Ok(qp) => Ok(Some(qp)),
-            Err(Handshake::Rejected(e)) => Err(e),
-            Err(Handshake::Refused(why)) => {
-                log_event(&format!("refused connection on {}: {why}", self.endpoint()));
-                Ok(None)
-            }
-        }
+        self.greeter.try_accept(&self.endpoint(), on_connect, |g, f| self.finish(g, send_cq, recv_cq, f))
     }
 }
 

@@ -527,35 +527,15 @@ impl Listener for TcpListenerHandle {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let end = deadline(timeout);
-        let mut cb = Some(on_connect);
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            if let Some(g) = self.greeter.next(left.max(Duration::from_micros(1))) {
-                let attempt = |f: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, f);
-                if let Some(qp) = super::accept_attempt(&self.local, &mut cb, attempt)? {
-                    return Ok(qp);
-                }
-            }
-            if Instant::now() >= end {
-                return Err(Error::Timeout(timeout, "a tcp connection"));
-            }
-        }
+        let finish = |g, f: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, f);
+        self.greeter.accept(&self.local, timeout, "a tcp connection", on_connect, finish)
     }
 
     fn try_accept<F>(&self, send_cq: &TcpCq, recv_cq: &TcpCq, on_connect: F) -> Result<Option<TcpQp>>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let Some(g) = self.greeter.next(Duration::ZERO) else { return Ok(None) };
-        match self.finish(g, send_cq, recv_cq, on_connect) {
-            Ok(qp) => Ok(Some(qp)),
-            Err(Handshake::Rejected(e)) => Err(e),
-            Err(Handshake::Refused(why)) => {
-                log_event(&format!("refused connection on {}: {why}", self.local));
-                Ok(None)
-            }
-        }
+        self.greeter.try_accept(&self.local, on_connect, |g, f| self.finish(g, send_cq, recv_cq, f))
     }
 }
 

@@ -95,6 +95,26 @@ pub fn mr_access_flags(access: Access) -> u32 {
     f
 }
 
+/// The remote rights of `access` alone (what a memory window over a region grants).
+pub fn remote_access_flags(access: Access) -> u32 {
+    mr_access_flags(access) & !ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+}
+
+/// The flags of a region peers reach only through a memory window: local write when the
+/// window writes (verbs requires it of the region under a window with remote write or
+/// atomics), window binding, and no remote right of its own, so the region's own rkey
+/// reaches nothing.
+pub fn window_region_flags(access: Access) -> u32 {
+    let mut f = ibv_access_flags::IBV_ACCESS_MW_BIND.0;
+    if access.contains(Access::LOCAL_WRITE)
+        || access.contains(Access::REMOTE_WRITE)
+        || access.contains(Access::REMOTE_ATOMIC)
+    {
+        f |= ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+    }
+    f
+}
+
 /// The queue pair's own access flags: it allows everything; each region decides.
 pub fn qp_access_flags() -> u32 {
     ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
@@ -319,6 +339,10 @@ pub fn wc_status(code: u32) -> WcStatus {
     }
 }
 
+/// `IBV_EVENT_QP_ACCESS_ERR`: the device refused a peer's one-sided operation on one of
+/// this side's queue pairs (counted as an access violation).
+pub const EVENT_QP_ACCESS_ERR: u32 = 3;
+
 /// What the backend does about an asynchronous device event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AsyncAction {
@@ -339,7 +363,7 @@ pub fn async_event(kind: u32) -> (&'static str, AsyncAction) {
         0 => ("IBV_EVENT_CQ_ERR", Log),
         1 => ("IBV_EVENT_QP_FATAL", FailQp),
         2 => ("IBV_EVENT_QP_REQ_ERR", FailQp),
-        3 => ("IBV_EVENT_QP_ACCESS_ERR", FailQp),
+        EVENT_QP_ACCESS_ERR => ("IBV_EVENT_QP_ACCESS_ERR", FailQp),
         4 => ("IBV_EVENT_COMM_EST", Ignore),
         5 => ("IBV_EVENT_SQ_DRAINED", Ignore),
         6 => ("IBV_EVENT_PATH_MIG", Log),

@@ -30,6 +30,7 @@ use rdma_sys::{
     ibv_query_device, ibv_query_gid, ibv_recv_wr, ibv_reg_mr, ibv_req_notify_cq, ibv_resize_cq, ibv_send_flags,
     ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wr_opcode, rdma_t,
 };
+use rdma_sys::{bind_mw_t, ibv_alloc_mw, ibv_dealloc_mw, ibv_device_cap_flags, ibv_mw, ibv_mw_bind_info, ibv_mw_type};
 
 use super::attr::{errno_of, no_device_error, verb_error, InitAttrs, RtrAttrs, RtsAttrs};
 use crate::error::{Error, Result};
@@ -119,6 +120,9 @@ pub struct DeviceLimits {
     pub max_qp_rd_atom: u8,
     /// Outstanding RDMA READs per queue pair (initiator depth).
     pub max_qp_init_rd_atom: u8,
+    /// Type-2 memory windows (`IBV_DEVICE_MEM_WINDOW_TYPE_2A` or `_2B`): a window bound
+    /// by a work request of one queue pair, usable by that queue pair's peer alone.
+    pub mw_type2: bool,
 }
 
 /// What `ibv_query_port` says about a port.
@@ -199,6 +203,10 @@ impl Hca {
             max_cqe: a.max_cqe.max(1) as u32,
             max_qp_rd_atom: small(a.max_qp_rd_atom),
             max_qp_init_rd_atom: small(a.max_qp_init_rd_atom),
+            mw_type2: a.device_cap_flags
+                & (ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A.0
+                    | ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0)
+                != 0,
         })
     }
 
@@ -256,6 +264,18 @@ impl Hca {
         // SAFETY: a region ibv_reg_mr just returned; its keys are plain fields.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
         Ok(RawMr { mr, lkey, rkey, _hca: self.clone() })
+    }
+
+    /// A type-2 memory window of the protection domain, not yet bound: its rkey
+    /// reaches nothing until a [`SendOp::Bind`] on one queue pair binds it.
+    pub fn alloc_mw(self: &Arc<Self>) -> Result<RawMw> {
+        // SAFETY: a live protection domain of an open context; `ibv_alloc_mw` returns
+        // None (errno set) when the provider has no memory windows, NULL on failure.
+        let mw = unsafe { ibv_alloc_mw(self.pd.as_ptr(), ibv_mw_type::IBV_MW_TYPE_2) }.unwrap_or(null_mut());
+        let mw = NonNull::new(mw).ok_or_else(|| null_error("ibv_alloc_mw"))?;
+        // SAFETY: a window ibv_alloc_mw just returned; its rkey is a plain field.
+        let rkey = unsafe { (*mw.as_ptr()).rkey };
+        Ok(RawMw { mw, rkey, _hca: self.clone() })
     }
 
     /// A completion queue of `cqe` entries with its own completion channel, whose fd is
@@ -440,6 +460,58 @@ impl Drop for RawMr {
     }
 }
 
+/// A type-2 memory window; deallocated on drop, which invalidates it: from then on its
+/// rkey is a remote access error, whatever queue pair it was bound to.
+pub struct RawMw {
+    mw: NonNull<ibv_mw>,
+    /// The key it was allocated with (a bind gives it a new key byte: [`next_key`]).
+    pub rkey: u32,
+    _hca: Arc<Hca>,
+}
+
+// SAFETY: a libibverbs object usable from any thread; the handle is immutable.
+unsafe impl Send for RawMw {}
+// SAFETY: as above.
+unsafe impl Sync for RawMw {}
+
+impl Drop for RawMw {
+    fn drop(&mut self) {
+        // SAFETY: the window is ours and deallocated once; a window still bound is
+        // invalidated by it (and lets go of its region and queue pair).
+        let rc = unsafe { ibv_dealloc_mw(self.mw.as_ptr()) };
+        if rc != 0 {
+            log_event(&super::attr::verb_message("ibv_dealloc_mw", errno_of(rc, errno())));
+        }
+    }
+}
+
+/// `rkey` with its low byte, the key a consumer chooses at each bind, advanced by one
+/// (`ibv_inc_rkey`): a bind must change it, so an rkey of an earlier bind never works again.
+pub fn next_key(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
+impl RawMw {
+    /// The work request that binds this window over `[addr, addr + len)` of `mr` with
+    /// the remote `access` (`ibv_access_flags` bits) and the key `rkey`, for the queue
+    /// pair it is posted on. `mr` must be registered with `IBV_ACCESS_MW_BIND` (and
+    /// local write for remote write); the device checks the range against it.
+    pub fn bind(&self, mr: &RawMr, addr: u64, len: u64, access: u32, rkey: u32) -> Bind {
+        Bind { mw: self.mw, mr: mr.mr, addr, len, access, rkey }
+    }
+}
+
+/// A type-2 window bind, as [`RawMw::bind`] makes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bind {
+    mw: NonNull<ibv_mw>,
+    mr: NonNull<ibv_mr>,
+    addr: u64,
+    len: u64,
+    access: u32,
+    rkey: u32,
+}
+
 /// One work completion, copied out of `ibv_wc`.
 #[derive(Clone, Copy, Debug)]
 pub struct Wc {
@@ -618,6 +690,9 @@ pub enum SendOp {
         /// Addend (wrapping).
         add: u64,
     },
+    /// Binds a type-2 memory window to the queue pair it is posted on (a local
+    /// operation, done in order with the requests around it).
+    Bind(Bind),
 }
 
 /// Where the payload of a send-queue request comes from.
@@ -781,7 +856,9 @@ impl RawQp {
     /// Every [`Payload::InlineSge`] of `wrs` names memory valid for reads of its whole
     /// length until the call returns: the library copies inline data from the address
     /// without the lkey check that bounds every other payload, so a safe caller could
-    /// otherwise have any memory of the process read (and sent).
+    /// otherwise have any memory of the process read (and sent). Every [`SendOp::Bind`]
+    /// names a window and a region (their [`RawMw`] and [`RawMr`]) that are still
+    /// allocated when the call returns.
     pub unsafe fn post_sends(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         if wrs.is_empty() {
             return Ok(());
@@ -817,6 +894,7 @@ impl RawQp {
                 SendOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
                 SendOp::CompareSwap { .. } => ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP,
                 SendOp::FetchAdd { .. } => ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD,
+                SendOp::Bind(_) => ibv_wr_opcode::IBV_WR_BIND_MW,
             };
             match wr.op {
                 SendOp::Send => {}
@@ -828,6 +906,11 @@ impl RawQp {
                 }
                 SendOp::Write | SendOp::WriteImm | SendOp::Read => {
                     w.wr.rdma = rdma_t { remote_addr: wr.remote_addr, rkey: wr.rkey };
+                }
+                SendOp::Bind(b) => {
+                    let bind_info =
+                        ibv_mw_bind_info { mr: b.mr.as_ptr(), addr: b.addr, length: b.len, mw_access_flags: b.access };
+                    w.bind_mw_tso_union.bind_mw = bind_mw_t { mw: b.mw.as_ptr(), rkey: b.rkey, bind_info };
                 }
             }
             if wr.op == SendOp::WriteImm {

@@ -12,6 +12,7 @@
 //! |----------------------------------|---------------------------------------------------------|
 //! | [`VerbsTransport::new`]          | `ibv_get_device_list`, `ibv_open_device`, `ibv_alloc_pd`; port and GID chosen by [`VerbsConfig`] |
 //! | [`Transport::alloc_mr`], [`Transport::register`] | `ibv_reg_mr` of the mapping's memory (one region per call, e.g. per granted segment) |
+//! | [`Transport::register_bound`]    | `ibv_reg_mr` for local access and `IBV_ACCESS_MW_BIND` only, `ibv_alloc_mw` (type 2) and an `IBV_WR_BIND_MW` on the queue pair; the window's rkey is the region's (see [Memory windows](#memory-windows)) |
 //! | [`Transport::create_cq`]         | `ibv_create_comp_channel` + `ibv_create_cq`, resized (`ibv_resize_cq`) as queue pairs attach |
 //! | [`Transport::connect`], [`Listener::accept`] | an RC queue pair, RESET -> INIT -> RTR -> RTS with `{lid, qpn, psn, gid, mtu}` exchanged over TCP like perftest (see [Handshake](#handshake)) |
 //! | [`QueuePair`] posts              | `ibv_post_send` (SEND, RDMA WRITE, WRITE_WITH_IMM, READ), `ibv_post_recv` |
@@ -60,6 +61,25 @@
 //!   protection domain (inline data bypasses the lkey check, so anything else keeps the
 //!   scatter/gather path and fails at the device as it should).
 //!
+//! # Memory windows
+//!
+//! A server binds every region it exposes to the one client it is for
+//! ([`Transport::register_bound`]). Here that is a type-2 memory window (a device with
+//! `IBV_DEVICE_MEM_WINDOW_TYPE_2A` or `_2B`): the region is registered without remote
+//! rights, so its own rkey reaches nothing, and a window over it is bound by a work
+//! request on the client's queue pair, with the remote rights asked for and a new key
+//! byte. Only that queue pair's peer can use the window's rkey; the device refuses it on
+//! any other connection (a remote access error, which moves the offender's queue pair to
+//! the error state). The bind is posted unreported ahead of anything posted later on the
+//! queue pair, which the device executes in order, so it is done before the message that
+//! hands the rkey out; a bind that fails fails the queue pair. [`MemoryRegion::deregister`]
+//! deallocates the window (its rkey is then refused) before it deregisters the region,
+//! and a queue pair closes the windows still bound to it before it is destroyed. A device
+//! without type-2 windows gets unbound regions, as [`Transport::register`] makes, and a
+//! log line once per transport. A violation the device raises
+//! `IBV_EVENT_QP_ACCESS_ERR` for on this side is counted
+//! ([`Transport::access_violations`]).
+//!
 //! # Handshake
 //!
 //! The listener is a TCP socket. Every message is a 48-byte little-endian header
@@ -83,7 +103,13 @@
 //! or a UTF-8 reason (reject, bye).
 //!
 //! Sequence: client -> hello; server -> accept (its queue pair is in RTR, then RTS) or
-//! reject; client moves its queue pair to RTR and RTS -> ready. The socket then stays
+//! reject; client moves its queue pair to RTR and RTS -> ready. The server reads the
+//! hello on a thread of its own (the greeter's, as tcp does), and the ready in the
+//! connection's control reader, both under one deadline for the whole handshake
+//! ([`TransportConfig::handshake_timeout`]): a client that sends neither holds up no
+//! other client, and one whose ready does not come in time has its queue pair failed.
+//! Its accept has returned by then (the server sends nothing before the client's first
+//! request, which comes after its ready). The socket then stays
 //! open as the connection's control channel: either side sends bye (with a reason)
 //! when its queue pair goes to the error state or is closed, and a socket that ends
 //! means the peer is gone. Either moves the other side's queue pair to the error state,
@@ -133,7 +159,7 @@ use std::time::{Duration, Instant};
 use rustix::event::EventfdFlags;
 
 use self::attr::{LocalPort, PeerInfo, RnrParams, LINK_LAYER_ETHERNET};
-use self::ffi::{Hca, Payload, QpCaps, RawCq, RawMr, RawQp, RecvWr, SendOp, SendWr, Sge, Wc};
+use self::ffi::{Hca, Payload, QpCaps, RawCq, RawMr, RawMw, RawQp, RecvWr, SendOp, SendWr, Sge, Wc};
 use self::handshake::{read_msg, Kind, Msg, ReadBy, ReadError};
 use super::{
     deadline, log_event, Access, Backend, Completion, CompletionQueue, Endpoint, Handshake, Listener, MemoryRegion,
@@ -320,6 +346,11 @@ struct TrInner {
     rnr: RnrParams,
     /// Live queue pairs by number, for asynchronous events that name one.
     live: Mutex<HashMap<u32, Weak<QpShared>>>,
+    /// Whether "regions are not bound" has been logged (a device without type-2 memory
+    /// windows), once per transport.
+    unbound_said: AtomicBool,
+    /// `IBV_EVENT_QP_ACCESS_ERR` events: peers' one-sided operations the device refused.
+    violations: AtomicU64,
 }
 
 impl fmt::Debug for VerbsTransport {
@@ -392,7 +423,15 @@ impl VerbsTransport {
         };
         let rnr = attr::rnr_params(cfg.transport.rnr_timeout);
         hca.async_events_nonblocking()?;
-        let inner = Arc::new(TrInner { cfg, hca, port, rnr, live: Mutex::new(HashMap::new()) });
+        let inner = Arc::new(TrInner {
+            cfg,
+            hca,
+            port,
+            rnr,
+            live: Mutex::new(HashMap::new()),
+            unbound_said: AtomicBool::new(false),
+            violations: AtomicU64::new(0),
+        });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name(format!("boomkv-verbs-events-{}", inner.hca.name))
@@ -414,6 +453,12 @@ impl VerbsTransport {
     /// The GID index used as source GID, if any.
     pub fn gid_index(&self) -> Option<u8> {
         self.inner.port.gid_index
+    }
+
+    /// Whether the device has type-2 memory windows, through which the regions a server
+    /// exposes are bound to the one client each is for ([`Transport::register_bound`]).
+    pub fn binds_regions(&self) -> bool {
+        self.inner.hca.limits.mw_type2
     }
 
     fn check_cq(&self, cq: &VerbsCq) -> Result<()> {
@@ -473,6 +518,7 @@ impl VerbsTransport {
             reason: Mutex::new(None),
             ctrl: OnceLock::new(),
             flush_mr: OnceLock::new(),
+            windows: Mutex::new(Vec::new()),
             stats: StatCounters::default(),
             t: t.clone(),
         });
@@ -515,6 +561,44 @@ impl Transport for VerbsTransport {
         VerbsMr::register(&self.inner.hca, mapping, offset, len, access)
     }
 
+    /// A region only the peer of `qp` reaches: a type-2 memory window over it, bound by
+    /// a work request on `qp` ahead of anything posted there later (so ahead of the
+    /// message that hands its rkey out). The region itself is registered for local
+    /// access and window binding only: its own rkey reaches nothing. A device without
+    /// type-2 windows gets an unbound region, as [`Transport::register`] makes, and a
+    /// log line once.
+    fn register_bound(
+        &self,
+        qp: &VerbsQp,
+        mapping: Arc<Mapping>,
+        _file: Option<Arc<File>>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<VerbsMr> {
+        if attr::remote_access_flags(access) == 0 {
+            return VerbsMr::register(&self.inner.hca, mapping, offset, len, access);
+        }
+        if !qp.sh.same_hca(&self.inner.hca) {
+            return Err(Error::invalid("the queue pair belongs to another RDMA device"));
+        }
+        if !self.inner.hca.limits.mw_type2 {
+            if !self.inner.unbound_said.swap(true, Ordering::Relaxed) {
+                log_event(&format!(
+                    "{}: the device has no type-2 memory windows: the regions this server exposes are \
+                     reachable from any connection of the device that has their rkey",
+                    self.inner.hca.name
+                ));
+            }
+            return VerbsMr::register(&self.inner.hca, mapping, offset, len, access);
+        }
+        VerbsMr::register_window(&qp.sh, mapping, offset, len, access)
+    }
+
+    fn access_violations(&self) -> u64 {
+        self.inner.violations.load(Ordering::Relaxed)
+    }
+
     fn create_cq(&self) -> Result<VerbsCq> {
         let cfg = &self.inner.cfg.transport;
         let raw = self.inner.hca.create_cq(cfg.sq_depth.saturating_add(cfg.rq_depth))?;
@@ -540,8 +624,8 @@ impl Transport for VerbsTransport {
         let hp = host_port(ep, "listen on")?;
         let l = TcpListener::bind(hp.as_str()).map_err(|e| Error::io(format!("listen on {ep}"), e))?;
         l.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
-        let local = l.local_addr().map_err(|e| Error::io("local_addr", e))?;
-        Ok(VerbsListener { t: self.clone(), l, local: Endpoint::Verbs(local.to_string()) })
+        let local = Endpoint::Verbs(l.local_addr().map_err(|e| Error::io("local_addr", e))?.to_string());
+        VerbsListener::start(self.clone(), l, local)
     }
 
     fn connect(
@@ -600,7 +684,7 @@ impl Transport for VerbsTransport {
         sock.set_read_timeout(Some(left())).map_err(|e| Error::io("set_read_timeout", e))?;
         sock.write_all(&Msg::bare(Kind::Ready, "").encode())
             .map_err(|e| Error::Transport(format!("{ep}: finishing the verbs handshake: {e}")))?;
-        sh.finish(sock, reply.info.qpn)?;
+        sh.finish(sock, reply.info.qpn, None)?;
         Ok((VerbsQp { sh }, reply.payload))
     }
 }
@@ -616,8 +700,11 @@ pub struct VerbsMr {
 }
 
 struct MrInner {
-    /// `None` after [`MemoryRegion::deregister`]. Declared first, and taken in `Drop`,
-    /// so the device lets go of the memory before the mapping can be unmapped.
+    /// The window peers reach the region through, for a region bound to one queue pair
+    /// ([`Transport::register_bound`]); closed before the region is deregistered.
+    window: Option<Arc<Window>>,
+    /// `None` after [`MemoryRegion::deregister`]. Taken in `Drop`, so the device lets go
+    /// of the memory before the mapping can be unmapped.
     raw: Mutex<Option<RawMr>>,
     registered: AtomicBool,
     hca: Arc<Hca>,
@@ -632,13 +719,55 @@ struct MrInner {
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        // Deregister (ibv_dereg_mr) before `mapping` is released.
+        // The window first (a region with a window bound cannot be deregistered), then
+        // the region (ibv_dereg_mr) before `mapping` is released.
+        if let Some(w) = &self.window {
+            w.close();
+        }
         drop(self.raw.get_mut().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+/// A type-2 memory window bound to one queue pair. Closed (deallocated, which
+/// invalidates its rkey) by whichever comes first: its region's deregistration or the
+/// end of the queue pair, which must not be destroyed with a window still bound to it.
+struct Window(Mutex<Option<RawMw>>);
+
+impl Window {
+    fn close(&self) {
+        drop(lock(&self.0).take());
     }
 }
 
 impl VerbsMr {
     fn register(hca: &Arc<Hca>, mapping: Arc<Mapping>, offset: u64, len: u64, access: Access) -> Result<VerbsMr> {
+        Self::register_with(hca, mapping, offset, len, access, attr::mr_access_flags(access), None)
+    }
+
+    /// A region reached through a type-2 window bound to `qp` (see
+    /// [`VerbsTransport::register_bound`]).
+    fn register_window(
+        qp: &Arc<QpShared>,
+        mapping: Arc<Mapping>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<VerbsMr> {
+        let hca = qp.raw.hca();
+        let window = Arc::new(Window(Mutex::new(Some(hca.alloc_mw()?))));
+        let flags = attr::window_region_flags(access);
+        Self::register_with(hca, mapping, offset, len, access, flags, Some((qp.clone(), window)))
+    }
+
+    fn register_with(
+        hca: &Arc<Hca>,
+        mapping: Arc<Mapping>,
+        offset: u64,
+        len: u64,
+        access: Access,
+        flags: u32,
+        window: Option<(Arc<QpShared>, Arc<Window>)>,
+    ) -> Result<VerbsMr> {
         let end = offset.checked_add(len).filter(|e| *e <= mapping.len() as u64);
         if end.is_none() {
             return Err(Error::OutOfBounds { offset, len, limit: mapping.len() as u64 });
@@ -649,11 +778,24 @@ impl VerbsMr {
         // SAFETY: `[addr, addr + len)` lies inside `mapping`, which MrInner keeps alive
         // (Arc) until after the region is deregistered (MrInner's Drop, or
         // `deregister`), so the device never touches unmapped memory.
-        let raw = unsafe { hca.reg_mr(addr, len_usize, attr::mr_access_flags(access)) }?;
+        let raw = unsafe { hca.reg_mr(addr, len_usize, flags) }?;
+        let (lkey, mut rkey) = (raw.lkey, raw.rkey);
+        if let Some((qp, w)) = &window {
+            let mw = lock(&w.0);
+            let mw = mw.as_ref().ok_or_else(|| Error::Transport("the memory window closed".into()))?;
+            // A new key byte: an rkey this window had before never works again.
+            rkey = ffi::next_key(mw.rkey);
+            let bind = mw.bind(&raw, addr as u64, len, attr::remote_access_flags(access), rkey);
+            qp.post_bind(bind)?;
+        }
         Ok(VerbsMr {
             inner: Arc::new(MrInner {
-                lkey: raw.lkey,
-                rkey: raw.rkey,
+                window: window.map(|(qp, w)| {
+                    qp.keep_window(&w);
+                    w
+                }),
+                lkey,
+                rkey,
                 raw: Mutex::new(Some(raw)),
                 registered: AtomicBool::new(true),
                 hca: hca.clone(),
@@ -721,6 +863,10 @@ impl MemoryRegion for VerbsMr {
 
     fn deregister(&self) {
         self.inner.registered.store(false, Ordering::SeqCst);
+        // The window first: from here on its rkey is a remote access error.
+        if let Some(w) = &self.inner.window {
+            w.close();
+        }
         // ibv_dereg_mr returns once the device no longer uses the region.
         drop(lock(&self.inner.raw).take());
     }
@@ -1007,6 +1153,9 @@ struct Req<'a> {
     staging: Option<VerbsMr>,
 }
 
+/// The `wr_id` of window binds: reported only when one fails, which fails the queue pair.
+const BIND_WR_ID: u64 = u64::MAX;
+
 /// Staging buffers kept per queue pair, and the largest one kept.
 const SPARE_BUFFERS: usize = 8;
 const SPARE_MAX: u64 = 1 << 20;
@@ -1031,6 +1180,8 @@ struct QpShared {
     ctrl: OnceLock<TcpStream>,
     /// Where the READs that stand for FLUSH put the bytes they read (made at the first).
     flush_mr: OnceLock<VerbsMr>,
+    /// The memory windows bound to this queue pair, closed before it is destroyed.
+    windows: Mutex<Vec<Weak<Window>>>,
     stats: StatCounters,
     t: Arc<TrInner>,
 }
@@ -1057,8 +1208,10 @@ impl QpShared {
         self.raw.to_rts(&attr::rts_attrs(&t.port, peer, self.psn, &t.rnr))
     }
 
-    /// Keeps the handshake socket as the control channel and starts its reader.
-    fn finish(self: &Arc<Self>, sock: TcpStream, peer_qpn: u32) -> Result<()> {
+    /// Keeps the handshake socket as the control channel and starts its reader, which
+    /// first waits for the peer's ready until `ready_by` when given (a server's side:
+    /// the peer's failure to say it in time fails the queue pair, off the accept path).
+    fn finish(self: &Arc<Self>, sock: TcpStream, peer_qpn: u32, ready_by: Option<Instant>) -> Result<()> {
         self.peer_qp_num.store(peer_qpn, Ordering::Relaxed);
         sock.set_read_timeout(None).map_err(|e| Error::io("set_read_timeout", e))?;
         sock.set_write_timeout(Some(Duration::from_secs(1))).map_err(|e| Error::io("set_write_timeout", e))?;
@@ -1067,7 +1220,7 @@ impl QpShared {
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
             .name(format!("boomkv-verbs-ctl-{}", self.raw.qp_num))
-            .spawn(move || control_reader(reader, weak))
+            .spawn(move || control_reader(reader, weak, ready_by))
             .map_err(|e| Error::io("spawn the verbs control thread", e))?;
         Ok(())
     }
@@ -1101,7 +1254,26 @@ impl QpShared {
     }
 
     fn same_device(&self, mr: &VerbsMr) -> bool {
-        Arc::ptr_eq(&mr.inner.hca, self.raw.hca()) || mr.inner.hca.name == self.raw.hca().name
+        self.same_hca(&mr.inner.hca)
+    }
+
+    fn same_hca(&self, hca: &Arc<Hca>) -> bool {
+        Arc::ptr_eq(hca, self.raw.hca()) || hca.name == self.raw.hca().name
+    }
+
+    /// Posts a window bind, unreported: the device does it in order, before whatever is
+    /// posted after it; if it fails, the queue pair fails (with a [`WcOpcode::Bind`]
+    /// completion).
+    fn post_bind(&self, bind: ffi::Bind) -> Result<()> {
+        let op = SendOp::Bind(bind);
+        self.post(BIND_WR_ID, op, WcOpcode::Bind, Payload::None, 0, (0, 0), 0, false, None)
+    }
+
+    /// Remembers a window bound here, to close it before the queue pair goes.
+    fn keep_window(&self, w: &Arc<Window>) {
+        let mut ws = lock(&self.windows);
+        ws.retain(|w| w.strong_count() > 0);
+        ws.push(Arc::downgrade(w));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1394,6 +1566,12 @@ impl Drop for QpShared {
             // Ends the control reader, which holds only a weak reference.
             let _ = s.shutdown(Shutdown::Both);
         }
+        // Windows still bound here go first: a queue pair is not destroyed under them.
+        for w in lock(&self.windows).drain(..) {
+            if let Some(w) = w.upgrade() {
+                w.close();
+            }
+        }
         // Then the fields: `raw` first (ibv_destroy_qp), then the reservations.
     }
 }
@@ -1411,6 +1589,9 @@ fn async_events(t: Weak<TrInner>) {
         match (action, ev.qp_num) {
             (attr::AsyncAction::Ignore, _) => {}
             (attr::AsyncAction::FailQp, Some(n)) => {
+                if ev.kind == attr::EVENT_QP_ACCESS_ERR {
+                    t.violations.fetch_add(1, Ordering::Relaxed);
+                }
                 let qp = lock(&t.live).get(&n).and_then(Weak::upgrade);
                 log_event(&format!("{dev}: {name} on qp {n}: closing that connection"));
                 if let Some(qp) = qp {
@@ -1433,13 +1614,27 @@ fn async_events(t: Weak<TrInner>) {
 }
 
 /// The control channel's reader: a bye or the end of the socket moves the queue pair to
-/// the error state.
-fn control_reader(mut sock: TcpStream, qp: Weak<QpShared>) {
-    let why = match read_msg(&mut sock) {
-        Ok(m) if m.kind == Kind::Bye => format!("the peer closed the connection: {}", m.reason()),
-        Ok(m) => format!("unexpected {:?} on the control channel", m.kind),
-        Err(ReadError::Closed) => "the peer closed the connection (its process may have exited)".to_string(),
-        Err(e) => format!("control channel: {e}"),
+/// the error state. With `ready_by` (a server's side), the peer's ready must come first,
+/// before then.
+fn control_reader(mut sock: TcpStream, qp: Weak<QpShared>, ready_by: Option<Instant>) {
+    let ready = match ready_by {
+        None => Ok(()),
+        Some(until) => match read_msg(&mut ReadBy { sock: &mut sock, until }) {
+            Ok(m) if m.kind == Kind::Ready => sock.set_read_timeout(None).map_err(|e| format!("control channel: {e}")),
+            Ok(m) if m.kind == Kind::Bye => Err(format!("the client gave up the handshake: {}", m.reason())),
+            Ok(m) => Err(format!("expected ready, got {:?}", m.kind)),
+            Err(ReadError::TimedOut) => Err("the client did not finish the handshake in time".to_string()),
+            Err(e) => Err(format!("finishing the handshake: {e}")),
+        },
+    };
+    let why = match ready {
+        Err(why) => why,
+        Ok(()) => match read_msg(&mut sock) {
+            Ok(m) if m.kind == Kind::Bye => format!("the peer closed the connection: {}", m.reason()),
+            Ok(m) => format!("unexpected {:?} on the control channel", m.kind),
+            Err(ReadError::Closed) => "the peer closed the connection (its process may have exited)".to_string(),
+            Err(e) => format!("control channel: {e}"),
+        },
     };
     let Some(qp) = qp.upgrade() else { return };
     qp.fail(why);
@@ -1643,47 +1838,53 @@ impl Drop for VerbsQp {
 // ---------------------------------------------------------------------------------------
 // Listener
 
-/// Accepts verbs connections: a TCP listener for the handshake.
+/// Accepts verbs connections: a TCP listener for the handshake, whose connections are
+/// greeted off the accept path (a greeter thread, see the `transport` module), as tcp's.
 pub struct VerbsListener {
     t: VerbsTransport,
-    l: TcpListener,
     local: Endpoint,
+    greeter: super::Greeter<Greeted>,
+}
+
+/// A connection whose hello has arrived, waiting for the application's answer.
+struct Greeted {
+    sock: TcpStream,
+    peer: String,
+    hello: Msg,
+    /// The handshake's deadline, which the client's ready must meet too.
+    until: Instant,
 }
 
 impl VerbsListener {
-    fn handshake<F>(&self, mut s: TcpStream, send_cq: &VerbsCq, recv_cq: &VerbsCq, f: F) -> Result<VerbsQp, Handshake>
+    fn start(t: VerbsTransport, l: TcpListener, local: Endpoint) -> Result<VerbsListener> {
+        let readable: OwnedFd = l.try_clone().map_err(|e| Error::io("dup the listening socket", e))?.into();
+        let timeout = t.inner.cfg.transport.handshake_timeout;
+        let accept_one = move || match l.accept() {
+            Ok((s, _)) => Ok(Some(s)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        };
+        let first: Arc<super::FirstHalf<TcpStream, Greeted>> = Arc::new(greet);
+        let greeter = super::Greeter::start(local.clone(), readable, accept_one, first, timeout)?;
+        Ok(VerbsListener { t, local, greeter })
+    }
+
+    /// The second half of a handshake, on the accepting thread: the queue pair, the
+    /// application's answer, the reply. Nothing here waits on the peer (the reply is
+    /// small enough for the socket's buffer, and the write is bounded anyway); the
+    /// client's ready is awaited by the connection's control reader, which fails the
+    /// queue pair if it does not come by the handshake's deadline.
+    fn finish<F>(&self, g: Greeted, send_cq: &VerbsCq, recv_cq: &VerbsCq, f: F) -> Result<VerbsQp, Handshake>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let Greeted { sock: mut s, peer, hello, until } = g;
         let refused = |why: String| Handshake::Refused(format!("{peer}: {why}"));
-        let to = self.t.inner.cfg.transport.handshake_timeout;
-        let setup = s
-            .set_nonblocking(false)
-            .and_then(|()| s.set_read_timeout(Some(to)))
-            .and_then(|()| s.set_write_timeout(Some(to)))
-            .and_then(|()| s.set_nodelay(true));
-        if let Err(e) = setup {
+        if let Err(e) = s.set_write_timeout(Some(Duration::from_secs(1))) {
             return Err(refused(e.to_string()));
         }
         let reject = |s: &mut TcpStream, why: &str| {
             let _ = s.write_all(&Msg::bare(Kind::Reject, why).encode());
-        };
-        // One deadline for the whole handshake (hello, then ready), however the peer
-        // paces its bytes.
-        let until = Instant::now() + to;
-        let hello = match read_msg(&mut ReadBy { sock: &mut s, until }) {
-            Ok(m) if m.kind == Kind::Hello => m,
-            Ok(m) => {
-                let why = format!("expected a hello, got {:?}", m.kind);
-                reject(&mut s, &why);
-                return Err(refused(why));
-            }
-            Err(e @ ReadError::Version(..)) => {
-                reject(&mut s, &e.to_string());
-                return Err(refused(e.to_string()));
-            }
-            Err(e) => return Err(refused(e.to_string())),
         };
         // The queue pair goes to RTR before the application sees the client, so a
         // device that cannot reach the peer refuses it without involving the callback.
@@ -1718,15 +1919,36 @@ impl VerbsListener {
         if let Err(e) = s.write_all(&Msg::qp(Kind::Accept, sh.info(), &reply).encode()) {
             return Err(refused(format!("sending the handshake reply: {e}")));
         }
-        match read_msg(&mut ReadBy { sock: &mut s, until }) {
-            Ok(m) if m.kind == Kind::Ready => {}
-            Ok(m) if m.kind == Kind::Bye => return Err(refused(format!("the client gave up: {}", m.reason()))),
-            Ok(m) => return Err(refused(format!("expected ready, got {:?}", m.kind))),
-            Err(e) => return Err(refused(e.to_string())),
-        }
-        sh.finish(s, hello.info.qpn).map_err(|e| refused(e.to_string()))?;
+        sh.finish(s, hello.info.qpn, Some(until)).map_err(|e| refused(e.to_string()))?;
         Ok(VerbsQp { sh })
     }
+}
+
+/// The first half of a server's handshake, on a greeter thread: the client's hello by
+/// the deadline, or a refusal (a reject when the client can understand one).
+fn greet(mut s: TcpStream, until: Instant) -> std::result::Result<Greeted, String> {
+    let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+    s.set_nonblocking(false).and_then(|()| s.set_nodelay(true)).map_err(|e| format!("{peer}: {e}"))?;
+    let reject = |mut s: &TcpStream, why: &str| {
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = s.write_all(&Msg::bare(Kind::Reject, why).encode());
+    };
+    // One deadline for the whole handshake (hello, then ready), however the peer paces
+    // its bytes.
+    let hello = match read_msg(&mut ReadBy { sock: &mut s, until }) {
+        Ok(m) if m.kind == Kind::Hello => m,
+        Ok(m) => {
+            let why = format!("expected a hello, got {:?}", m.kind);
+            reject(&s, &why);
+            return Err(format!("{peer}: {why}"));
+        }
+        Err(e @ ReadError::Version(..)) => {
+            reject(&s, &e.to_string());
+            return Err(format!("{peer}: {e}"));
+        }
+        Err(e) => return Err(format!("{peer}: {e}")),
+    };
+    Ok(Greeted { sock: s, peer, hello, until })
 }
 
 impl Listener for VerbsListener {
@@ -1741,16 +1963,15 @@ impl Listener for VerbsListener {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        super::accept_over_tcp(&self.l, &self.local, timeout, "a verbs connection", on_connect, |s, cb| {
-            self.handshake(s, send_cq, recv_cq, |p: &[u8]| cb(p))
-        })
+        let finish = |g, f: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>| self.finish(g, send_cq, recv_cq, f);
+        self.greeter.accept(&self.local, timeout, "a verbs connection", on_connect, finish)
     }
 
     fn try_accept<F>(&self, send_cq: &VerbsCq, recv_cq: &VerbsCq, on_connect: F) -> Result<Option<VerbsQp>>
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        super::try_accept_over_tcp(&self.l, &self.local, on_connect, |s, cb| self.handshake(s, send_cq, recv_cq, cb))
+        self.greeter.try_accept(&self.local, on_connect, |g, f| self.finish(g, send_cq, recv_cq, f))
     }
 }
 
@@ -1883,5 +2104,129 @@ mod tests {
         assert!(fits(0, 10, 10) && fits(10, 0, 10));
         assert!(!fits(1, 10, 10) && !fits(11, 0, 10));
         assert!(!fits(u64::MAX, 1, u64::MAX));
+    }
+
+    #[test]
+    fn a_window_bind_changes_only_the_key_byte() {
+        assert_eq!(ffi::next_key(0x1234_5600), 0x1234_5601);
+        assert_eq!(ffi::next_key(0x1234_56ff), 0x1234_5600, "the key byte wraps; the index stays");
+        assert_eq!(ffi::next_key(u32::MAX), 0xffff_ff00);
+        use rdma_sys::ibv_access_flags as F;
+        let (lw, rw, rr, ra, bind) = (
+            F::IBV_ACCESS_LOCAL_WRITE.0,
+            F::IBV_ACCESS_REMOTE_WRITE.0,
+            F::IBV_ACCESS_REMOTE_READ.0,
+            F::IBV_ACCESS_REMOTE_ATOMIC.0,
+            F::IBV_ACCESS_MW_BIND.0,
+        );
+        // The region under a window has no remote right of its own, and local write
+        // where the window writes.
+        assert_eq!(attr::window_region_flags(Access::REMOTE_WRITE), bind | lw);
+        assert_eq!(attr::window_region_flags(Access::REMOTE_ATOMIC | Access::REMOTE_READ), bind | lw);
+        assert_eq!(attr::window_region_flags(Access::REMOTE_READ), bind);
+        // The window has the remote rights alone.
+        assert_eq!(attr::remote_access_flags(Access::LOCAL_WRITE | Access::REMOTE_WRITE), rw);
+        assert_eq!(attr::remote_access_flags(Access::REMOTE_READ | Access::REMOTE_ATOMIC), rr | ra);
+        assert_eq!(attr::remote_access_flags(Access::LOCAL_WRITE), 0);
+    }
+
+    /// A transport whose handshakes must finish within `secs`, listening on loopback: the
+    /// transport, its listener and the listener's address.
+    fn listening(secs: u64) -> (VerbsTransport, VerbsListener, String) {
+        let cfg = VerbsConfig::from_env().expect("BOOMKV_RDMA_* variables");
+        let transport = TransportConfig { handshake_timeout: Duration::from_secs(secs), ..conformance::test_config() };
+        let t = VerbsTransport::new(VerbsConfig { transport, ..cfg }).expect("open the device");
+        let l = t.listen(&ep()).unwrap();
+        let Endpoint::Verbs(addr) = l.endpoint() else { unreachable!() };
+        (t, l, addr)
+    }
+
+    /// Accepts every connection for `run`, handing each to `out`.
+    fn acceptor(
+        l: VerbsListener,
+        cq: VerbsCq,
+        run: Duration,
+        out: std::sync::mpsc::Sender<VerbsQp>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let end = Instant::now() + run;
+            while Instant::now() < end {
+                if let Ok(qp) = l.accept(&cq, &cq, Duration::from_millis(50), |_| Ok(b"welcome".to_vec())) {
+                    let _ = out.send(qp);
+                }
+            }
+        })
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (see the README)"]
+    fn silent_and_slow_sockets_hold_up_no_honest_client() {
+        // Handshakes ran on the accepting thread: each silent socket held every later
+        // client for the whole handshake deadline.
+        let (t, l, addr) = listening(5);
+        let mut socks = Vec::new();
+        for i in 0..50 {
+            let mut c = TcpStream::connect(&addr).unwrap();
+            if i % 2 == 0 {
+                // The start of a valid hello, then nothing.
+                c.write_all(b"BOOMKVIB").unwrap();
+            }
+            socks.push(c);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let accepting = acceptor(l, t.create_cq().unwrap(), Duration::from_secs(8), tx);
+        let cq = t.create_cq().unwrap();
+        let start = Instant::now();
+        let (qp, welcome) = t.connect(&ep_of(&addr), &cq, &cq, b"hello", Duration::from_secs(3)).unwrap();
+        let took = start.elapsed();
+        assert_eq!(welcome, b"welcome");
+        assert!(took < Duration::from_secs(3), "the honest client waited {took:?}");
+        let server_side = rx.recv_timeout(Duration::from_secs(3)).expect("the server accepted it");
+        assert!(!qp.is_error() && !server_side.is_error());
+        drop(socks);
+        accepting.join().unwrap();
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (see the README)"]
+    fn a_client_that_never_says_ready_holds_up_no_one_and_is_dropped() {
+        // The server waited for the client's ready on the accepting thread, up to the
+        // handshake deadline per such client.
+        let (t, l, addr) = listening(2);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let accepting = acceptor(l, t.create_cq().unwrap(), Duration::from_secs(6), tx);
+        // Rogues: valid hellos with real queue pairs (the server's RTR succeeds), read
+        // the accept, never say ready.
+        let cq = t.create_cq().unwrap();
+        let mut rogues = Vec::new();
+        for _ in 0..3 {
+            let qp = t.new_qp(&cq, &cq).unwrap();
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(&Msg::qp(Kind::Hello, qp.info(), b"rogue").encode()).unwrap();
+            let until = Instant::now() + Duration::from_secs(2);
+            let reply = read_msg(&mut ReadBy { sock: &mut s, until }).unwrap();
+            assert_eq!(reply.kind, Kind::Accept);
+            rogues.push((qp, s));
+        }
+        let start = Instant::now();
+        let (qp, _) = t.connect(&ep_of(&addr), &cq, &cq, b"hello", Duration::from_secs(2)).unwrap();
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(1500), "the honest client waited {took:?}");
+        let accepted: Vec<VerbsQp> = (0..4).map(|_| rx.recv_timeout(Duration::from_secs(3)).unwrap()).collect();
+        // Past the deadline the rogues' queue pairs are in the error state; the honest
+        // client's is not.
+        std::thread::sleep(Duration::from_millis(2500));
+        let broken = accepted.iter().filter(|q| q.is_error()).count();
+        assert_eq!(broken, 3, "{accepted:?}");
+        let honest = accepted.iter().find(|q| !q.is_error()).unwrap();
+        assert_eq!(honest.peer_qp_num(), qp.qp_num());
+        assert!(honest.error_reason().is_none());
+        let why: Vec<_> = accepted.iter().filter_map(QueuePair::error_reason).collect();
+        assert!(why.iter().all(|w| w.contains("did not finish the handshake in time")), "{why:?}");
+        accepting.join().unwrap();
+    }
+
+    fn ep_of(addr: &str) -> Endpoint {
+        Endpoint::Verbs(addr.to_string())
     }
 }
