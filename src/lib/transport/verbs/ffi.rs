@@ -275,7 +275,7 @@ impl Hca {
         let mw = NonNull::new(mw).ok_or_else(|| null_error("ibv_alloc_mw"))?;
         // SAFETY: a window ibv_alloc_mw just returned; its rkey is a plain field.
         let rkey = unsafe { (*mw.as_ptr()).rkey };
-        Ok(RawMw { mw, rkey, _hca: self.clone() })
+        Ok(RawMw { mw, rkey, live: true, _hca: self.clone() })
     }
 
     /// A completion queue of `cqe` entries with its own completion channel, whose fd is
@@ -466,6 +466,8 @@ pub struct RawMw {
     mw: NonNull<ibv_mw>,
     /// The key it was allocated with (a bind gives it a new key byte: [`next_key`]).
     pub rkey: u32,
+    /// Still allocated ([`RawMw::dealloc`] clears it).
+    live: bool,
     _hca: Arc<Hca>,
 }
 
@@ -476,11 +478,8 @@ unsafe impl Sync for RawMw {}
 
 impl Drop for RawMw {
     fn drop(&mut self) {
-        // SAFETY: the window is ours and deallocated once; a window still bound is
-        // invalidated by it (and lets go of its region and queue pair).
-        let rc = unsafe { ibv_dealloc_mw(self.mw.as_ptr()) };
-        if rc != 0 {
-            log_event(&super::attr::verb_message("ibv_dealloc_mw", errno_of(rc, errno())));
+        if let Err(e) = self.release() {
+            log_event(&e.to_string());
         }
     }
 }
@@ -492,6 +491,21 @@ pub fn next_key(rkey: u32) -> u32 {
 }
 
 impl RawMw {
+    /// Deallocates the window now. An error means the device refused, and the window
+    /// may still be bound: the caller must then stop its queue pair some other way.
+    pub fn dealloc(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if !std::mem::replace(&mut self.live, false) {
+            return Ok(());
+        }
+        // SAFETY: the window is ours and deallocated once (`live`); a window still bound
+        // is invalidated by it (and lets go of its region and queue pair).
+        check("ibv_dealloc_mw", unsafe { ibv_dealloc_mw(self.mw.as_ptr()) })
+    }
+
     /// The work request that binds this window over `[addr, addr + len)` of `mr` with
     /// the remote `access` (`ibv_access_flags` bits) and the key `rkey`, for the queue
     /// pair it is posted on. `mr` must be registered with `IBV_ACCESS_MW_BIND` (and
@@ -857,8 +871,8 @@ impl RawQp {
     /// length until the call returns: the library copies inline data from the address
     /// without the lkey check that bounds every other payload, so a safe caller could
     /// otherwise have any memory of the process read (and sent). Every [`SendOp::Bind`]
-    /// names a window and a region (their [`RawMw`] and [`RawMr`]) that are still
-    /// allocated when the call returns.
+    /// names a window and a region (their [`RawMw`] and [`RawMr`]) that stay allocated
+    /// until the call returns.
     pub unsafe fn post_sends(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         if wrs.is_empty() {
             return Ok(());

@@ -104,12 +104,14 @@
 //!
 //! Sequence: client -> hello; server -> accept (its queue pair is in RTR, then RTS) or
 //! reject; client moves its queue pair to RTR and RTS -> ready. The server reads the
-//! hello on a thread of its own (the greeter's, as tcp does), and the ready in the
-//! connection's control reader, both under one deadline for the whole handshake
-//! ([`TransportConfig::handshake_timeout`]): a client that sends neither holds up no
-//! other client, and one whose ready does not come in time has its queue pair failed.
-//! Its accept has returned by then (the server sends nothing before the client's first
-//! request, which comes after its ready). The socket then stays
+//! hello on a thread of its own (the greeter's, as tcp does), within
+//! [`TransportConfig::handshake_timeout`] of the connection, and the ready in the
+//! connection's control reader, within as long again of the server's answer: a client
+//! that sends neither holds up no other client, and one whose ready does not come in
+//! time has its queue pair failed. Its accept has returned by then, so meanwhile it has
+//! a place among the server's clients (the server sends nothing before the client's
+//! first request, which comes after its ready; a control message other than ready fails
+//! it at once). The socket then stays
 //! open as the connection's control channel: either side sends bye (with a reason)
 //! when its queue pair goes to the error state or is closed, and a socket that ends
 //! means the peer is gone. Either moves the other side's queue pair to the error state,
@@ -731,11 +733,25 @@ impl Drop for MrInner {
 /// A type-2 memory window bound to one queue pair. Closed (deallocated, which
 /// invalidates its rkey) by whichever comes first: its region's deregistration or the
 /// end of the queue pair, which must not be destroyed with a window still bound to it.
-struct Window(Mutex<Option<RawMw>>);
+///
+/// A window closed before its bind ran (a region revoked right after it was
+/// registered) fails the bind, and with it the queue pair: only a client that asked
+/// for the region and its revocation back to back can cause that.
+struct Window {
+    mw: Mutex<Option<RawMw>>,
+    qp: Weak<QpShared>,
+}
 
 impl Window {
     fn close(&self) {
-        drop(lock(&self.0).take());
+        let Some(mw) = lock(&self.mw).take() else { return };
+        if let Err(e) = mw.dealloc() {
+            // The window may still be bound, and its rkey good: only its queue pair can
+            // use it, so that queue pair stops.
+            if let Some(qp) = self.qp.upgrade() {
+                qp.fail(format!("a memory window could not be closed ({e})"));
+            }
+        }
     }
 }
 
@@ -754,7 +770,7 @@ impl VerbsMr {
         access: Access,
     ) -> Result<VerbsMr> {
         let hca = qp.raw.hca();
-        let window = Arc::new(Window(Mutex::new(Some(hca.alloc_mw()?))));
+        let window = Arc::new(Window { mw: Mutex::new(Some(hca.alloc_mw()?)), qp: Arc::downgrade(qp) });
         let flags = attr::window_region_flags(access);
         Self::register_with(hca, mapping, offset, len, access, flags, Some((qp.clone(), window)))
     }
@@ -781,7 +797,7 @@ impl VerbsMr {
         let raw = unsafe { hca.reg_mr(addr, len_usize, flags) }?;
         let (lkey, mut rkey) = (raw.lkey, raw.rkey);
         if let Some((qp, w)) = &window {
-            let mw = lock(&w.0);
+            let mw = lock(&w.mw);
             let mw = mw.as_ref().ok_or_else(|| Error::Transport("the memory window closed".into()))?;
             // A new key byte: an rkey this window had before never works again.
             rkey = ffi::next_key(mw.rkey);
@@ -1333,7 +1349,9 @@ impl QpShared {
         // SAFETY: every InlineSge comes from `local`, which makes one only for a range
         // inside a region (`fits` its length) whose `VerbsMr` the caller holds across
         // this call; the region's `Arc<Mapping>` keeps that memory mapped, registered
-        // or not, so the range is readable until the post returns.
+        // or not, so the range is readable until the post returns. Every Bind comes
+        // from `register_with`, which holds the window (its lock) and the region
+        // (`raw`) across this call.
         let posted = unsafe {
             if chain {
                 self.raw.post_sends(&wrs)
@@ -1851,8 +1869,6 @@ struct Greeted {
     sock: TcpStream,
     peer: String,
     hello: Msg,
-    /// The handshake's deadline, which the client's ready must meet too.
-    until: Instant,
 }
 
 impl VerbsListener {
@@ -1878,7 +1894,7 @@ impl VerbsListener {
     where
         F: FnOnce(&[u8]) -> Result<Vec<u8>>,
     {
-        let Greeted { sock: mut s, peer, hello, until } = g;
+        let Greeted { sock: mut s, peer, hello } = g;
         let refused = |why: String| Handshake::Refused(format!("{peer}: {why}"));
         if let Err(e) = s.set_write_timeout(Some(Duration::from_secs(1))) {
             return Err(refused(e.to_string()));
@@ -1919,7 +1935,10 @@ impl VerbsListener {
         if let Err(e) = s.write_all(&Msg::qp(Kind::Accept, sh.info(), &reply).encode()) {
             return Err(refused(format!("sending the handshake reply: {e}")));
         }
-        sh.finish(s, hello.info.qpn, Some(until)).map_err(|e| refused(e.to_string()))?;
+        // The ready gets a deadline of its own from here: the hello's counted the time
+        // the connection waited for this thread, which is not the client's.
+        let ready_by = Instant::now() + self.t.inner.cfg.transport.handshake_timeout;
+        sh.finish(s, hello.info.qpn, Some(ready_by)).map_err(|e| refused(e.to_string()))?;
         Ok(VerbsQp { sh })
     }
 }
@@ -1933,8 +1952,8 @@ fn greet(mut s: TcpStream, until: Instant) -> std::result::Result<Greeted, Strin
         let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = s.write_all(&Msg::bare(Kind::Reject, why).encode());
     };
-    // One deadline for the whole handshake (hello, then ready), however the peer paces
-    // its bytes.
+    // One deadline for the hello, however the peer paces its bytes (the ready gets one
+    // of its own once the server has answered).
     let hello = match read_msg(&mut ReadBy { sock: &mut s, until }) {
         Ok(m) if m.kind == Kind::Hello => m,
         Ok(m) => {
@@ -1948,7 +1967,7 @@ fn greet(mut s: TcpStream, until: Instant) -> std::result::Result<Greeted, Strin
         }
         Err(e) => return Err(format!("{peer}: {e}")),
     };
-    Ok(Greeted { sock: s, peer, hello, until })
+    Ok(Greeted { sock: s, peer, hello })
 }
 
 impl Listener for VerbsListener {
@@ -2223,6 +2242,58 @@ mod tests {
         assert!(honest.error_reason().is_none());
         let why: Vec<_> = accepted.iter().filter_map(QueuePair::error_reason).collect();
         assert!(why.iter().all(|w| w.contains("did not finish the handshake in time")), "{why:?}");
+        accepting.join().unwrap();
+    }
+
+    /// A client's connection to `l`'s transport, and the server's side of it.
+    fn connected(
+        t: &VerbsTransport,
+        addr: &str,
+        rx: &std::sync::mpsc::Receiver<VerbsQp>,
+    ) -> (VerbsQp, VerbsCq, VerbsQp) {
+        let cq = t.create_cq().unwrap();
+        let (qp, _) = t.connect(&ep_of(addr), &cq, &cq, b"hello", Duration::from_secs(3)).unwrap();
+        let server_side = rx.recv_timeout(Duration::from_secs(3)).expect("the server accepted it");
+        (qp, cq, server_side)
+    }
+
+    /// WRITEs 8 bytes at `addr` with `rkey` from `qp` and waits: whether it succeeded.
+    fn write8(t: &VerbsTransport, qp: &VerbsQp, cq: &VerbsCq, addr: u64, rkey: u32) -> bool {
+        let src = t.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+        src.write(0, b"intruder").unwrap();
+        if qp.post_write(9, &src, 0, 8, addr, rkey, true).is_err() {
+            return false;
+        }
+        cq.wait(Duration::from_secs(5)).is_ok_and(|c| c.status.is_ok())
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (see the README)"]
+    fn a_bound_region_is_reached_through_its_window_by_its_client_alone() {
+        let (t, l, addr) = listening(5);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let accepting = acceptor(l, t.create_cq().unwrap(), Duration::from_secs(6), tx);
+        let (owner, owner_cq, owner_at_server) = connected(&t, &addr, &rx);
+        let memory = Arc::new(Mapping::anonymous(1 << 16).unwrap());
+        let region = t.register_bound(&owner_at_server, memory, None, 4096, 4096, Access::REMOTE_WRITE).unwrap();
+        let own_rkey = lock(&region.inner.raw).as_ref().unwrap().rkey;
+        let window = region.remote();
+        assert_ne!(window.rkey, own_rkey, "peers get the window's rkey");
+        // The client it is bound to writes through the window.
+        assert!(write8(&t, &owner, &owner_cq, window.addr, window.rkey));
+        let mut got = [0u8; 8];
+        region.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"intruder");
+        region.write(0, &[0; 8]).unwrap();
+        // Another client cannot, with the window's rkey or the region's own.
+        for rkey in [window.rkey, own_rkey] {
+            let (other, other_cq, _keep) = connected(&t, &addr, &rx);
+            assert!(!write8(&t, &other, &other_cq, window.addr, rkey), "rkey {rkey:#x} from another connection");
+        }
+        // Nor can the owner with the region's own rkey.
+        assert!(!write8(&t, &owner, &owner_cq, window.addr, own_rkey), "the region's own rkey reaches nothing");
+        region.read(0, &mut got).unwrap();
+        assert_eq!(got, [0; 8], "no refused WRITE changed a byte");
         accepting.join().unwrap();
     }
 
