@@ -14,18 +14,21 @@ use std::time::{Duration, Instant};
 use boomkv::client::{Client, ClientOptions};
 use boomkv::transport::{Endpoint, ShmTransport, Transport};
 
+/// Starts `boomctl serve` on the pool in `dir`; its standard error goes to the end
+/// of `dir`/serve.log (shown when a server does not come back; `BOOMKV_KILL_LOG=1` shows
+/// it as it comes instead).
 fn start_server(dir: &Path, ep: &Endpoint) -> Child {
     if let Endpoint::Shm(sock) = ep {
         let _ = std::fs::remove_file(sock);
     }
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("serve.log")).expect("serve.log");
     Command::new(env!("CARGO_BIN_EXE_boomctl"))
         .args(["serve", "--quiet", "--stats-interval", "0", "--pool-size", "64M", "--segment-size", "1M", "--pmem"])
         .arg(dir)
         .arg("--listen")
         .arg(ep.to_string())
         .stdout(Stdio::null())
-        // BOOMKV_KILL_LOG=1 shows the servers' logs (to see why one did not come back).
-        .stderr(if std::env::var_os("BOOMKV_KILL_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .stderr(if std::env::var_os("BOOMKV_KILL_LOG").is_some() { Stdio::inherit() } else { Stdio::from(log) })
         .spawn()
         .expect("start boomctl serve")
 }
@@ -143,7 +146,22 @@ fn kills_lose_no_acknowledged_write<T: Transport + Send + 'static>(
     let reconnects: u64 = clients.into_iter().map(|h| h.join().unwrap()).sum();
     // Check every key against a fresh connection to the last server.
     let tr = make().unwrap();
-    let mut c = connect(&tr, &ep, Instant::now() + Duration::from_secs(20)).expect("server comes back");
+    let Some(mut c) = connect(&tr, &ep, Instant::now() + Duration::from_secs(20)) else {
+        // Say why: a server that exited (and how), or one that runs and does not answer.
+        let state = match server.try_wait() {
+            Ok(Some(status)) => format!("it exited: {status}"),
+            Ok(None) => "it is running".to_string(),
+            Err(e) => format!("its state is unknown: {e}"),
+        };
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+        let _ = server.kill();
+        let _ = server.wait();
+        panic!(
+            "the last server did not answer within 20 s ({state}); the end of the servers' log:\n{}",
+            tail.join("\n")
+        );
+    };
     let m = model.lock().unwrap();
     let mut checked = 0;
     for (key, st) in m.iter() {

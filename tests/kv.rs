@@ -530,6 +530,28 @@ fn split_requests_stay_in_flight_together<T: Backend>() {
     }
 }
 
+/// An RDMP GET whose READ finishes past half the server's lease on the place it read is
+/// not trusted, whatever the READ found: the GET is asked again, and counted as a late
+/// read, not as a torn entry.
+fn a_late_read_is_asked_again<T: Backend>() {
+    let f = Fixture::<T>::new(64 << 20, 4 << 20, cfg(1, false));
+    for p in [Protocol::Rdmp, Protocol::RdmpCc] {
+        let mut c = f.client(p);
+        c.put(b"late", b"the value").unwrap();
+        let mut out = Vec::new();
+        assert_eq!(c.get_start(b"late", &mut out).unwrap(), None, "{p}: the GET is in flight");
+        // The place is asked for now; its READ is posted at the first poll.
+        std::thread::sleep(boomkv::wire::READ_LEASE / 2 + Duration::from_millis(50));
+        let mut found = None;
+        while found.is_none() {
+            found = c.get_poll(b"late", &mut out).unwrap();
+        }
+        assert_eq!(found, Some(true), "{p}");
+        assert_eq!(out, b"the value", "{p}");
+        assert_eq!((c.counters().late_reads, c.counters().torn_retries), (1, 0), "{p}");
+    }
+}
+
 /// A server restarted with a smaller largest value still serves the larger entries
 /// written before: the client believes a reply up to the server's bound on GET replies
 /// in flight (`wire::max_get_bytes`), not only one entry of the new largest value.
@@ -699,6 +721,11 @@ macro_rules! suite {
             #[$attr]
             fn split_requests_in_flight_together() {
                 split_requests_stay_in_flight_together::<$t>()
+            }
+            #[test]
+            #[$attr]
+            fn late_reads_asked_again() {
+                a_late_read_is_asked_again::<$t>()
             }
             #[test]
             #[$attr]

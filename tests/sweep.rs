@@ -444,3 +444,45 @@ fn bad_input_is_reported_with_the_file() {
         assert_eq!(now.str(0, "point").unwrap(), "boom/64", "{name}");
     }
 }
+
+/// A render removes the figures the last one drew and it does not: after an
+/// `--overwrite` with fewer mixes, no figure of a dropped mix is left to pass for this
+/// run's. Files it did not draw stay, whatever their names.
+#[test]
+fn an_overwrite_with_a_smaller_grid_leaves_no_stale_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let ycsb = |mixes: &str, extra: &[&str]| {
+        boomctl()
+            .args(["sweep", "ycsb", "--quick", "--mixes", mixes, "--sizes", "32", "--protocols", "boom"])
+            .args(["--ops", "200", "--transport", "tcp", "--quiet", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    ok(ycsb("a,c", &[]));
+    for stem in ["fig15-ycsb-a", "fig17-ycsb-c"] {
+        assert!(out.join(format!("{stem}.svg")).exists() && out.join(format!("{stem}.png")).exists(), "{stem}");
+    }
+    std::fs::write(out.join("fig99-mine.png"), "").unwrap();
+    std::fs::write(dir.path().join("outside.png"), "").unwrap();
+    // An edited list names no file outside the directory or of another kind.
+    let list = out.join(boomkv::bench::sweep::FIGURE_LIST);
+    let mut listed = std::fs::read_to_string(&list).unwrap();
+    listed.push_str("../outside.png\nSETUP.md\n");
+    std::fs::write(&list, listed).unwrap();
+
+    let stdout = ok(ycsb("c", &["--overwrite"]));
+    assert!(stdout.contains("removed 2 figure files") && stdout.contains("fig15-ycsb-a.svg"), "{stdout}");
+    assert!(!out.join("fig15-ycsb-a.svg").exists() && !out.join("fig15-ycsb-a.png").exists());
+    assert!(out.join("fig17-ycsb-c.svg").exists() && out.join("fig17-ycsb-c.png").exists());
+    assert!(out.join("fig99-mine.png").exists() && out.join("SETUP.md").exists());
+    assert!(dir.path().join("outside.png").exists());
+    assert_eq!(std::fs::read_to_string(&list).unwrap(), "fig17-ycsb-c.png\nfig17-ycsb-c.svg\n");
+
+    // Re-rendering what is there removes nothing.
+    let stdout = ok(boomctl().args(["sweep", "--plot-only"]).arg(&out).output().unwrap());
+    assert!(!stdout.contains("the last render drew"), "{stdout}");
+    assert!(out.join("fig17-ycsb-c.svg").exists());
+}

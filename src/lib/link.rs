@@ -38,6 +38,9 @@ pub struct ClientCounters {
     pub in_place: u64,
     /// GETs retried because the entry was torn.
     pub torn_retries: u64,
+    /// RDMP-KV: GETs retried because their READ finished too late to trust (past
+    /// half of the server's lease on the place it read; the entry was not looked at).
+    pub late_reads: u64,
     /// RFP: READs of a reply that was not there yet (or torn), fetched again.
     pub fetch_retries: u64,
     /// RFP: requests whose result the server sent (server-reply mode) instead of
@@ -71,6 +74,7 @@ impl ClientCounters {
             appends: f(self.appends, o.appends),
             in_place: f(self.in_place, o.in_place),
             torn_retries: f(self.torn_retries, o.torn_retries),
+            late_reads: f(self.late_reads, o.late_reads),
             fetch_retries: f(self.fetch_retries, o.fetch_retries),
             server_replies: f(self.server_replies, o.server_replies),
             cas_replays: f(self.cas_replays, o.cas_replays),
@@ -79,12 +83,13 @@ impl ClientCounters {
     }
 
     /// Each counter with the name a report prints it under (YCSB's style of names).
-    pub fn named(&self) -> [(&'static str, u64); 8] {
+    pub fn named(&self) -> [(&'static str, u64); 9] {
         [
             ("SegmentGrants", self.grants),
             ("Appends", self.appends),
             ("InPlaceUpdates", self.in_place),
             ("TornReadRetries", self.torn_retries),
+            ("LateReadRetries", self.late_reads),
             ("FetchRetries", self.fetch_retries),
             ("ServerReplies", self.server_replies),
             ("CasReplays", self.cas_replays),

@@ -68,7 +68,7 @@ pub const MAX_MESSAGE: usize = (1 << 20) + 4096;
 
 /// How long a server keeps the segment of an entry whose place it named (RDMP-KV's
 /// `Located`) from being freed and granted anew. A client takes a READ of it that
-/// completes [`READ_LEASE`]` / 2` or more after it asked as torn, and asks again: by
+/// completes [`READ_LEASE`]` / 2` or more after it asked as late, and asks again: by
 /// then the place may hold another client's entry.
 pub const READ_LEASE: std::time::Duration = std::time::Duration::from_secs(2);
 

@@ -58,7 +58,8 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Initial size of the buffer the server writes GET results into (grows on demand).
     pub response_buffer: usize,
-    /// How many times a GET whose entry fails its checksum is retried.
+    /// How many times a GET whose entry fails its checksum, or whose READ finished too
+    /// late to trust (RDMP-KV), is retried.
     pub torn_retries: u32,
     /// Told of every BOOM write's target before and after it.
     pub on_write: Option<WriteHook>,
@@ -321,6 +322,7 @@ impl<T: Transport> Client<T> {
                 Fetched::Absent => return Ok(false),
                 Fetched::Value => return Ok(true),
                 Fetched::Torn => self.link.counters.torn_retries += 1,
+                Fetched::Late => self.link.counters.late_reads += 1,
             }
         }
         Err(Error::Protocol(format!(
@@ -354,8 +356,12 @@ impl<T: Transport> Client<T> {
             None => self.missed("GET").map(|()| None),
             Some(Fetched::Absent) => Ok(Some(false)),
             Some(Fetched::Value) => Ok(Some(true)),
-            Some(Fetched::Torn) => {
-                self.link.counters.torn_retries += 1;
+            Some(f @ (Fetched::Torn | Fetched::Late)) => {
+                if f == Fetched::Torn {
+                    self.link.counters.torn_retries += 1;
+                } else {
+                    self.link.counters.late_reads += 1;
+                }
                 self.get_tries(key, out, self.torn_retries).map(Some)
             }
         }

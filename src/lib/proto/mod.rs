@@ -55,6 +55,9 @@ pub(crate) enum Fetched {
     /// The entry read failed its checksum or is another key's (the slot was reused
     /// under the reader): read again.
     Torn,
+    /// The READ finished too late to trust what it read (RDMP-KV's lease on the
+    /// place), whatever it holds: read again.
+    Late,
 }
 
 impl Fetched {

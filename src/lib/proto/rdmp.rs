@@ -225,7 +225,7 @@ impl<T: Transport> ClientSide<T> for Client {
         let asked = Asked::now();
         let entry = ClientSide::<T>::get(self, l, key)?;
         if entry.is_some() && late(asked) {
-            return Ok(Fetched::Torn);
+            return Ok(Fetched::Late);
         }
         Ok(Fetched::in_buf(l, key, entry, out))
     }
@@ -292,7 +292,7 @@ impl<T: Transport> ClientSide<T> for Client {
                     return Ok(None);
                 }
                 if late(asked) {
-                    return Ok(Some(Fetched::Torn));
+                    return Ok(Some(Fetched::Late));
                 }
                 Fetched::in_response(l, key, len, out).map(Some)
             }

@@ -1032,11 +1032,51 @@ pub fn run(o: &SweepOptions, out: &mut dyn Write) -> Result<SweepOutcome> {
     Ok(outcome)
 }
 
+/// The file in a sweep directory that lists the figures its last render drew, one file
+/// name per line. The next render removes those it does not draw again: a figure of a
+/// mix, backend or size no longer in the CSV files (an `--overwrite` with a smaller
+/// grid) would otherwise stay beside results that no longer back it, and a reader
+/// could not tell it from this run's. A file it does not list is never touched.
+pub const FIGURE_LIST: &str = ".figures";
+
+/// Removes the figures of `dir`'s last render (its [`FIGURE_LIST`]) that are not in
+/// `drawn`, then lists `drawn` as the last render's; returns the removed files.
+fn replace_figures(dir: &Path, drawn: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let list = dir.join(FIGURE_LIST);
+    let names: Vec<&str> = drawn.iter().filter_map(|p| p.file_name()?.to_str()).collect();
+    let mut removed = Vec::new();
+    let old = match std::fs::read_to_string(&list) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io_err(&list)(e)),
+    };
+    for name in old.lines() {
+        // Only a figure's plain name: the list is a file like any other, and an edited
+        // one must not make a render remove anything else.
+        let figure = (name.ends_with(".png") || name.ends_with(".svg")) && !name.contains(['/', '\\']);
+        if !figure || names.contains(&name) {
+            continue;
+        }
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+    }
+    let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+    std::fs::write(&list, text).map_err(io_err(&list))?;
+    Ok(removed)
+}
+
 /// What [`render`] wrote.
 #[derive(Debug, Default)]
 pub struct RenderOutcome {
     /// Figure files (PNG and SVG).
     pub figures: Vec<PathBuf>,
+    /// Figures of the directory's last render that this one did not draw again, removed
+    /// (see [`FIGURE_LIST`]).
+    pub removed: Vec<PathBuf>,
     /// Presets found in the directory.
     pub presets: Vec<Preset>,
 }
@@ -1075,12 +1115,23 @@ pub fn render(dir: &Path, out: &mut dyn Write) -> Result<RenderOutcome> {
     let sp = dir.join("SUMMARY.md");
     std::fs::write(&sp, md).map_err(io_err(&sp))?;
     setup::record_spread(dir, &spreads)?;
+    r.removed = replace_figures(dir, &r.figures)?;
     let _ = writeln!(
         out,
         "\nwrote {} (PNG + SVG) and SUMMARY.md in {}",
         crate::units::count(r.figures.len() as u64 / 2, "figure"),
         dir.display()
     );
+    if !r.removed.is_empty() {
+        let names: Vec<String> =
+            r.removed.iter().filter_map(|p| Some(p.file_name()?.to_string_lossy().into_owned())).collect();
+        let _ = writeln!(
+            out,
+            "removed {} the last render drew and this one does not (no CSV row backs them): {}",
+            crate::units::count(r.removed.len() as u64, "figure file"),
+            names.join(", ")
+        );
+    }
     Ok(r)
 }
 
