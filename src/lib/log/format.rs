@@ -847,6 +847,31 @@ pub fn entry_checksum_parts(head: &[u8], rest: &[u8]) -> u32 {
     crc32c_append(c, rest)
 }
 
+/// The checksum of an entry fed in pieces, for bytes copied out a piece at a time:
+/// [`EntryCrc::new`] with the header, then [`EntryCrc::add`] with the key and value
+/// bytes in order. Equal to [`entry_checksum`] of the whole entry.
+pub struct EntryCrc(crc_fast::Digest);
+
+impl EntryCrc {
+    /// Starts with the entry's header (the fields the checksum covers).
+    pub fn new(header: &[u8; ENTRY_HEADER_SIZE as usize]) -> EntryCrc {
+        let mut d = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        d.update(&header[ENTRY_CHECKSUM_OFF as usize + 4..ENTRY_VERSION_OFF as usize]);
+        d.update(&header[ENTRY_KEY_LEN_OFF as usize..]);
+        EntryCrc(d)
+    }
+
+    /// The next bytes of the key and value.
+    pub fn add(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The checksum of everything given.
+    pub fn value(&self) -> u32 {
+        self.0.finalize() as u32
+    }
+}
+
 /// The checksum of an entry from its `head` (the header and the key, exactly) and the
 /// CRC-32C of its value of `value_len` bytes, without the value: what RDMP-CC's server
 /// seals in its allocation phase, where only the client holds the value. Equal to
@@ -959,6 +984,19 @@ pub fn relink_entry(b: &mut [u8], next_offset: u64) -> Result<u32> {
     let at = ENTRY_CHECKSUM_OFF as usize;
     b[at..at + 4].copy_from_slice(&c.to_le_bytes());
     Ok(c)
+}
+
+/// [`relink_entry`] of an entry in two pieces: its header, in `head`, and its key and
+/// value, `rest` (read only). Returns the new checksum, which `head` then holds.
+pub fn relink_head(head: &mut [u8; ENTRY_HEADER_SIZE as usize], rest: &[u8], next_offset: u64) -> u32 {
+    let next = ENTRY_NEXT_OFF as usize;
+    head[next..next + 8].copy_from_slice(&next_offset.to_le_bytes());
+    let mut crc = EntryCrc::new(head);
+    crc.add(rest);
+    let c = crc.value();
+    let at = ENTRY_CHECKSUM_OFF as usize;
+    head[at..at + 4].copy_from_slice(&c.to_le_bytes());
+    c
 }
 
 /// Stores `version` and `seal` into the encoded entry `b` (as the server does, or the
@@ -1134,24 +1172,81 @@ pub fn check_damaged_value(slot: &[u8], place: SlotPlace, segment_size: u64, tru
     ok.then_some(h)
 }
 
-/// Bounds, lengths and checksum of an entry, not its version or seal: what the server
-/// checks of an entry a client has just written, before it assigns the version.
+/// Bounds, lengths and checksum of an entry, not its version or seal: what recovery
+/// checks of a slot before its version and seal (`slot` holds the bytes from the
+/// slot's start, at least to the entry's end, and nobody writes them meanwhile; an
+/// entry a client may still write is checked with [`check_entry_copied`]).
 pub fn check_entry_body(slot: &[u8], offset: u64, segment_size: u64) -> std::result::Result<EntryHeader, EntryFault> {
     if slot.len() < ENTRY_HEADER_SIZE as usize {
         return Err(EntryFault::HeaderOutOfBounds);
     }
     let h = EntryHeader::decode(slot).map_err(|_| EntryFault::BadMagic)?;
-    if !next_offset_ok(offset, h.next_offset, segment_size) {
-        return Err(EntryFault::BadNextOffset);
-    }
-    let cap = h.next_offset - offset;
-    if h.key_len == 0 || h.key_len > MAX_KEY_LEN || h.entry_len() > cap || h.entry_len() > slot.len() as u64 {
-        return Err(EntryFault::BadLength);
-    }
+    check_entry_lengths(&h, offset, segment_size, slot.len() as u64)?;
     if entry_checksum(&slot[..h.entry_len() as usize]) != h.checksum {
         return Err(EntryFault::BadChecksum);
     }
     Ok(h)
+}
+
+/// The placement and lengths of the entry with header `h` at `offset` of a segment of
+/// `segment_size` bytes, of which `avail` are readable from the slot's start.
+fn check_entry_lengths(
+    h: &EntryHeader,
+    offset: u64,
+    segment_size: u64,
+    avail: u64,
+) -> std::result::Result<(), EntryFault> {
+    if !next_offset_ok(offset, h.next_offset, segment_size) {
+        return Err(EntryFault::BadNextOffset);
+    }
+    let cap = h.next_offset - offset;
+    if h.key_len == 0 || h.key_len > MAX_KEY_LEN || h.entry_len() > cap || h.entry_len() > avail {
+        return Err(EntryFault::BadLength);
+    }
+    Ok(())
+}
+
+/// Bytes of an entry's value copied and checksummed at a time by [`check_entry_copied`].
+const CHECK_CHUNK: usize = 4096;
+
+/// [`check_entry_body`] of an entry in memory its client may still write (its own
+/// segment, before the server seals it): each byte is taken once, by `read(at, buf)`,
+/// which copies the slot's bytes from `at` on into `buf` (false past the segment's
+/// end), and everything is checked on those copies. Returns the header and the key
+/// that were checked, so what the server seals and indexes is what it validated,
+/// whatever the client writes meanwhile (a view of such memory would let a length be
+/// read again after its check, by the code or by the compiler).
+pub fn check_entry_copied(
+    mut read: impl FnMut(u64, &mut [u8]) -> bool,
+    offset: u64,
+    segment_size: u64,
+) -> std::result::Result<(EntryHeader, Vec<u8>), EntryFault> {
+    let mut head = [0u8; ENTRY_HEADER_SIZE as usize];
+    if offset >= segment_size || !read(0, &mut head) {
+        return Err(EntryFault::HeaderOutOfBounds);
+    }
+    let h = EntryHeader::decode(&head).map_err(|_| EntryFault::BadMagic)?;
+    check_entry_lengths(&h, offset, segment_size, segment_size - offset)?;
+    let mut key = vec![0u8; h.key_len as usize];
+    if !read(ENTRY_HEADER_SIZE, &mut key) {
+        return Err(EntryFault::BadLength);
+    }
+    let mut crc = EntryCrc::new(&head);
+    crc.add(&key);
+    let mut chunk = [0u8; CHECK_CHUNK];
+    let (mut at, end) = (ENTRY_HEADER_SIZE + h.key_len as u64, h.entry_len());
+    while at < end {
+        let n = ((end - at) as usize).min(CHECK_CHUNK);
+        if !read(at, &mut chunk[..n]) {
+            return Err(EntryFault::BadLength);
+        }
+        crc.add(&chunk[..n]);
+        at += n as u64;
+    }
+    if crc.value() != h.checksum {
+        return Err(EntryFault::BadChecksum);
+    }
+    Ok((h, key))
 }
 
 #[cfg(test)]
@@ -1389,6 +1484,95 @@ mod tests {
             let _ = PoolHeader::decode(&bytes, 1 << 30);
             let _ = SegmentHeader::decode(&bytes, &Sealer::new(&KEY));
             let _ = check_entry(&bytes, place(off), 1 << 16, &trust(1 << 40), &mut 2);
+            let _ = check_entry_copied(|at, b| from_slice(&bytes, at, b), off, 1 << 16);
+        }
+
+        /// The check on copies gives the check on the bytes' verdict, for whole entries
+        /// and for entries with any byte changed (values over a copy's chunk too).
+        #[test]
+        fn the_check_on_copies_agrees_with_the_check_in_place(
+            key in proptest::collection::vec(any::<u8>(), 1..40),
+            value_len in prop_oneof![0usize..300, 4000usize..9000],
+            flip in proptest::option::of((any::<proptest::sample::Index>(), 1u8..=255)),
+            cut in 0usize..3,
+        ) {
+            let off = 4096u64;
+            let value: Vec<u8> = (0..value_len).map(|i| (i * 7) as u8).collect();
+            let next = off + slot_size(key.len(), value.len());
+            let mut buf = vec![0u8; (next - off) as usize];
+            encode_entry(&mut buf, &key, &value, false, next).unwrap();
+            if let Some((i, x)) = flip {
+                let i = i.index(buf.len());
+                buf[i] ^= x;
+            }
+            // A segment that ends inside the entry, or just after it.
+            let size = next - [0, 8, 40][cut].min(next - off - 1);
+            let there = &buf[..buf.len().min((size - off) as usize)];
+            let copied = check_entry_copied(|at, b| from_slice(there, at, b), off, size);
+            let in_place = check_entry_body(there, off, size);
+            prop_assert_eq!(copied.clone().map(|(h, _)| h), in_place);
+            if let (Ok((h, k)), Ok(_)) = (copied, in_place) {
+                prop_assert_eq!(&k[..], entry_key(&buf, &h));
+            }
+        }
+    }
+
+    /// A reader of `bytes` for [`check_entry_copied`].
+    fn from_slice(bytes: &[u8], at: u64, buf: &mut [u8]) -> bool {
+        match bytes.get(at as usize..).and_then(|b| b.get(..buf.len())) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A client that rewrites its entry while the server checks it changes nothing the
+    /// server decides on: every byte is read once, and the header and key returned are
+    /// the ones the checksum covered, even when each byte read is changed right after.
+    #[test]
+    fn the_check_on_copies_reads_each_byte_once_and_returns_what_it_checked() {
+        let off = 64u64;
+        let (key, value) = (b"the key".to_vec(), vec![0x5au8; 9000]);
+        let next = off + slot_size(key.len(), value.len());
+        let mut buf = vec![0u8; (next - off) as usize];
+        encode_entry(&mut buf, &key, &value, false, next).unwrap();
+        let written = buf.clone();
+        let mut seen = vec![0u32; buf.len()];
+        let racing = |at: u64, b: &mut [u8]| {
+            let r = at as usize..at as usize + b.len();
+            if !from_slice(&buf, at, b) {
+                return false;
+            }
+            for i in r {
+                seen[i] += 1;
+                // The client's next store: another key, a longer length, another value.
+                buf[i] = buf[i].wrapping_add(1);
+            }
+            true
+        };
+        let (h, k) = check_entry_copied(racing, off, 1 << 20).unwrap();
+        let len = h.entry_len() as usize;
+        assert!(len < seen.len(), "the slot has padding after the entry");
+        assert!(seen[..len].iter().all(|&n| n == 1), "every byte of the entry read exactly once: {:?}", &seen[..48]);
+        assert!(seen[len..].iter().all(|&n| n == 0), "nothing past the entry read");
+        assert_eq!(k, key);
+        assert_eq!(h, EntryHeader::decode(&written).unwrap());
+        assert_ne!(buf, written, "the bytes did change under the check");
+    }
+
+    #[test]
+    fn an_entry_relinked_in_two_pieces_is_relinked_as_a_whole() {
+        for value in [&b""[..], b"v", &[3u8; 5000][..]] {
+            let mut whole = vec![0u8; ENTRY_HEADER_SIZE as usize + 4 + value.len()];
+            encode_entry(&mut whole, b"user", value, false, 1 << 12).unwrap();
+            let mut head: [u8; ENTRY_HEADER_SIZE as usize] = whole[..ENTRY_HEADER_SIZE as usize].try_into().unwrap();
+            let rest = whole[ENTRY_HEADER_SIZE as usize..].to_vec();
+            let c = relink_head(&mut head, &rest, 1 << 13);
+            assert_eq!(c, relink_entry(&mut whole, 1 << 13).unwrap());
+            assert_eq!(&head[..], &whole[..ENTRY_HEADER_SIZE as usize]);
+            assert_eq!(EntryHeader::decode(&head).unwrap().next_offset, 1 << 13);
         }
     }
 }

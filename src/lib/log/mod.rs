@@ -578,18 +578,17 @@ impl Pool {
         Ok(())
     }
 
-    /// Validates the entry a client wrote at `offset` of segment `seg` (not yet versioned).
-    pub fn validate_entry(&self, seg: u64, offset: u64) -> std::result::Result<EntryHeader, EntryFault> {
+    /// Validates the entry a client wrote at `offset` of segment `seg` (not yet
+    /// versioned) on copies of its bytes, each taken once: its client may still write
+    /// them (see [`format::check_entry_copied`]). Returns the header and key checked.
+    pub fn validate_entry(&self, seg: u64, offset: u64) -> std::result::Result<(EntryHeader, Vec<u8>), EntryFault> {
         let size = self.segment_size();
         if seg >= self.segment_count() || offset >= size {
             return Err(EntryFault::HeaderOutOfBounds);
         }
-        let slot = self
-            .media
-            .map()
-            .view(self.segment_offset(seg) + offset, (size - offset) as usize)
-            .map_err(|_| EntryFault::HeaderOutOfBounds)?;
-        check_entry_body(slot, offset, size)
+        let (base, m) = (self.segment_offset(seg) + offset, self.media.map());
+        let read = |at: u64, buf: &mut [u8]| at + buf.len() as u64 <= size - offset && m.read(base + at, buf).is_ok();
+        check_entry_copied(read, offset, size)
     }
 
     /// Stores `version` and its `seal` into the entry at `offset` of `seg` (two aligned
@@ -766,13 +765,26 @@ impl Pool {
 
 impl KeySource for Pool {
     fn key_matches(&self, loc: &Loc, key: &[u8]) -> bool {
+        // On copies of the bytes, each taken once: the entry may be in a segment its
+        // client still writes. A key is compared a piece at a time, so that a key
+        // differing early costs one small copy.
+        const PIECE: usize = 64;
         let base = self.segment_offset(loc.segment as u64) + loc.offset as u64;
         let m = self.media.map();
-        match m.view(base, ENTRY_HEADER_SIZE as usize).map(stored_key_len) {
-            Ok(Some(kl)) if kl as usize == key.len() => {}
-            _ => return false,
+        let mut head = [0u8; ENTRY_HEADER_SIZE as usize];
+        if m.read(base, &mut head).is_err() || stored_key_len(&head) != Some(key.len() as u32) {
+            return false;
         }
-        m.view(base + ENTRY_HEADER_SIZE, key.len()).is_ok_and(|k| k == key)
+        let mut piece = [0u8; PIECE];
+        let mut at = base + ENTRY_HEADER_SIZE;
+        for want in key.chunks(PIECE) {
+            let got = &mut piece[..want.len()];
+            if m.read(at, got).is_err() || got != want {
+                return false;
+            }
+            at += want.len() as u64;
+        }
+        true
     }
 }
 

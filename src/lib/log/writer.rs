@@ -190,31 +190,39 @@ impl Pool {
             _ => {}
         }
         let mut laps = Laps::start(times);
-        let h = self.validate_entry(seg.id, offset).map_err(|fault| CommitError::Invalid { offset, fault })?;
+        let (h, key) = self.validate_entry(seg.id, offset).map_err(|fault| CommitError::Invalid { offset, fault })?;
         laps.lap(|t| &mut t.validate);
-        self.commit_steps(seg, offset, mode, h, writeback, laps)
+        self.commit_steps(seg, offset, mode, h, key, writeback, laps)
     }
 
-    /// [`Pool::commit`] for an entry whose header `h` was already validated (the server
-    /// built it itself, as the RPC baseline does). Placement is still checked.
+    /// [`Pool::commit`] for an entry whose header `h` and `key` were already validated
+    /// (the server built it itself, as the RPC baseline does). Placement is still
+    /// checked.
+    #[allow(clippy::too_many_arguments)]
     pub fn commit_validated(
         &self,
         seg: &mut ActiveSegment,
         offset: u64,
         mode: WriteMode,
         h: EntryHeader,
+        key: Vec<u8>,
         writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
         times: Option<&mut CommitTimes>,
     ) -> std::result::Result<Committed, CommitError> {
-        self.commit_steps(seg, offset, mode, h, writeback, Laps::start(times))
+        self.commit_steps(seg, offset, mode, h, key, writeback, Laps::start(times))
     }
 
+    /// Commits the entry whose header `h` and `key` were validated (on private copies:
+    /// the seal covers, and the index keys on, these, whatever the client writes into
+    /// its segment now).
+    #[allow(clippy::too_many_arguments)]
     fn commit_steps(
         &self,
         seg: &mut ActiveSegment,
         offset: u64,
         mode: WriteMode,
         h: EntryHeader,
+        key: Vec<u8>,
         writeback: &mut dyn FnMut(u64, usize) -> Result<()>,
         mut laps: Laps<'_>,
     ) -> std::result::Result<Committed, CommitError> {
@@ -229,14 +237,6 @@ impl Pool {
         }
         let pool_off = self.pool_offset(seg.id, offset);
         let len = h.entry_len() as usize;
-        // The key as validated: what the seal covers and the index keys on (a client
-        // rewriting its bytes now changes neither).
-        let key = self
-            .media()
-            .map()
-            .view(pool_off + ENTRY_HEADER_SIZE, h.key_len as usize)
-            .map_err(CommitError::Media)?
-            .to_vec();
         let count_first = planted("count-first") && mode == WriteMode::Append;
         if count_first {
             self.persist_count(seg.id, seg.generation, seg.count + 1)?;

@@ -276,8 +276,11 @@ impl Mapping {
     /// A shared view of `len` bytes at `off`.
     ///
     /// Only for memory that no other party writes while the view lives: an offline pool,
-    /// or an entry the protocol has taken from its writer (after its WRITE completed).
-    /// Every reader of such a view validates it with the entry checksum anyway.
+    /// a sealed segment (its client's access revoked), the server's own buffers. Memory
+    /// a peer may still write (a client's active segment) is copied out with
+    /// [`Mapping::read`], each byte once, and the copy is checked and used: a `&[u8]`
+    /// over it would let the code, or the compiler, read a length again after checking
+    /// it. Every reader of a view validates it with the entry checksum anyway.
     pub fn view(&self, off: u64, len: usize) -> Result<&[u8]> {
         self.check(off, len)?;
         // SAFETY: bounds checked; the memory lives as long as `self`. The contract above

@@ -126,13 +126,18 @@ pub(super) fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()>
     let next = offset + slot;
     let dst = cx.pool().pool_offset(seg.id, offset);
     let map = cx.pool().media().map();
-    map.write(dst, entry)?;
-    // The server chose the placement: it writes next_offset and computes the checksum.
-    map.write(dst + fmt::ENTRY_NEXT_OFF, &next.to_le_bytes())?;
-    let checksum = fmt::entry_checksum(map.view(dst, entry.len())?);
-    map.write(dst + fmt::ENTRY_CHECKSUM_OFF, &checksum.to_le_bytes())?;
+    // The server chose the placement: it sets next_offset in its copy of the header and
+    // checksums the bytes it received, never the pool's copy, which the client may
+    // write (the segment is its own); so it seals and indexes what it checked.
+    let hdr = ENTRY_HEADER_SIZE as usize;
+    let mut head = [0u8; ENTRY_HEADER_SIZE as usize];
+    head.copy_from_slice(&entry[..hdr]);
+    let checksum = fmt::relink_head(&mut head, &entry[hdr..], next);
+    map.write(dst, &head)?;
+    map.write(dst + hdr as u64, &entry[hdr..])?;
+    let key = entry[hdr..hdr + h.key_len as usize].to_vec();
     let h = EntryHeader { next_offset: next, checksum, version: 0, ..h };
-    cx.commit_and_reply(offset, WriteMode::Append, Some(h))
+    cx.commit_and_reply(offset, WriteMode::Append, Some((h, key)))
 }
 
 /// Why an entry of `len` bytes cannot be a GET's reply (after a header of `head`

@@ -375,8 +375,13 @@ impl<T: Transport> Ctx<'_, T> {
     }
 
     /// Commits the entry at `offset` of the client's segment and replies with its
-    /// version (`pre`: its header, when the server already validated it).
-    pub(crate) fn commit_and_reply(&mut self, offset: u64, mode: WriteMode, pre: Option<EntryHeader>) -> Result<()> {
+    /// version (`pre`: its header and key, when the server built the entry itself).
+    pub(crate) fn commit_and_reply(
+        &mut self,
+        offset: u64,
+        mode: WriteMode,
+        pre: Option<(EntryHeader, Vec<u8>)>,
+    ) -> Result<()> {
         let sampled = self.sampled();
         let early = early_reply_planted(self.conn.protocol);
         let mut replied = false;
@@ -404,7 +409,7 @@ impl<T: Transport> Ctx<'_, T> {
         };
         let tm = t0.map(|_| &mut times);
         let r = match pre {
-            Some(h) => pool.commit_validated(seg, offset, mode, h, &mut wb, tm),
+            Some((h, key)) => pool.commit_validated(seg, offset, mode, h, key, &mut wb, tm),
             None => pool.commit(seg, offset, mode, &mut wb, tm),
         };
         match r {
