@@ -21,14 +21,19 @@ fn start_server(dir: &Path, ep: &Endpoint) -> Child {
     if let Endpoint::Shm(sock) = ep {
         let _ = std::fs::remove_file(sock);
     }
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("serve.log")).expect("serve.log");
     Command::new(env!("CARGO_BIN_EXE_boomctl"))
         .args(["serve", "--quiet", "--stats-interval", "0", "--pool-size", "64M", "--segment-size", "1M", "--pmem"])
         .arg(dir)
         .arg("--listen")
         .arg(ep.to_string())
         .stdout(Stdio::null())
-        .stderr(if std::env::var_os("BOOMKV_KILL_LOG").is_some() { Stdio::inherit() } else { Stdio::from(log) })
+        .stderr(if std::env::var_os("BOOMKV_KILL_LOG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::from(
+                std::fs::OpenOptions::new().create(true).append(true).open(dir.join("serve.log")).expect("serve.log"),
+            )
+        })
         .spawn()
         .expect("start boomctl serve")
 }

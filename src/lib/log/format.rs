@@ -1114,8 +1114,8 @@ pub struct Checked {
 /// One-bit repairs tried per segment walk ([`check_entry`]'s `repairs` budget).
 pub const REPAIRS_PER_SEGMENT: u32 = 256;
 
-/// Validates the slot at `place` whose bytes start at `slot[0]` (`slot` runs to the end
-/// of the segment): a durable entry the server sealed, with a version below the
+/// Validates the slot at `place` whose bytes start at `slot[0]` (`slot` runs at least
+/// to the entry's end, at most to the segment's): a durable entry the server sealed, with a version below the
 /// high-water mark. A seal that fails is tried with each single bit of `version_num`
 /// and of `seal` flipped, while `repairs` lasts (decremented per damaged entry).
 pub fn check_entry(
@@ -1206,8 +1206,9 @@ fn check_entry_lengths(
     Ok(())
 }
 
-/// Bytes of an entry's value copied and checksummed at a time by [`check_entry_copied`].
-const CHECK_CHUNK: usize = 4096;
+/// Bytes of an entry's value copied and checksummed at a time by [`check_entry_copied`]
+/// (a buffer on the stack, zeroed at every check: small).
+const CHECK_CHUNK: usize = 1024;
 
 /// [`check_entry_body`] of an entry in memory its client may still write (its own
 /// segment, before the server seals it): each byte is taken once, by `read(at, buf)`,
@@ -1245,6 +1246,28 @@ pub fn check_entry_copied(
     }
     if crc.value() != h.checksum {
         return Err(EntryFault::BadChecksum);
+    }
+    Ok((h, key))
+}
+
+/// [`check_entry_copied`] and then the seal, with no repair: an entry at `place` that
+/// the server has sealed while its client may still write it (RDMP-CC's, before its
+/// client's FLUSH is known). Returns the header and key checked.
+pub fn check_sealed_copied(
+    read: impl FnMut(u64, &mut [u8]) -> bool,
+    place: SlotPlace,
+    segment_size: u64,
+    trust: &Trust,
+) -> std::result::Result<(EntryHeader, Vec<u8>), EntryFault> {
+    let (h, key) = check_entry_copied(read, place.offset, segment_size)?;
+    if h.version == 0 {
+        return Err(EntryFault::NoVersion);
+    }
+    if h.version >= trust.hwm {
+        return Err(EntryFault::AboveHighWater);
+    }
+    if trust.sealer.entry_seal(place, h.version, &h, &key) != h.seal {
+        return Err(EntryFault::BadSeal);
     }
     Ok((h, key))
 }
@@ -1495,12 +1518,16 @@ mod tests {
             value_len in prop_oneof![0usize..300, 4000usize..9000],
             flip in proptest::option::of((any::<proptest::sample::Index>(), 1u8..=255)),
             cut in 0usize..3,
+            version in prop_oneof![Just(0u64), 1u64..MAX_VERSION],
         ) {
             let off = 4096u64;
             let value: Vec<u8> = (0..value_len).map(|i| (i * 7) as u8).collect();
             let next = off + slot_size(key.len(), value.len());
             let mut buf = vec![0u8; (next - off) as usize];
             encode_entry(&mut buf, &key, &value, false, next).unwrap();
+            if version > 0 {
+                seal(&mut buf, place(off), version);
+            }
             if let Some((i, x)) = flip {
                 let i = i.index(buf.len());
                 buf[i] ^= x;
@@ -1514,6 +1541,11 @@ mod tests {
             if let (Ok((h, k)), Ok(_)) = (copied, in_place) {
                 prop_assert_eq!(&k[..], entry_key(&buf, &h));
             }
+            // And with the seal (no repair), as the check of a sealed entry in place.
+            let t = trust(MAX_VERSION);
+            let sealed = check_sealed_copied(|at, b| from_slice(there, at, b), place(off), size, &t);
+            let in_place = check_entry(there, place(off), size, &t, &mut 0).map(|c| c.header);
+            prop_assert_eq!(sealed.map(|(h, _)| h), in_place);
         }
     }
 

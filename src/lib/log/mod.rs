@@ -715,7 +715,7 @@ impl Pool {
     /// [`Pool::lookup`] for a client that READs the entry by itself once told its place
     /// (RDMP-KV's GET): the entry's segment is not freed for `lease` from now (taken
     /// inside the look-up, as [`Pool::lookup_pinned`] pins), and the client takes a
-    /// READ that completes later than that as torn. The server never learns when such
+    /// READ that completes after half of it as late, and asks again. The server never learns when such
     /// a READ is over; without the lease the segment could be freed and granted to
     /// another client, whose entry of the same key, at the same place, the READ would
     /// then return.

@@ -359,14 +359,14 @@ impl Drop for ServerCore {
 /// seal, version, checksum and key as placed. Returns its location.
 pub(crate) fn check_pending(pool: &Pool, key: &[u8], p: &pending::PendingPut) -> Option<crate::index::Loc> {
     let size = pool.segment_size();
-    // A copy of the slot the allocation placed, taken once and checked whole: its
-    // client may still write it.
-    let mut slot = vec![0u8; p.next_offset.checked_sub(p.offset)? as usize];
-    pool.media().map().read(pool.pool_offset(p.segment, p.offset), &mut slot).ok()?;
+    // Checked on copies, each byte taken once: its client may still write the slot.
+    let (base, m) = (pool.pool_offset(p.segment, p.offset), pool.media().map());
+    let read = |at: u64, buf: &mut [u8]| {
+        at + buf.len() as u64 <= size.saturating_sub(p.offset) && m.read(base + at, buf).is_ok()
+    };
     let place = fmt::SlotPlace { segment: p.segment, generation: p.generation, offset: p.offset };
-    let c = fmt::check_entry(&slot, place, size, &pool.trust(), &mut 0).ok()?;
-    let h = c.header;
-    let ok = h.version == p.version && h.next_offset == p.next_offset && fmt::entry_key(&slot, &h) == key;
+    let (h, stored) = fmt::check_sealed_copied(read, place, size, &pool.trust()).ok()?;
+    let ok = h.version == p.version && h.next_offset == p.next_offset && stored == key;
     ok.then(|| crate::index::Loc {
         segment: p.segment as u32,
         offset: p.offset as u32,

@@ -1053,7 +1053,8 @@ fn replace_figures(dir: &Path, drawn: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for name in old.lines() {
         // Only a figure's plain name: the list is a file like any other, and an edited
         // one must not make a render remove anything else.
-        let figure = (name.ends_with(".png") || name.ends_with(".svg")) && !name.contains(['/', '\\']);
+        let plain = Path::new(name).file_name() == Some(std::ffi::OsStr::new(name)) && !name.contains(['/', '\\']);
+        let figure = plain && (name.ends_with(".png") || name.ends_with(".svg"));
         if !figure || names.contains(&name) {
             continue;
         }
