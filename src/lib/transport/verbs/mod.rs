@@ -2149,15 +2149,21 @@ mod tests {
         assert_eq!(attr::remote_access_flags(Access::LOCAL_WRITE), 0);
     }
 
-    /// A transport whose handshakes must finish within `secs`, listening on loopback: the
-    /// transport, its listener and the listener's address.
-    fn listening(secs: u64) -> (VerbsTransport, VerbsListener, String) {
+    /// A transport whose handshakes must finish within `secs`, listening on loopback
+    /// with an [`acceptor`] running for `run`: the transport, the listener's address,
+    /// the accepted queue pairs as they come, and the acceptor.
+    fn serving(
+        secs: u64,
+        run: Duration,
+    ) -> (VerbsTransport, String, std::sync::mpsc::Receiver<VerbsQp>, std::thread::JoinHandle<()>) {
         let cfg = VerbsConfig::from_env().expect("BOOMKV_RDMA_* variables");
         let transport = TransportConfig { handshake_timeout: Duration::from_secs(secs), ..conformance::test_config() };
         let t = VerbsTransport::new(VerbsConfig { transport, ..cfg }).expect("open the device");
         let l = t.listen(&ep()).unwrap();
         let Endpoint::Verbs(addr) = l.endpoint() else { unreachable!() };
-        (t, l, addr)
+        let (tx, rx) = std::sync::mpsc::channel();
+        let accepting = acceptor(l, t.create_cq().unwrap(), run, tx);
+        (t, addr, rx, accepting)
     }
 
     /// Accepts every connection for `run`, handing each to `out`.
@@ -2182,7 +2188,7 @@ mod tests {
     fn silent_and_slow_sockets_hold_up_no_honest_client() {
         // Handshakes ran on the accepting thread: each silent socket held every later
         // client for the whole handshake deadline.
-        let (t, l, addr) = listening(5);
+        let (t, addr, rx, accepting) = serving(5, Duration::from_secs(8));
         let mut socks = Vec::new();
         for i in 0..50 {
             let mut c = TcpStream::connect(&addr).unwrap();
@@ -2192,15 +2198,10 @@ mod tests {
             }
             socks.push(c);
         }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let accepting = acceptor(l, t.create_cq().unwrap(), Duration::from_secs(8), tx);
-        let cq = t.create_cq().unwrap();
         let start = Instant::now();
-        let (qp, welcome) = t.connect(&ep_of(&addr), &cq, &cq, b"hello", Duration::from_secs(3)).unwrap();
+        let (qp, _cq, server_side) = connected(&t, &addr, &rx);
         let took = start.elapsed();
-        assert_eq!(welcome, b"welcome");
         assert!(took < Duration::from_secs(3), "the honest client waited {took:?}");
-        let server_side = rx.recv_timeout(Duration::from_secs(3)).expect("the server accepted it");
         assert!(!qp.is_error() && !server_side.is_error());
         drop(socks);
         accepting.join().unwrap();
@@ -2211,9 +2212,7 @@ mod tests {
     fn a_client_that_never_says_ready_holds_up_no_one_and_is_dropped() {
         // The server waited for the client's ready on the accepting thread, up to the
         // handshake deadline per such client.
-        let (t, l, addr) = listening(2);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let accepting = acceptor(l, t.create_cq().unwrap(), Duration::from_secs(6), tx);
+        let (t, addr, rx, accepting) = serving(2, Duration::from_secs(6));
         // Rogues: valid hellos with real queue pairs (the server's RTR succeeds), read
         // the accept, never say ready.
         let cq = t.create_cq().unwrap();
@@ -2252,7 +2251,8 @@ mod tests {
         rx: &std::sync::mpsc::Receiver<VerbsQp>,
     ) -> (VerbsQp, VerbsCq, VerbsQp) {
         let cq = t.create_cq().unwrap();
-        let (qp, _) = t.connect(&ep_of(addr), &cq, &cq, b"hello", Duration::from_secs(3)).unwrap();
+        let (qp, welcome) = t.connect(&ep_of(addr), &cq, &cq, b"hello", Duration::from_secs(3)).unwrap();
+        assert_eq!(welcome, b"welcome", "the acceptor's answer");
         let server_side = rx.recv_timeout(Duration::from_secs(3)).expect("the server accepted it");
         (qp, cq, server_side)
     }
@@ -2270,9 +2270,7 @@ mod tests {
     #[test]
     #[ignore = "needs an RDMA device: BOOMKV_RDMA_DEVICE=rxe0 (see the README)"]
     fn a_bound_region_is_reached_through_its_window_by_its_client_alone() {
-        let (t, l, addr) = listening(5);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let accepting = acceptor(l, t.create_cq().unwrap(), Duration::from_secs(6), tx);
+        let (t, addr, rx, accepting) = serving(5, Duration::from_secs(6));
         let (owner, owner_cq, owner_at_server) = connected(&t, &addr, &rx);
         let memory = Arc::new(Mapping::anonymous(1 << 16).unwrap());
         let region = t.register_bound(&owner_at_server, memory, None, 4096, 4096, Access::REMOTE_WRITE).unwrap();
