@@ -124,6 +124,15 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     // "bin" and "stdin" live; the five keys above deleted (their tombstones were
     // counted as keys)
     assert!(text.contains("keys          2 live, 5 deleted"), "{text}");
+    // A look at the pool the server has open says so: entries being written may look
+    // torn there.
+    let pmem = dir.path().to_str().unwrap();
+    let live = "a running server has this pool open";
+    for cmd in ["inspect-log", "recover"] {
+        let out = run(&[cmd, "--pmem", pmem]);
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(live), "{cmd}: {out:?}");
+    }
     // SIGTERM stops it cleanly with status 0
     sigterm(serve.0.id());
     let status = serve.0.wait().unwrap();
@@ -132,6 +141,9 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     use std::io::Read;
     serve.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(err.contains("stopped after"), "{err}");
+    // Without a server: no such warning.
+    let out = run(&["inspect-log", "--pmem", pmem]);
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains(live), "{out:?}");
 }
 
 #[test]

@@ -99,6 +99,7 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
         read_only_options(index)
     };
     let (pool, rep) = Pool::open(&arg, &opts)?;
+    warn_if_served(&pool);
     let printed = (|| -> anyhow::Result<()> {
         if a.json {
             print_json(&serde_json::json!({
@@ -403,8 +404,20 @@ fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Ar
     )
 }
 
+/// Says so when a read-only open found a server holding the pool.
+fn warn_if_served(pool: &Pool) {
+    if pool.media().held_by_writer() {
+        eprintln!(
+            "boomctl: warning: {}: a running server has this pool open; what it writes meanwhile may show as torn \
+             or damaged entries (stop it for a consistent view)",
+            pool.media().path().display()
+        );
+    }
+}
+
 pub fn inspect_log(a: InspectArgs) -> anyhow::Result<()> {
     let (pool, rep) = Pool::open(&a.pmem.pmem, &read_only_options(IndexKind::Hash))?;
+    warn_if_served(&pool);
     let segments = pool.segment_count();
     if let Some(s) = a.segment.filter(|&s| s >= segments) {
         // An empty table would read as "nothing in it", not "no such segment".

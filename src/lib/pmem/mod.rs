@@ -142,6 +142,8 @@ pub struct Media {
     flush: FlushKind,
     durability: Durability,
     read_only: bool,
+    /// A read-only open found the pool held by a writer (a running server).
+    held: bool,
     stats: FlushStats,
     sim: Option<Arc<CrashSim>>,
 }
@@ -235,6 +237,7 @@ impl Media {
         if !opts.read_only {
             lock_exclusive(&file).map_err(perr)?;
         }
+        let held = opts.read_only && held_by_writer(&file);
         let meta = file.metadata().map_err(|e| perr(e.to_string()))?;
         let is_dev = meta.file_type().is_char_device();
         let mut created = false;
@@ -316,6 +319,7 @@ impl Media {
                 flush,
                 durability: opts.durability,
                 read_only: opts.read_only,
+                held,
                 stats: FlushStats::default(),
                 sim: None,
             },
@@ -347,6 +351,7 @@ impl Media {
             flush,
             durability: Durability::Flush,
             read_only: false,
+            held: false,
             stats: FlushStats::default(),
             sim: Some(sim),
         })
@@ -400,6 +405,13 @@ impl Media {
     /// Whether writes stay out of the file (copy-on-write mapping).
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Whether, when this read-only open mapped the pool, another process held it open
+    /// for writing (a running server): what that process writes meanwhile reaches this
+    /// mapping page by page, so entries it is writing may look torn.
+    pub fn held_by_writer(&self) -> bool {
+        self.held
     }
 
     /// Whether this is the crash-simulating media.
@@ -572,6 +584,20 @@ fn lock_exclusive(file: &File) -> std::result::Result<(), String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Whether another open of the pool file holds its exclusive lock (a server): tried with
+/// a shared lock, released at once, so a server starting meanwhile is not kept out.
+fn held_by_writer(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an open fd.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if r == 0 {
+        // SAFETY: as above; drops the shared lock just taken.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return false;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
 
 fn map_private(file: &File, len: usize) -> Result<Mapping> {
