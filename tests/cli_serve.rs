@@ -127,11 +127,15 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     // A look at the pool the server has open says so: entries being written may look
     // torn there.
     let pmem = dir.path().to_str().unwrap();
-    let live = "a running server has this pool open";
+    let live = "another process has this pool open for writing (a running server?)";
     for cmd in ["inspect-log", "recover"] {
         let out = run(&[cmd, "--pmem", pmem]);
         assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stderr).contains(live), "{cmd}: {out:?}");
+        // JSON says it too, and standard output stays JSON.
+        let out = run(&[cmd, "--pmem", pmem, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["served"], true, "{cmd}: {v}");
     }
     // SIGTERM stops it cleanly with status 0
     sigterm(serve.0.id());
@@ -144,6 +148,8 @@ fn serve_and_command_line_clients_over_shm_and_tcp() {
     // Without a server: no such warning.
     let out = run(&["inspect-log", "--pmem", pmem]);
     assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains(live), "{out:?}");
+    let out = run(&["recover", "--pmem", pmem, "--json"]);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["served"], false);
 }
 
 #[test]

@@ -106,6 +106,7 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
                 "path": pool.media().path(),
                 "header": pool.header(),
                 "uuid": pool.header().uuid_hex(),
+                "served": pool.media().held_by_writer(),
                 "recovery": rep,
                 "keys": if a.keys { Some(live_keys(&pool)?) } else { None },
             }))
@@ -404,12 +405,12 @@ fn clover_line(c: &boomkv::log::arena::CloverReport, a: &boomkv::log::clover::Ar
     )
 }
 
-/// Says so when a read-only open found a server holding the pool.
+/// Says so when a read-only open found the pool held by a writer (`served` in JSON).
 fn warn_if_served(pool: &Pool) {
     if pool.media().held_by_writer() {
         eprintln!(
-            "boomctl: warning: {}: a running server has this pool open; what it writes meanwhile may show as torn \
-             or damaged entries (stop it for a consistent view)",
+            "boomctl: warning: {}: another process has this pool open for writing (a running server?); what it \
+             writes meanwhile may show as torn or damaged entries (stop it for a consistent view)",
             pool.media().path().display()
         );
     }

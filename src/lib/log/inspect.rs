@@ -97,6 +97,9 @@ pub struct Inspection {
     pub header: PoolHeader,
     /// Pool uuid as hex.
     pub uuid: String,
+    /// Another process held the pool open for writing when it was opened (a running
+    /// server?): entries it wrote meanwhile may look torn here.
+    pub served: bool,
     /// What recovery found.
     pub recovery: RecoveryReport,
     /// Segments shown.
@@ -237,6 +240,7 @@ pub fn inspect(pool: &Pool, recovery: &RecoveryReport, f: &InspectFilter) -> Ins
     Inspection {
         path: pool.media().path().display().to_string(),
         uuid: ph.uuid_hex(),
+        served: pool.media().held_by_writer(),
         header: ph,
         recovery: recovery.clone(),
         segments,

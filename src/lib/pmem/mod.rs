@@ -142,7 +142,7 @@ pub struct Media {
     flush: FlushKind,
     durability: Durability,
     read_only: bool,
-    /// A read-only open found the pool held by a writer (a running server).
+    /// A read-only open found the pool file locked by a writer (a running server?).
     held: bool,
     stats: FlushStats,
     sim: Option<Arc<CrashSim>>,
@@ -407,9 +407,10 @@ impl Media {
         self.read_only
     }
 
-    /// Whether, when this read-only open mapped the pool, another process held it open
-    /// for writing (a running server): what that process writes meanwhile reaches this
-    /// mapping page by page, so entries it is writing may look torn.
+    /// Whether, when this read-only open was made, another open of the pool file held
+    /// its exclusive lock (a running server, or a server starting or exiting; in this
+    /// process too): what a writer writes meanwhile reaches this mapping page by page,
+    /// so entries it is writing may look torn. Checked once, at the open.
     pub fn held_by_writer(&self) -> bool {
         self.held
     }
@@ -692,7 +693,13 @@ mod tests {
         let e = Media::open(&path, &opts).unwrap_err().to_string();
         assert!(e.contains("in use by another process"), "{e}");
         let ro = MediaOptions { read_only: true, create: false, ..Default::default() };
-        assert!(Media::open(&path, &ro).is_ok(), "inspection of a live pool is allowed");
+        let (seen, _) = Media::open(&path, &ro).expect("inspection of a live pool is allowed");
+        assert!(seen.held_by_writer(), "a look at a live pool knows it");
+        drop(_m);
+        let (seen, _) = Media::open(&path, &ro).unwrap();
+        assert!(!seen.held_by_writer(), "nobody writes it now");
+        // The look took no lock that stays: a writer opens it again.
+        assert!(Media::open(&path, &opts).is_ok());
     }
 
     #[test]

@@ -2244,7 +2244,8 @@ mod tests {
         accepting.join().unwrap();
     }
 
-    /// A client's connection to `l`'s transport, and the server's side of it.
+    /// A client's connection over `t` to the listener at `addr`, and the server's side
+    /// of it (from the acceptor's `rx`).
     fn connected(
         t: &VerbsTransport,
         addr: &str,
