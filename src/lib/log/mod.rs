@@ -586,9 +586,15 @@ impl Pool {
         if seg >= self.segment_count() || offset >= size {
             return Err(EntryFault::HeaderOutOfBounds);
         }
-        let (base, m) = (self.segment_offset(seg) + offset, self.media.map());
-        let read = |at: u64, buf: &mut [u8]| at + buf.len() as u64 <= size - offset && m.read(base + at, buf).is_ok();
-        check_entry_copied(read, offset, size)
+        check_entry_copied(self.slot_reader(seg, offset), offset, size)
+    }
+
+    /// Copies bytes of the slot at `offset` of segment `seg` from `at` on into a
+    /// buffer, as [`format::check_entry_copied`] reads: false past the segment's end.
+    pub fn slot_reader(&self, seg: u64, offset: u64) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
+        let (base, room, m) =
+            (self.pool_offset(seg, offset), self.segment_size().saturating_sub(offset), self.media.map());
+        move |at: u64, buf: &mut [u8]| at.saturating_add(buf.len() as u64) <= room && m.read(base + at, buf).is_ok()
     }
 
     /// Stores `version` and its `seal` into the entry at `offset` of `seg` (two aligned

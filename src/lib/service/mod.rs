@@ -360,10 +360,7 @@ impl Drop for ServerCore {
 pub(crate) fn check_pending(pool: &Pool, key: &[u8], p: &pending::PendingPut) -> Option<crate::index::Loc> {
     let size = pool.segment_size();
     // Checked on copies, each byte taken once: its client may still write the slot.
-    let (base, m) = (pool.pool_offset(p.segment, p.offset), pool.media().map());
-    let read = |at: u64, buf: &mut [u8]| {
-        at + buf.len() as u64 <= size.saturating_sub(p.offset) && m.read(base + at, buf).is_ok()
-    };
+    let read = pool.slot_reader(p.segment, p.offset);
     let place = fmt::SlotPlace { segment: p.segment, generation: p.generation, offset: p.offset };
     let (h, stored) = fmt::check_sealed_copied(read, place, size, &pool.trust()).ok()?;
     let ok = h.version == p.version && h.next_offset == p.next_offset && stored == key;
