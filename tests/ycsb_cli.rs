@@ -997,3 +997,46 @@ fn what_a_killed_run_left_behind_is_removed_and_said() {
     assert!(live.exists());
     std::fs::remove_dir_all(&live).unwrap();
 }
+
+#[test]
+fn crowded_shm_clients_report_how_they_waited() {
+    // Clients share CPUs only with more polling threads than cores, and the embedded
+    // server's worker gets a CPU of its own only with two or more.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cores < 2 {
+        eprintln!("one CPU: no client placement, so no crowded clients to test");
+        return;
+    }
+    let threads = (2 * cores + 2).to_string();
+    let args = [
+        "ycsb",
+        "--mix",
+        "c",
+        "--quiet",
+        "--transport",
+        "shm",
+        "--duration",
+        "1",
+        "--threads",
+        &threads,
+        "-p",
+        "recordcount=100",
+    ];
+    let r = rows(&run(&args).stdout);
+    // One cycle is 400 ms, so a second of crowded waits decides at least two; the
+    // machine picks which.
+    let cycles = num(&r, "CLIENT", "CrowdedWaitSpinCycles") + num(&r, "CLIENT", "CrowdedWaitYieldCycles");
+    assert!(cycles >= 2.0, "{r:?}");
+    // A mode set by hand is used as it is: nothing measured, nothing reported.
+    let out = boomctl().env("BOOMKV_CROWD_WAIT", "yield").args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = rows(&out.stdout);
+    assert!(!r.contains_key(&("CLIENT".to_string(), "CrowdedWaitYieldCycles".to_string())), "{r:?}");
+    assert!(num(&r, "READ", "Operations") > 1000.0, "{r:?}");
+    // And a bad one is refused before anything runs.
+    let out = boomctl().env("BOOMKV_CROWD_WAIT", "sometimes").args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("BOOMKV_CROWD_WAIT=sometimes: expected auto"), "{err}");
+    assert!(out.stdout.is_empty());
+}

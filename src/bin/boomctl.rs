@@ -149,7 +149,7 @@ fn main() -> ExitCode {
         eprintln!("boomctl: warning: {e}");
     }
     // A bad setting is refused before anything runs, not ignored half-way through.
-    if let Err(e) = boomkv::transport::spin_limit_setting() {
+    if let Err(e) = boomkv::transport::spin_limit_setting().and(boomkv::transport::crowd::setting().map(|_| ())) {
         eprintln!("boomctl: error: {e}");
         return ExitCode::FAILURE;
     }

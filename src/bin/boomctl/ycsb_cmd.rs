@@ -818,6 +818,13 @@ fn write_reports(
             writeln!(out, "[CLIENT], {name}, {v}")?;
         }
     }
+    // How client threads that shared a CPU waited: the cycles in which each way won
+    // its trials (README, "Thread placement"); none when no client was crowded.
+    let (spin, yielded) = boomkv::transport::crowd::won();
+    if spin + yielded > 0 {
+        writeln!(out, "[CLIENT], CrowdedWaitSpinCycles, {spin}")?;
+        writeln!(out, "[CLIENT], CrowdedWaitYieldCycles, {yielded}")?;
+    }
     for (name, v) in machine.rows() {
         writeln!(out, "[MACHINE], {name}, {v}")?;
     }

@@ -86,6 +86,7 @@
 //!
 //! See [`shm`] and [`tcp`] for the wire and memory layouts.
 
+pub mod crowd;
 pub mod region;
 pub mod shm;
 pub mod tcp;
@@ -1484,8 +1485,12 @@ pub(crate) struct ClientSpin {
 /// each: 2 threads 546k to 551k ops/s against 293k to 375k yielding, 4 threads 446k
 /// to 564k against 383k to 420k, 16 threads 393k to 465k against 254k to 344k; GET p99
 /// 2 to 5 us against 7 to 144 us, p99.9 0.5 ms (2 threads), 1.5 ms (4) and 8 to 9 ms
-/// (16) against 40 to 66 us, 63 to 133 us and 0.4 to 3.9 ms.
-pub(crate) fn client_cpu_spin(now: std::time::Instant) -> Option<ClientSpin> {
+/// (16) against 40 to 66 us, 63 to 133 us and 0.4 to 3.9 ms. Those figures are from an
+/// AMD VM; on an Intel VM whose cache lines cross between CPUs three times slower,
+/// yielding at once was the faster. So with `adaptive` (shm) a crowded client spins in
+/// turns or yields at once, whichever the process measured faster (see [`crowd`]);
+/// verbs waits keep the turns (no NIC here to measure the other on).
+pub(crate) fn client_cpu_spin(now: std::time::Instant, adaptive: bool) -> Option<ClientSpin> {
     if !YIELD_WAIT.with(std::cell::Cell::get) {
         return None;
     }
@@ -1494,6 +1499,11 @@ pub(crate) fn client_cpu_spin(now: std::time::Instant) -> Option<ClientSpin> {
     // With no more threads polling than cores nobody waits for this one's CPU, and a
     // yield would only add a system call to the operation it falls in.
     let crowded = !core_to_spare();
+    if crowded && adaptive && crowd::mode(now) == crowd::CrowdWait::Yield {
+        // The process measured that its crowded clients go faster yielding at once
+        // than spinning through turns (see `crowd`): no spin, and the turn is moot.
+        return Some(ClientSpin { turn_over: false, spin: false });
+    }
     Some(ClientSpin { turn_over: crowded && turn_over(now), spin: spin_worth() })
 }
 
@@ -1503,9 +1513,10 @@ pub(crate) fn client_cpu_spin(now: std::time::Instant) -> Option<ClientSpin> {
 /// wait goes, and whether that poll found the completion (the wait is over).
 pub(crate) fn begin_client_wait(
     start: &mut std::time::Instant,
+    adaptive: bool,
     poll: impl FnOnce() -> bool,
 ) -> Option<(ClientSpin, bool)> {
-    let c = client_cpu_spin(*start)?;
+    let c = client_cpu_spin(*start, adaptive)?;
     if c.turn_over {
         std::thread::yield_now();
         if poll() {
@@ -1585,9 +1596,9 @@ mod tests {
     fn a_spinning_client_yields_its_cpu_once_per_turn() {
         std::thread::spawn(|| {
             let now = std::time::Instant::now();
-            assert_eq!(client_cpu_spin(now), None, "a thread that may not poll with yields");
+            assert_eq!(client_cpu_spin(now, false), None, "a thread that may not poll with yields");
             set_yield_wait(true);
-            let c = client_cpu_spin(now).expect("a client on CPUs of its own");
+            let c = client_cpu_spin(now, false).expect("a client on CPUs of its own");
             assert!(c.spin, "spins whatever the number of threads");
             let t0 = std::time::Instant::now() + Duration::from_secs(1);
             let at = |us: u64| t0 + Duration::from_micros(us);
@@ -1607,10 +1618,10 @@ mod tests {
             for _ in 0..8 {
                 spin_outcome(false);
             }
-            let spins = (0..32).filter(|_| client_cpu_spin(now).is_some_and(|c| c.spin)).count();
+            let spins = (0..32).filter(|_| client_cpu_spin(now, false).is_some_and(|c| c.spin)).count();
             assert_eq!(spins, 2);
             set_yield_wait(false);
-            assert_eq!(client_cpu_spin(now), None);
+            assert_eq!(client_cpu_spin(now, false), None);
         })
         .join()
         .unwrap();

@@ -920,7 +920,7 @@ impl CompletionQueue for ShmCq {
         // A client on CPUs no server worker uses spins whatever the number of threads,
         // and yields them to the other clients when its turn is over (see
         // `client_cpu_spin`); any other thread spins only with a slot.
-        let (slot, spins) = match super::begin_client_wait(&mut start, || inner.poll(&mut out, 1) == 1) {
+        let (slot, spins) = match super::begin_client_wait(&mut start, true, || inner.poll(&mut out, 1) == 1) {
             Some((_, true)) => return got(&mut out),
             Some((c, false)) => (None, c.spin),
             None => {

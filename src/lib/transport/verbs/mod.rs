@@ -1090,7 +1090,8 @@ impl CompletionQueue for VerbsCq {
         // its recent spins found: one that stops spinning here arms the completion
         // channel at once (over shm it first polls with yields), and an interrupt-driven
         // wake-up is milliseconds under soft-RoCE; no NIC here to measure otherwise.
-        if let Some((_, true)) = crate::transport::begin_client_wait(&mut start, || self.poll(&mut out, 1) == 1) {
+        if let Some((_, true)) = crate::transport::begin_client_wait(&mut start, false, || self.poll(&mut out, 1) == 1)
+        {
             return out.pop().ok_or_else(timed_out);
         }
         let end = crate::transport::deadline_from(start, timeout);

@@ -1,0 +1,288 @@
+//! How client threads that share their CPUs wait over shm when the process has more
+//! threads polling than cores: each spins through a turn of its CPU (500 us,
+//! `transport::CLIENT_TURN`), or each yields its CPU as soon as it has posted. Which
+//! is faster depends on the machine, so the process measures both and keeps the
+//! faster.
+//!
+//! Spinning through a turn serves one operation at a time on each client CPU: a
+//! client takes its reply the moment it lands and goes on, but nothing overlaps its
+//! wait. Yielding lets the other clients on the CPU post their requests while the
+//! server works on one, at the price of a switch between threads per operation. The
+//! first wins where a round trip is short next to a switch, the second where it is
+//! long. Measured on 2 cores, YCSB-B 2 KiB over shm, embedded server, client threads on
+//! one CPU, ops/s: on an AMD VM whose cache line crosses between CPUs in about 100 ns,
+//! 2 threads 546k to 551k spinning against 293k to 375k yielding (see
+//! `transport::client_cpu_spin`); on an Intel VM with 270 to 305 ns, 3 interleaved runs
+//! at each of 2, 4, 8 and 16 threads, 244k to 309k spinning against 296k to 437k
+//! yielding, yielding ahead in all 12 pairs (1.09x to 1.53x).
+//!
+//! So the choice is measured where it is made. A *cycle* of [`CYCLE`] begins with four
+//! trial windows of [`WINDOW`] each, spin, yield, yield, spin (the order cancels a
+//! steady drift), which count the waits the crowded clients begin in each; the rest of
+//! the cycle uses the mode that began more. A wait that finds its completion at its
+//! first poll never asks, and counts for neither. The trials put 20 ms of each cycle
+//! (5%) in the slower mode, and each cycle measures again, as the load may change.
+//!
+//! `BOOMKV_CROWD_WAIT=spin` or `yield` fixes the mode instead (`auto`, the default,
+//! measures).
+//!
+//! Owns: the process-wide [`CrowdWait`] choice, its trial counters and its clock.
+//! Imports: `crate::error` only; its caller (`transport::client_cpu_spin`) decides who is
+//! crowded.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// How a crowded client waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrowdWait {
+    /// Spin through a turn of its CPU, then yield it once.
+    Spin,
+    /// Yield the CPU at once and poll between yields.
+    Yield,
+}
+
+impl CrowdWait {
+    fn code(self) -> u8 {
+        match self {
+            CrowdWait::Spin => 0,
+            CrowdWait::Yield => 1,
+        }
+    }
+
+    fn from_code(c: u8) -> CrowdWait {
+        if c == 1 {
+            CrowdWait::Yield
+        } else {
+            CrowdWait::Spin
+        }
+    }
+}
+
+/// One trial window.
+pub const WINDOW: Duration = Duration::from_millis(10);
+
+/// A whole cycle: the four trial windows and the time the winner then runs.
+pub const CYCLE: Duration = Duration::from_millis(400);
+
+/// The trial windows of a cycle, in order.
+const TRIALS: [CrowdWait; 4] = [CrowdWait::Spin, CrowdWait::Yield, CrowdWait::Yield, CrowdWait::Spin];
+
+/// The choice and its measurement. One per process ([`mode`]); a value of its own in
+/// tests, which drive its clock.
+pub struct Chooser {
+    base: Instant,
+    /// Nanoseconds since `base` at which the current window (or the exploitation that
+    /// follows the trials) ends: a wait before it just reads `mode`.
+    next_at: AtomicU64,
+    mode: AtomicU8,
+    /// Waits begun in the current cycle's spin and yield windows.
+    begun: [AtomicU64; 2],
+    /// Whether the current window is a trial (its waits are counted).
+    counting: AtomicU8,
+    /// Cycles each mode won, spin and yield (for reports).
+    won: [AtomicU64; 2],
+    step: Mutex<Step>,
+}
+
+/// Where in its cycle a [`Chooser`] is.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    /// Index into [`TRIALS`], or `TRIALS.len()` once the winner runs.
+    window: usize,
+    /// Nanoseconds since `base` at which the cycle began.
+    cycle_at: u64,
+    /// The mode the last cycle chose (spin before any).
+    last: CrowdWait,
+}
+
+/// Fewer waits than this in a cycle's trials decide nothing (the last choice stays).
+const MIN_TRIAL_WAITS: u64 = 64;
+
+impl Chooser {
+    /// A chooser that has measured nothing yet (its first wait starts a cycle).
+    pub fn new(base: Instant) -> Chooser {
+        Chooser {
+            base,
+            next_at: AtomicU64::new(0),
+            mode: AtomicU8::new(CrowdWait::Spin.code()),
+            begun: [AtomicU64::new(0), AtomicU64::new(0)],
+            counting: AtomicU8::new(0),
+            won: [AtomicU64::new(0), AtomicU64::new(0)],
+            step: Mutex::new(Step { window: TRIALS.len(), cycle_at: 0, last: CrowdWait::Spin }),
+        }
+    }
+
+    /// How a crowded client whose wait begins at `now` waits; the wait is counted if a
+    /// trial window is open. Two loads and a compare, unless a window is over.
+    pub fn begin(&self, now: Instant) -> CrowdWait {
+        let t = now.saturating_duration_since(self.base).as_nanos() as u64;
+        if t >= self.next_at.load(Ordering::Relaxed) {
+            self.advance(t);
+        }
+        let m = CrowdWait::from_code(self.mode.load(Ordering::Relaxed));
+        if self.counting.load(Ordering::Relaxed) == 1 {
+            self.begun[m.code() as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        m
+    }
+
+    /// Moves to the next window (one thread does; the others go on in the current mode).
+    fn advance(&self, t: u64) {
+        let Ok(mut s) = self.step.try_lock() else { return };
+        if t < self.next_at.load(Ordering::Relaxed) {
+            return;
+        }
+        let window_ns = WINDOW.as_nanos() as u64;
+        // In the trials: the next window. Else the winner's time is over (or nothing
+        // ran yet): a new cycle, whose first trial starts now.
+        let next = if s.window < TRIALS.len() {
+            s.window + 1
+        } else {
+            s.cycle_at = t;
+            for b in &self.begun {
+                b.store(0, Ordering::Relaxed);
+            }
+            0
+        };
+        s.window = next;
+        if let Some(&m) = TRIALS.get(next) {
+            self.mode.store(m.code(), Ordering::Relaxed);
+            self.counting.store(1, Ordering::Relaxed);
+            self.next_at.store(t + window_ns, Ordering::Relaxed);
+            return;
+        }
+        self.counting.store(0, Ordering::Relaxed);
+        let (spin, yielded) = (self.begun[0].load(Ordering::Relaxed), self.begun[1].load(Ordering::Relaxed));
+        // Too few waits to tell (the clients were mostly idle), or a tie: the last
+        // choice stays.
+        s.last = if spin + yielded < MIN_TRIAL_WAITS || spin == yielded {
+            s.last
+        } else if yielded > spin {
+            CrowdWait::Yield
+        } else {
+            CrowdWait::Spin
+        };
+        self.won[s.last.code() as usize].fetch_add(1, Ordering::Relaxed);
+        self.mode.store(s.last.code(), Ordering::Relaxed);
+        let end = s.cycle_at + CYCLE.as_nanos() as u64;
+        self.next_at.store(end.max(t + window_ns), Ordering::Relaxed);
+    }
+
+    /// Cycles each mode won so far: `(spin, yield)`.
+    pub fn won(&self) -> (u64, u64) {
+        (self.won[0].load(Ordering::Relaxed), self.won[1].load(Ordering::Relaxed))
+    }
+}
+
+fn chooser() -> &'static Chooser {
+    static C: std::sync::OnceLock<Chooser> = std::sync::OnceLock::new();
+    C.get_or_init(|| Chooser::new(Instant::now()))
+}
+
+/// `BOOMKV_CROWD_WAIT` as set: `Ok(None)` when unset, empty or `auto` (measure),
+/// `Ok(Some(mode))` for `spin` or `yield`, an error for anything else (a program checks
+/// it at start; [`mode`] ignores a bad value).
+pub fn setting() -> Result<Option<CrowdWait>> {
+    let Some(v) = std::env::var_os("BOOMKV_CROWD_WAIT").filter(|v| !v.is_empty()) else { return Ok(None) };
+    match v.to_str().map(str::trim) {
+        Some("auto") => Ok(None),
+        Some("spin") => Ok(Some(CrowdWait::Spin)),
+        Some("yield") => Ok(Some(CrowdWait::Yield)),
+        _ => Err(Error::invalid(format!(
+            "BOOMKV_CROWD_WAIT={}: expected auto (measure which is faster, the default), spin (clients that \
+             share a CPU spin in turns) or yield (they yield it at once)",
+            v.to_string_lossy()
+        ))),
+    }
+}
+
+/// The process's choice for a crowded client's wait beginning at `now` (see the module
+/// docs), or the one `BOOMKV_CROWD_WAIT` forces.
+pub fn mode(now: Instant) -> CrowdWait {
+    static FORCED: std::sync::OnceLock<Option<CrowdWait>> = std::sync::OnceLock::new();
+    match *FORCED.get_or_init(|| setting().ok().flatten()) {
+        Some(m) => m,
+        None => chooser().begin(now),
+    }
+}
+
+/// Cycles each mode has won in this process so far: `(spin, yield)`; `(0, 0)` when no
+/// client was ever crowded, or `BOOMKV_CROWD_WAIT` chose.
+pub fn won() -> (u64, u64) {
+    chooser().won()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `c` for `total` with one client whose waits take `spin` or `yielded` each
+    /// (the time one operation takes in that mode), and returns the waits begun in each
+    /// mode.
+    fn drive(c: &Chooser, base: Instant, total: Duration, spin: Duration, yielded: Duration) -> [u64; 2] {
+        let mut t = Duration::ZERO;
+        let mut n = [0u64; 2];
+        while t < total {
+            let m = c.begin(base + t);
+            n[m.code() as usize] += 1;
+            t += if m == CrowdWait::Spin { spin } else { yielded };
+        }
+        n
+    }
+
+    #[test]
+    fn the_faster_mode_runs_after_the_trials_whichever_it_is() {
+        for (spin, yielded, want) in [
+            (Duration::from_micros(3), Duration::from_micros(2), CrowdWait::Yield),
+            (Duration::from_micros(2), Duration::from_micros(3), CrowdWait::Spin),
+        ] {
+            let base = Instant::now();
+            let c = Chooser::new(base);
+            // Ten cycles: each spends four windows on trials and the rest on the winner.
+            let n = drive(&c, base, CYCLE * 10, spin, yielded);
+            let (s, y) = c.won();
+            assert_eq!((s + y, want == CrowdWait::Yield), (10, y == 10), "won {s} spin, {y} yield");
+            // The winner ran at least 90% of the time (trials are 40 ms in 400).
+            let fast = if want == CrowdWait::Yield { yielded } else { spin };
+            let ran_fast = n[want.code() as usize] as f64 * fast.as_secs_f64();
+            assert!(ran_fast >= 0.85 * (CYCLE * 10).as_secs_f64(), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn a_change_of_machine_is_followed_within_a_cycle() {
+        let base = Instant::now();
+        let c = Chooser::new(base);
+        drive(&c, base, CYCLE * 3, Duration::from_micros(2), Duration::from_micros(4));
+        assert_eq!(c.won(), (3, 0));
+        // From here yielding is the faster (say the server's CPU got slower): the next
+        // cycle's trials find it.
+        let later = base + CYCLE * 3;
+        drive(&c, later, CYCLE, Duration::from_micros(4), Duration::from_micros(2));
+        assert_eq!(c.won(), (3, 1));
+    }
+
+    #[test]
+    fn sparse_or_even_trials_keep_the_last_choice() {
+        let base = Instant::now();
+        let c = Chooser::new(base);
+        drive(&c, base, CYCLE, Duration::from_micros(4), Duration::from_micros(2));
+        assert_eq!(c.won(), (0, 1));
+        // Then a wait now and then: each opens the next window and is all it counts,
+        // too few to decide anything; yield stays.
+        let gap = base + CYCLE * 20;
+        for i in 0..5 {
+            c.begin(gap + WINDOW * i);
+        }
+        assert_eq!(c.won(), (0, 2));
+        assert_eq!(c.begin(gap + WINDOW * 5), CrowdWait::Yield, "the winner runs until the cycle ends");
+        // A busy cycle whose trials tie keeps it too.
+        let busy = gap + CYCLE;
+        drive(&c, busy, CYCLE, Duration::from_micros(2), Duration::from_micros(2));
+        assert_eq!(c.won(), (0, 3));
+    }
+}
