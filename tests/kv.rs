@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use boomkv::client::hybrid::UpdateMode;
 use boomkv::client::{Client, ClientOptions};
@@ -395,6 +395,43 @@ fn hybrid_updates<T: Backend>() {
     assert_eq!(c.get(b"cold").unwrap().unwrap(), vec![5u8; 100]);
 }
 
+/// A grant exposes a segment only to a client that writes it itself (BOOM, RDMP-KV,
+/// RDMP-CC); the RPC designs' clients send their entries, and their segments are the
+/// server's alone: a hostile one that guessed an rkey would find nothing to write.
+fn segments_exposed_only_to_clients_that_write_them<T: Backend>() {
+    for p in [Protocol::Boom, Protocol::Rdmp, Protocol::RdmpCc, Protocol::Rpc, Protocol::Herd, Protocol::Rfp] {
+        let f = Fixture::<T>::new(4 << 20, 1 << 20, cfg(1, false));
+        let stats = || f.server.as_ref().unwrap().stats();
+        let mut c = f.client(p);
+        // A round trip first: whatever the connection itself exposes is in place.
+        assert_eq!(c.get(b"k0").unwrap(), None);
+        let before = stats();
+        for i in 0..3 {
+            c.put(format!("k{i}").as_bytes(), &[i as u8; 300]).unwrap();
+        }
+        let after = stats();
+        assert!(after.grants > before.grants, "{p}: the PUTs took a segment: {after:?}");
+        let writes = matches!(p, Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc);
+        let added = after.exposed_regions - before.exposed_regions;
+        assert_eq!(
+            added,
+            u64::from(writes),
+            "{p}: regions exposed {} -> {}",
+            before.exposed_regions,
+            after.exposed_regions
+        );
+        // (An RDMP GET exposes a region of its own while its client READs.)
+        assert_eq!(c.get(b"k2").unwrap().unwrap(), vec![2u8; 300]);
+        // Gone with the client.
+        drop(c);
+        let until = Instant::now() + Duration::from_secs(10);
+        while stats().exposed_regions > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(stats().exposed_regions, 0, "{p}: a closed connection leaves nothing exposed");
+    }
+}
+
 fn pool_full_keeps_serving_gets<T: Backend>(p: Protocol) {
     let f = Fixture::<T>::new(4 << 20, 1 << 20, cfg(1, false));
     // pDPM-Direct fills its cell table instead (8 cells of 1000-byte values), Clover its
@@ -624,8 +661,8 @@ fn server_reads_hold_no_segment_once_over<T: Backend>() {
     assert_eq!(c.scan(b"", 10).unwrap().len(), 2);
     drop((c, w));
     let held = |pool: &Pool| (0..pool.segment_count()).map(|s| pool.segment_readers(s)).sum::<u32>();
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    while held(&pool) > 0 && std::time::Instant::now() < until {
+    let until = Instant::now() + Duration::from_secs(10);
+    while held(&pool) > 0 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(held(&pool), 0, "segments still held after every read is over");
@@ -748,6 +785,11 @@ macro_rules! suite {
             #[$attr]
             fn server_reads_hold_nothing_once_over() {
                 server_reads_hold_no_segment_once_over::<$t>()
+            }
+            #[test]
+            #[$attr]
+            fn segments_exposed_only_to_writers() {
+                segments_exposed_only_to_clients_that_write_them::<$t>()
             }
             #[test]
             #[$attr]

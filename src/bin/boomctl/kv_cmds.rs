@@ -646,6 +646,12 @@ pub fn stats(a: StatsArgs) -> anyhow::Result<()> {
         human_bytes(sp.garbage_bytes)
     )?;
     crate::outln!("segments      {} in use, {} free, {} granted", sp.segments_in_use, s.free_segments, s.grants)?;
+    crate::outln!(
+        "isolation     {} regions exposed to clients, {} one-sided operations refused, {} clients over a bound",
+        s.exposed_regions,
+        s.access_violations,
+        s.over_limit
+    )?;
     crate::outln!("write-back    {} lines, {} fences", s.flush.lines, s.flush.fences)?;
     crate::outln!("cooperative   {} ranges, {} stolen", s.coop.ranges, s.coop.steals)?;
     crate::outln!(

@@ -364,6 +364,12 @@ impl<T: Transport> Ctx<'_, T> {
         conn.seg = Some(seg);
         conn.segments += 1;
         self.sh.counters.grants.fetch_add(1, Ordering::Relaxed);
+        // Only a client that writes its entries itself gets at its segment: the RPC
+        // designs' clients never do (the server copies their entries in), so theirs is
+        // not registered for them at all, and a guessed rkey reaches nothing.
+        if !writes_own_segment(conn.protocol) {
+            return Ok(());
+        }
         let mr = self
             .sh
             // READ too: over verbs a client-durable PUT's FLUSH (RDMP-CC) is a READ of
@@ -552,5 +558,16 @@ impl ServerCore {
             ServerRead::Get(pin, ticket) => release((pin, ticket)),
             ServerRead::Scan(held) => held.into_iter().for_each(release),
         }
+    }
+}
+
+/// Whether clients of `p` write their entries into their granted segment themselves
+/// (with one-sided WRITEs), so that the segment is registered for them: BOOM, RDMP-KV
+/// and RDMP-CC. RDMA-KV's RPC, HERD and RFP send their entries, and the server writes
+/// them.
+fn writes_own_segment(p: Protocol) -> bool {
+    match p {
+        Protocol::Boom | Protocol::Rdmp | Protocol::RdmpCc => true,
+        Protocol::Rpc | Protocol::Herd | Protocol::Rfp | Protocol::PdpmDirect | Protocol::Clover => false,
     }
 }

@@ -182,6 +182,11 @@ pub struct ServerStats {
     /// Peers' one-sided operations refused by the transports (a foreign or unknown
     /// rkey, out of bounds, missing access); each closed the connection it came on.
     pub access_violations: u64,
+    /// Regions the transports expose to clients now (a remote right, not revoked):
+    /// granted segments of the protocols whose clients write them, request and reply
+    /// regions, RDMP read regions, the passive protocols' tables.
+    #[serde(default)]
+    pub exposed_regions: u64,
     /// Clients disconnected for going over a per-connection bound (GETs in flight,
     /// send backlog).
     pub over_limit: u64,
@@ -210,6 +215,9 @@ pub struct ServerStats {
     pub phases: phases::PhaseReport,
 }
 
+/// A transport's refused one-sided operations and exposed regions, now.
+pub(crate) type TransportCounts = Box<dyn Fn() -> (u64, u64) + Send + Sync>;
+
 /// What every transport's server shares for one pool: the pool, GETs in flight,
 /// counters, client accounting, the cleaner and the shutdown flag.
 pub struct ServerCore {
@@ -224,8 +232,9 @@ pub struct ServerCore {
     pub(crate) shutdown: AtomicBool,
     pub(crate) started: Instant,
     pub(crate) housekeeping: Mutex<Option<JoinHandle<()>>>,
-    /// One counter of refused one-sided operations per transport serving this core.
-    pub(crate) violation_sources: Mutex<Vec<Box<dyn Fn() -> u64 + Send + Sync>>>,
+    /// One source per transport serving this core: its refused one-sided operations
+    /// and its exposed regions, now.
+    pub(crate) transport_counts: Mutex<Vec<TransportCounts>>,
     /// The server's own log of DELETEs that found no room in their client's segment.
     pub(crate) tombstones: Mutex<ServerLog>,
     /// PUTs made durable by their clients and not yet counted (RDMP-CC).
@@ -256,7 +265,7 @@ impl ServerCore {
             shutdown: AtomicBool::new(false),
             started: Instant::now(),
             housekeeping: Mutex::new(None),
-            violation_sources: Mutex::new(Vec::new()),
+            transport_counts: Mutex::new(Vec::new()),
             tombstones: Mutex::new(tombstones),
             pending_puts: pending::PendingPuts::default(),
         });
@@ -306,6 +315,13 @@ impl ServerCore {
     pub fn stats(&self) -> ServerStats {
         let c = &self.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (access_violations, exposed_regions) = self
+            .transport_counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|f| f())
+            .fold((0, 0), |(v, e), (v1, e1)| (v + v1, e + e1));
         ServerStats {
             uptime_s: self.started.elapsed().as_secs_f64(),
             clients: self.clients.load(Ordering::Relaxed),
@@ -319,13 +335,8 @@ impl ServerCore {
             grants: l(&c.grants),
             errors: l(&c.errors),
             pool_full: l(&c.pool_full),
-            access_violations: self
-                .violation_sources
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .iter()
-                .map(|f| f())
-                .sum(),
+            access_violations,
+            exposed_regions,
             over_limit: l(&c.over_limit),
             index_entries: self.pool.index().len(),
             index_tombstones: self.pool.index().tombstones(),
@@ -422,10 +433,10 @@ impl<T: Transport> Shared<T> {
         let workers = core.cfg.workers;
         {
             let t = t.clone();
-            core.violation_sources
+            core.transport_counts
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(Box::new(move || t.access_violations()));
+                .push(Box::new(move || (t.access_violations(), t.exposed_regions())));
         }
         Shared {
             coop: CoopWriteback::new(workers, core.cfg.coop_writeback, core.cfg.coop_chunk),

@@ -303,6 +303,11 @@ impl Access {
         self.0 & other.0 == other.0
     }
 
+    /// True when a peer may reach a region with these rights (any remote right).
+    pub fn is_remote(self) -> bool {
+        self.0 & (Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0) != 0
+    }
+
     /// The raw bits (for wire encodings).
     pub fn bits(self) -> u32 {
         self.0
@@ -768,6 +773,14 @@ pub trait Transport: Clone + Send + Sync + 'static {
     /// Peers' one-sided operations this protection domain refused so far (bad or foreign
     /// rkey, out of bounds, missing access); each also closed the connection it came on.
     fn access_violations(&self) -> u64 {
+        0
+    }
+
+    /// Regions of this protection domain that peers can reach now: registered with a
+    /// remote right ([`Access::is_remote`]) and not deregistered. What a server exposes
+    /// to its clients, for `boomctl stats` and for tests that hold a server to exposing
+    /// no more than its protocols need.
+    fn exposed_regions(&self) -> u64 {
         0
     }
 

@@ -278,6 +278,11 @@ impl Pd {
         self.violations.load(Ordering::Relaxed)
     }
 
+    /// Live regions with a remote right (see [`crate::transport::Transport::exposed_regions`]).
+    pub fn exposed(&self) -> u64 {
+        self.infos.read().map_or(0, |m| m.values().filter(|i| i.access.is_remote()).count() as u64)
+    }
+
     /// Registers `[offset, offset + len)` of `mapping`, reachable from every queue pair.
     pub fn register(
         self: &Arc<Self>,

@@ -549,6 +549,10 @@ impl Transport for ShmTransport {
         self.inner.pd.violations()
     }
 
+    fn exposed_regions(&self) -> u64 {
+        self.inner.pd.exposed()
+    }
+
     fn create_cq(&self) -> Result<ShmCq> {
         ShmCq::new(self.inner.cfg.spin)
     }

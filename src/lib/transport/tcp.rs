@@ -358,6 +358,10 @@ impl Transport for TcpTransport {
         self.inner.pd.violations()
     }
 
+    fn exposed_regions(&self) -> u64 {
+        self.inner.pd.exposed()
+    }
+
     fn create_cq(&self) -> Result<TcpCq> {
         TcpCq::new(self.inner.cfg.spin)
     }

@@ -353,6 +353,8 @@ struct TrInner {
     unbound_said: AtomicBool,
     /// `IBV_EVENT_QP_ACCESS_ERR` events: peers' one-sided operations the device refused.
     violations: AtomicU64,
+    /// Live regions registered with a remote right ([`Transport::exposed_regions`]).
+    exposed: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for VerbsTransport {
@@ -433,6 +435,7 @@ impl VerbsTransport {
             live: Mutex::new(HashMap::new()),
             unbound_said: AtomicBool::new(false),
             violations: AtomicU64::new(0),
+            exposed: Arc::new(AtomicU64::new(0)),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -549,7 +552,7 @@ impl Transport for VerbsTransport {
 
     fn alloc_mr(&self, len: usize, access: Access) -> Result<VerbsMr> {
         let m = Arc::new(Mapping::anonymous(len.max(1))?);
-        VerbsMr::register(&self.inner.hca, m, 0, len as u64, access)
+        VerbsMr::register(&self.inner.hca, m, 0, len as u64, access).map(|mr| mr.counted(&self.inner.exposed))
     }
 
     fn register(
@@ -560,7 +563,7 @@ impl Transport for VerbsTransport {
         len: u64,
         access: Access,
     ) -> Result<VerbsMr> {
-        VerbsMr::register(&self.inner.hca, mapping, offset, len, access)
+        VerbsMr::register(&self.inner.hca, mapping, offset, len, access).map(|mr| mr.counted(&self.inner.exposed))
     }
 
     /// A region only the peer of `qp` reaches: a type-2 memory window over it, bound by
@@ -592,13 +595,18 @@ impl Transport for VerbsTransport {
                     self.inner.hca.name
                 ));
             }
-            return VerbsMr::register(&self.inner.hca, mapping, offset, len, access);
+            return VerbsMr::register(&self.inner.hca, mapping, offset, len, access)
+                .map(|mr| mr.counted(&self.inner.exposed));
         }
-        VerbsMr::register_window(&qp.sh, mapping, offset, len, access)
+        VerbsMr::register_window(&qp.sh, mapping, offset, len, access).map(|mr| mr.counted(&self.inner.exposed))
     }
 
     fn access_violations(&self) -> u64 {
         self.inner.violations.load(Ordering::Relaxed)
+    }
+
+    fn exposed_regions(&self) -> u64 {
+        self.inner.exposed.load(Ordering::Relaxed)
     }
 
     fn create_cq(&self) -> Result<VerbsCq> {
@@ -709,6 +717,9 @@ struct MrInner {
     /// of the memory before the mapping can be unmapped.
     raw: Mutex<Option<RawMr>>,
     registered: AtomicBool,
+    /// The transport's count of exposed regions, for a region with a remote right: one
+    /// less once it is deregistered (or dropped).
+    exposed: OnceLock<Arc<AtomicU64>>,
     hca: Arc<Hca>,
     lkey: u32,
     rkey: u32,
@@ -721,6 +732,11 @@ struct MrInner {
 
 impl Drop for MrInner {
     fn drop(&mut self) {
+        if *self.registered.get_mut() {
+            if let Some(c) = self.exposed.get() {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         // The window first (a region with a window bound cannot be deregistered), then
         // the region (ibv_dereg_mr) before `mapping` is released.
         if let Some(w) = &self.window {
@@ -814,6 +830,7 @@ impl VerbsMr {
                 rkey,
                 raw: Mutex::new(Some(raw)),
                 registered: AtomicBool::new(true),
+                exposed: OnceLock::new(),
                 hca: hca.clone(),
                 addr: addr as u64,
                 len,
@@ -822,6 +839,14 @@ impl VerbsMr {
                 map_off: offset,
             }),
         })
+    }
+
+    /// Counts this region in `exposed` if it has a remote right (a new region, once).
+    fn counted(self, exposed: &Arc<AtomicU64>) -> VerbsMr {
+        if self.inner.access.is_remote() && self.inner.exposed.set(exposed.clone()).is_ok() {
+            exposed.fetch_add(1, Ordering::Relaxed);
+        }
+        self
     }
 
     /// The scatter/gather element for `[off, off + len)` (not bounds-checked: the
@@ -878,7 +903,11 @@ impl MemoryRegion for VerbsMr {
     }
 
     fn deregister(&self) {
-        self.inner.registered.store(false, Ordering::SeqCst);
+        if self.inner.registered.swap(false, Ordering::SeqCst) {
+            if let Some(c) = self.inner.exposed.get() {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         // The window first: from here on its rkey is a remote access error.
         if let Some(w) = &self.inner.window {
             w.close();
