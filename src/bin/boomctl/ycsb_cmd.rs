@@ -818,12 +818,15 @@ fn write_reports(
             writeln!(out, "[CLIENT], {name}, {v}")?;
         }
     }
-    // How client threads that shared a CPU waited: the cycles in which each way won
-    // its trials (README, "Thread placement"); none when no client was crowded.
-    let (spin, yielded) = boomkv::transport::crowd::won();
-    if spin + yielded > 0 {
-        writeln!(out, "[CLIENT], CrowdedWaitSpinCycles, {spin}")?;
-        writeln!(out, "[CLIENT], CrowdedWaitYieldCycles, {yielded}")?;
+    // How client threads that shared a CPU waited: the cycles whose trials found
+    // spinning or yielding faster, and those that decided nothing (README, "Thread
+    // placement"); none when no client was crowded or BOOMKV_CROWD_WAIT chose. The load
+    // phase's cycles are counted too: the choice is the process's.
+    let cy = boomkv::transport::crowd::cycles();
+    if !cy.is_empty() {
+        writeln!(out, "[CLIENT], CrowdedWaitSpinCycles, {}", cy.spin)?;
+        writeln!(out, "[CLIENT], CrowdedWaitYieldCycles, {}", cy.yielded)?;
+        writeln!(out, "[CLIENT], CrowdedWaitUndecidedCycles, {}", cy.undecided)?;
     }
     for (name, v) in machine.rows() {
         writeln!(out, "[MACHINE], {name}, {v}")?;

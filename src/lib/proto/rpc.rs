@@ -127,8 +127,8 @@ pub(super) fn put<T: Transport>(cx: &mut Ctx<'_, T>, entry: &[u8]) -> Result<()>
     let dst = cx.pool().pool_offset(seg.id, offset);
     let map = cx.pool().media().map();
     // The server chose the placement: it sets next_offset in its copy of the header and
-    // checksums the bytes it received, never the pool's copy, which the client may
-    // write (the segment is its own); so it seals and indexes what it checked.
+    // checksums the bytes it received, never the pool's copy; so it seals and indexes
+    // what it checked (these clients are not even given their segment: see `grant`).
     let hdr = ENTRY_HEADER_SIZE as usize;
     let mut head = [0u8; ENTRY_HEADER_SIZE as usize];
     head.copy_from_slice(&entry[..hdr]);

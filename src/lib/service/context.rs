@@ -340,7 +340,8 @@ impl<T: Transport> Ctx<'_, T> {
         )
     }
 
-    /// Seals the client's segment (if any) and grants it a new one, writable by it alone.
+    /// Seals the client's segment (if any) and grants it a new one: registered for it
+    /// alone where it writes its entries itself, for nobody where the server does.
     pub(crate) fn grant(&mut self) -> std::result::Result<(), (ErrorCode, String)> {
         let q = self.sh.cfg.segment_quota;
         let conn = &mut *self.conn;

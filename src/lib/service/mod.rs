@@ -182,9 +182,12 @@ pub struct ServerStats {
     /// Peers' one-sided operations refused by the transports (a foreign or unknown
     /// rkey, out of bounds, missing access); each closed the connection it came on.
     pub access_violations: u64,
-    /// Regions the transports expose to clients now (a remote right, not revoked):
+    /// Regions the server's transports expose now (a remote right, not yet revoked):
     /// granted segments of the protocols whose clients write them, request and reply
-    /// regions, RDMP read regions, the passive protocols' tables.
+    /// regions, RDMP read regions, the passive protocols' tables. Everything registered
+    /// with a remote right on those transports counts: an embedded server's (`ycsb`)
+    /// shares its transport with its clients, whose reply buffers count too; a region
+    /// whose connection has ended counts until the server has revoked it.
     #[serde(default)]
     pub exposed_regions: u64,
     /// Clients disconnected for going over a per-connection bound (GETs in flight,

@@ -19,13 +19,16 @@
 //! So the choice is measured where it is made. A *cycle* of [`CYCLE`] begins with four
 //! trial windows of [`WINDOW`] each, spin, yield, yield, spin (the order cancels a
 //! steady drift), which count the waits the crowded clients begin in each; the rest of
-//! the cycle uses the mode that began more. Each change of mode is followed by
-//! [`SETTLE`] that counts for neither: right after it the clients are still in the
-//! other mode's state (parked threads, turns under way). Counting from the change, 3 of
-//! 16 cycles of 16-thread runs chose spin on the Intel VM above, where whole runs made
-//! 257k ops/s spinning and 407k yielding (medians); with the settling, none of 9. A wait that finds its completion at its first poll never asks,
-//! and counts for neither. The trials put at most 30 ms of each cycle (under 4%) in the
-//! slower mode, and each cycle measures again, as the load may change.
+//! the cycle uses the mode that began them at the higher rate (a window ends at the
+//! first wait past its end, so their lengths differ a little; a trial a whole window
+//! late starts the cycle again). Each change of mode is followed by [`SETTLE`] that
+//! counts for neither: right after it the clients are still in the other mode's state
+//! (parked threads, turns under way). Counting from the change, 3 of 16 cycles of
+//! 16-thread runs chose spin on the Intel VM above, where whole runs made 257k ops/s
+//! spinning and 407k yielding (medians); with the settling, none of 9. A wait that
+//! finds its completion at its first poll never asks, and counts for neither. The
+//! trials put at most 30 ms of each cycle (under 4%) in the slower mode, and each
+//! cycle measures again, as the load may change.
 //!
 //! `BOOMKV_CROWD_WAIT=spin` or `yield` fixes the mode instead (`auto`, the default,
 //! measures).
@@ -92,16 +95,17 @@ const TRIALS: [(CrowdWait, bool, Duration); 7] = [
 /// tests, which drive its clock.
 pub struct Chooser {
     base: Instant,
-    /// Nanoseconds since `base` at which the current window (or the exploitation that
-    /// follows the trials) ends: a wait before it just reads `mode`.
+    /// Nanoseconds since `base` at which the current trial (or the winner's run that
+    /// follows the trials) ends: a wait before it just reads `state`.
     next_at: AtomicU64,
-    mode: AtomicU8,
-    /// Waits begun in the current cycle's spin and yield windows.
+    /// The mode (bit 0: yield) and whether the waits begun now count (bit 1), in one
+    /// word so that a wait never pairs one step's mode with another's counting.
+    state: AtomicU8,
+    /// Waits begun in the current cycle's counted spin and yield windows.
     begun: [AtomicU64; 2],
-    /// Whether the current window is a trial (its waits are counted).
-    counting: AtomicU8,
-    /// Cycles each mode won, spin and yield (for reports).
-    won: [AtomicU64; 2],
+    /// Cycles decided for spin, for yield, and undecided (too few waits, a tie, or
+    /// the last choice kept for want of a measurement), for reports.
+    cycles: [AtomicU64; 3],
     step: Mutex<Step>,
 }
 
@@ -110,8 +114,12 @@ pub struct Chooser {
 struct Step {
     /// Index into [`TRIALS`], or `TRIALS.len()` once the winner runs.
     window: usize,
-    /// Nanoseconds since `base` at which the cycle began.
+    /// Nanoseconds since `base` at which the cycle began, and the current trial.
     cycle_at: u64,
+    window_at: u64,
+    /// Nanoseconds the counted windows of spin and of yield really lasted (a window
+    /// ends at the first wait past its end, so lengths differ a little).
+    spent: [u64; 2],
     /// The mode the last cycle chose (spin before any).
     last: CrowdWait,
 }
@@ -119,78 +127,123 @@ struct Step {
 /// Fewer waits than this in a cycle's trials decide nothing (the last choice stays).
 const MIN_TRIAL_WAITS: u64 = 64;
 
+const COUNTING: u8 = 2;
+
+/// How a cycle ended, counted in [`Chooser::cycles`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cycles {
+    /// Cycles whose trials found spinning faster.
+    pub spin: u64,
+    /// Cycles whose trials found yielding faster.
+    pub yielded: u64,
+    /// Cycles that decided nothing: too few waits in their trials, or a tie; the last
+    /// choice ran on (spin before any).
+    pub undecided: u64,
+}
+
+impl Cycles {
+    /// Whether no cycle ended (no client was ever crowded, or the mode was fixed).
+    pub fn is_empty(&self) -> bool {
+        self.spin + self.yielded + self.undecided == 0
+    }
+}
+
 impl Chooser {
     /// A chooser that has measured nothing yet (its first wait starts a cycle).
     pub fn new(base: Instant) -> Chooser {
         Chooser {
             base,
             next_at: AtomicU64::new(0),
-            mode: AtomicU8::new(CrowdWait::Spin.code()),
+            state: AtomicU8::new(CrowdWait::Spin.code()),
             begun: [AtomicU64::new(0), AtomicU64::new(0)],
-            counting: AtomicU8::new(0),
-            won: [AtomicU64::new(0), AtomicU64::new(0)],
-            step: Mutex::new(Step { window: TRIALS.len(), cycle_at: 0, last: CrowdWait::Spin }),
+            cycles: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            step: Mutex::new(Step {
+                window: TRIALS.len(),
+                cycle_at: 0,
+                window_at: 0,
+                spent: [0; 2],
+                last: CrowdWait::Spin,
+            }),
         }
     }
 
     /// How a crowded client whose wait begins at `now` waits; the wait is counted if a
-    /// trial window is open. Two loads and a compare, unless a window is over.
+    /// trial window is open. Two loads and a compare, unless a trial is over.
     pub fn begin(&self, now: Instant) -> CrowdWait {
         let t = now.saturating_duration_since(self.base).as_nanos() as u64;
         if t >= self.next_at.load(Ordering::Relaxed) {
             self.advance(t);
         }
-        let m = CrowdWait::from_code(self.mode.load(Ordering::Relaxed));
-        if self.counting.load(Ordering::Relaxed) == 1 {
+        let st = self.state.load(Ordering::Relaxed);
+        let m = CrowdWait::from_code(st & 1);
+        if st & COUNTING != 0 {
             self.begun[m.code() as usize].fetch_add(1, Ordering::Relaxed);
         }
         m
     }
 
-    /// Moves to the next window (one thread does; the others go on in the current mode).
+    /// Moves to the next trial (one thread does; the others go on in the current mode).
     fn advance(&self, t: u64) {
         let Ok(mut s) = self.step.try_lock() else { return };
-        if t < self.next_at.load(Ordering::Relaxed) {
+        let due = self.next_at.load(Ordering::Relaxed);
+        if t < due {
             return;
         }
-        // In the trials: the next one. Else the winner's time is over (or nothing ran
-        // yet): a new cycle, whose first trial starts now.
-        let next = if s.window < TRIALS.len() {
-            s.window + 1
-        } else {
+        let window_ns = WINDOW.as_nanos() as u64;
+        let next = match TRIALS.get(s.window) {
+            // A trial that ran a whole window past its end (the clients were idle, or
+            // the thread that would have moved on was not running) measured something
+            // else: the cycle starts again.
+            Some(_) if t > due + window_ns => None,
+            Some(&(m, counted, _)) => {
+                if counted {
+                    s.spent[m.code() as usize] += t - s.window_at;
+                }
+                Some(s.window + 1)
+            }
+            // The winner's time is over (or nothing ran yet).
+            None => None,
+        };
+        let next = next.unwrap_or_else(|| {
             s.cycle_at = t;
+            s.spent = [0; 2];
             for b in &self.begun {
                 b.store(0, Ordering::Relaxed);
             }
             0
-        };
+        });
         s.window = next;
+        s.window_at = t;
         if let Some(&(m, counted, len)) = TRIALS.get(next) {
-            self.mode.store(m.code(), Ordering::Relaxed);
-            self.counting.store(u8::from(counted), Ordering::Relaxed);
+            self.state.store(m.code() | if counted { COUNTING } else { 0 }, Ordering::Relaxed);
             self.next_at.store(t + len.as_nanos() as u64, Ordering::Relaxed);
             return;
         }
-        self.counting.store(0, Ordering::Relaxed);
-        let (spin, yielded) = (self.begun[0].load(Ordering::Relaxed), self.begun[1].load(Ordering::Relaxed));
-        // Too few waits to tell (the clients were mostly idle), or a tie: the last
-        // choice stays.
-        s.last = if spin + yielded < MIN_TRIAL_WAITS || spin == yielded {
-            s.last
+        let begun = [self.begun[0].load(Ordering::Relaxed), self.begun[1].load(Ordering::Relaxed)];
+        // Rates, compared by cross-multiplying: waits per nanosecond of each mode's
+        // windows.
+        let rate = |m: usize| u128::from(begun[m]) * u128::from(s.spent[1 - m].max(1));
+        let (spin, yielded) = (rate(0), rate(1));
+        let decided = if begun[0] + begun[1] < MIN_TRIAL_WAITS || spin == yielded {
+            None
         } else if yielded > spin {
-            CrowdWait::Yield
+            Some(CrowdWait::Yield)
         } else {
-            CrowdWait::Spin
+            Some(CrowdWait::Spin)
         };
-        self.won[s.last.code() as usize].fetch_add(1, Ordering::Relaxed);
-        self.mode.store(s.last.code(), Ordering::Relaxed);
+        if let Some(d) = decided {
+            s.last = d;
+        }
+        self.cycles[decided.map_or(2, |d| d.code() as usize)].fetch_add(1, Ordering::Relaxed);
+        self.state.store(s.last.code(), Ordering::Relaxed);
         let end = s.cycle_at + CYCLE.as_nanos() as u64;
-        self.next_at.store(end.max(t + WINDOW.as_nanos() as u64), Ordering::Relaxed);
+        self.next_at.store(end.max(t + window_ns), Ordering::Relaxed);
     }
 
-    /// Cycles each mode won so far: `(spin, yield)`.
-    pub fn won(&self) -> (u64, u64) {
-        (self.won[0].load(Ordering::Relaxed), self.won[1].load(Ordering::Relaxed))
+    /// How the cycles so far ended.
+    pub fn cycles(&self) -> Cycles {
+        let l = |i: usize| self.cycles[i].load(Ordering::Relaxed);
+        Cycles { spin: l(0), yielded: l(1), undecided: l(2) }
     }
 }
 
@@ -226,10 +279,10 @@ pub fn mode(now: Instant) -> CrowdWait {
     }
 }
 
-/// Cycles each mode has won in this process so far: `(spin, yield)`; `(0, 0)` when no
-/// client was ever crowded, or `BOOMKV_CROWD_WAIT` chose.
-pub fn won() -> (u64, u64) {
-    chooser().won()
+/// How this process's cycles ended so far; none when no client was ever crowded, or
+/// `BOOMKV_CROWD_WAIT` chose.
+pub fn cycles() -> Cycles {
+    chooser().cycles()
 }
 
 #[cfg(test)]
@@ -260,8 +313,8 @@ mod tests {
             let c = Chooser::new(base);
             // Ten cycles: each spends its trials on both modes and the rest on the winner.
             let n = drive(&c, base, CYCLE * 10, spin, yielded);
-            let (s, y) = c.won();
-            assert_eq!((s + y, want == CrowdWait::Yield), (10, y == 10), "won {s} spin, {y} yield");
+            let (s, y) = if want == CrowdWait::Yield { (0, 10) } else { (10, 0) };
+            assert_eq!(c.cycles(), Cycles { spin: s, yielded: y, undecided: 0 });
             // The winner ran at least 85% of the time (the loser's trials are 30 ms in 800).
             let fast = if want == CrowdWait::Yield { yielded } else { spin };
             let ran_fast = n[want.code() as usize] as f64 * fast.as_secs_f64();
@@ -274,12 +327,12 @@ mod tests {
         let base = Instant::now();
         let c = Chooser::new(base);
         drive(&c, base, CYCLE * 3, Duration::from_micros(2), Duration::from_micros(4));
-        assert_eq!(c.won(), (3, 0));
+        assert_eq!(c.cycles(), Cycles { spin: 3, yielded: 0, undecided: 0 });
         // From here yielding is the faster (say the server's CPU got slower): the next
         // cycle's trials find it.
         let later = base + CYCLE * 3;
         drive(&c, later, CYCLE, Duration::from_micros(4), Duration::from_micros(2));
-        assert_eq!(c.won(), (3, 1));
+        assert_eq!(c.cycles(), Cycles { spin: 3, yielded: 1, undecided: 0 });
     }
 
     #[test]
@@ -287,7 +340,7 @@ mod tests {
         let base = Instant::now();
         let c = Chooser::new(base);
         drive(&c, base, CYCLE, Duration::from_micros(4), Duration::from_micros(2));
-        assert_eq!(c.won(), (0, 1));
+        assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 0 });
         // Then a wait now and then: each opens the next window and is all it counts,
         // too few to decide anything; yield stays.
         let gap = base + CYCLE * 20;
@@ -295,11 +348,48 @@ mod tests {
         for i in 0..n {
             c.begin(gap + WINDOW * i);
         }
-        assert_eq!(c.won(), (0, 2));
+        assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 1 });
         assert_eq!(c.begin(gap + WINDOW * n), CrowdWait::Yield, "the winner runs until the cycle ends");
         // A busy cycle whose trials tie keeps it too.
         let busy = gap + CYCLE;
         drive(&c, busy, CYCLE, Duration::from_micros(2), Duration::from_micros(2));
-        assert_eq!(c.won(), (0, 3));
+        assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 2 });
+    }
+
+    #[test]
+    fn a_trial_left_a_window_late_starts_the_cycle_again() {
+        let base = Instant::now();
+        let c = Chooser::new(base);
+        assert_eq!(c.begin(base), CrowdWait::Spin, "the first trial settles spin");
+        // Nothing waits for 100 ms: the settling trial ran 95 ms past its end, and
+        // whatever came next would compare windows of different things.
+        let later = base + Duration::from_millis(100);
+        drive(&c, later, CYCLE, Duration::from_micros(4), Duration::from_micros(2));
+        // One cycle, started again at `later`, and decided on its own windows.
+        assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 0 });
+    }
+
+    #[test]
+    fn windows_are_compared_by_rate_not_by_count() {
+        // Spin's windows run 19 ms each (the wait that ends them comes 9 ms late, less
+        // than a window) and begin 1100 waits, 58 a ms; yield's run 10 ms and begin
+        // 1000, 100 a ms. Counted, spin would win.
+        let base = Instant::now();
+        let c = Chooser::new(base);
+        let at = |ms: f64| base + Duration::from_secs_f64(ms / 1000.0);
+        let burst = |from: f64, to: f64, n: u32| {
+            for i in 0..n {
+                c.begin(at(from + (to - from) * f64::from(i) / f64::from(n)));
+            }
+        };
+        burst(0.0, 5.0, 1); // settle spin
+        burst(5.0, 15.0, 1100); // spin, counted; ends at 24
+        burst(24.0, 29.0, 1); // settle yield
+        burst(29.0, 39.0, 1000); // yield, counted
+        burst(39.0, 49.0, 1000); // yield, counted
+        burst(49.0, 54.0, 1); // settle spin
+        burst(54.0, 64.0, 1100); // spin, counted; ends at 73
+        c.begin(at(73.0));
+        assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 0 });
     }
 }

@@ -280,7 +280,8 @@ impl Pd {
 
     /// Live regions with a remote right (see [`crate::transport::Transport::exposed_regions`]).
     pub fn exposed(&self) -> u64 {
-        self.infos.read().map_or(0, |m| m.values().filter(|i| i.access.is_remote()).count() as u64)
+        let m = self.infos.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.values().filter(|i| i.access.is_remote()).count() as u64
     }
 
     /// Registers `[offset, offset + len)` of `mapping`, reachable from every queue pair.
