@@ -19,9 +19,11 @@
 //! So the choice is measured where it is made. A *cycle* of [`CYCLE`] begins with four
 //! trial windows of [`WINDOW`] each, spin, yield, yield, spin (the order cancels a
 //! steady drift), which count the waits the crowded clients begin in each; the rest of
-//! the cycle uses the mode that began them at the higher rate (a window ends at the
-//! first wait past its end, so their lengths differ a little; a trial a whole window
-//! late starts the cycle again). Each change of mode is followed by [`SETTLE`] that
+//! the cycle uses the mode that began them at the higher rate in both pairs of windows
+//! (the first spin against the first yield, the second yield against the second spin;
+//! where the pairs disagree, one noisy window decided nothing, and the last choice
+//! stays). A window ends at the first wait past its end, so their lengths differ a
+//! little; a trial a whole window late starts the cycle again. Each change of mode is followed by [`SETTLE`] that
 //! counts for neither: right after it the clients are still in the other mode's state
 //! (parked threads, turns under way). Counting from the change, 3 of 16 cycles of
 //! 16-thread runs chose spin on the Intel VM above, where whole runs made 257k ops/s
@@ -79,16 +81,17 @@ pub const SETTLE: Duration = Duration::from_millis(5);
 /// A whole cycle: the trials and the time the winner then runs.
 pub const CYCLE: Duration = Duration::from_millis(800);
 
-/// The trials of a cycle, in order: the mode, whether its waits count (a window) or
-/// not (a settling time), and for how long.
-const TRIALS: [(CrowdWait, bool, Duration); 7] = [
-    (CrowdWait::Spin, false, SETTLE),
-    (CrowdWait::Spin, true, WINDOW),
-    (CrowdWait::Yield, false, SETTLE),
-    (CrowdWait::Yield, true, WINDOW),
-    (CrowdWait::Yield, true, WINDOW),
-    (CrowdWait::Spin, false, SETTLE),
-    (CrowdWait::Spin, true, WINDOW),
+/// The trials of a cycle, in order: the mode, which counted window it is (none for a
+/// settling time), and for how long. Windows 0 and 1 are the first pair compared, 3 and
+/// 2 the second.
+const TRIALS: [(CrowdWait, Option<usize>, Duration); 7] = [
+    (CrowdWait::Spin, None, SETTLE),
+    (CrowdWait::Spin, Some(0), WINDOW),
+    (CrowdWait::Yield, None, SETTLE),
+    (CrowdWait::Yield, Some(1), WINDOW),
+    (CrowdWait::Yield, Some(2), WINDOW),
+    (CrowdWait::Spin, None, SETTLE),
+    (CrowdWait::Spin, Some(3), WINDOW),
 ];
 
 /// The choice and its measurement. One per process ([`mode`]); a value of its own in
@@ -98,11 +101,12 @@ pub struct Chooser {
     /// Nanoseconds since `base` at which the current trial (or the winner's run that
     /// follows the trials) ends: a wait before it just reads `state`.
     next_at: AtomicU64,
-    /// The mode (bit 0: yield) and whether the waits begun now count (bit 1), in one
-    /// word so that a wait never pairs one step's mode with another's counting.
+    /// The mode (bit 0: yield), whether the waits begun now count (bit 1) and in which
+    /// window (bits 2 and 3), in one word so that a wait never pairs one step's mode
+    /// with another's window.
     state: AtomicU8,
-    /// Waits begun in the current cycle's counted spin and yield windows.
-    begun: [AtomicU64; 2],
+    /// Waits begun in each counted window of the current cycle.
+    begun: [AtomicU64; 4],
     /// Cycles decided for spin, for yield, and undecided (too few waits, a tie, or
     /// the last choice kept for want of a measurement), for reports.
     cycles: [AtomicU64; 3],
@@ -117,9 +121,9 @@ struct Step {
     /// Nanoseconds since `base` at which the cycle began, and the current trial.
     cycle_at: u64,
     window_at: u64,
-    /// Nanoseconds the counted windows of spin and of yield really lasted (a window
-    /// ends at the first wait past its end, so lengths differ a little).
-    spent: [u64; 2],
+    /// Nanoseconds each counted window really lasted (a window ends at the first wait
+    /// past its end, so lengths differ a little).
+    spent: [u64; 4],
     /// The mode the last cycle chose (spin before any).
     last: CrowdWait,
 }
@@ -155,13 +159,13 @@ impl Chooser {
             base,
             next_at: AtomicU64::new(0),
             state: AtomicU8::new(CrowdWait::Spin.code()),
-            begun: [AtomicU64::new(0), AtomicU64::new(0)],
+            begun: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             cycles: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             step: Mutex::new(Step {
                 window: TRIALS.len(),
                 cycle_at: 0,
                 window_at: 0,
-                spent: [0; 2],
+                spent: [0; 4],
                 last: CrowdWait::Spin,
             }),
         }
@@ -177,7 +181,7 @@ impl Chooser {
         let st = self.state.load(Ordering::Relaxed);
         let m = CrowdWait::from_code(st & 1);
         if st & COUNTING != 0 {
-            self.begun[m.code() as usize].fetch_add(1, Ordering::Relaxed);
+            self.begun[usize::from(st >> 2) & 3].fetch_add(1, Ordering::Relaxed);
         }
         m
     }
@@ -195,9 +199,9 @@ impl Chooser {
             // the thread that would have moved on was not running) measured something
             // else: the cycle starts again.
             Some(_) if t > due + window_ns => None,
-            Some(&(m, counted, _)) => {
-                if counted {
-                    s.spent[m.code() as usize] += t - s.window_at;
+            Some(&(_, slot, _)) => {
+                if let Some(w) = slot {
+                    s.spent[w] = t - s.window_at;
                 }
                 Some(s.window + 1)
             }
@@ -206,7 +210,7 @@ impl Chooser {
         };
         let next = next.unwrap_or_else(|| {
             s.cycle_at = t;
-            s.spent = [0; 2];
+            s.spent = [0; 4];
             for b in &self.begun {
                 b.store(0, Ordering::Relaxed);
             }
@@ -214,23 +218,25 @@ impl Chooser {
         });
         s.window = next;
         s.window_at = t;
-        if let Some(&(m, counted, len)) = TRIALS.get(next) {
-            self.state.store(m.code() | if counted { COUNTING } else { 0 }, Ordering::Relaxed);
+        if let Some(&(m, slot, len)) = TRIALS.get(next) {
+            let counting = slot.map_or(0, |w| COUNTING | (w as u8) << 2);
+            self.state.store(m.code() | counting, Ordering::Relaxed);
             self.next_at.store(t + len.as_nanos() as u64, Ordering::Relaxed);
             return;
         }
-        let begun = [self.begun[0].load(Ordering::Relaxed), self.begun[1].load(Ordering::Relaxed)];
-        // Rates, compared by cross-multiplying: waits per nanosecond of each mode's
-        // windows.
-        let rate = |m: usize| u128::from(begun[m]) * u128::from(s.spent[1 - m].max(1));
-        let (spin, yielded) = (rate(0), rate(1));
-        let decided = if begun[0] + begun[1] < MIN_TRIAL_WAITS || spin == yielded {
-            None
-        } else if yielded > spin {
-            Some(CrowdWait::Yield)
-        } else {
-            Some(CrowdWait::Spin)
+        let begun: [u64; 4] = std::array::from_fn(|w| self.begun[w].load(Ordering::Relaxed));
+        // Which of two windows began waits at the higher rate (rates compared by
+        // cross-multiplying): `None` for a tie.
+        let faster = |spin: usize, yielded: usize| {
+            let (a, b) = (
+                u128::from(begun[spin]) * u128::from(s.spent[yielded].max(1)),
+                u128::from(begun[yielded]) * u128::from(s.spent[spin].max(1)),
+            );
+            (a != b).then_some(if b > a { CrowdWait::Yield } else { CrowdWait::Spin })
         };
+        // Both pairs must agree (one noisy window decides nothing), on enough waits.
+        let (first, second) = (faster(0, 1), faster(3, 2));
+        let decided = if begun.iter().sum::<u64>() < MIN_TRIAL_WAITS || first != second { None } else { first };
         if let Some(d) = decided {
             s.last = d;
         }
@@ -391,5 +397,28 @@ mod tests {
         burst(54.0, 64.0, 1100); // spin, counted; ends at 73
         c.begin(at(73.0));
         assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 0 });
+    }
+
+    #[test]
+    fn pairs_that_disagree_decide_nothing() {
+        // The first pair finds spinning faster (100 waits a ms against 50), the second
+        // yielding (200 against 100): one of them measured something else.
+        let base = Instant::now();
+        let c = Chooser::new(base);
+        let at = |ms: f64| base + Duration::from_secs_f64(ms / 1000.0);
+        let burst = |from: f64, to: f64, n: u32| {
+            for i in 0..n {
+                c.begin(at(from + (to - from) * f64::from(i) / f64::from(n)));
+            }
+        };
+        burst(0.0, 5.0, 1);
+        burst(5.0, 15.0, 1000);
+        burst(15.0, 20.0, 1);
+        burst(20.0, 30.0, 500);
+        burst(30.0, 40.0, 2000);
+        burst(40.0, 45.0, 1);
+        burst(45.0, 55.0, 1000);
+        assert_eq!(c.begin(at(55.0)), CrowdWait::Spin, "undecided: the last choice (spin before any) stays");
+        assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 0, undecided: 1 });
     }
 }
