@@ -309,6 +309,18 @@ mod tests {
         n
     }
 
+    /// `base` plus `ms` milliseconds.
+    fn at(base: Instant, ms: f64) -> Instant {
+        base + Duration::from_secs_f64(ms / 1000.0)
+    }
+
+    /// `n` waits begun at even steps from `from` to `to` (milliseconds after `base`).
+    fn burst(c: &Chooser, base: Instant, from: f64, to: f64, n: u32) {
+        for i in 0..n {
+            c.begin(at(base, from + (to - from) * f64::from(i) / f64::from(n)));
+        }
+    }
+
     #[test]
     fn the_faster_mode_runs_after_the_trials_whichever_it_is() {
         for (spin, yielded, want) in [
@@ -382,12 +394,7 @@ mod tests {
         // 1000, 100 a ms. Counted, spin would win.
         let base = Instant::now();
         let c = Chooser::new(base);
-        let at = |ms: f64| base + Duration::from_secs_f64(ms / 1000.0);
-        let burst = |from: f64, to: f64, n: u32| {
-            for i in 0..n {
-                c.begin(at(from + (to - from) * f64::from(i) / f64::from(n)));
-            }
-        };
+        let burst = |from: f64, to: f64, n: u32| burst(&c, base, from, to, n);
         burst(0.0, 5.0, 1); // settle spin
         burst(5.0, 15.0, 1100); // spin, counted; ends at 24
         burst(24.0, 29.0, 1); // settle yield
@@ -395,7 +402,7 @@ mod tests {
         burst(39.0, 49.0, 1000); // yield, counted
         burst(49.0, 54.0, 1); // settle spin
         burst(54.0, 64.0, 1100); // spin, counted; ends at 73
-        c.begin(at(73.0));
+        c.begin(at(base, 73.0));
         assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 1, undecided: 0 });
     }
 
@@ -405,12 +412,7 @@ mod tests {
         // yielding (200 against 100): one of them measured something else.
         let base = Instant::now();
         let c = Chooser::new(base);
-        let at = |ms: f64| base + Duration::from_secs_f64(ms / 1000.0);
-        let burst = |from: f64, to: f64, n: u32| {
-            for i in 0..n {
-                c.begin(at(from + (to - from) * f64::from(i) / f64::from(n)));
-            }
-        };
+        let burst = |from: f64, to: f64, n: u32| burst(&c, base, from, to, n);
         burst(0.0, 5.0, 1);
         burst(5.0, 15.0, 1000);
         burst(15.0, 20.0, 1);
@@ -418,7 +420,7 @@ mod tests {
         burst(30.0, 40.0, 2000);
         burst(40.0, 45.0, 1);
         burst(45.0, 55.0, 1000);
-        assert_eq!(c.begin(at(55.0)), CrowdWait::Spin, "undecided: the last choice (spin before any) stays");
+        assert_eq!(c.begin(at(base, 55.0)), CrowdWait::Spin, "undecided: the last choice (spin before any) stays");
         assert_eq!(c.cycles(), Cycles { spin: 0, yielded: 0, undecided: 1 });
     }
 }
