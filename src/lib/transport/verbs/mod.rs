@@ -581,7 +581,7 @@ impl Transport for VerbsTransport {
         len: u64,
         access: Access,
     ) -> Result<VerbsMr> {
-        if attr::remote_access_flags(access) == 0 {
+        if !access.is_remote() {
             return VerbsMr::register(&self.inner.hca, mapping, offset, len, access);
         }
         if !qp.sh.same_hca(&self.inner.hca) {
@@ -2177,6 +2177,14 @@ mod tests {
         assert_eq!(attr::remote_access_flags(Access::LOCAL_WRITE | Access::REMOTE_WRITE), rw);
         assert_eq!(attr::remote_access_flags(Access::REMOTE_READ | Access::REMOTE_ATOMIC), rr | ra);
         assert_eq!(attr::remote_access_flags(Access::LOCAL_WRITE), 0);
+        // `register_bound` decides by `Access::is_remote` whether a window is needed:
+        // the same question as whether the window would grant anything.
+        let rights = [Access::LOCAL_WRITE, Access::REMOTE_WRITE, Access::REMOTE_READ, Access::REMOTE_ATOMIC];
+        for bits in 0..1u32 << rights.len() {
+            let a =
+                rights.iter().enumerate().filter(|(i, _)| bits & 1 << i != 0).fold(Access::NONE, |a, (_, r)| a | *r);
+            assert_eq!(a.is_remote(), attr::remote_access_flags(a) != 0, "{a:?}");
+        }
     }
 
     /// A transport whose handshakes must finish within `secs`, listening on loopback
