@@ -2179,10 +2179,8 @@ mod tests {
         assert_eq!(attr::remote_access_flags(Access::LOCAL_WRITE), 0);
         // `register_bound` decides by `Access::is_remote` whether a window is needed:
         // the same question as whether the window would grant anything.
-        let rights = [Access::LOCAL_WRITE, Access::REMOTE_WRITE, Access::REMOTE_READ, Access::REMOTE_ATOMIC];
-        for bits in 0..1u32 << rights.len() {
-            let a =
-                rights.iter().enumerate().filter(|(i, _)| bits & 1 << i != 0).fold(Access::NONE, |a, (_, r)| a | *r);
+        for bits in 0..=Access::ALL.bits() {
+            let a = Access::from_bits(bits);
             assert_eq!(a.is_remote(), attr::remote_access_flags(a) != 0, "{a:?}");
         }
     }
