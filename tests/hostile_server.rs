@@ -30,7 +30,17 @@ enum Reply {
 /// A fake server's welcome: `protocol`, segments of `segment_size` bytes, values up
 /// to `max_value` bytes.
 fn welcome(protocol: Protocol, segment_size: u64, max_value: u32) -> Welcome {
-    Welcome::Accepted { protocol, client_id: 1, segment_size, max_key: 1024, max_value, recv_size: 4096 }
+    // A worker number no server has: the client only reports it, and a colocated run
+    // picks a CPU from its own list with it, round the list (`CpuList::pick`).
+    Welcome::Accepted {
+        protocol,
+        client_id: 1,
+        segment_size,
+        max_key: 1024,
+        max_value,
+        recv_size: 4096,
+        worker: u16::MAX,
+    }
 }
 
 /// Listens in `dir` and, on a thread of its own, accepts one client with `welcome`

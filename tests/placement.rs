@@ -156,7 +156,11 @@ fn pinned_clients_and_workers_serve_a_whole_run_over_tcp_and_shm() {
     use boomkv::transport::{Backend, TcpTransport};
 
     let allowed = CpuList::allowed().unwrap();
-    let layout = Layout::split(&allowed, 1).unwrap_or(Layout { server: allowed.clone(), clients: allowed.clone() });
+    let layout = Layout::split(&allowed, 1).unwrap_or(Layout {
+        server: allowed.clone(),
+        clients: allowed.clone(),
+        colocated: false,
+    });
     let mut s = WorkloadSpec::from_mix('b').unwrap();
     s.set(names::RECORD_COUNT, "200").unwrap();
     s.set(names::OPERATION_COUNT, "4000").unwrap();
@@ -197,5 +201,122 @@ fn pinned_clients_and_workers_serve_a_whole_run_over_tcp_and_shm() {
         assert!(reads.status_total() > 3000, "{} reads", reads.status_total());
         let st: Vec<_> = reads.statuses().collect();
         assert_eq!(reads.status_total(), reads.status_count(boomkv::measure::Status::Ok), "every read finds: {st:?}");
+    }
+}
+
+/// A client that notes, at every operation, the worker the server said serves it and
+/// the CPUs the kernel lets the calling thread use.
+struct Watched<D> {
+    db: D,
+    seen: Arc<Mutex<BTreeSet<(usize, String)>>>,
+}
+
+impl<D: Db> Watched<D> {
+    fn note(&self) {
+        let a = CpuList::this_thread().map(|l| l.to_string()).unwrap_or_default();
+        self.seen.lock().unwrap().insert((self.db.worker().unwrap_or(usize::MAX), a));
+    }
+}
+
+impl<D: Db> Db for Watched<D> {
+    fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.note();
+        self.db.read(key, out)
+    }
+    fn write(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.note();
+        self.db.write(key, value)
+    }
+    fn scan(&mut self, start: &[u8], count: u32) -> Result<usize> {
+        self.db.scan(start, count)
+    }
+    fn max_value(&self) -> Option<u64> {
+        self.db.max_value()
+    }
+    fn worker(&self) -> Option<usize> {
+        self.db.worker()
+    }
+}
+
+/// Each connection is told its worker, round robin over the workers.
+#[test]
+fn the_handshake_names_each_clients_worker_round_robin() {
+    let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ServerConfig { workers: 3, log_clients: false, cleaner: false, ..Default::default() };
+    let t = ShmTransport::new().unwrap();
+    let srv = Server::start(t.clone(), pool(dir.path()), &[Endpoint::Shm(dir.path().join("s.sock"))], cfg).unwrap();
+    let ep = srv.endpoints()[0].clone();
+    let clients: Vec<_> = (0..7).map(|_| Client::connect(&t, &ep, ClientOptions::default()).unwrap()).collect();
+    let workers: Vec<u16> = clients.iter().map(Client::worker).collect();
+    assert_eq!(workers, [0, 1, 2, 0, 1, 2, 0]);
+}
+
+/// Colocated for real: a worker alone on each of two CPUs, and each of the YCSB
+/// runner's client threads on the CPU of the worker that serves it, yielding it while
+/// it waits. Every operation completes and every read finds its record, over both
+/// software transports, with both workers serving.
+#[test]
+fn colocated_clients_run_beside_their_workers_and_serve_a_whole_run() {
+    let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
+    use boomkv::cpus::Layout;
+    use boomkv::transport::{Backend, TcpTransport};
+
+    let allowed = CpuList::allowed().unwrap();
+    let Some(layout) = Layout::colocate(&allowed, 2) else {
+        eprintln!("one CPU: nothing to colocate");
+        return;
+    };
+    let mut s = WorkloadSpec::from_mix('b').unwrap();
+    s.set(names::RECORD_COUNT, "200").unwrap();
+    s.set(names::OPERATION_COUNT, "4000").unwrap();
+    s.set(names::VALUE_SIZE, "2048").unwrap();
+    s.set(names::THREAD_COUNT, "4").unwrap();
+    let w = || CoreWorkload::new(&s).unwrap();
+    let mut o = RunOptions { threads: 4, ops: 4000, duration: Some(Duration::from_secs(60)), ..Default::default() };
+    o.place(Some(&layout));
+    assert!(o.colocated);
+    let mut server = ServerConfig { log_clients: false, ..Default::default() };
+    server.place(Some(&layout));
+    assert_eq!((server.workers, server.colocated), (2, true));
+    let eo = EmbeddedOptions { pool_size: 64 << 20, segment_size: 4 << 20, server, ..Default::default() };
+    fn run<T: boomkv::transport::Transport>(
+        t: T,
+        b: Backend,
+        eo: &EmbeddedOptions,
+        w: &CoreWorkload,
+        o: &RunOptions,
+        seen: &Arc<Mutex<BTreeSet<(usize, String)>>>,
+    ) -> (runner::PhasesResult, Vec<String>) {
+        let emb = Embedded::start(t.clone(), b, eo).unwrap();
+        let ep = emb.endpoint().clone();
+        let mut workers = affinity_of_threads("boomkv-worker");
+        workers.sort();
+        let connect =
+            || Client::connect(&t, &ep, ClientOptions::default()).map(|db| Watched { db, seen: seen.clone() });
+        let r = runner::load_and_run_db(connect, w, o, Phases { load: true, run: true }).unwrap();
+        (r, workers)
+    }
+    for (name, b) in [("tcp", Backend::Tcp), ("shm", Backend::Shm)] {
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let (r, workers) = match b {
+            Backend::Tcp => run(TcpTransport::new().unwrap(), b, &eo, &w(), &o, &seen),
+            _ => run(ShmTransport::new().unwrap(), b, &eo, &w(), &o, &seen),
+        };
+        assert_eq!((r.result.run.operations, r.result.errors), (4000, 0), "{name}: {:?}", r.result.first_error);
+        let reads = r.result.measurements.get("READ").expect("reads were measured");
+        assert_eq!(reads.status_total(), reads.status_count(boomkv::measure::Status::Ok), "{name}: every read finds");
+        // The kernel's account: each worker alone on its CPU...
+        let mut want: Vec<String> = (0..2).map(|i| layout.worker_cpus(i).to_string()).collect();
+        want.sort();
+        assert_eq!(workers, want, "{name}");
+        // ... and each client thread on its worker's, both workers serving.
+        let seen = seen.lock().unwrap();
+        for (worker, cpus) in seen.iter() {
+            assert_eq!(*cpus, layout.worker_cpus(*worker).to_string(), "{name}: a client of worker {worker}");
+        }
+        let served: BTreeSet<usize> = seen.iter().map(|(w, _)| *w).collect();
+        assert_eq!(served, BTreeSet::from([0, 1]), "{name}");
     }
 }

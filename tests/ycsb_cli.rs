@@ -1008,6 +1008,8 @@ fn crowded_shm_clients_report_how_they_waited() {
         return;
     }
     let threads = (cores + 2).to_string();
+    // Split: colocated clients (the default past the CPUs a split leaves them) wait
+    // beside their worker, always yielding, and never measure.
     let args = [
         "ycsb",
         "--mix",
@@ -1015,6 +1017,8 @@ fn crowded_shm_clients_report_how_they_waited() {
         "--quiet",
         "--transport",
         "shm",
+        "--pin",
+        "split",
         "--duration",
         "2",
         "--threads",
@@ -1043,4 +1047,36 @@ fn crowded_shm_clients_report_how_they_waited() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("BOOMKV_CROWD_WAIT=sometimes: expected auto"), "{err}");
     assert!(out.stdout.is_empty());
+}
+
+/// `--pin auto` splits the CPUs while each client thread has one beside the workers',
+/// colocates past that over shm and tcp unless `--workers` was given, and `[CONFIG],
+/// pin` says which; every placement serves the whole run.
+#[test]
+fn the_placement_follows_the_thread_count_and_is_reported() {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cores < 2 {
+        eprintln!("one CPU: nothing to place");
+        return;
+    }
+    let crowd = (cores + 1).to_string();
+    let pin = |extra: &[&str]| -> String {
+        let mut args = vec!["ycsb", "--mix", "b", "--quiet", "--size", "256", "--ops", "2000", "-p", "recordcount=200"];
+        args.extend_from_slice(extra);
+        let out = boomctl().args(&args).output().unwrap();
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let r = rows(&out.stdout);
+        assert_eq!(num(&r, "READ", "Return=OK") + num(&r, "UPDATE", "Return=OK"), 2000.0, "{extra:?}: {r:?}");
+        r.get(&("CONFIG".to_string(), "pin".to_string())).cloned().unwrap_or_default()
+    };
+    let split = pin(&["--threads", "1"]);
+    assert!(split.starts_with("server workers on CPU"), "{split}");
+    for transport in ["shm", "tcp"] {
+        let p = pin(&["--threads", &crowd, "--transport", transport]);
+        assert!(p.starts_with("colocated: a server worker on each of CPU"), "{transport}: {p}");
+    }
+    assert_eq!(pin(&["--threads", &crowd, "--pin", "split"]), split);
+    assert_eq!(pin(&["--threads", &crowd, "--workers", "1"]), split, "a worker count asked for is kept");
+    assert!(pin(&["--threads", "1", "--pin", "colocate"]).starts_with("colocated"));
+    assert_eq!(pin(&["--threads", &crowd, "--pin", "off"]), "off");
 }

@@ -111,6 +111,12 @@ impl CpuList {
         &self.0
     }
 
+    /// The `i`-th CPU, counting round the list (any `i`, however large, picks one), as a
+    /// list of one: worker `i` of a colocated layout.
+    pub fn pick(&self, i: usize) -> CpuList {
+        CpuList(vec![self.0[i % self.0.len()]])
+    }
+
     /// How many CPUs.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -201,10 +207,43 @@ impl From<CpuList> for String {
 /// Where a benchmark's server workers and client threads run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// The server's polling workers.
+    /// The server's polling workers: split, all of them on these CPUs; colocated,
+    /// worker `i` on the `i`-th CPU (modulo the count) alone.
     pub server: CpuList,
-    /// The client threads (and nothing of the server's).
+    /// The client threads: split, these CPUs and nothing of the server's; colocated,
+    /// the same CPUs as the workers, each client thread on the CPU of the worker that
+    /// serves its (first) client.
     pub clients: CpuList,
+    /// Each worker shares its CPU with the client threads it serves (see
+    /// [`Layout::colocate`]).
+    pub colocated: bool,
+}
+
+/// How `--pin` places an embedded server's workers and the client threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// [`Layout::split`] while the client threads have a CPU each beside the workers'
+    /// CPUs; past that, over a transport where colocation was measured faster (shm,
+    /// tcp) and with the worker count left to the layout, [`Layout::colocate`].
+    Auto,
+    /// Always [`Layout::split`].
+    Split,
+    /// Always [`Layout::colocate`].
+    Colocate,
+    /// Wherever the scheduler puts them.
+    Off,
+}
+
+impl Placement {
+    /// The name `--pin` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Auto => "auto",
+            Placement::Split => "split",
+            Placement::Colocate => "colocate",
+            Placement::Off => "off",
+        }
+    }
 }
 
 impl Layout {
@@ -217,14 +256,73 @@ impl Layout {
         }
         let w = workers.clamp(1, n - 1);
         let (clients, server) = allowed.0.split_at(n - w);
-        Some(Layout { server: CpuList(server.to_vec()), clients: CpuList(clients.to_vec()) })
+        Some(Layout { server: CpuList(server.to_vec()), clients: CpuList(clients.to_vec()), colocated: false })
     }
-}
 
-impl Layout {
+    /// A worker on each of the first `workers` CPUs of `allowed` (at most one per CPU),
+    /// each sharing its CPU with the client threads it serves; `None` with fewer than
+    /// two CPUs.
+    ///
+    /// Why: when the client threads outnumber the CPUs [`Layout::split`] leaves them,
+    /// their CPUs are saturated while the workers' idle part of the time, and every
+    /// request and reply crosses between CPUs. A worker beside its own clients uses
+    /// what its CPU has left, and its requests and replies stay in that CPU's cache.
+    /// The price: a worker and its clients take turns on the CPU (the worker yields
+    /// when idle, the clients at every wait), so with one client thread the other CPUs
+    /// idle. Measured on 2 CPUs, YCSB-B 2 KiB over shm and tcp (README, "Thread
+    /// placement").
+    pub fn colocate(allowed: &CpuList, workers: usize) -> Option<Layout> {
+        if allowed.len() < 2 {
+            return None;
+        }
+        let cpus = CpuList(allowed.0[..workers.clamp(1, allowed.len())].to_vec());
+        Some(Layout { server: cpus.clone(), clients: cpus, colocated: true })
+    }
+
     /// [`Layout::split`] of the CPUs this process may use.
     pub fn auto(workers: usize) -> Option<Layout> {
         CpuList::allowed().and_then(|a| Layout::split(&a, workers))
+    }
+
+    /// The layout `placement` gives on `allowed` for `threads` client threads:
+    /// `workers` is the worker count asked for (`None`: not asked; then `default` for
+    /// a split, one per CPU colocated), and `colocatable` whether colocation was
+    /// measured faster over the transport: shm and tcp, where the CPUs move every byte
+    /// (README, "Thread placement"); not verbs, where a NIC does and nothing was
+    /// measured.
+    pub fn place(
+        allowed: &CpuList,
+        placement: Placement,
+        workers: Option<usize>,
+        default: usize,
+        threads: usize,
+        colocatable: bool,
+    ) -> Option<Layout> {
+        let split = || Layout::split(allowed, workers.unwrap_or(default));
+        let colocate = || Layout::colocate(allowed, workers.unwrap_or(allowed.len()));
+        match placement {
+            Placement::Off => None,
+            Placement::Split => split(),
+            Placement::Colocate => colocate(),
+            Placement::Auto => {
+                let s = split()?;
+                if threads > s.clients.len() && colocatable && workers.is_none() {
+                    colocate()
+                } else {
+                    Some(s)
+                }
+            }
+        }
+    }
+
+    /// The CPU worker `worker` runs on, as a list of one (colocated), or the workers'
+    /// CPUs (split).
+    pub fn worker_cpus(&self, worker: usize) -> CpuList {
+        if self.colocated {
+            self.server.pick(worker)
+        } else {
+            self.server.clone()
+        }
     }
 }
 
@@ -232,7 +330,11 @@ impl fmt::Display for Layout {
     /// `server workers on CPU 1; client threads on CPU 0`: no comma outside the CPU
     /// lists, so a report whose fields are comma-separated can replace theirs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "server workers on CPU {}; client threads on CPU {}", self.server, self.clients)
+        if self.colocated {
+            write!(f, "colocated: a server worker on each of CPU {} with the client threads it serves", self.server)
+        } else {
+            write!(f, "server workers on CPU {}; client threads on CPU {}", self.server, self.clients)
+        }
     }
 }
 
@@ -268,6 +370,40 @@ mod tests {
         assert_eq!((l.server.to_string(), l.clients.to_string()), ("1-3".into(), "0".into()));
         assert_eq!(l.to_string(), "server workers on CPU 1-3; client threads on CPU 0");
         assert!(Layout::split(&CpuList::parse("5").unwrap(), 1).is_none());
+    }
+
+    #[test]
+    fn colocation_puts_a_worker_on_each_cpu_and_auto_chooses_it_only_when_clients_crowd() {
+        let two = CpuList::parse("0-1").unwrap();
+        let l = Layout::colocate(&two, 9).unwrap();
+        assert!(l.colocated);
+        assert_eq!((l.server.to_string(), l.clients.to_string()), ("0-1".into(), "0-1".into()));
+        assert_eq!((l.worker_cpus(0).to_string(), l.worker_cpus(1).to_string()), ("0".into(), "1".into()));
+        // A worker number beyond the list (a server with more workers) wraps around.
+        assert_eq!(l.worker_cpus(3).to_string(), "1");
+        assert_eq!(two.pick(usize::MAX).len(), 1, "any number picks a CPU");
+        assert_eq!(l.to_string(), "colocated: a server worker on each of CPU 0-1 with the client threads it serves");
+        assert_eq!(Layout::colocate(&CpuList::parse("0-3").unwrap(), 2).unwrap().server.to_string(), "0-1");
+        assert!(Layout::colocate(&CpuList::parse("5").unwrap(), 1).is_none());
+        let split = Layout::split(&two, 1).unwrap();
+        assert_eq!(split.worker_cpus(0), split.server);
+        let place = |p, workers, threads, shm| Layout::place(&two, p, workers, 1, threads, shm);
+        // One client thread has a CPU of its own beside the worker's: split.
+        assert_eq!(place(Placement::Auto, None, 1, true), Some(split.clone()));
+        // More: colocated over shm, with a worker per CPU.
+        let co = place(Placement::Auto, None, 2, true).unwrap();
+        assert_eq!((co.colocated, co.server.len()), (true, 2));
+        // Not over a transport where it was not measured (verbs), nor when the worker
+        // count was asked for.
+        assert_eq!(place(Placement::Auto, None, 16, false), Some(split.clone()));
+        assert_eq!(place(Placement::Auto, Some(1), 16, true), Some(split.clone()));
+        assert_eq!(place(Placement::Split, None, 16, true), Some(split));
+        assert!(place(Placement::Colocate, None, 1, false).unwrap().colocated);
+        assert_eq!(place(Placement::Off, None, 16, true), None);
+        let four = CpuList::parse("0-3").unwrap();
+        // Four CPUs: split leaves three to the clients; a fourth thread crowds them.
+        assert!(!Layout::place(&four, Placement::Auto, None, 1, 3, true).unwrap().colocated);
+        assert!(Layout::place(&four, Placement::Auto, None, 1, 4, true).unwrap().colocated);
     }
 
     #[test]

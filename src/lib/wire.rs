@@ -31,8 +31,9 @@
 //! | 28 | 4 | max key bytes |
 //! | 32 | 4 | max value bytes |
 //! | 36 | 4 | server receive-buffer size (largest request it accepts) |
-//! | 40 | 2 | reason length `n` (refused) |
-//! | 42 | n | reason, UTF-8 |
+//! | 40 | 2 | the server worker that serves the connection, from 0 (accepted) |
+//! | 42 | 2 | reason length `n` (refused) |
+//! | 44 | n | reason, UTF-8 |
 //!
 //! ## Messages (SEND payloads)
 //!
@@ -60,7 +61,7 @@ use crate::error::{Error, Result};
 /// Handshake magic.
 pub const WIRE_MAGIC: [u8; 8] = *b"BOOMWIRE";
 /// Wire format version; both sides must match.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// Bytes of a message header.
 pub const MSG_HEADER: usize = 8;
 /// The largest message either side may send (RPC PUT of the largest value).
@@ -375,6 +376,10 @@ pub enum Welcome {
         max_value: u32,
         /// Largest request the server receives.
         recv_size: u32,
+        /// The server worker (thread) that serves this connection, numbered from 0: a
+        /// benchmark that runs its client threads beside the workers they talk to
+        /// ([`crate::cpus::Layout`], colocated) places each by it.
+        worker: u16,
     },
     /// The server refuses the connection.
     Refused {
@@ -390,12 +395,12 @@ impl Welcome {
         w.0.extend_from_slice(&WIRE_MAGIC);
         w.u16(WIRE_VERSION);
         match self {
-            Welcome::Accepted { protocol, client_id, segment_size, max_key, max_value, recv_size } => {
+            Welcome::Accepted { protocol, client_id, segment_size, max_key, max_value, recv_size, worker } => {
                 w.u8(0).u8(protocol.code()).u64(*client_id).u64(*segment_size).u32(*max_key).u32(*max_value);
-                w.u32(*recv_size).bytes16(&[]);
+                w.u32(*recv_size).u16(*worker).bytes16(&[]);
             }
             Welcome::Refused { reason } => {
-                w.u8(1).u8(0).u64(0).u64(0).u32(0).u32(0).u32(0).bytes16(utf8_prefix(reason, 1024).as_bytes());
+                w.u8(1).u8(0).u64(0).u64(0).u32(0).u32(0).u32(0).u16(0).bytes16(utf8_prefix(reason, 1024).as_bytes());
             }
         }
         w.0
@@ -413,8 +418,8 @@ impl Welcome {
         }
         let status = r.u8()?;
         let proto = r.u8()?;
-        let (client_id, segment_size, max_key, max_value, recv_size) =
-            (r.u64()?, r.u64()?, r.u32()?, r.u32()?, r.u32()?);
+        let (client_id, segment_size, max_key, max_value, recv_size, worker) =
+            (r.u64()?, r.u64()?, r.u32()?, r.u32()?, r.u32()?, r.u16()?);
         let reason = r.bytes16(1024)?;
         r.done()?;
         match status {
@@ -425,6 +430,7 @@ impl Welcome {
                 max_key,
                 max_value,
                 recv_size,
+                worker,
             }),
             1 => Ok(Welcome::Refused {
                 reason: std::str::from_utf8(reason)
@@ -1230,8 +1236,12 @@ mod tests {
             max_key: 1024,
             max_value: 1 << 20,
             recv_size: 8192,
+            worker: 3,
         };
-        assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
+        let b = w.encode();
+        assert_eq!(Welcome::decode(&b).unwrap(), w);
+        // The worker sits where the table in the module's docs says.
+        assert_eq!(&b[40..42], &3u16.to_le_bytes());
         let r = Welcome::Refused { reason: "too many clients (max 64)".into() };
         assert_eq!(Welcome::decode(&r.encode()).unwrap(), r);
         assert!(Welcome::decode(b"HTTP/1.1 200 OK").is_err());

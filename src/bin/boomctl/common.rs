@@ -265,20 +265,42 @@ impl VerbsArgs {
 /// `--pin`: where an embedded server's workers and the client threads run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PinMode {
+    /// split while each client thread has a CPU beside the workers'; past that, over
+    /// shm or tcp with --workers not given, colocate.
+    Auto,
     /// The server's workers on CPUs of their own (the last this process may use), the
     /// client threads on the others (with two or more CPUs).
-    Auto,
+    Split,
+    /// A worker on each CPU, sharing it with the client threads it serves; both
+    /// yield the CPU while they wait.
+    Colocate,
     /// Wherever the scheduler puts them.
     Off,
 }
 
-/// The layout `--pin` asks for, for an embedded server with `workers` workers (`None`:
-/// off, or fewer than two CPUs to split).
-pub fn pin_layout(pin: PinMode, workers: usize) -> Option<boomkv::cpus::Layout> {
-    match pin {
-        PinMode::Off => None,
-        PinMode::Auto => boomkv::cpus::Layout::auto(workers),
+impl From<PinMode> for boomkv::cpus::Placement {
+    fn from(p: PinMode) -> Self {
+        match p {
+            PinMode::Auto => boomkv::cpus::Placement::Auto,
+            PinMode::Split => boomkv::cpus::Placement::Split,
+            PinMode::Colocate => boomkv::cpus::Placement::Colocate,
+            PinMode::Off => boomkv::cpus::Placement::Off,
+        }
     }
+}
+
+/// The layout `--pin` asks for, for an embedded server with `workers` workers (`None`:
+/// not given) and `threads` client threads over `backend` (`None`: off, or fewer than
+/// two CPUs to place on).
+pub fn pin_layout(
+    pin: PinMode,
+    workers: Option<usize>,
+    threads: usize,
+    backend: boomkv::transport::Backend,
+) -> Option<boomkv::cpus::Layout> {
+    let allowed = boomkv::cpus::CpuList::allowed()?;
+    let colocatable = backend != boomkv::transport::Backend::Verbs;
+    boomkv::cpus::Layout::place(&allowed, pin.into(), workers, boomkv::server::default_workers(), threads, colocatable)
 }
 
 /// On SIGINT, SIGTERM or SIGHUP, removes the temporary pools and crash images this

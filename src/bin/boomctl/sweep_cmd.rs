@@ -135,10 +135,12 @@ pub struct SweepArgs {
     /// Drive a running server (shm:/path, host:port) instead of embedded ones.
     #[arg(long, value_name = "ADDR")]
     server: Option<String>,
-    /// Where embedded servers' workers and the client threads run: auto (the workers on
-    /// CPUs of their own, the clients on the others; Redis is not pinned) or off.
-    /// SETUP.md says which.
-    #[arg(long, value_name = "auto|off", value_enum, default_value = "auto")]
+    /// Where embedded servers' workers and the client threads run, as `ycsb --pin`
+    /// places them: split (the workers on CPUs of their own, the clients on the
+    /// others), colocate (a worker on each CPU with the client threads it serves), auto
+    /// (split while each client thread has a CPU of its own, colocate past that over
+    /// shm or tcp without --workers) or off. Redis is not pinned. SETUP.md says which.
+    #[arg(long, value_name = "auto|split|colocate|off", value_enum, default_value = "auto")]
     pin: crate::common::PinMode,
     /// Directory for the embedded servers' temporary pools [default: /dev/shm].
     #[arg(long, value_name = "DIR")]
@@ -223,7 +225,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     o.progress = Progress::auto(a.quiet);
     o.pmem_dir.clone_from(&a.pmem);
     o.seed = a.seed;
-    o.pin = a.pin == crate::common::PinMode::Auto;
+    o.pin = a.pin.into();
     o.repeats = a.repeats.map(usize::from).or(file.repeats).unwrap_or(if o.quick { 3 } else { 5 });
     o.command = std::env::args().map(|s| shell_quote(&s)).collect::<Vec<_>>().join(" ");
     let outcome = sweep::run(&o, &mut stdout)?;

@@ -228,11 +228,15 @@ pub struct TargetArgs {
     /// Embedded: server worker threads [default: 1 on small machines].
     #[arg(long, value_parser = crate::common::at_least_one)]
     pub workers: Option<usize>,
-    /// Embedded: where threads run. auto: the server's workers on CPUs of their own (the
-    /// last ones this process may use; see `taskset`), the client threads on the others,
-    /// so a woken client never preempts a polling worker (with two or more CPUs); off:
-    /// wherever the scheduler puts them. `[CONFIG], pin` says which.
-    #[arg(long, value_name = "auto|off", value_enum, default_value = "auto")]
+    /// Embedded: where threads run (with two or more CPUs; see `taskset`). split: the
+    /// server's workers on CPUs of their own (the last ones this process may use), the
+    /// client threads on the others, so a woken client never preempts a polling worker.
+    /// colocate: a worker on each CPU, sharing it with the client threads it serves, so
+    /// no request or reply crosses between CPUs and no CPU idles while clients queue
+    /// for another. auto: split while each client thread has a CPU beside the
+    /// workers', colocate past that over shm or tcp when --workers is not given. off: wherever
+    /// the scheduler puts them. `[CONFIG], pin` says which.
+    #[arg(long, value_name = "auto|split|colocate|off", value_enum, default_value = "auto")]
     pub pin: crate::common::PinMode,
     /// Embedded: index (ordered is chosen automatically for workloads with scans).
     #[arg(long, ignore_case = true, value_name = "hash|ordered", value_parser = crate::common::one_of::<IndexKind>(&["hash", "ordered|btree"]))]
@@ -559,14 +563,16 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         status_label: spec.label(),
         bars: None,
         client_cpus: None,
+        colocated: false,
     };
     let ta = &a.target_args;
     let layout = if ta.server.is_none() && ta.db.is_none() {
-        crate::common::pin_layout(ta.pin, ta.workers.unwrap_or_else(boomkv::server::default_workers))
+        crate::common::pin_layout(ta.pin, ta.workers, threads, ta.transport.unwrap_or(Backend::Shm))
     } else {
         None
     };
-    let run_opts = RunOptions { client_cpus: layout.as_ref().map(|l| l.clients.clone()), ..run_opts };
+    let mut run_opts = run_opts;
+    run_opts.place(layout.as_ref());
     // The machine around the run: taken while no server of ours is up (its workers would
     // share the probe's CPUs).
     let load = boomkv::bench::busy::LoadProbe::start();
@@ -739,7 +745,7 @@ fn run_phases(
                 server.workers = n;
             }
             boomkv::bench::embedded::allow_run_clients(&mut server, run_opts.clients.unwrap_or(threads));
-            server.worker_cpus = layout.map(|l| l.server.clone());
+            server.place(layout);
             let eo = EmbeddedOptions {
                 parent: ta.pmem.clone(),
                 pool_size,

@@ -103,6 +103,21 @@ pub struct RunOptions {
     /// the client threads also poll with yields before they sleep in a wait
     /// ([`crate::transport::set_yield_wait`]).
     pub client_cpus: Option<crate::cpus::CpuList>,
+    /// The server's workers share the CPUs of `client_cpus` with the client threads,
+    /// worker `i` on the `i`-th ([`crate::cpus::Layout::colocate`]): each client thread
+    /// runs on the CPU of the worker that serves its first client ([`Db::worker`]; a
+    /// store that does not say gets all of `client_cpus`), and waits yielding it
+    /// ([`crate::transport::set_colocated_wait`]).
+    pub colocated: bool,
+}
+
+impl RunOptions {
+    /// Places the client threads as `layout` says (`None`: wherever the scheduler puts
+    /// them).
+    pub fn place(&mut self, layout: Option<&crate::cpus::Layout>) {
+        self.client_cpus = layout.map(|l| l.clients.clone());
+        self.colocated = layout.is_some_and(|l| l.colocated);
+    }
 }
 
 impl Default for RunOptions {
@@ -124,6 +139,7 @@ impl Default for RunOptions {
             status_label: String::new(),
             bars: None,
             client_cpus: None,
+            colocated: false,
         }
     }
 }
@@ -204,6 +220,12 @@ pub trait Db: Send {
     fn counters(&self) -> Option<ClientCounters> {
         None
     }
+    /// The server worker that serves this client, when the store says (a colocated
+    /// run places the client's thread on that worker's CPU, see
+    /// [`RunOptions::colocated`]).
+    fn worker(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl<T: Transport> Db for Client<T> {
@@ -241,6 +263,10 @@ impl<T: Transport> Db for Client<T> {
 
     fn counters(&self) -> Option<ClientCounters> {
         Some(Client::counters(self))
+    }
+
+    fn worker(&self) -> Option<usize> {
+        Some(usize::from(Client::worker(self)))
     }
 }
 
@@ -490,6 +516,12 @@ fn phase<D: Db + 'static>(
     }
     let mut handles = Vec::new();
     for lanes in shares {
+        // Colocated, beside the worker of the thread's first client: the server told it
+        // which worker that is, and the same layout put that worker on that CPU.
+        let (cpus, colocated) = match (&opts.client_cpus, lanes.first().and_then(|l| l.client.worker())) {
+            (Some(c), Some(w)) if opts.colocated => (Some(c.pick(w)), true),
+            (c, _) => (c.clone(), false),
+        };
         let job = Worker {
             lanes,
             loading,
@@ -504,7 +536,8 @@ fn phase<D: Db + 'static>(
             values: values.clone(),
             tx: tx.clone(),
             barrier: barrier.clone(),
-            cpus: opts.client_cpus.clone(),
+            colocated,
+            cpus,
         };
         handles.push(std::thread::spawn(move || job.run()));
     }
@@ -607,6 +640,8 @@ struct Worker<D: Db> {
     tx: mpsc::Sender<Measurements>,
     barrier: Arc<std::sync::Barrier>,
     cpus: Option<crate::cpus::CpuList>,
+    /// It shares its CPU with the server worker it waits for.
+    colocated: bool,
 }
 
 /// What a thread has counted since the measured phase began.
@@ -628,7 +663,12 @@ impl<D: Db> Worker<D> {
         // On CPUs of their own (no server worker there), clients poll with yields
         // before they sleep: the yields go to the other clients, and a client that
         // does not sleep needs no wake-up.
-        crate::transport::set_yield_wait(self.cpus.is_some());
+        // Beside the worker it waits for, a client yields at every poll instead.
+        if self.colocated {
+            crate::transport::set_colocated_wait(true);
+        } else {
+            crate::transport::set_yield_wait(self.cpus.is_some());
+        }
         if !self.loading {
             // The warm-up is bounded like the run: by its own `duration` (from its
             // start) and by a stop, or a huge --warmup would never end.

@@ -130,6 +130,8 @@ pub struct Client<T: Transport> {
     side: Box<dyn ClientSide<T>>,
     protocol: Protocol,
     torn_retries: u32,
+    /// The server worker that serves this connection (its `Welcome`).
+    worker: u16,
     /// How long the request in flight (split GET or PUT) has been polled for.
     polled: Polled,
 }
@@ -187,15 +189,15 @@ impl<T: Transport> Client<T> {
         let resp_mr = t.alloc_mr(opts.response_buffer.max(4096), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
         let hello = Hello { protocol: opts.protocol, recv_size, response: resp_mr.remote() };
         let (qp, reply) = t.connect(ep, &cq, &cq, &hello.encode(), opts.timeout)?;
-        let limits = match Welcome::decode(&reply)? {
-            Welcome::Accepted { protocol, client_id, segment_size, max_value, recv_size, .. } => {
+        let (limits, worker) = match Welcome::decode(&reply)? {
+            Welcome::Accepted { protocol, client_id, segment_size, max_value, recv_size, worker, .. } => {
                 if protocol != opts.protocol {
                     return Err(Error::Protocol(format!(
                         "asked for {} but the server speaks {protocol}",
                         opts.protocol
                     )));
                 }
-                Limits { id: client_id, segment_size, max_value, server_recv: recv_size }
+                (Limits { id: client_id, segment_size, max_value, server_recv: recv_size }, worker)
             }
             Welcome::Refused { reason } => {
                 return Err(Error::Protocol(format!("server refused the connection: {reason}")))
@@ -212,12 +214,26 @@ impl<T: Transport> Client<T> {
             clover_data: opts.clover_data,
         };
         let side = crate::proto::client_side(opts.protocol, &tuning);
-        Ok(Client { link, side, protocol: opts.protocol, torn_retries: opts.torn_retries, polled: Polled::default() })
+        Ok(Client {
+            link,
+            side,
+            protocol: opts.protocol,
+            torn_retries: opts.torn_retries,
+            worker,
+            polled: Polled::default(),
+        })
     }
 
     /// The id the server gave this client (the owner of its log).
     pub fn id(&self) -> u64 {
         self.link.limits.id
+    }
+
+    /// The server worker that serves this connection, as the server announced it (a
+    /// number from 0; a hostile server may say anything, so it only ever picks a CPU
+    /// from a list the caller holds, modulo its length).
+    pub fn worker(&self) -> u16 {
+        self.worker
     }
 
     /// The protocol spoken.

@@ -95,10 +95,17 @@ impl<T: Transport> Server<T> {
         if let Some(c) = &cpus {
             c.check_allowed("the server's workers (--cpus)")?;
         }
+        let colocated = shared.core.cfg.colocated;
         let mut threads = Vec::new();
         let mut pinned = Vec::new();
         for (i, ib) in inboxes.iter().enumerate() {
-            let (sh, ib, cpus) = (shared.clone(), ib.clone(), cpus.clone());
+            // Colocated, each worker alone on its CPU (the one its clients' threads
+            // are placed on by the worker number the handshake tells them).
+            let cpus = match &cpus {
+                Some(c) if colocated => Some(c.pick(i)),
+                c => c.clone(),
+            };
+            let (sh, ib) = (shared.clone(), ib.clone());
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             threads.push(
                 std::thread::Builder::new()
@@ -110,7 +117,7 @@ impl<T: Transport> Server<T> {
                         let ok = r.is_ok();
                         let _ = tx.send(r);
                         if ok {
-                            Worker::new(i, sh, ib).run();
+                            Worker::new(i, sh, ib).run(colocated);
                         }
                     })
                     .map_err(|e| Error::io("spawn worker", e))?,
@@ -232,6 +239,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                 max_key: fmt::MAX_KEY_LEN,
                 max_value: sh.cfg.max_value.min(crate::proto::value_limit(hello.protocol)),
                 recv_size,
+                worker: u16::try_from(w).unwrap_or(u16::MAX),
             }
             .encode())
         });
@@ -293,7 +301,9 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    fn run(mut self) {
+    /// Serves until shutdown; `colocated`: the worker shares its CPU with client
+    /// threads, so an idle round yields it to them instead of spinning.
+    fn run(mut self, colocated: bool) {
         let mut comps: Vec<Completion> = Vec::with_capacity(64);
         // The clock is read once every CLOCK_EVERY rounds, not per completion: a PUT's
         // latency is a few hundred ns, of which a clock read would be a noticeable part.
@@ -342,7 +352,13 @@ impl<T: Transport> Worker<T> {
                 idle_since = self.st.now;
             }
             if idle_rounds % CLOCK_EVERY != 0 {
-                std::hint::spin_loop();
+                if colocated {
+                    // Its clients are on this CPU: while it spins, none of them can
+                    // post the request it waits for.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             self.st.now = Instant::now();

@@ -87,6 +87,23 @@ pub struct ServerConfig {
     /// Run the polling workers on these CPUs only (`None`: wherever the scheduler puts
     /// them). Benchmarks give them CPUs the clients do not use ([`crate::cpus::Layout`]).
     pub worker_cpus: Option<crate::cpus::CpuList>,
+    /// Each worker runs alone on the CPU of `worker_cpus` its number picks (worker `i`
+    /// on the `i`-th, modulo the count), which it shares with client threads: an idle
+    /// worker yields its CPU between polls instead of spinning on it
+    /// ([`crate::cpus::Layout::colocate`]).
+    pub colocated: bool,
+}
+
+impl ServerConfig {
+    /// Places the workers as `layout` says (`None`: wherever the scheduler puts
+    /// them); colocated, one worker per CPU of the layout.
+    pub fn place(&mut self, layout: Option<&crate::cpus::Layout>) {
+        self.worker_cpus = layout.map(|l| l.server.clone());
+        self.colocated = layout.is_some_and(|l| l.colocated);
+        if let Some(l) = layout.filter(|l| l.colocated) {
+            self.workers = l.server.len();
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -107,6 +124,7 @@ impl Default for ServerConfig {
             stats_interval: None,
             log_clients: true,
             worker_cpus: None,
+            colocated: false,
         }
     }
 }

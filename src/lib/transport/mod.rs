@@ -1455,6 +1455,23 @@ pub const YIELD_WAIT_FOR: Duration = Duration::from_millis(1);
 /// server worker it waits for must not: each yield would be the worker's time.
 pub fn set_yield_wait(on: bool) {
     YIELD_WAIT.with(|y| y.set(on));
+    COLOCATED.with(|c| c.set(false));
+}
+
+thread_local! {
+    /// Whether this thread shares its CPU with the server worker it waits for.
+    static COLOCATED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as a client that shares its CPU with the server worker
+/// that serves it ([`crate::cpus::Layout::colocate`]), or not. Such a client never
+/// spins: its reply needs that very worker on that very CPU, so it yields the CPU at
+/// every poll of a wait (for up to [`YIELD_WAIT_FOR`], then sleeps), and the worker,
+/// which yields when idle, gets it at once. Spinning through turns would hold the
+/// worker off for the whole turn.
+pub fn set_colocated_wait(on: bool) {
+    YIELD_WAIT.with(|y| y.set(on));
+    COLOCATED.with(|c| c.set(on));
 }
 
 /// How long a client thread that spins on CPUs it shares only with other clients keeps
@@ -1509,6 +1526,10 @@ pub(crate) fn client_cpu_spin(now: std::time::Instant, adaptive: bool) -> Option
     }
     participate();
     advance_epoch(now);
+    if COLOCATED.with(std::cell::Cell::get) {
+        // The worker this client waits for is on its CPU (see `set_colocated_wait`).
+        return Some(ClientSpin { turn_over: false, spin: false });
+    }
     // With no more threads polling than cores nobody waits for this one's CPU, and a
     // yield would only add a system call to the operation it falls in.
     let crowded = !core_to_spare();
@@ -1634,6 +1655,30 @@ mod tests {
             let spins = (0..32).filter(|_| client_cpu_spin(now, false).is_some_and(|c| c.spin)).count();
             assert_eq!(spins, 2);
             set_yield_wait(false);
+            assert_eq!(client_cpu_spin(now, false), None);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_client_beside_its_worker_never_spins_nor_takes_turns() {
+        std::thread::spawn(|| {
+            let now = std::time::Instant::now();
+            set_colocated_wait(true);
+            // Whatever its recent spins found and however long since its turn began.
+            spin_outcome(true);
+            for us in [0, 10_000, 20_000] {
+                let c = client_cpu_spin(now + Duration::from_micros(us), true).expect("polls with yields");
+                assert_eq!(c, ClientSpin { turn_over: false, spin: false });
+                let c = client_cpu_spin(now + Duration::from_micros(us), false).unwrap();
+                assert_eq!(c, ClientSpin { turn_over: false, spin: false });
+            }
+            assert_eq!(yield_wait_end(now), now + YIELD_WAIT_FOR, "it yields before it sleeps");
+            // Back to a client on CPUs of its own: it spins again.
+            set_yield_wait(true);
+            assert!(client_cpu_spin(now, false).unwrap().spin);
+            set_colocated_wait(false);
             assert_eq!(client_cpu_spin(now, false), None);
         })
         .join()

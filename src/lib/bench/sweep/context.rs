@@ -299,6 +299,25 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// Places the embedded server (`cfg`, from [`Context::server_cfg`]) of a point of
+    /// `threads` client threads over `backend` as `--pin` gives for that many threads
+    /// ([`crate::cpus::Layout::place`]; colocated past the CPUs a split leaves the
+    /// clients, over shm), and returns the layout, for the run's client threads
+    /// ([`RunOptions::place`]).
+    pub(crate) fn place(
+        &self,
+        threads: usize,
+        backend: Backend,
+        cfg: &mut ServerConfig,
+    ) -> Option<crate::cpus::Layout> {
+        let layout = self.o.layout_for(threads, backend);
+        if self.o.axes.workers.is_none() && !layout.as_ref().is_some_and(|l| l.colocated) {
+            cfg.workers = crate::server::default_workers();
+        }
+        cfg.place(layout.as_ref());
+        layout
+    }
+
     pub(crate) fn hlog(&self, pt: &Point, phase: &str) -> PathBuf {
         let id = pt.id().replace('/', "-");
         // The first repeat's log keeps the name of a sweep without repeats.
@@ -328,7 +347,7 @@ impl<'a> Context<'a> {
         if let Some(w) = self.o.axes.workers {
             s.workers = w;
         }
-        s.worker_cpus = self.o.layout().map(|l| l.server);
+        s.place(self.o.layout().as_ref());
         s
     }
 
@@ -363,7 +382,7 @@ impl<'a> Context<'a> {
                 // own CPUs back when it is done). Unpinned, the two sometimes shared
                 // one CPU, and a round trip was a switch between them: 5.7 us against
                 // 0.33 us, a floor longer than the whole PUT it is part of.
-                pin: self.o.pin,
+                pin: self.o.pin != crate::cpus::Placement::Off,
                 socket_dir: self.o.pmem_dir.clone().unwrap_or_else(std::env::temp_dir),
                 // The sweep needs the backend's own rows only.
                 perftest: false,

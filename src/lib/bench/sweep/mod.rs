@@ -434,9 +434,9 @@ pub struct SweepOptions {
     pub repeats: usize,
     /// The command line, for SETUP.md.
     pub command: String,
-    /// Give embedded servers' workers CPUs of their own and the client threads the
-    /// others ([`crate::cpus::Layout::split`]); SETUP.md says where each ran.
-    pub pin: bool,
+    /// Where embedded servers' workers and the client threads run
+    /// ([`crate::cpus::Layout::place`]); SETUP.md says where each ran.
+    pub pin: crate::cpus::Placement,
 }
 
 impl SweepOptions {
@@ -456,18 +456,26 @@ impl SweepOptions {
             seed: 1,
             repeats: 1,
             command: String::new(),
-            pin: true,
+            pin: crate::cpus::Placement::Auto,
         }
     }
 
-    /// Where embedded servers' workers and the client threads run (`None`: not pinned:
-    /// `pin` off, a `--server`, or fewer than two CPUs).
+    /// Where embedded servers' workers and the client threads run for a point of one
+    /// client thread over the sweep's transport (`None`: not pinned: `pin` off, a
+    /// `--server`, or fewer than two CPUs).
     pub fn layout(&self) -> Option<crate::cpus::Layout> {
-        if !self.pin || self.server.is_some() {
+        self.layout_for(1, self.transport())
+    }
+
+    /// [`SweepOptions::layout`] for a point of `threads` client threads over `backend`.
+    pub fn layout_for(&self, threads: usize, backend: Backend) -> Option<crate::cpus::Layout> {
+        if self.server.is_some() {
             return None;
         }
-        let workers = self.axes.workers.unwrap_or_else(crate::server::default_workers);
-        crate::cpus::Layout::auto(workers)
+        let allowed = crate::cpus::CpuList::allowed()?;
+        let default = crate::server::default_workers();
+        let colocatable = backend != Backend::Verbs;
+        crate::cpus::Layout::place(&allowed, self.pin, self.axes.workers, default, threads, colocatable)
     }
 
     /// The protocols of the grids: the `--protocols` axis, or every protocol.

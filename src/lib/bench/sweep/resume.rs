@@ -33,7 +33,7 @@ pub fn settings(preset: Preset, o: &SweepOptions) -> Vec<(&'static str, String)>
         ("seed", o.seed.to_string()),
     ];
     if o.server.is_none() {
-        s.push(("pin", if o.pin { "auto" } else { "off" }.to_string()));
+        s.push(("pin", o.pin.name().to_string()));
         s.push(("pmem", or_default(o.pmem_dir.as_ref().map(|p| one_line(&p.display().to_string())))));
     }
     let axes = preset.meta().axes;

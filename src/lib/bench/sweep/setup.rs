@@ -282,11 +282,20 @@ fn setup_text(o: &SweepOptions, h: &str) -> String {
         "- thread placement: {}",
         match o.layout() {
             Some(l) => format!(
-                "{l} (--pin auto; the transport floor's two threads on the first two CPUs; not pinned: Redis and \
-                 its clients, and the writeback preset, whose workers share the write-back)"
+                "{l} (--pin {}{}; the transport floor's two threads on the first two CPUs; not pinned: Redis and \
+                 its clients, and the writeback preset, whose workers share the write-back)",
+                o.pin.name(),
+                match (o.pin, o.layout_for(usize::MAX, crate::transport::Backend::Shm)) {
+                    (crate::cpus::Placement::Auto, Some(c)) if c.colocated && !l.colocated => format!(
+                        "; with more client threads than CPU {} over shm or tcp (points of the peers and \
+                         threads presets): {c}",
+                        l.clients
+                    ),
+                    _ => String::new(),
+                }
             ),
             None if o.server.is_some() => "the server's own; client threads not pinned".into(),
-            None if o.pin => "not pinned (fewer than two CPUs)".into(),
+            None if o.pin != crate::cpus::Placement::Off => "not pinned (fewer than two CPUs)".into(),
             None => "not pinned (--pin off)".into(),
         }
     );

@@ -194,6 +194,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
             let copts = ClientOptions { protocol, ..Default::default() }.size_passive(records, n, size);
             let pool = pool_size_for_protocol(protocol, records, n, size, at.threads as u64, 64 << 20);
             let mut cfg = cx.server_cfg();
+            let mut ro = ro.clone();
+            ro.place(cx.place(threads, backend, &mut cfg).as_ref());
             crate::bench::embedded::allow_run_clients(&mut cfg, at.threads);
             let eo = cx.embedded(pool, 64 << 20, None, cfg);
             crate::with_transport!(backend, t => boom(t, backend, &eo, &copts, &w, &ro, phases))?
@@ -206,7 +208,7 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, at: At, row: &mut Row) -> Result<
             // Redis runs where the scheduler puts it, and so do its clients: pinning
             // its server and clients apart, measured, did not make it faster (README,
             // "Thread placement").
-            let ro = runner::RunOptions { client_cpus: None, ..ro.clone() };
+            let ro = runner::RunOptions { client_cpus: None, colocated: false, ..ro.clone() };
             let r = runner::load_and_run_db(|| RedisDb::connect(&url, timeout), &w, &ro, phases)?;
             drop(server);
             r

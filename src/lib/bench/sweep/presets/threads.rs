@@ -93,7 +93,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, threads: usiz
     // Throughput: as many operations as fit in the run time, at most `n` (and 1 GiB).
     let n = cx.ops(200_000, 2_000_000).min((1 << 30) / (size + 96)).max(threads as u64);
     let run_time = cx.run_time();
-    let cfg = cx.server_cfg();
+    let mut cfg = cx.server_cfg();
+    let layout = cx.place(threads, cx.o.transport(), &mut cfg);
     let workers = cfg.workers;
     let pool = crate::bench::embedded::pool_size_for_protocol(protocol, n, 0, size, threads as u64, 64 << 20);
     let eo = cx.embedded(pool, 64 << 20, None, cfg);
@@ -105,6 +106,8 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, protocol: Protocol, threads: usiz
     ro_put.duration = Some(run_time);
     let mut ro_get = cx.run_opts(format!("{label} GET"), threads, n, 100, Some(get_hlog.clone()));
     ro_get.duration = Some(run_time);
+    ro_put.place(layout.as_ref());
+    ro_get.place(layout.as_ref());
     let seed = cx.o.seed;
     let (put, get) = on_target!(cx.o, eo, |t, ep| {
         let put = runner::load(&t, &ep, &copts, &put_w, &ro_put)?;

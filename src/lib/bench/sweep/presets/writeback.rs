@@ -125,10 +125,16 @@ fn run_point(cx: &mut Context<'_>, pt: &Point, flush: FlushKind, coop: bool, siz
     let label = format!("{flush} coop {} {}", if coop { "on" } else { "off" }, short_bytes(size));
     // Not pinned (neither the workers, above, nor the clients): the point is workers
     // sharing write-back, and --pin's split would put both on one CPU of a small machine.
-    let ro_warm =
-        runner::RunOptions { client_cpus: None, ..cx.run_opts(format!("{label} warm"), clients as usize, 0, 0, None) };
-    let mut ro =
-        runner::RunOptions { client_cpus: None, ..cx.run_opts(label, clients as usize, 0, 0, Some(hlog.clone())) };
+    let ro_warm = runner::RunOptions {
+        client_cpus: None,
+        colocated: false,
+        ..cx.run_opts(format!("{label} warm"), clients as usize, 0, 0, None)
+    };
+    let mut ro = runner::RunOptions {
+        client_cpus: None,
+        colocated: false,
+        ..cx.run_opts(label, clients as usize, 0, 0, Some(hlog.clone()))
+    };
     ro.duration = Some(run_time);
     let (r, d) = on_target!(cx.o, eo, |t, ep| {
         runner::load(&t, &ep, &copts, &warm_w, &ro_warm)?;
