@@ -324,7 +324,7 @@ impl SampleLog {
             }
             Probe::Handoff => format!(
                 "CPU distance: a cache line's round trip between the first and the last CPU boomctl may use (where \
-                 `--pin auto` puts a client and the server's worker), timed before each run ({n} figures, each the \
+                 `--pin split` puts a client and the server's worker), timed before each run ({n} figures, each the \
                  fastest of a few short batches; column `handoff_ns`), took"
             ),
         };

@@ -83,7 +83,7 @@ impl WakeCost {
 }
 
 /// The first and the last CPU this process may use (one CPU: the same twice), where
-/// `--pin auto` puts a client and the server's worker.
+/// `--pin split` puts a client and the server's worker.
 fn first_and_last() -> Option<(usize, usize)> {
     let allowed = CpuList::allowed()?;
     Some((*allowed.cpus().first()?, *allowed.cpus().last()?))
@@ -184,7 +184,7 @@ impl std::fmt::Display for NoHandoff {
 }
 
 /// The round trip of a cache line between the first and the last CPU this process may
-/// use (where `--pin auto` puts a client and the server's worker), in nanoseconds: two
+/// use (where `--pin split` puts a client and the server's worker), in nanoseconds: two
 /// threads, one on each, spin on two lines and answer each other's number, as a
 /// shared-memory request and its reply do. The fastest of five batches of 500, so a
 /// preemption in one does not count; a few milliseconds in all. No figure with one

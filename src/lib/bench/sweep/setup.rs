@@ -281,19 +281,22 @@ fn setup_text(o: &SweepOptions, h: &str) -> String {
         s,
         "- thread placement: {}",
         match o.layout() {
-            Some(l) => format!(
-                "{l} (--pin {}{}; the transport floor's two threads on the first two CPUs; not pinned: Redis and \
-                 its clients, and the writeback preset, whose workers share the write-back)",
-                o.pin.name(),
-                match (o.pin, o.layout_for(usize::MAX, crate::transport::Backend::Shm)) {
+            Some(l) => {
+                // Auto places points of many client threads otherwise (`Layout::place`).
+                let crowded = match (o.pin, o.layout_for(usize::MAX, crate::transport::Backend::Shm)) {
                     (crate::cpus::Placement::Auto, Some(c)) if c.colocated && !l.colocated => format!(
-                        "; with more client threads than CPU {} over shm or tcp (points of the peers and \
-                         threads presets): {c}",
+                        "; with more client threads than CPU {} over shm or tcp (points of the peers and threads \
+                         presets), {c}",
                         l.clients
                     ),
                     _ => String::new(),
-                }
-            ),
+                };
+                format!(
+                    "{l} (--pin {}){crowded}; the transport floor's two threads on the first two CPUs; not pinned: \
+                     Redis and its clients, and the writeback preset, whose workers share the write-back",
+                    o.pin.name()
+                )
+            }
             None if o.server.is_some() => "the server's own; client threads not pinned".into(),
             None if o.pin != crate::cpus::Placement::Off => "not pinned (fewer than two CPUs)".into(),
             None => "not pinned (--pin off)".into(),
