@@ -142,6 +142,12 @@ fn the_runners_client_threads_run_on_their_cpus() {
     let o = RunOptions { client_cpus: None, ..o };
     runner::load_and_run_db(|| Ok(Recorder(free.clone())), &w, &o, Phases { load: false, run: true }).unwrap();
     assert_eq!(*free.lock().unwrap(), BTreeSet::from([CpuList::allowed().unwrap().to_string()]));
+    // Colocated, a store that does not say which worker serves it is not placed on the
+    // workers' CPUs at all.
+    let unsaid = Arc::new(Mutex::new(BTreeSet::new()));
+    let o = RunOptions { client_cpus: Some(want), colocated: true, ..o };
+    runner::load_and_run_db(|| Ok(Recorder(unsaid.clone())), &w, &o, Phases { load: false, run: true }).unwrap();
+    assert_eq!(*unsaid.lock().unwrap(), BTreeSet::from([CpuList::allowed().unwrap().to_string()]));
 }
 
 /// The whole placement for real: an embedded server's workers on CPUs of their own and

@@ -106,7 +106,7 @@ pub struct RunOptions {
     /// The server's workers share the CPUs of `client_cpus` with the client threads,
     /// worker `i` on the `i`-th ([`crate::cpus::Layout::colocate`]): each client thread
     /// runs on the CPU of the worker that serves its first client ([`Db::worker`]; a
-    /// store that does not say gets all of `client_cpus`), and waits yielding it
+    /// store that does not say leaves the thread unpinned), and waits yielding it
     /// ([`crate::transport::set_colocated_wait`]).
     pub colocated: bool,
 }
@@ -518,8 +518,11 @@ fn phase<D: Db + 'static>(
     for lanes in shares {
         // Colocated, beside the worker of the thread's first client: the server told it
         // which worker that is, and the same layout put that worker on that CPU.
+        // A store that does not say which worker serves it leaves the thread to the
+        // scheduler: on the workers' CPUs its yields would be their time.
         let (cpus, colocated) = match (&opts.client_cpus, lanes.first().and_then(|l| l.client.worker())) {
             (Some(c), Some(w)) if opts.colocated => (Some(c.pick(w)), true),
+            (Some(_), None) if opts.colocated => (None, false),
             (c, _) => (c.clone(), false),
         };
         let job = Worker {

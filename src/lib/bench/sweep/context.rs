@@ -302,7 +302,7 @@ impl<'a> Context<'a> {
     /// Places the embedded server (`cfg`, from [`Context::server_cfg`]) of a point of
     /// `threads` client threads over `backend` as `--pin` gives for that many threads
     /// ([`crate::cpus::Layout::place`]; colocated past the CPUs a split leaves the
-    /// clients, over shm), and returns the layout, for the run's client threads
+    /// clients, over shm and tcp), and returns the layout, for the run's client threads
     /// ([`RunOptions::place`]).
     pub(crate) fn place(
         &self,
