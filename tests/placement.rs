@@ -283,7 +283,8 @@ fn colocated_clients_run_beside_their_workers_and_serve_a_whole_run() {
     let mut o = RunOptions { threads: 4, ops: 4000, duration: Some(Duration::from_secs(60)), ..Default::default() };
     o.place(Some(&layout));
     assert!(o.colocated);
-    let mut server = ServerConfig { log_clients: false, ..Default::default() };
+    // One worker asked for, as on a small machine: colocated, one per CPU at least.
+    let mut server = ServerConfig { workers: 1, log_clients: false, ..Default::default() };
     server.place(Some(&layout));
     assert_eq!((server.workers, server.colocated), (2, true));
     let eo = EmbeddedOptions { pool_size: 64 << 20, segment_size: 4 << 20, server, ..Default::default() };

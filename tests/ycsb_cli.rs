@@ -1073,7 +1073,7 @@ fn the_placement_follows_the_thread_count_and_is_reported() {
     assert!(split.starts_with("server workers on CPU"), "{split}");
     for transport in ["shm", "tcp"] {
         let p = pin(&["--threads", &crowd, "--transport", transport]);
-        assert!(p.starts_with("colocated: a server worker on each of CPU"), "{transport}: {p}");
+        assert!(p.starts_with("colocated: server workers on CPU"), "{transport}: {p}");
     }
     assert_eq!(pin(&["--threads", &crowd, "--pin", "split"]), split);
     assert_eq!(pin(&["--threads", &crowd, "--workers", "1"]), split, "a worker count asked for is kept");

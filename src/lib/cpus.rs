@@ -331,7 +331,11 @@ impl fmt::Display for Layout {
     /// lists, so a report whose fields are comma-separated can replace theirs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.colocated {
-            write!(f, "colocated: a server worker on each of CPU {} with the client threads it serves", self.server)
+            write!(
+                f,
+                "colocated: server workers on CPU {}; each shares its CPU with the client threads it serves",
+                self.server
+            )
         } else {
             write!(f, "server workers on CPU {}; client threads on CPU {}", self.server, self.clients)
         }
@@ -382,7 +386,10 @@ mod tests {
         // A worker number beyond the list (a server with more workers) wraps around.
         assert_eq!(l.worker_cpus(3).to_string(), "1");
         assert_eq!(two.pick(usize::MAX).len(), 1, "any number picks a CPU");
-        assert_eq!(l.to_string(), "colocated: a server worker on each of CPU 0-1 with the client threads it serves");
+        assert_eq!(
+            l.to_string(),
+            "colocated: server workers on CPU 0-1; each shares its CPU with the client threads it serves"
+        );
         assert_eq!(Layout::colocate(&CpuList::parse("0-3").unwrap(), 2).unwrap().server.to_string(), "0-1");
         assert!(Layout::colocate(&CpuList::parse("5").unwrap(), 1).is_none());
         let split = Layout::split(&two, 1).unwrap();

@@ -96,12 +96,13 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Places the workers as `layout` says (`None`: wherever the scheduler puts
-    /// them); colocated, one worker per CPU of the layout.
+    /// them); colocated, a worker on each CPU of the layout at least (more take the
+    /// CPUs round again, as the clients' threads do).
     pub fn place(&mut self, layout: Option<&crate::cpus::Layout>) {
         self.worker_cpus = layout.map(|l| l.server.clone());
         self.colocated = layout.is_some_and(|l| l.colocated);
         if let Some(l) = layout.filter(|l| l.colocated) {
-            self.workers = l.server.len();
+            self.workers = self.workers.max(l.server.len());
         }
     }
 }
