@@ -150,6 +150,17 @@ fn the_runners_client_threads_run_on_their_cpus() {
     assert_eq!(*unsaid.lock().unwrap(), BTreeSet::from([CpuList::allowed().unwrap().to_string()]));
 }
 
+/// YCSB-B with 2 KiB values, 200 records, 4000 operations on 4 threads: the whole runs
+/// below.
+fn whole_run_spec() -> WorkloadSpec {
+    let mut s = WorkloadSpec::from_mix('b').unwrap();
+    s.set(names::RECORD_COUNT, "200").unwrap();
+    s.set(names::OPERATION_COUNT, "4000").unwrap();
+    s.set(names::VALUE_SIZE, "2048").unwrap();
+    s.set(names::THREAD_COUNT, "4").unwrap();
+    s
+}
+
 /// The whole placement for real: an embedded server's workers on CPUs of their own and
 /// the YCSB runner's client threads on the others, where they poll with yields before
 /// they sleep. Every operation completes and every read finds its record, over both
@@ -167,11 +178,7 @@ fn pinned_clients_and_workers_serve_a_whole_run_over_tcp_and_shm() {
         clients: allowed.clone(),
         colocated: false,
     });
-    let mut s = WorkloadSpec::from_mix('b').unwrap();
-    s.set(names::RECORD_COUNT, "200").unwrap();
-    s.set(names::OPERATION_COUNT, "4000").unwrap();
-    s.set(names::VALUE_SIZE, "2048").unwrap();
-    s.set(names::THREAD_COUNT, "4").unwrap();
+    let s = whole_run_spec();
     // A workload per run: a load consumes the workload's key sequence.
     let w = || CoreWorkload::new(&s).unwrap();
     let o = RunOptions {
@@ -274,11 +281,7 @@ fn colocated_clients_run_beside_their_workers_and_serve_a_whole_run() {
         eprintln!("one CPU: nothing to colocate");
         return;
     };
-    let mut s = WorkloadSpec::from_mix('b').unwrap();
-    s.set(names::RECORD_COUNT, "200").unwrap();
-    s.set(names::OPERATION_COUNT, "4000").unwrap();
-    s.set(names::VALUE_SIZE, "2048").unwrap();
-    s.set(names::THREAD_COUNT, "4").unwrap();
+    let s = whole_run_spec();
     let w = || CoreWorkload::new(&s).unwrap();
     let mut o = RunOptions { threads: 4, ops: 4000, duration: Some(Duration::from_secs(60)), ..Default::default() };
     o.place(Some(&layout));
