@@ -117,6 +117,8 @@ impl<T: Transport> Server<T> {
                         let ok = r.is_ok();
                         let _ = tx.send(r);
                         if ok {
+                            // Its parked waits too must leave the CPU to its clients.
+                            crate::transport::set_colocated_wait(colocated);
                             Worker::new(i, sh, ib).run(colocated);
                         }
                     })

@@ -1463,12 +1463,13 @@ thread_local! {
     static COLOCATED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Marks the calling thread as a client that shares its CPU with the server worker
-/// that serves it ([`crate::cpus::Layout::colocate`]), or not. Such a client never
-/// spins: its reply needs that very worker on that very CPU, so it yields the CPU at
-/// every poll of a wait (for up to [`YIELD_WAIT_FOR`], then sleeps), and the worker,
-/// which yields when idle, gets it at once. Spinning through turns would hold the
-/// worker off for the whole turn.
+/// Marks the calling thread as one that shares its CPU with the threads its waits
+/// need ([`crate::cpus::Layout::colocate`]): a client beside the server worker that
+/// serves it, or that worker beside its clients. Or not. Such a thread never spins in
+/// a wait: its reply (or its next request) needs the other threads on that very CPU,
+/// so it yields the CPU at every poll (for up to [`YIELD_WAIT_FOR`], then sleeps), and
+/// they get it at once. Spinning, or a client's turn, would hold them off for the
+/// whole spin.
 pub fn set_colocated_wait(on: bool) {
     YIELD_WAIT.with(|y| y.set(on));
     COLOCATED.with(|c| c.set(on));
