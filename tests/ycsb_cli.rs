@@ -998,8 +998,13 @@ fn what_a_killed_run_left_behind_is_removed_and_said() {
     std::fs::remove_dir_all(&live).unwrap();
 }
 
+/// The crowded-wait test measures the machine (which way its clients wait faster), and
+/// the placement test keeps both CPUs busy: they take turns.
+static CPU_BOUND: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn crowded_shm_clients_report_how_they_waited() {
+    let _turn = CPU_BOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Clients share CPUs only with more polling threads than cores, and the embedded
     // server's worker gets a CPU of its own only with two or more.
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -1054,6 +1059,7 @@ fn crowded_shm_clients_report_how_they_waited() {
 /// pin` says which; every placement serves the whole run.
 #[test]
 fn the_placement_follows_the_thread_count_and_is_reported() {
+    let _turn = CPU_BOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     if cores < 2 {
         eprintln!("one CPU: nothing to place");
@@ -1076,7 +1082,8 @@ fn the_placement_follows_the_thread_count_and_is_reported() {
         assert!(p.starts_with("colocated: server workers on CPU"), "{transport}: {p}");
     }
     assert_eq!(pin(&["--threads", &crowd, "--pin", "split"]), split);
-    assert_eq!(pin(&["--threads", &crowd, "--workers", "1"]), split, "a worker count asked for is kept");
+    let asked = pin(&["--threads", &crowd, "--workers", "1"]);
+    assert!(asked.starts_with("server workers on CPU"), "a worker count asked for keeps the split: {asked}");
     assert!(pin(&["--threads", "1", "--pin", "colocate"]).starts_with("colocated"));
     assert_eq!(pin(&["--threads", &crowd, "--pin", "off"]), "off");
 }

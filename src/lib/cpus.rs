@@ -208,7 +208,7 @@ impl From<CpuList> for String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// The server's polling workers: split, all of them on these CPUs; colocated,
-    /// worker `i` on the `i`-th CPU (modulo the count) alone.
+    /// worker `i` on the `i`-th CPU only (counting round the list).
     pub server: CpuList,
     /// The client threads: split, these CPUs and nothing of the server's; colocated,
     /// the same CPUs as the workers, each client thread on the CPU of the worker that
@@ -277,11 +277,6 @@ impl Layout {
         }
         let cpus = CpuList(allowed.0[..workers.clamp(1, allowed.len())].to_vec());
         Some(Layout { server: cpus.clone(), clients: cpus, colocated: true })
-    }
-
-    /// [`Layout::split`] of the CPUs this process may use.
-    pub fn auto(workers: usize) -> Option<Layout> {
-        CpuList::allowed().and_then(|a| Layout::split(&a, workers))
     }
 
     /// The layout `placement` gives on `allowed` for `threads` client threads:

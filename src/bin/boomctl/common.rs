@@ -272,7 +272,8 @@ pub enum PinMode {
     /// client threads on the others (with two or more CPUs).
     Split,
     /// A worker on each CPU, sharing it with the client threads it serves; both
-    /// yield the CPU while they wait.
+    /// yield the CPU while they wait. With --workers k: the first k CPUs (round again
+    /// past the CPU count).
     Colocate,
     /// Wherever the scheduler puts them.
     Off,

@@ -231,9 +231,9 @@ pub struct TargetArgs {
     /// Embedded: where threads run (with two or more CPUs; see `taskset`). split: the
     /// server's workers on CPUs of their own (the last ones this process may use), the
     /// client threads on the others, so a woken client never preempts a polling worker.
-    /// colocate: a worker on each CPU, sharing it with the client threads it serves, so
-    /// no request or reply crosses between CPUs and no CPU idles while clients queue
-    /// for another. auto: split while each client thread has a CPU beside the
+    /// colocate: a worker on each CPU (with --workers k, the first k CPUs), sharing it
+    /// with the client threads it serves, so no request or reply crosses between CPUs
+    /// and no CPU idles while clients queue for another. auto: split while each client thread has a CPU beside the
     /// workers', colocate past that over shm or tcp when --workers is not given. off: wherever
     /// the scheduler puts them. `[CONFIG], pin` says which.
     #[arg(long, value_name = "auto|split|colocate|off", value_enum, default_value = "auto")]

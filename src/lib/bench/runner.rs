@@ -99,9 +99,9 @@ pub struct RunOptions {
     /// Show the progress bar under these (a sweep's overall bar) instead of on its own.
     pub bars: Option<indicatif::MultiProgress>,
     /// Run the client threads on these CPUs only (`None`: wherever the scheduler puts
-    /// them); see [`crate::cpus::Layout`]. These must be CPUs no server worker uses:
-    /// the client threads also poll with yields before they sleep in a wait
-    /// ([`crate::transport::set_yield_wait`]).
+    /// them); see [`crate::cpus::Layout`]. Unless `colocated`, these must be CPUs no
+    /// server worker uses: the client threads also poll with yields before they sleep
+    /// in a wait ([`crate::transport::set_yield_wait`]).
     pub client_cpus: Option<crate::cpus::CpuList>,
     /// The server's workers share the CPUs of `client_cpus` with the client threads,
     /// worker `i` on the `i`-th ([`crate::cpus::Layout::colocate`]): each client thread

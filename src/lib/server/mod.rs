@@ -74,6 +74,10 @@ impl<T: Transport> Server<T> {
             return Err(Error::invalid("no address to listen on"));
         }
         let workers = core.cfg.workers;
+        if workers > usize::from(u16::MAX) + 1 {
+            // The handshake names each connection's worker in 16 bits.
+            return Err(Error::invalid(format!("{workers} workers: at most {} are supported", u16::MAX as usize + 1)));
+        }
         let shared = Arc::new(Shared::new(t, core));
         let mut inboxes = Vec::new();
         for _ in 0..workers {
@@ -99,7 +103,7 @@ impl<T: Transport> Server<T> {
         let mut threads = Vec::new();
         let mut pinned = Vec::new();
         for (i, ib) in inboxes.iter().enumerate() {
-            // Colocated, each worker alone on its CPU (the one its clients' threads
+            // Colocated, each worker on one CPU (the one its clients' threads
             // are placed on by the worker number the handshake tells them).
             let cpus = match &cpus {
                 Some(c) if colocated => Some(c.pick(i)),
@@ -241,6 +245,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                 max_key: fmt::MAX_KEY_LEN,
                 max_value: sh.cfg.max_value.min(crate::proto::value_limit(hello.protocol)),
                 recv_size,
+                // At most 65536 workers (`start_on`).
                 worker: u16::try_from(w).unwrap_or(u16::MAX),
             }
             .encode())

@@ -87,8 +87,8 @@ pub struct ServerConfig {
     /// Run the polling workers on these CPUs only (`None`: wherever the scheduler puts
     /// them). Benchmarks give them CPUs the clients do not use ([`crate::cpus::Layout`]).
     pub worker_cpus: Option<crate::cpus::CpuList>,
-    /// Each worker runs alone on the CPU of `worker_cpus` its number picks (worker `i`
-    /// on the `i`-th, modulo the count), which it shares with client threads: an idle
+    /// Each worker runs on the one CPU of `worker_cpus` its number picks (worker `i` on
+    /// the `i`-th, counting round the list), which it shares with client threads: an idle
     /// worker yields its CPU between polls instead of spinning on it
     /// ([`crate::cpus::Layout::colocate`]).
     pub colocated: bool,

@@ -1425,7 +1425,8 @@ pub(crate) fn spin_slot_at(now: std::time::Instant) -> Option<SpinSlot> {
     let worth = spin_worth();
     participate();
     advance_epoch(now);
-    if !worth || !core_to_spare() {
+    // A thread beside the threads it waits for never spins (see `set_colocated_wait`).
+    if !worth || !core_to_spare() || colocated() {
         return None;
     }
     if SPINNERS.fetch_add(1, Ordering::AcqRel) < spin_limit() {
@@ -1473,6 +1474,12 @@ thread_local! {
 pub fn set_colocated_wait(on: bool) {
     YIELD_WAIT.with(|y| y.set(on));
     COLOCATED.with(|c| c.set(on));
+}
+
+/// Whether the calling thread shares its CPU with the threads its waits need (see
+/// [`set_colocated_wait`]): its waits yield instead of spinning, over every transport.
+pub(crate) fn colocated() -> bool {
+    COLOCATED.with(std::cell::Cell::get)
 }
 
 /// How long a client thread that spins on CPUs it shares only with other clients keeps
@@ -1527,7 +1534,7 @@ pub(crate) fn client_cpu_spin(now: std::time::Instant, adaptive: bool) -> Option
     }
     participate();
     advance_epoch(now);
-    if COLOCATED.with(std::cell::Cell::get) {
+    if colocated() {
         // The worker this client waits for is on its CPU (see `set_colocated_wait`).
         return Some(ClientSpin { turn_over: false, spin: false });
     }
@@ -1676,6 +1683,7 @@ mod tests {
                 assert_eq!(c, ClientSpin { turn_over: false, spin: false });
             }
             assert_eq!(yield_wait_end(now), now + YIELD_WAIT_FOR, "it yields before it sleeps");
+            assert!(spin_slot_at(now).is_none(), "no spin slot either (tcp's waits ask for one)");
             // Back to a client on CPUs of its own: it spins again.
             set_yield_wait(true);
             assert!(client_cpu_spin(now, false).unwrap().spin);

@@ -285,7 +285,7 @@ impl<'a> Context<'a> {
         warmup: u64,
         hlog: Option<PathBuf>,
     ) -> RunOptions {
-        RunOptions {
+        let mut ro = RunOptions {
             threads,
             ops,
             warmup_ops: warmup,
@@ -294,9 +294,12 @@ impl<'a> Context<'a> {
             hlog,
             label,
             bars: self.bars.clone(),
-            client_cpus: self.o.layout().map(|l| l.clients),
             ..Default::default()
-        }
+        };
+        // As `server_cfg` places the workers: the two must agree (colocated clients
+        // follow their workers).
+        ro.place(self.o.layout().as_ref());
+        ro
     }
 
     /// Places the embedded server (`cfg`, from [`Context::server_cfg`]) of a point of

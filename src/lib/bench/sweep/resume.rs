@@ -33,7 +33,13 @@ pub fn settings(preset: Preset, o: &SweepOptions) -> Vec<(&'static str, String)>
         ("seed", o.seed.to_string()),
     ];
     if o.server.is_none() {
-        s.push(("pin", o.pin.name().to_string()));
+        // `auto` split every point before colocation existed: a sweep recorded then is
+        // not resumed with points placed otherwise.
+        s.push((
+            "pin",
+            if o.pin == crate::cpus::Placement::Auto { "auto (split, colocate when crowded)" } else { o.pin.name() }
+                .to_string(),
+        ));
         s.push(("pmem", or_default(o.pmem_dir.as_ref().map(|p| one_line(&p.display().to_string())))));
     }
     let axes = preset.meta().axes;

@@ -1124,12 +1124,24 @@ impl CompletionQueue for VerbsCq {
             return out.pop().ok_or_else(timed_out);
         }
         let end = crate::transport::deadline_from(start, timeout);
-        let spin_end = start + inner.spin.min(timeout);
+        // Beside the worker it waits for (colocated), a client polls with yields
+        // instead: its spin would be the worker's time.
+        let colocated = crate::transport::colocated();
+        let spin_end = if colocated { start } else { start + inner.spin.min(timeout) };
         while Instant::now() < spin_end {
             if self.poll(&mut out, 1) == 1 {
                 return out.pop().ok_or_else(timed_out);
             }
             std::hint::spin_loop();
+        }
+        if colocated {
+            let until = crate::transport::yield_wait_end(start).min(end);
+            while Instant::now() < until {
+                std::thread::yield_now();
+                if self.poll(&mut out, 1) == 1 {
+                    return out.pop().ok_or_else(timed_out);
+                }
+            }
         }
         crate::transport::end_turn();
         loop {
