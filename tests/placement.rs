@@ -161,6 +161,25 @@ fn whole_run_spec() -> WorkloadSpec {
     s
 }
 
+/// Starts an embedded server (`eo`) over `t`, loads and runs `w` against it with clients
+/// that note their worker and CPUs in `seen`, and returns the result with the CPUs the
+/// kernel let each worker thread use while the server was up (worker 0 first).
+fn whole_run<T: boomkv::transport::Transport>(
+    t: T,
+    b: boomkv::transport::Backend,
+    eo: &boomkv::bench::embedded::EmbeddedOptions,
+    w: &CoreWorkload,
+    o: &RunOptions,
+    seen: &Arc<Mutex<BTreeSet<(usize, String)>>>,
+) -> (runner::PhasesResult, Vec<String>) {
+    let emb = boomkv::bench::embedded::Embedded::start(t.clone(), b, eo).unwrap();
+    let ep = emb.endpoint().clone();
+    let workers = (0..eo.server.workers).map(|i| affinity_of_threads(&format!("boomkv-worker-{i}")).concat()).collect();
+    let connect = || Client::connect(&t, &ep, ClientOptions::default()).map(|db| Watched { db, seen: seen.clone() });
+    let r = runner::load_and_run_db(connect, w, o, Phases { load: true, run: true }).unwrap();
+    (r, workers)
+}
+
 /// The whole placement for real: an embedded server's workers on CPUs of their own and
 /// the YCSB runner's client threads on the others, where they poll with yields before
 /// they sleep. Every operation completes and every read finds its record, over both
@@ -168,7 +187,7 @@ fn whole_run_spec() -> WorkloadSpec {
 #[test]
 fn pinned_clients_and_workers_serve_a_whole_run_over_tcp_and_shm() {
     let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
+    use boomkv::bench::embedded::EmbeddedOptions;
     use boomkv::cpus::Layout;
     use boomkv::transport::{Backend, TcpTransport};
 
@@ -194,20 +213,10 @@ fn pinned_clients_and_workers_serve_a_whole_run_over_tcp_and_shm() {
         server: ServerConfig { log_clients: false, worker_cpus: Some(layout.server.clone()), ..Default::default() },
         ..Default::default()
     };
-    fn run<T: boomkv::transport::Transport>(
-        t: T,
-        b: Backend,
-        eo: &EmbeddedOptions,
-        w: &CoreWorkload,
-        o: &RunOptions,
-    ) -> runner::PhasesResult {
-        let emb = Embedded::start(t.clone(), b, eo).unwrap();
-        let ep = emb.endpoint().clone();
-        runner::load_and_run(&t, &ep, &ClientOptions::default(), w, o, Phases { load: true, run: true }).unwrap()
-    }
-    for r in [
-        run(TcpTransport::new().unwrap(), Backend::Tcp, &eo, &w(), &o),
-        run(ShmTransport::new().unwrap(), Backend::Shm, &eo, &w(), &o),
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    for (r, _) in [
+        whole_run(TcpTransport::new().unwrap(), Backend::Tcp, &eo, &w(), &o, &seen),
+        whole_run(ShmTransport::new().unwrap(), Backend::Shm, &eo, &w(), &o, &seen),
     ] {
         assert_eq!((r.result.run.operations, r.result.errors), (4000, 0), "{:?}", r.result.first_error);
         let reads = r.result.measurements.get("READ").expect("reads were measured");
@@ -272,7 +281,7 @@ fn the_handshake_names_each_clients_worker_round_robin() {
 #[test]
 fn colocated_clients_run_beside_their_workers_and_serve_a_whole_run() {
     let _turn = SERVERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    use boomkv::bench::embedded::{Embedded, EmbeddedOptions};
+    use boomkv::bench::embedded::EmbeddedOptions;
     use boomkv::cpus::Layout;
     use boomkv::transport::{Backend, TcpTransport};
 
@@ -295,27 +304,11 @@ fn colocated_clients_run_beside_their_workers_and_serve_a_whole_run() {
     // CPU.
     server.workers = 3;
     let eo = EmbeddedOptions { pool_size: 64 << 20, segment_size: 4 << 20, server, ..Default::default() };
-    fn run<T: boomkv::transport::Transport>(
-        t: T,
-        b: Backend,
-        eo: &EmbeddedOptions,
-        w: &CoreWorkload,
-        o: &RunOptions,
-        seen: &Arc<Mutex<BTreeSet<(usize, String)>>>,
-    ) -> (runner::PhasesResult, Vec<String>) {
-        let emb = Embedded::start(t.clone(), b, eo).unwrap();
-        let ep = emb.endpoint().clone();
-        let workers = (0..3).map(|i| affinity_of_threads(&format!("boomkv-worker-{i}")).concat()).collect();
-        let connect =
-            || Client::connect(&t, &ep, ClientOptions::default()).map(|db| Watched { db, seen: seen.clone() });
-        let r = runner::load_and_run_db(connect, w, o, Phases { load: true, run: true }).unwrap();
-        (r, workers)
-    }
     for (name, b) in [("tcp", Backend::Tcp), ("shm", Backend::Shm)] {
         let seen = Arc::new(Mutex::new(BTreeSet::new()));
         let (r, workers) = match b {
-            Backend::Tcp => run(TcpTransport::new().unwrap(), b, &eo, &w(), &o, &seen),
-            _ => run(ShmTransport::new().unwrap(), b, &eo, &w(), &o, &seen),
+            Backend::Tcp => whole_run(TcpTransport::new().unwrap(), b, &eo, &w(), &o, &seen),
+            _ => whole_run(ShmTransport::new().unwrap(), b, &eo, &w(), &o, &seen),
         };
         assert_eq!((r.result.run.operations, r.result.errors), (4000, 0), "{name}: {:?}", r.result.first_error);
         let reads = r.result.measurements.get("READ").expect("reads were measured");
