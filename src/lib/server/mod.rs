@@ -121,9 +121,7 @@ impl<T: Transport> Server<T> {
                         let ok = r.is_ok();
                         let _ = tx.send(r);
                         if ok {
-                            // Its parked waits too must leave the CPU to its clients.
-                            crate::transport::set_colocated_wait(colocated);
-                            Worker::new(i, sh, ib).run(colocated);
+                            Worker::new(i, sh, ib).run();
                         }
                     })
                     .map_err(|e| Error::io("spawn worker", e))?,
@@ -308,9 +306,12 @@ impl<T: Transport> Worker<T> {
         }
     }
 
-    /// Serves until shutdown; `colocated`: the worker shares its CPU with client
-    /// threads, so an idle round yields it to them instead of spinning.
-    fn run(mut self, colocated: bool) {
+    /// Serves until shutdown.
+    fn run(mut self) {
+        // Colocated, the worker shares its CPU with client threads: an idle round, and
+        // a parked wait, yield it to them instead of spinning.
+        let colocated = self.sh.cfg.colocated;
+        crate::transport::set_colocated_wait(colocated);
         let mut comps: Vec<Completion> = Vec::with_capacity(64);
         // The clock is read once every CLOCK_EVERY rounds, not per completion: a PUT's
         // latency is a few hundred ns, of which a clock read would be a noticeable part.

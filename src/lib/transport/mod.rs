@@ -1602,6 +1602,24 @@ pub(crate) fn yield_wait_end(now: std::time::Instant) -> std::time::Instant {
     }
 }
 
+/// Yields the CPU, then `poll`s, until a poll finds what the wait is for (true) or
+/// `until` has passed (false): the part of a wait that leaves the CPU to the threads
+/// it needs ([`set_yield_wait`], [`set_colocated_wait`]). Yield first, then look: the
+/// caller's poll found nothing a moment ago. The clock is read after each yield, which
+/// may last the other threads' turns.
+#[inline]
+pub(crate) fn poll_with_yields(until: std::time::Instant, mut poll: impl FnMut() -> bool) -> bool {
+    loop {
+        std::thread::yield_now();
+        if poll() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+    }
+}
+
 /// A point in time `d` from now, saturating far in the future.
 pub(crate) fn deadline(d: Duration) -> std::time::Instant {
     deadline_from(std::time::Instant::now(), d)

@@ -955,21 +955,12 @@ impl CompletionQueue for ShmCq {
         // The CPU goes to others from here on, so a client's next wait begins a turn.
         super::end_turn();
         // A thread allowed to poll with yields does so for a while before it sleeps
-        // (see `transport::set_yield_wait`). Yield, then look: the poll above found
-        // nothing a moment ago, and the other threads' turns are what the reply needs
-        // time for. The clock is read after each yield, which may last their turns.
+        // (see `transport::set_yield_wait`): the other threads' turns are what the
+        // reply needs time for.
         let yield_from = if spins { Instant::now() } else { start };
         let yield_end = super::yield_wait_end(yield_from).min(end);
-        if yield_end > yield_from {
-            loop {
-                std::thread::yield_now();
-                if inner.poll(&mut out, 1) == 1 {
-                    return got(&mut out);
-                }
-                if Instant::now() >= yield_end {
-                    break;
-                }
-            }
+        if yield_end > yield_from && super::poll_with_yields(yield_end, || inner.poll(&mut out, 1) == 1) {
+            return got(&mut out);
         }
         let seq = word32(&inner.doorbell, 0);
         let waiters = word32(&inner.doorbell, DB_WAITERS);

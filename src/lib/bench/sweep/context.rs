@@ -314,9 +314,6 @@ impl<'a> Context<'a> {
         cfg: &mut ServerConfig,
     ) -> Option<crate::cpus::Layout> {
         let layout = self.o.layout_for(threads, backend);
-        if self.o.axes.workers.is_none() && !layout.as_ref().is_some_and(|l| l.colocated) {
-            cfg.workers = crate::server::default_workers();
-        }
         cfg.place(layout.as_ref());
         layout
     }

@@ -1134,14 +1134,9 @@ impl CompletionQueue for VerbsCq {
             }
             std::hint::spin_loop();
         }
-        if colocated {
-            let until = crate::transport::yield_wait_end(start).min(end);
-            while Instant::now() < until {
-                std::thread::yield_now();
-                if self.poll(&mut out, 1) == 1 {
-                    return out.pop().ok_or_else(timed_out);
-                }
-            }
+        let until = crate::transport::yield_wait_end(start).min(end);
+        if colocated && crate::transport::poll_with_yields(until, || self.poll(&mut out, 1) == 1) {
+            return out.pop().ok_or_else(timed_out);
         }
         crate::transport::end_turn();
         loop {
