@@ -386,13 +386,13 @@ mod tests {
     }
 
     /// A segment one entry of which the server is still reading for a client.
-    fn segment_being_read(pool: &Pool) -> (Loc, crate::log::ReadPin, u64) {
+    fn segment_being_read(pool: &Pool, reader: usize) -> (Loc, crate::log::ReadPin, u64) {
         let mut w = LocalWriter::new(pool);
         w.append(b"read", &[1; 300], false).unwrap();
         w.append(b"other", &[2; 300], false).unwrap();
         let seg = w.segment().unwrap().id;
         pool.seal_segment(seg).unwrap();
-        let (loc, pin, ()) = pool.lookup_pinned(b"read", |_| ()).unwrap();
+        let (loc, pin, ()) = pool.lookup_pinned(reader, b"read", |_| ()).unwrap();
         assert_eq!(loc.segment as u64, seg);
         assert_eq!(pool.segment_readers(seg), 1);
         (loc, pin, seg)
@@ -404,7 +404,7 @@ mod tests {
         // supersedes it and the cleaner frees its segment, which is granted to another
         // client, who writes its own entry of the key there; the data write sends that.
         let pool = crate::log::tests::empty_pool(4 << 20);
-        let (loc, pin, seg) = segment_being_read(&pool);
+        let (loc, pin, seg) = segment_being_read(&pool, 0);
         let mut w = LocalWriter::new(&pool);
         w.append(b"read", &[3; 300], false).unwrap();
         w.append(b"other", &[4; 300], false).unwrap();
@@ -426,9 +426,33 @@ mod tests {
     }
 
     #[test]
+    fn every_worker_s_pin_holds_the_segment() {
+        // Each worker pins in a part of its own (and workers past the parts share one):
+        // the segment stays until the last pin of any part is back.
+        let pool = crate::log::tests::empty_pool(4 << 20);
+        let (_, first, seg) = segment_being_read(&pool, 1);
+        let (_, same_part, ()) = pool.lookup_pinned(1 + crate::log::READER_PARTS, b"read", |_| ()).unwrap();
+        let (_, other_part, ()) = pool.lookup_pinned(crate::log::READER_PARTS - 1, b"read", |_| ()).unwrap();
+        assert_eq!(pool.segment_readers(seg), 3);
+        let mut w = LocalWriter::new(&pool);
+        w.append(b"read", &[3; 300], false).unwrap();
+        w.append(b"other", &[4; 300], false).unwrap();
+        let mut c = Cleaner::new();
+        for (i, pin) in [first, other_part, same_part].into_iter().enumerate() {
+            let st = c.run(&pool, 1.0, 100).unwrap();
+            assert_eq!(st.segments_freed, 0, "{} pins still held: {st:?}", 3 - i);
+            assert!(pool.segment_held(seg));
+            pool.unpin(pin);
+        }
+        assert_eq!(pool.segment_readers(seg), 0);
+        let st = c.run(&pool, 1.0, 100).unwrap();
+        assert_eq!(st.segments_freed, 1, "{st:?}");
+    }
+
+    #[test]
     fn live_entries_move_under_a_read_and_their_segment_waits_for_it() {
         let pool = crate::log::tests::empty_pool(4 << 20);
-        let (loc, pin, seg) = segment_being_read(&pool);
+        let (loc, pin, seg) = segment_being_read(&pool, 0);
         let mut c = Cleaner::new();
         let st = c.run(&pool, 1.0, 100).unwrap();
         assert_eq!((st.entries_moved, st.segments_freed), (2, 0), "{st:?}");
@@ -527,8 +551,8 @@ mod tests {
         w.append(b"gone", b"", true).unwrap();
         let seg = w.segment().unwrap().id;
         let mut ran = false;
-        assert!(pool.lookup_pinned(b"gone", |_| ran = true).is_none());
-        assert!(pool.lookup_pinned(b"never", |_| ran = true).is_none());
+        assert!(pool.lookup_pinned(0, b"gone", |_| ran = true).is_none());
+        assert!(pool.lookup_pinned(0, b"never", |_| ran = true).is_none());
         assert!(!ran);
         assert_eq!(pool.segment_readers(seg), 0);
     }

@@ -103,9 +103,13 @@ pub struct Pool {
     seg_count: Vec<AtomicU64>,
     seg_used: Vec<AtomicU64>,
     seg_live: Vec<AtomicU64>,
-    /// Per segment: server-side reads of its entries in progress ([`ReadPin`]s held);
-    /// [`Pool::free_segment`] frees no segment with one.
+    /// Per reader part and segment: server-side reads of its entries in progress
+    /// ([`ReadPin`]s held); [`Pool::free_segment`] frees no segment with one in any
+    /// part. Part `p`'s count of segment `s` is at `p * readers_stride + s`.
     seg_readers: Vec<AtomicU32>,
+    /// Distance between two parts of `seg_readers`: the segments, rounded up, and a
+    /// gap, so that parts never share a cache line.
+    readers_stride: usize,
     /// Per segment: until when (milliseconds after `opened`) a client may still READ an
     /// entry the server named the place of ([`Pool::lookup_leased`]); not freed before.
     seg_lease_until: Vec<AtomicU64>,
@@ -132,6 +136,20 @@ pub struct Pool {
 #[derive(Debug, PartialEq, Eq)]
 pub struct ReadPin {
     segment: u32,
+    part: u32,
+}
+
+/// Parts of the read pins: reader `r` (a server worker) pins in part `r % READER_PARTS`,
+/// so two workers on two CPUs never write one cache line per GET (one count per
+/// segment, sixteen to a line, had every GET of a busy two-CPU server fetch a line
+/// from the other CPU). Checking a segment reads every part.
+const READER_PARTS: usize = 16;
+
+/// [`Pool`]'s `readers_stride` for `n` segments: whole cache lines of counts, and one
+/// line between parts.
+fn readers_stride(n: usize) -> usize {
+    const PER_LINE: usize = 64 / size_of::<AtomicU32>();
+    n.div_ceil(PER_LINE) * PER_LINE + PER_LINE
 }
 
 /// What [`Pool::scan_pinned`] found, in key order, and the pins of its entries (with
@@ -228,7 +246,8 @@ impl Pool {
             seg_count: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            seg_readers: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            seg_readers: (0..READER_PARTS * readers_stride(n)).map(|_| AtomicU32::new(0)).collect(),
+            readers_stride: readers_stride(n),
             seg_lease_until: (0..n).map(|_| AtomicU64::new(0)).collect(),
             opened: std::time::Instant::now(),
             seg_torn: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
@@ -674,12 +693,17 @@ impl Pool {
     /// read is over. `also` runs where the pin is taken, before any later change of
     /// `key` can reach the index. A read a client makes by itself (RDMP-KV's READ) is
     /// not pinned: the server never learns when it is over.
-    pub fn lookup_pinned<A>(&self, key: &[u8], also: impl FnOnce(&Loc) -> A) -> Option<(Loc, ReadPin, A)> {
+    pub fn lookup_pinned<A>(
+        &self,
+        reader: usize,
+        key: &[u8],
+        also: impl FnOnce(&Loc) -> A,
+    ) -> Option<(Loc, ReadPin, A)> {
         let mut also = Some(also);
         let mut taken = None;
         let found = self.index.get_then(key, self, &mut |l| {
             if let (false, Some(f)) = (l.tombstone, also.take()) {
-                taken = Some((self.pin(l.segment), f(l)));
+                taken = Some((self.pin(reader, l.segment), f(l)));
             }
         });
         let (pin, a) = taken?;
@@ -691,31 +715,47 @@ impl Pool {
     /// entry where its pin was taken.
     pub fn scan_pinned<A>(
         &self,
+        reader: usize,
         start: &[u8],
         n: usize,
         mut also: impl FnMut(&[u8], &Loc) -> A,
     ) -> Result<PinnedScan<A>> {
         let mut pins = Vec::new();
         // An error (no ordered index) comes before any entry is visited: nothing pinned.
-        let items = self.index.scan_then(start, n, &mut |k, l| pins.push((self.pin(l.segment), also(k, l))))?;
+        let items = self.index.scan_then(start, n, &mut |k, l| pins.push((self.pin(reader, l.segment), also(k, l))))?;
         Ok((items, pins))
     }
 
-    fn pin(&self, segment: u32) -> ReadPin {
+    /// The count of `segment` in `part`.
+    fn readers(&self, part: usize, segment: usize) -> Option<&AtomicU32> {
+        (segment < self.readers_stride).then(|| self.seg_readers.get(part * self.readers_stride + segment)).flatten()
+    }
+
+    /// Segment `id`'s pins, all parts.
+    fn pins_of(&self, id: usize) -> u32 {
+        (0..READER_PARTS).filter_map(|p| self.readers(p, id)).map(|a| a.load(Ordering::Acquire)).sum()
+    }
+
+    fn pin(&self, reader: usize, segment: u32) -> ReadPin {
+        let part = reader % READER_PARTS;
         // Relaxed is enough: the index lock the caller holds orders the pin before any
         // later change of the entry, and the cleaner sees that change before it frees.
-        self.seg_readers[segment as usize].fetch_add(1, Ordering::Relaxed);
-        ReadPin { segment }
+        if let Some(a) = self.readers(part, segment as usize) {
+            a.fetch_add(1, Ordering::Relaxed);
+        }
+        ReadPin { segment, part: part as u32 }
     }
 
     /// Hands back a pin of [`Pool::lookup_pinned`]: the read it was taken for is over.
     pub fn unpin(&self, pin: ReadPin) {
-        self.seg_readers[pin.segment as usize].fetch_sub(1, Ordering::Release);
+        if let Some(a) = self.readers(pin.part as usize, pin.segment as usize) {
+            a.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// Pins held on segment `id` (server-side reads in progress).
     pub fn segment_readers(&self, id: u64) -> u32 {
-        self.seg_readers.get(id as usize).map(|a| a.load(Ordering::Acquire)).unwrap_or(0)
+        self.pins_of(id as usize)
     }
 
     /// [`Pool::lookup`] for a client that READs the entry by itself once told its place
@@ -745,7 +785,7 @@ impl Pool {
     /// ([`Pool::lookup_pinned`]) or a client's READ may still come ([`Pool::lookup_leased`]).
     pub fn segment_held(&self, id: u64) -> bool {
         let i = id as usize;
-        self.seg_readers.get(i).is_some_and(|a| a.load(Ordering::Acquire) > 0)
+        self.pins_of(i) > 0
             || self.seg_lease_until.get(i).is_some_and(|a| a.load(Ordering::Relaxed) > self.lease_clock())
     }
 

@@ -157,7 +157,7 @@ fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], buf: RegionDesc) -> Result
     let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
     cx.counters().gets.fetch_add(1, Ordering::Relaxed);
     cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-    let r = cx.conn.qp.post_write_imm(wr, &mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm);
+    let r = cx.conn.qp.post_write_imm(wr, mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm);
     GetTimer::posted(timer, cx.phases());
     r
 }
@@ -173,11 +173,15 @@ fn scan<T: Transport>(cx: &mut Ctx<'_, T>, start: Vec<u8>, count: u32, buf: Regi
     // Each entry's version is in flight too: its client does not rewrite it in place
     // under the scan's write.
     let inflight = &cx.sh.inflight;
-    let (items, held) =
-        match cx.sh.pool.scan_pinned(&start, count.min(MAX_SCAN) as usize, |k, l| inflight.begin(k, l.version)) {
-            Ok(v) => v,
-            Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
-        };
+    let worker = cx.w.id;
+    let (items, held) = match cx
+        .sh
+        .pool
+        .scan_pinned(worker, &start, count.min(MAX_SCAN) as usize, |k, l| inflight.begin(worker, k, l.version))
+    {
+        Ok(v) => v,
+        Err(e) => return cx.refuse(0, ErrorCode::NoScan, e.to_string()),
+    };
     let read = ServerRead::Scan(held);
     let total: u64 = items.iter().map(|(_, l)| l.len as u64).sum();
     if total > buf.len {
@@ -220,7 +224,7 @@ fn post_scan<T: Transport>(cx: &mut Ctx<'_, T>, items: &[(Vec<u8>, Loc)], buf: &
         off += loc.len as u64;
         if items.get(i + 1).is_none_or(|(_, next)| next.segment != loc.segment) {
             let mr = cx.local_segment_region(loc.segment as u64)?;
-            cx.conn.qp.post_write_batch(&mr, &batch)?;
+            cx.conn.qp.post_write_batch(mr, &batch)?;
             batch.clear();
         }
     }

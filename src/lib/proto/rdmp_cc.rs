@@ -116,7 +116,7 @@ impl<T: Transport> Server<T> {
         pool.note_append(seg.id, p.next_offset - p.offset);
         if loc.len > 0 {
             pool.index_entry(&key, loc);
-            let ctr = if loc.tombstone { &cx.sh.counters.dels } else { &cx.sh.counters.puts };
+            let ctr = if loc.tombstone { &cx.counters().dels } else { &cx.counters().puts };
             ctr.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())

@@ -221,7 +221,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
             let hello = Hello::decode(private)?;
             let refuse = |reason: String| Welcome::Refused { reason }.encode();
             if !sh.cfg.protocols.is_empty() && !sh.cfg.protocols.contains(&hello.protocol) {
-                sh.counters.clients_refused.fetch_add(1, Ordering::Relaxed);
+                sh.counters.part(0).clients_refused.fetch_add(1, Ordering::Relaxed);
                 let list: Vec<&str> = sh.cfg.protocols.iter().map(|p| p.name()).collect();
                 return Ok(refuse(format!(
                     "this server speaks only {} (started with --protocol); the client asked for {}",
@@ -230,7 +230,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                 )));
             }
             if !place_frees_up(&sh.clients, sh.cfg.max_clients) {
-                sh.counters.clients_refused.fetch_add(1, Ordering::Relaxed);
+                sh.counters.part(0).clients_refused.fetch_add(1, Ordering::Relaxed);
                 return Ok(refuse(format!("too many clients (the server allows {})", sh.cfg.max_clients)));
             }
             let id = sh.pool.new_client_id();
@@ -257,7 +257,7 @@ fn accept_loop<T: Transport>(sh: Arc<Shared<T>>, l: T::Listener, ibs: Vec<Arc<In
                 match Peer::<T>::new(&sh, qp, hello.protocol, id) {
                     Ok(c) => {
                         sh.clients.fetch_add(1, Ordering::AcqRel);
-                        sh.counters.clients_total.fetch_add(1, Ordering::Relaxed);
+                        sh.counters.part(0).clients_total.fetch_add(1, Ordering::Relaxed);
                         sh.log(&format!("client {id} connected ({}, worker {w})", c.conn.protocol));
                         ib.new.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(c);
                         ib.pending.fetch_add(1, Ordering::AcqRel);
@@ -464,7 +464,7 @@ impl<T: Transport> Worker<T> {
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    self.sh.counters.part(self.st.id).errors.fetch_add(1, Ordering::Relaxed);
                     conn.close(format!("protocol error: {e}"));
                 }
             }
@@ -560,7 +560,7 @@ impl<T: Transport> Worker<T> {
             _ => Err(Error::Protocol(format!("unexpected completion {:?}", c.opcode))),
         };
         if let Err(e) = r {
-            self.sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+            self.sh.counters.part(self.st.id).errors.fetch_add(1, Ordering::Relaxed);
             conn.close(format!("protocol error: {e}"));
         } else if let Err(e) = conn.qp.post_recv(slot, &conn.recv_mr, slot * conn.recv_size as u64, conn.recv_size) {
             let why = match conn.qp.error_reason() {

@@ -235,6 +235,14 @@ pub(crate) struct Ctx<'a, T: Transport> {
     pub(crate) w: &'a mut WorkerState,
 }
 
+impl<'a, T: Transport> Ctx<'a, T> {
+    /// A region over segment `seg` for the server's own posts (never given to a peer),
+    /// borrowed from the server for as long as the context's server lives.
+    pub(crate) fn local_segment_region(&self, seg: u64) -> Result<&'a T::Mr> {
+        self.sh.seg_mr(seg)
+    }
+}
+
 impl<T: Transport> Ctx<'_, T> {
     /// The pool.
     pub(crate) fn pool(&self) -> &Pool {
@@ -243,7 +251,7 @@ impl<T: Transport> Ctx<'_, T> {
 
     /// The counters.
     pub(crate) fn counters(&self) -> &ServerCounters {
-        &self.sh.counters
+        self.sh.counters.part(self.w.id)
     }
 
     /// The largest value the server accepts.
@@ -282,7 +290,7 @@ impl<T: Transport> Ctx<'_, T> {
     /// pool's refusals have a count of their own: a client waiting out a full pool asks
     /// many times for one request, and would bury the errors.
     pub(crate) fn refuse(&mut self, req: u32, code: ErrorCode, message: String) -> Result<()> {
-        let counter = if code == ErrorCode::PoolFull { &self.sh.counters.pool_full } else { &self.sh.counters.errors };
+        let counter = if code == ErrorCode::PoolFull { &self.counters().pool_full } else { &self.counters().errors };
         counter.fetch_add(1, Ordering::Relaxed);
         let quiet = code == ErrorCode::PoolFull && self.w.now < self.w.pool_full_quiet;
         if !quiet {
@@ -307,11 +315,6 @@ impl<T: Transport> Ctx<'_, T> {
                 self.refuse(req, ErrorCode::BadRequest, format!("{m:?} is not a {p} request"))
             }
         }
-    }
-
-    /// A region over segment `seg` for the server's own posts (never given to a peer).
-    pub(crate) fn local_segment_region(&self, seg: u64) -> Result<T::Mr> {
-        self.sh.seg_mr(seg)
     }
 
     /// A region over segment `seg` only this client can reach, with `access`.
@@ -364,7 +367,7 @@ impl<T: Transport> Ctx<'_, T> {
         let id = seg.id;
         conn.seg = Some(seg);
         conn.segments += 1;
-        self.sh.counters.grants.fetch_add(1, Ordering::Relaxed);
+        self.sh.counters.part(self.w.id).grants.fetch_add(1, Ordering::Relaxed);
         // Only a client that writes its entries itself gets at its segment: the RPC
         // designs' clients never do (the server copies their entries in), so theirs is
         // not registered for them at all, and a guessed rkey reaches nothing.
@@ -421,7 +424,7 @@ impl<T: Transport> Ctx<'_, T> {
         };
         match r {
             Ok(c) => {
-                let ctr = if c.loc.tombstone { &self.sh.counters.dels } else { &self.sh.counters.puts };
+                let ctr = if c.loc.tombstone { &self.counters().dels } else { &self.counters().puts };
                 ctr.fetch_add(1, Ordering::Relaxed);
                 let t1 = t0.map(|_| Instant::now());
                 let min = self.sh.inflight.min_version(&c.key);
@@ -482,7 +485,7 @@ impl<T: Transport> Ctx<'_, T> {
         );
         match r {
             Ok(c) => {
-                self.sh.counters.dels.fetch_add(1, Ordering::Relaxed);
+                self.counters().dels.fetch_add(1, Ordering::Relaxed);
                 let min = self.sh.inflight.min_version(&c.key);
                 self.reply(&Msg::PutOk { version: c.version, min_get_version: min }, req)
             }
@@ -510,7 +513,7 @@ impl<T: Transport> Ctx<'_, T> {
         let found = look(self.sh);
         phases::GetTimer::looked_up(&mut timer);
         if found.is_none() {
-            self.sh.counters.not_found.fetch_add(1, Ordering::Relaxed);
+            self.counters().not_found.fetch_add(1, Ordering::Relaxed);
         }
         (found, timer)
     }
@@ -523,8 +526,10 @@ impl<T: Transport> Ctx<'_, T> {
         &mut self,
         key: &[u8],
     ) -> (Option<(crate::index::Loc, ServerRead)>, Option<phases::GetTimer>) {
+        let worker = self.w.id;
         self.timed_lookup(key, |sh| {
-            let (loc, pin, ticket) = sh.pool.lookup_pinned(key, |l| sh.inflight.begin(key, l.version))?;
+            let (loc, pin, ticket) =
+                sh.pool.lookup_pinned(worker, key, |l| sh.inflight.begin(worker, key, l.version))?;
             Some((loc, ServerRead::Get(pin, ticket)))
         })
     }

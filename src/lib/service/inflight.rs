@@ -10,22 +10,34 @@ use std::sync::Mutex;
 
 use hashbrown::HashMap;
 
-const SHARDS: usize = 32;
+/// Parts: worker `w` records its GETs in part `w % PARTS` (a GET ends on the worker
+/// that began it), so two workers on two CPUs never write one cache line per GET; a
+/// PUT, much rarer here than GETs, looks in every part.
+const PARTS: usize = 16;
 
 /// In-flight GET versions by key.
 pub struct InflightGets {
     hasher: foldhash::fast::FixedState,
-    shards: Vec<Mutex<HashMap<u64, Readers>>>,
-    /// GETs in flight over all keys, so a PUT's reply skips the lock when there are none.
+    parts: Box<[Part]>,
+}
+
+/// One part: its own count and map, two cache lines apart from the next part's. Its
+/// lock is its worker's but for a PUT's look (and workers past [`PARTS`]).
+#[derive(Default)]
+#[repr(align(128))]
+struct Part {
+    /// GETs in flight in this part, so a PUT's reply skips its lock when there are none.
     total: AtomicUsize,
+    readers: Mutex<HashMap<u64, Readers>>,
 }
 
 /// One GET in flight: what [`InflightGets::end`] needs to find it again (the key's hash,
-/// not the key, so the server keeps no copy of it).
+/// not the key, so the server keeps no copy of it, and the part it is in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GetTicket {
     hash: u64,
     version: u64,
+    part: usize,
 }
 
 /// The versions GETs of one key are reading: the first without an allocation (two GETs
@@ -69,8 +81,7 @@ impl Default for InflightGets {
     fn default() -> Self {
         InflightGets {
             hasher: foldhash::fast::FixedState::with_seed(0x6E7),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            total: AtomicUsize::new(0),
+            parts: (0..PARTS).map(|_| Part::default()).collect(),
         }
     }
 }
@@ -80,30 +91,25 @@ impl InflightGets {
         self.hasher.hash_one(key)
     }
 
-    fn shard(&self, hash: u64) -> &Mutex<HashMap<u64, Readers>> {
-        &self.shards[(hash >> 59) as usize % SHARDS]
-    }
-
-    /// A GET of `key` starts reading `version`; hand the ticket to [`Self::end`].
-    pub fn begin(&self, key: &[u8], version: u64) -> GetTicket {
+    /// A GET of `key` that worker `worker` serves starts reading `version`; hand the
+    /// ticket to [`Self::end`].
+    pub fn begin(&self, worker: usize, key: &[u8], version: u64) -> GetTicket {
         let hash = self.hash(key);
+        let part = worker % self.parts.len();
+        let p = &self.parts[part];
         // Counted before it is recorded: a PUT that sees zero cannot miss a recorded GET.
-        self.total.fetch_add(1, Ordering::SeqCst);
-        self.shard(hash)
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(hash)
-            .or_default()
-            .add(version);
-        GetTicket { hash, version }
+        p.total.fetch_add(1, Ordering::SeqCst);
+        p.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(hash).or_default().add(version);
+        GetTicket { hash, version, part }
     }
 
     /// That GET's data has been written to the client.
     pub fn end(&self, t: GetTicket) {
-        let mut m = self.shard(t.hash).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(p) = self.parts.get(t.part) else { return };
+        let mut m = p.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(r) = m.get_mut(&t.hash) {
             if r.remove(t.version) {
-                self.total.fetch_sub(1, Ordering::SeqCst);
+                p.total.fetch_sub(1, Ordering::SeqCst);
             }
             if r.first.is_none() {
                 m.remove(&t.hash);
@@ -113,17 +119,20 @@ impl InflightGets {
 
     /// Smallest version any in-flight GET of `key` reads (`u64::MAX` if none).
     pub fn min_version(&self, key: &[u8]) -> u64 {
-        if self.total.load(Ordering::SeqCst) == 0 {
-            return u64::MAX;
-        }
         let hash = self.hash(key);
-        let m = self.shard(hash).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        m.get(&hash).and_then(Readers::min).unwrap_or(u64::MAX)
+        let mut min = u64::MAX;
+        for p in self.parts.iter().filter(|p| p.total.load(Ordering::SeqCst) > 0) {
+            let m = p.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(v) = m.get(&hash).and_then(Readers::min) {
+                min = min.min(v);
+            }
+        }
+        min
     }
 
     /// GETs in flight, all keys.
     pub fn len(&self) -> usize {
-        self.total.load(Ordering::SeqCst)
+        self.parts.iter().map(|p| p.total.load(Ordering::SeqCst)).sum()
     }
 
     /// Whether no GET is in flight.
@@ -140,10 +149,10 @@ mod tests {
     fn tracks_minimum_per_key() {
         let f = InflightGets::default();
         assert_eq!(f.min_version(b"a"), u64::MAX);
-        let a7 = f.begin(b"a", 7);
-        let a5 = f.begin(b"a", 5);
-        let a5_again = f.begin(b"a", 5);
-        f.begin(b"b", 1);
+        let a7 = f.begin(0, b"a", 7);
+        let a5 = f.begin(1, b"a", 5);
+        let a5_again = f.begin(PARTS + 1, b"a", 5);
+        f.begin(0, b"b", 1);
         assert_eq!(f.min_version(b"a"), 5);
         f.end(a5);
         assert_eq!(f.min_version(b"a"), 5, "the other GET of version 5 still reads it");

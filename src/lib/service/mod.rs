@@ -23,7 +23,7 @@ pub(crate) mod pending;
 pub mod phases;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -140,8 +140,10 @@ pub fn default_workers() -> usize {
     }
 }
 
-/// Operation counters.
+/// Operation counters: one part of [`Counters`]. Aligned to two cache lines so that
+/// parts never share one (nor the line an adjacent prefetch pairs with).
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub struct ServerCounters {
     /// PUTs committed.
     pub puts: AtomicU64,
@@ -167,6 +169,35 @@ pub struct ServerCounters {
     pub bytes_out: AtomicU64,
     /// Clients disconnected for going over a per-connection bound.
     pub over_limit: AtomicU64,
+}
+
+/// Parts of the server's counters. Worker `w` counts in part `w % COUNTER_PARTS`, and
+/// the acceptor in part 0; [`ServerCore::stats`] sums them. One shared set of counters
+/// had both workers of a two-CPU server write one cache line on every GET: a line
+/// that crosses between CPUs costs as much as the look-up itself.
+pub(crate) struct Counters {
+    parts: Box<[ServerCounters]>,
+}
+
+/// Parts of [`Counters`]: more than the workers of most machines.
+const COUNTER_PARTS: usize = 16;
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters { parts: (0..COUNTER_PARTS).map(|_| ServerCounters::default()).collect() }
+    }
+}
+
+impl Counters {
+    /// The part worker `worker` counts in.
+    pub(crate) fn part(&self, worker: usize) -> &ServerCounters {
+        &self.parts[worker % self.parts.len()]
+    }
+
+    /// One counter summed over the parts.
+    fn sum(&self, counter: impl Fn(&ServerCounters) -> &AtomicU64) -> u64 {
+        self.parts.iter().map(|p| counter(p).load(Ordering::Relaxed)).sum()
+    }
 }
 
 /// A snapshot of the server's statistics (what `boomctl stats` prints).
@@ -246,7 +277,7 @@ pub struct ServerCore {
     pub(crate) pool: Arc<Pool>,
     pub(crate) cfg: ServerConfig,
     pub(crate) inflight: InflightGets,
-    pub(crate) counters: ServerCounters,
+    pub(crate) counters: Counters,
     pub(crate) phases: Phases,
     pub(crate) cleaned: Mutex<crate::log::cleaner::CleanStats>,
     pub(crate) coop: Mutex<coop::CoopStats>,
@@ -279,7 +310,7 @@ impl ServerCore {
             pool,
             cfg: ServerConfig { workers: cfg.workers.max(1), ..cfg },
             inflight: InflightGets::default(),
-            counters: ServerCounters::default(),
+            counters: Counters::default(),
             phases: Phases::default(),
             cleaned: Mutex::new(Default::default()),
             coop: Mutex::new(Default::default()),
@@ -336,7 +367,6 @@ impl ServerCore {
     /// Statistics now.
     pub fn stats(&self) -> ServerStats {
         let c = &self.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (access_violations, exposed_regions) = self
             .transport_counts
             .lock()
@@ -347,19 +377,19 @@ impl ServerCore {
         ServerStats {
             uptime_s: self.started.elapsed().as_secs_f64(),
             clients: self.clients.load(Ordering::Relaxed),
-            clients_total: l(&c.clients_total),
-            clients_refused: l(&c.clients_refused),
-            puts: l(&c.puts),
-            dels: l(&c.dels),
-            gets: l(&c.gets),
-            not_found: l(&c.not_found),
-            scans: l(&c.scans),
-            grants: l(&c.grants),
-            errors: l(&c.errors),
-            pool_full: l(&c.pool_full),
+            clients_total: c.sum(|p| &p.clients_total),
+            clients_refused: c.sum(|p| &p.clients_refused),
+            puts: c.sum(|p| &p.puts),
+            dels: c.sum(|p| &p.dels),
+            gets: c.sum(|p| &p.gets),
+            not_found: c.sum(|p| &p.not_found),
+            scans: c.sum(|p| &p.scans),
+            grants: c.sum(|p| &p.grants),
+            errors: c.sum(|p| &p.errors),
+            pool_full: c.sum(|p| &p.pool_full),
             access_violations,
             exposed_regions,
-            over_limit: l(&c.over_limit),
+            over_limit: c.sum(|p| &p.over_limit),
             index_entries: self.pool.index().len(),
             index_tombstones: self.pool.index().tombstones(),
             space: self.pool.space_report(),
@@ -439,7 +469,10 @@ pub(crate) struct Shared<T: Transport> {
     /// Per segment: a region over it for local use only (the source of GET replies).
     /// Peers never get these rkeys: what a client may touch is registered bound to its
     /// own queue pair ([`Shared::bound_seg_mr`]).
-    pub(crate) seg_mrs: Mutex<Vec<Option<T::Mr>>>,
+    /// Each is set once and never changes, so a GET borrows it: no lock and no
+    /// reference count that every worker's GETs would write (on two CPUs such a shared
+    /// line cost more than the rest of the look-up).
+    pub(crate) seg_mrs: Vec<OnceLock<T::Mr>>,
 }
 
 impl<T: Transport> std::ops::Deref for Shared<T> {
@@ -462,17 +495,20 @@ impl<T: Transport> Shared<T> {
         }
         Shared {
             coop: CoopWriteback::new(workers, core.cfg.coop_writeback, core.cfg.coop_chunk),
-            seg_mrs: Mutex::new(Vec::new()),
+            seg_mrs: (0..core.pool.segment_count()).map(|_| OnceLock::new()).collect(),
             pool: core.pool.clone(),
             core,
             t,
         }
     }
 
-    pub(crate) fn seg_mr(&self, seg: u64) -> Result<T::Mr> {
-        let mut v = self.seg_mrs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(Some(mr)) = v.get(seg as usize) {
-            return Ok(mr.clone());
+    pub(crate) fn seg_mr(&self, seg: u64) -> Result<&T::Mr> {
+        let cell = self
+            .seg_mrs
+            .get(seg as usize)
+            .ok_or_else(|| Error::invalid(format!("segment {seg} is past the pool's {}", self.seg_mrs.len())))?;
+        if let Some(mr) = cell.get() {
+            return Ok(mr);
         }
         let media = self.pool.media();
         let mr = self.t.register(
@@ -482,11 +518,9 @@ impl<T: Transport> Shared<T> {
             self.pool.segment_size(),
             Access::NONE,
         )?;
-        if v.len() <= seg as usize {
-            v.resize(seg as usize + 1, None);
-        }
-        v[seg as usize] = Some(mr.clone());
-        Ok(mr)
+        // Two workers may race here: one region wins, the other is dropped (deregistered).
+        let _ = cell.set(mr);
+        cell.get().ok_or_else(|| Error::invalid("a segment's region was not kept"))
     }
 
     /// A region over segment `seg` that only the client on `qp` can reach, with `access`.
@@ -550,5 +584,24 @@ fn housekeeping(sh: Arc<ServerCore>, mut cleaner: Cleaner) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_of_every_worker_add_up_and_parts_share_no_cache_line() {
+        let c = Counters::default();
+        c.part(0).gets.fetch_add(2, Ordering::Relaxed);
+        c.part(1).gets.fetch_add(3, Ordering::Relaxed);
+        // A worker past the parts counts in a shared one, and is still summed.
+        c.part(COUNTER_PARTS + 1).gets.fetch_add(4, Ordering::Relaxed);
+        c.part(5).bytes_out.fetch_add(7, Ordering::Relaxed);
+        assert_eq!(c.sum(|p| &p.gets), 9);
+        assert_eq!(c.sum(|p| &p.bytes_out), 7);
+        let (a, b) = (c.part(0) as *const ServerCounters as usize, c.part(1) as *const ServerCounters as usize);
+        assert!(b - a >= 128 && a % 128 == 0, "parts {a:#x} and {b:#x}");
     }
 }
