@@ -442,6 +442,9 @@ pub(crate) fn guard_exit(table: &Mapping, slot: u32) {
     }
 }
 
+// Aligned to two cache lines: the regions of connections served on different CPUs
+// are made one after another, and their reference counts would share a line.
+#[repr(align(128))]
 struct MrInner {
     pd: Arc<Pd>,
     info: Arc<RegionInfo>,

@@ -808,6 +808,9 @@ impl std::fmt::Debug for ShmCq {
     }
 }
 
+// Aligned to two cache lines: connections are made one after another by one thread,
+// and their small parts would otherwise share lines across the CPUs that use them.
+#[repr(align(128))]
 struct CqInner {
     doorbell: Mapping,
     doorbell_file: File,
@@ -987,6 +990,9 @@ impl CompletionQueue for ShmCq {
 // ---------------------------------------------------------------------------------------
 // Queue pair
 
+// Aligned to two cache lines: connections are made one after another by one thread,
+// and their small parts would otherwise share lines across the CPUs that use them.
+#[repr(align(128))]
 struct QpState {
     error: AtomicBool,
     reason: Mutex<Option<String>>,
@@ -1012,10 +1018,17 @@ impl QpState {
 struct RqLocal {
     posted: u64,
     polled: u64,
-    wrs: VecDeque<(u64, Mr)>,
+    /// Posted receives, oldest first: the work request and the rkey of its buffer (not
+    /// the region itself: a clone per receive wrote a reference count on every post,
+    /// and a region deregistered under a posted receive fails the SEND that reaches it,
+    /// as a NIC's protection check does).
+    wrs: VecDeque<(u64, u32)>,
 }
 
 /// The receive direction of a queue pair: our page, our posted receives.
+// Aligned to two cache lines: connections are made one after another by one thread,
+// and their small parts would otherwise share lines across the CPUs that use them.
+#[repr(align(128))]
 struct RecvSide {
     qp_num: u32,
     page: Arc<Mapping>,
@@ -1193,6 +1206,9 @@ struct Resolved {
     file_off: u64,
 }
 
+// Aligned to two cache lines: connections are made one after another by one thread,
+// and their small parts would otherwise share lines across the CPUs that use them.
+#[repr(align(128))]
 struct Conn {
     qp_num: u32,
     peer_qp_num: u32,
@@ -1873,7 +1889,7 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
     // another client's grant.
     // A receive buffer posted on this queue pair is fair game too: the sender of a SEND
     // copies into it.
-    let posted_here = || lock(&c.recv.rq).wrs.iter().any(|(_, m)| m.rkey() == rkey);
+    let posted_here = || lock(&c.recv.rq).wrs.iter().any(|&(_, k)| k == rkey);
     let info = c
         .t
         .inner
@@ -2273,7 +2289,7 @@ impl ShmQp {
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
         let local = match &src {
             Src::Mr(mr, off, len) => match mr.check_local(c.t.inner.pd.id, *off, *len, Access::NONE) {
-                Ok(o) => Some((mr.info().mapping.clone(), o, *len)),
+                Ok(o) => Some((&*mr.info().mapping, o, *len)),
                 Err(()) => {
                     return self
                         .error(
@@ -2448,7 +2464,7 @@ impl QueuePair for ShmQp {
         word(&rs.page, slot + 16).store(len as u64 | (mr.rkey() as u64) << 32, Ordering::Relaxed);
         word(&rs.page, slot).store(rq.posted + 1, Ordering::Release);
         rq.posted += 1;
-        rq.wrs.push_back((wr_id, mr.clone()));
+        rq.wrs.push_back((wr_id, mr.rkey()));
         drop(rq);
         c.stats.recvs.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -2644,6 +2660,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             sqp.post_send_bytes(1, b"late").unwrap();
         });
+    }
+
+    /// A posted receive does not keep its region: one deregistered under it fails the
+    /// SEND that reaches it (the receiver's completion and the sender's both say so, as
+    /// with a NIC), and nothing lands in the memory it covered.
+    #[test]
+    fn a_region_deregistered_under_a_posted_receive_fails_the_send_that_reaches_it() {
+        let p = conformance::pair(make, ep);
+        let r = p.st.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        let (map, base) = r.mapping();
+        let map = map.clone();
+        p.sqp.post_recv(9, &r, 0, 64).unwrap();
+        drop(r);
+        p.cqp.post_send_bytes(1, b"into a region that is gone").unwrap();
+        // The region is refused at the sender's look-up (or, looked up before, by the
+        // copy's check): either way the connection fails, and the receive with it.
+        for (cq, wr) in [(&p.s_recv, 9), (&p.c_send, 1)] {
+            let c = cq.wait(conformance::T).unwrap();
+            assert_eq!(c.wr_id, wr);
+            assert!(!c.status.is_ok(), "{c:?}");
+        }
+        let mut landed = [0u8; 64];
+        map.read(base, &mut landed).unwrap();
+        assert_eq!(landed, [0u8; 64], "nothing was written");
     }
 
     /// Requests that wait for a receive complete with a flush error when their queue
