@@ -168,8 +168,15 @@ fn value_buffer(max: usize, seed: u64) -> Vec<u8> {
     v
 }
 
+/// One thread's count of finished operations, on cache lines of its own: one count
+/// that every thread added to was a line the two CPUs of a crowded run passed back and
+/// forth on every operation (and `stop`, beside it, with it).
+#[derive(Default)]
+#[repr(align(128))]
+struct Done(AtomicU64);
+
 struct Shared {
-    done: AtomicU64,
+    done: Box<[Done]>,
     errors: AtomicU64,
     stop: AtomicBool,
     fatal: std::sync::Mutex<Option<(ErrorCode, String)>>,
@@ -487,7 +494,7 @@ fn phase<D: Db + 'static>(
     }
     let clients = connect_clients(connect, w, n)?;
     let sh = Arc::new(Shared {
-        done: AtomicU64::new(0),
+        done: (0..threads).map(|_| Done::default()).collect(),
         errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         fatal: std::sync::Mutex::new(None),
@@ -515,7 +522,7 @@ fn phase<D: Db + 'static>(
         });
     }
     let mut handles = Vec::new();
-    for lanes in shares {
+    for (slot, lanes) in shares.into_iter().enumerate() {
         // Colocated, beside the worker of the thread's first client: the server told it
         // which worker that is, and the same layout put that worker on that CPU.
         // A store that does not say which worker serves it leaves the thread to the
@@ -536,6 +543,7 @@ fn phase<D: Db + 'static>(
             duration: opts.duration,
             rate: opts.target.map(|r| r / n as f64).filter(|r| *r > 0.0),
             sh: sh.clone(),
+            slot,
             values: values.clone(),
             tx: tx.clone(),
             barrier: barrier.clone(),
@@ -569,7 +577,7 @@ fn phase<D: Db + 'static>(
         return Err(Error::Stopped { code, message });
     }
     let runtime = sh.runtime().unwrap_or(collected);
-    let run = RunInfo { runtime, operations: sh.done.load(Ordering::Relaxed) };
+    let run = RunInfo { runtime, operations: sh.done() };
     if let Some(mut h) = col.hlog {
         h.write_summary(&totals, &run)?;
         h.finish()?;
@@ -639,6 +647,8 @@ struct Worker<D: Db> {
     /// Each client's share of the target rate (operations per second).
     rate: Option<f64>,
     sh: Arc<Shared>,
+    /// Its count in `sh.done`.
+    slot: usize,
     values: Arc<Vec<u8>>,
     tx: mpsc::Sender<Measurements>,
     barrier: Arc<std::sync::Barrier>,
@@ -850,7 +860,9 @@ impl<D: Db> Worker<D> {
         if let Some(e) = &outcome.error {
             self.sh.note_error(e);
         }
-        self.sh.done.fetch_add(1, Ordering::Relaxed);
+        if let Some(d) = self.sh.done.get(self.slot) {
+            d.0.fetch_add(1, Ordering::Relaxed);
+        }
         lane.done += 1;
         if end.duration_since(tally.last_send) >= self.send_every {
             tally.last_send = end;
@@ -960,6 +972,11 @@ fn outcome(r: Result<Status>) -> Outcome {
 }
 
 impl Shared {
+    /// Operations finished so far, all threads.
+    fn done(&self) -> u64 {
+        self.done.iter().map(|d| d.0.load(Ordering::Relaxed)).sum()
+    }
+
     /// A client thread began its measured phase at `t`.
     fn began(&self, t: Instant) {
         let mut s = self.span.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -1092,7 +1109,7 @@ impl<'a> Collector<'a> {
         }
         if self.lines {
             let acc = self.status_acc.take();
-            self.status_line(&acc, self.sh.done.load(Ordering::Relaxed));
+            self.status_line(&acc, self.sh.done());
         }
         Ok(())
     }
@@ -1110,7 +1127,7 @@ impl<'a> Collector<'a> {
     }
 
     fn show_progress(&mut self) {
-        let done = self.sh.done.load(Ordering::Relaxed);
+        let done = self.sh.done();
         if let Some(b) = &self.bar {
             let secs = self.t0.elapsed().as_secs_f64();
             let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
