@@ -103,13 +103,11 @@ pub struct Pool {
     seg_count: Vec<AtomicU64>,
     seg_used: Vec<AtomicU64>,
     seg_live: Vec<AtomicU64>,
-    /// Per reader part and segment: server-side reads of its entries in progress
+    /// Per reader part, per segment: server-side reads of its entries in progress
     /// ([`ReadPin`]s held); [`Pool::free_segment`] frees no segment with one in any
-    /// part. Part `p`'s count of segment `s` is at `p * readers_stride + s`.
-    seg_readers: Vec<AtomicU32>,
-    /// Distance between two parts of `seg_readers`: the segments, rounded up, and a
-    /// gap, so that parts never share a cache line.
-    readers_stride: usize,
+    /// part. A part is allocated when its first reader pins (a two-worker server has
+    /// two), with a cache line to spare at both ends (see `PinPart`).
+    seg_readers: [OnceLock<PinPart>; READER_PARTS],
     /// Per segment: until when (milliseconds after `opened`) a client may still READ an
     /// entry the server named the place of ([`Pool::lookup_leased`]); not freed before.
     seg_lease_until: Vec<AtomicU64>,
@@ -142,14 +140,24 @@ pub struct ReadPin {
 /// Parts of the read pins: reader `r` (a server worker) pins in part `r % READER_PARTS`,
 /// so two workers on two CPUs never write one cache line per GET (one count per
 /// segment, sixteen to a line, had every GET of a busy two-CPU server fetch a line
-/// from the other CPU). Checking a segment reads every part.
+/// from the other CPU). Checking a segment reads every part allocated.
 const READER_PARTS: usize = 16;
 
-/// [`Pool`]'s `readers_stride` for `n` segments: whole cache lines of counts, and one
-/// line between parts.
-fn readers_stride(n: usize) -> usize {
-    const PER_LINE: usize = 64 / size_of::<AtomicU32>();
-    n.div_ceil(PER_LINE) * PER_LINE + PER_LINE
+/// One part of the read pins: a count per segment, after a cache line of padding and
+/// before another, so that no other allocation shares a line with the counts.
+struct PinPart(Box<[AtomicU32]>);
+
+impl PinPart {
+    const PAD: usize = 64 / size_of::<AtomicU32>();
+
+    fn new(segments: usize) -> PinPart {
+        PinPart((0..segments + 2 * Self::PAD).map(|_| AtomicU32::new(0)).collect())
+    }
+
+    /// Segment `s`'s count (none past the segments).
+    fn count(&self, s: usize) -> Option<&AtomicU32> {
+        (s + 2 * Self::PAD < self.0.len()).then(|| &self.0[s + Self::PAD])
+    }
 }
 
 /// What [`Pool::scan_pinned`] found, in key order, and the pins of its entries (with
@@ -246,8 +254,7 @@ impl Pool {
             seg_count: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_used: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seg_live: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            seg_readers: (0..READER_PARTS * readers_stride(n)).map(|_| AtomicU32::new(0)).collect(),
-            readers_stride: readers_stride(n),
+            seg_readers: Default::default(),
             seg_lease_until: (0..n).map(|_| AtomicU64::new(0)).collect(),
             opened: std::time::Instant::now(),
             seg_torn: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
@@ -692,7 +699,9 @@ impl Pool {
     /// the copy reads it) until the pin is handed back with [`Pool::unpin`], when the
     /// read is over. `also` runs where the pin is taken, before any later change of
     /// `key` can reach the index. A read a client makes by itself (RDMP-KV's READ) is
-    /// not pinned: the server never learns when it is over.
+    /// not pinned: the server never learns when it is over. `reader` is the serving
+    /// worker: its pins count in a part of their own (`READER_PARTS`), and the pin
+    /// remembers which, for [`Pool::unpin`].
     pub fn lookup_pinned<A>(
         &self,
         reader: usize,
@@ -726,21 +735,17 @@ impl Pool {
         Ok((items, pins))
     }
 
-    /// The count of `segment` in `part`.
-    fn readers(&self, part: usize, segment: usize) -> Option<&AtomicU32> {
-        (segment < self.readers_stride).then(|| self.seg_readers.get(part * self.readers_stride + segment)).flatten()
-    }
-
     /// Segment `id`'s pins, all parts.
     fn pins_of(&self, id: usize) -> u32 {
-        (0..READER_PARTS).filter_map(|p| self.readers(p, id)).map(|a| a.load(Ordering::Acquire)).sum()
+        self.seg_readers.iter().filter_map(|p| p.get()?.count(id)).map(|a| a.load(Ordering::Acquire)).sum()
     }
 
     fn pin(&self, reader: usize, segment: u32) -> ReadPin {
         let part = reader % READER_PARTS;
         // Relaxed is enough: the index lock the caller holds orders the pin before any
         // later change of the entry, and the cleaner sees that change before it frees.
-        if let Some(a) = self.readers(part, segment as usize) {
+        let counts = self.seg_readers[part].get_or_init(|| PinPart::new(self.seg_count.len()));
+        if let Some(a) = counts.count(segment as usize) {
             a.fetch_add(1, Ordering::Relaxed);
         }
         ReadPin { segment, part: part as u32 }
@@ -748,7 +753,7 @@ impl Pool {
 
     /// Hands back a pin of [`Pool::lookup_pinned`]: the read it was taken for is over.
     pub fn unpin(&self, pin: ReadPin) {
-        if let Some(a) = self.readers(pin.part as usize, pin.segment as usize) {
+        if let Some(a) = self.seg_readers.get(pin.part as usize).and_then(|p| p.get()?.count(pin.segment as usize)) {
             a.fetch_sub(1, Ordering::Release);
         }
     }

@@ -140,8 +140,9 @@ pub fn default_workers() -> usize {
     }
 }
 
-/// Operation counters: one part of [`Counters`]. Aligned to two cache lines so that
-/// parts never share one (nor the line an adjacent prefetch pairs with).
+/// Operation counters: one worker's part of the server's (which
+/// [`ServerCore::stats`] sums). Aligned to two cache lines so that parts never share
+/// one (nor the line an adjacent prefetch pairs with).
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub struct ServerCounters {
@@ -179,7 +180,7 @@ pub(crate) struct Counters {
     parts: Box<[ServerCounters]>,
 }
 
-/// Parts of [`Counters`]: more than the workers of most machines.
+/// Parts of `Counters`: more than the workers of most machines.
 const COUNTER_PARTS: usize = 16;
 
 impl Default for Counters {
@@ -459,6 +460,12 @@ fn index_pending(pool: &Pool, key: &[u8], p: &pending::PendingPut) -> bool {
     wb.is_ok()
 }
 
+/// Segments per chunk of [`Shared::seg_mrs`].
+const SEG_MR_CHUNK: u64 = 1024;
+
+/// The regions of [`SEG_MR_CHUNK`] segments, each set when first needed.
+pub(crate) type SegMrChunk<T> = Box<[OnceLock<<T as Transport>::Mr>]>;
+
 /// One transport's server state over a core: the core, the transport, cooperative
 /// write-back between its workers, and the local regions over the segments.
 pub(crate) struct Shared<T: Transport> {
@@ -471,8 +478,9 @@ pub(crate) struct Shared<T: Transport> {
     /// own queue pair ([`Shared::bound_seg_mr`]).
     /// Each is set once and never changes, so a GET borrows it: no lock and no
     /// reference count that every worker's GETs would write (on two CPUs such a shared
-    /// line cost more than the rest of the look-up).
-    pub(crate) seg_mrs: Vec<OnceLock<T::Mr>>,
+    /// line cost more than the rest of the look-up). In chunks of [`SEG_MR_CHUNK`]
+    /// segments, made when a segment of theirs is first read.
+    pub(crate) seg_mrs: Vec<OnceLock<SegMrChunk<T>>>,
 }
 
 impl<T: Transport> std::ops::Deref for Shared<T> {
@@ -495,7 +503,7 @@ impl<T: Transport> Shared<T> {
         }
         Shared {
             coop: CoopWriteback::new(workers, core.cfg.coop_writeback, core.cfg.coop_chunk),
-            seg_mrs: (0..core.pool.segment_count()).map(|_| OnceLock::new()).collect(),
+            seg_mrs: (0..core.pool.segment_count().div_ceil(SEG_MR_CHUNK)).map(|_| OnceLock::new()).collect(),
             pool: core.pool.clone(),
             core,
             t,
@@ -503,10 +511,13 @@ impl<T: Transport> Shared<T> {
     }
 
     pub(crate) fn seg_mr(&self, seg: u64) -> Result<&T::Mr> {
-        let cell = self
-            .seg_mrs
-            .get(seg as usize)
-            .ok_or_else(|| Error::invalid(format!("segment {seg} is past the pool's {}", self.seg_mrs.len())))?;
+        let past = || Error::invalid(format!("segment {seg} is past the pool's {}", self.pool.segment_count()));
+        if seg >= self.pool.segment_count() {
+            return Err(past());
+        }
+        let chunk = self.seg_mrs.get((seg / SEG_MR_CHUNK) as usize).ok_or_else(past)?;
+        let chunk = chunk.get_or_init(|| (0..SEG_MR_CHUNK).map(|_| OnceLock::new()).collect());
+        let cell = chunk.get((seg % SEG_MR_CHUNK) as usize).ok_or_else(past)?;
         if let Some(mr) = cell.get() {
             return Ok(mr);
         }

@@ -845,6 +845,9 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
     /// messages. Completes (signaled) like [`QueuePair::post_send`].
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()>;
     /// Posts a receive buffer of `len` bytes at `off` of `mr` (needs [`Access::LOCAL_WRITE`]).
+    /// Keep `mr` registered until the receive completes, as with verbs: a backend need
+    /// not hold it, and a SEND that reaches a buffer whose region is gone fails, with
+    /// the connection.
     fn post_recv(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32) -> Result<()>;
     /// WRITEs `len` bytes at `off` of `mr` to the peer's `remote_addr` under `rkey`.
     /// Unsignaled writes complete nothing locally unless they fail.

@@ -1066,7 +1066,7 @@ impl RecvSide {
             rq.polled += 1;
             self.polled_hint.store(rq.polled, Ordering::Release);
             word(&self.page, OFF_CQ_POLLED).store(rq.polled, Ordering::Release);
-            let Some((wr_id, _mr)) = rq.wrs.pop_front() else {
+            let Some((wr_id, _rkey)) = rq.wrs.pop_front() else {
                 self.state.mark_error("peer completed a receive that was never posted");
                 continue;
             };
