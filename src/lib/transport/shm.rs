@@ -1901,7 +1901,11 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
                 && (i.access.contains(Access::REMOTE_READ) || i.access.contains(Access::REMOTE_WRITE) || posted_here())
         })
         .or_else(|| {
-            c.t.inner.pd.count_violation();
+            // The buffer of a receive posted here whose region was deregistered under it
+            // is this side's misuse, not the peer's.
+            if !posted_here() {
+                c.t.inner.pd.count_violation();
+            }
             None
         });
     let sent = match &info {
@@ -1922,6 +1926,11 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
             reply.push(1);
             let _ = send_msg(&c.sock, &reply, &[]);
             // A remote access error: the connection closes (logged by the caller).
+            if posted_here() {
+                return Err(format!(
+                    "local protection error: rkey {rkey:#x} of a posted receive names a region deregistered under it"
+                ));
+            }
             return Err(format!(
                 "remote access error: the peer asked for rkey {rkey:#x}, which names no region it may use"
             ));
@@ -2684,6 +2693,8 @@ mod tests {
         let mut landed = [0u8; 64];
         map.read(base, &mut landed).unwrap();
         assert_eq!(landed, [0u8; 64], "nothing was written");
+        // The misuse is the receiver's own: nothing is held against the sender.
+        assert_eq!(p.st.access_violations(), 0);
     }
 
     /// Requests that wait for a receive complete with a flush error when their queue
