@@ -8,7 +8,9 @@
 //! others avoid that ([`Layout::split`]), as RDMA key-value benchmarks place their
 //! server threads on dedicated cores.
 //!
-//! This module owns CPU lists and thread affinity (through `rustix`, no `unsafe`). It
+//! This module owns CPU lists and thread affinity (through `rustix`, no `unsafe`), and
+//! the rule that splits state every server worker writes into per-worker parts
+//! ([`WORKER_PARTS`]). It
 //! imports only [`crate::error`].
 
 use std::fmt;
@@ -335,6 +337,17 @@ impl fmt::Display for Layout {
             write!(f, "server workers on CPU {}; client threads on CPU {}", self.server, self.clients)
         }
     }
+}
+
+/// Parts that state every server worker writes (its counters, GETs in flight, read
+/// pins) is split into: worker `w` writes part [`worker_part`]`(w)` only, so two
+/// workers on two CPUs never write one cache line on a request, and readers sum the
+/// parts. More than the workers of most machines; workers past it share parts.
+pub const WORKER_PARTS: usize = 16;
+
+/// The part of per-worker state worker `worker` writes (see [`WORKER_PARTS`]).
+pub fn worker_part(worker: usize) -> usize {
+    worker % WORKER_PARTS
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -371,9 +371,7 @@ fn print_row(out: &mut dyn Write, bytes: usize, s: &LatencySummary) -> Result<()
 /// shared-memory message). Nanosecond samples.
 pub fn cacheline_pingpong(iters: usize, warmup: usize, pin_threads: bool) -> Vec<u64> {
     let _restore = AffinityGuard::save();
-    #[repr(align(128))]
-    struct Line(AtomicU64);
-    let line = Arc::new(Line(AtomicU64::new(0)));
+    let line = Arc::new(super::wake::Line::default());
     let l2 = line.clone();
     let total = (iters + warmup) as u64;
     let echo = std::thread::spawn(move || {

@@ -168,15 +168,11 @@ fn value_buffer(max: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-/// One thread's count of finished operations, on cache lines of its own: one count
-/// that every thread added to was a line the two CPUs of a crowded run passed back and
-/// forth on every operation (and `stop`, beside it, with it).
-#[derive(Default)]
-#[repr(align(128))]
-struct Done(AtomicU64);
-
 struct Shared {
-    done: Box<[Done]>,
+    /// Each thread's count of finished operations, on cache lines of its own: one count
+    /// that every thread added to was a line the two CPUs of a crowded run passed back
+    /// and forth on every operation (and `stop`, beside it, with it).
+    done: Box<[super::wake::Line]>,
     errors: AtomicU64,
     stop: AtomicBool,
     fatal: std::sync::Mutex<Option<(ErrorCode, String)>>,
@@ -494,7 +490,7 @@ fn phase<D: Db + 'static>(
     }
     let clients = connect_clients(connect, w, n)?;
     let sh = Arc::new(Shared {
-        done: (0..threads).map(|_| Done::default()).collect(),
+        done: (0..threads).map(|_| super::wake::Line::default()).collect(),
         errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         fatal: std::sync::Mutex::new(None),

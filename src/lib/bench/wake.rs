@@ -157,7 +157,7 @@ const HANDOFF_LIMIT: Duration = Duration::from_millis(200);
 /// A word on a cache line of its own (two of them must not share one).
 #[repr(align(128))]
 #[derive(Default)]
-struct Line(AtomicU64);
+pub(crate) struct Line(pub(crate) AtomicU64);
 
 /// Why [`handoff_probe`] gave no figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -431,8 +431,8 @@ mod tests {
         // the segment stays until the last pin of any part is back.
         let pool = crate::log::tests::empty_pool(4 << 20);
         let (_, first, seg) = segment_being_read(&pool, 1);
-        let (_, same_part, ()) = pool.lookup_pinned(1 + crate::log::READER_PARTS, b"read", |_| ()).unwrap();
-        let (_, other_part, ()) = pool.lookup_pinned(crate::log::READER_PARTS - 1, b"read", |_| ()).unwrap();
+        let (_, same_part, ()) = pool.lookup_pinned(1 + crate::cpus::WORKER_PARTS, b"read", |_| ()).unwrap();
+        let (_, other_part, ()) = pool.lookup_pinned(crate::cpus::WORKER_PARTS - 1, b"read", |_| ()).unwrap();
         assert_eq!(pool.segment_readers(seg), 3);
         let mut w = LocalWriter::new(&pool);
         w.append(b"read", &[3; 300], false).unwrap();

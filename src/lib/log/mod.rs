@@ -107,7 +107,7 @@ pub struct Pool {
     /// ([`ReadPin`]s held); [`Pool::free_segment`] frees no segment with one in any
     /// part. A part is allocated when its first reader pins (a two-worker server has
     /// two), with a cache line to spare at both ends (see `PinPart`).
-    seg_readers: [OnceLock<PinPart>; READER_PARTS],
+    seg_readers: [OnceLock<PinPart>; crate::cpus::WORKER_PARTS],
     /// Per segment: until when (milliseconds after `opened`) a client may still READ an
     /// entry the server named the place of ([`Pool::lookup_leased`]); not freed before.
     seg_lease_until: Vec<AtomicU64>,
@@ -137,14 +137,11 @@ pub struct ReadPin {
     part: u32,
 }
 
-/// Parts of the read pins: reader `r` (a server worker) pins in part `r % READER_PARTS`,
-/// so two workers on two CPUs never write one cache line per GET (one count per
-/// segment, sixteen to a line, had every GET of a busy two-CPU server fetch a line
-/// from the other CPU). Checking a segment reads every part allocated.
-const READER_PARTS: usize = 16;
-
-/// One part of the read pins: a count per segment, after a cache line of padding and
-/// before another, so that no other allocation shares a line with the counts.
+/// One part of the read pins (reader `r`, a server worker, pins in part
+/// [`crate::cpus::worker_part`]`(r)`: one count per segment, sixteen to a line, had every
+/// GET of a busy two-CPU server fetch a line from the other CPU): a count per segment,
+/// after a cache line of padding and before another, so that no other allocation
+/// shares a line with the counts.
 struct PinPart(Box<[AtomicU32]>);
 
 impl PinPart {
@@ -700,7 +697,7 @@ impl Pool {
     /// read is over. `also` runs where the pin is taken, before any later change of
     /// `key` can reach the index. A read a client makes by itself (RDMP-KV's READ) is
     /// not pinned: the server never learns when it is over. `reader` is the serving
-    /// worker: its pins count in a part of their own (`READER_PARTS`), and the pin
+    /// worker: its pins count in a part of their own (`cpus::worker_part`), and the pin
     /// remembers which, for [`Pool::unpin`].
     pub fn lookup_pinned<A>(
         &self,
@@ -741,7 +738,7 @@ impl Pool {
     }
 
     fn pin(&self, reader: usize, segment: u32) -> ReadPin {
-        let part = reader % READER_PARTS;
+        let part = crate::cpus::worker_part(reader);
         // Relaxed is enough: the index lock the caller holds orders the pin before any
         // later change of the entry, and the cleaner sees that change before it frees.
         let counts = self.seg_readers[part].get_or_init(|| PinPart::new(self.seg_count.len()));

@@ -10,19 +10,18 @@ use std::sync::Mutex;
 
 use hashbrown::HashMap;
 
-/// Parts: worker `w` records its GETs in part `w % PARTS` (a GET ends on the worker
-/// that began it), so two workers on two CPUs never write one cache line per GET; a
-/// PUT, much rarer here than GETs, looks in every part.
-const PARTS: usize = 16;
-
-/// In-flight GET versions by key.
+/// In-flight GET versions by key, in parts: worker `w` records its GETs in part
+/// [`crate::cpus::worker_part`]`(w)` (a GET ends on the worker that began it), so two
+/// workers on two CPUs never write one cache line per GET; a PUT, much rarer here than
+/// GETs, looks in every part.
 pub struct InflightGets {
     hasher: foldhash::fast::FixedState,
     parts: Box<[Part]>,
 }
 
 /// One part: its own count and map, two cache lines apart from the next part's. Its
-/// lock is its worker's but for a PUT's look (and workers past [`PARTS`]).
+/// lock is its worker's but for a PUT's look (and workers past
+/// [`crate::cpus::WORKER_PARTS`]).
 #[derive(Default)]
 #[repr(align(128))]
 struct Part {
@@ -81,7 +80,7 @@ impl Default for InflightGets {
     fn default() -> Self {
         InflightGets {
             hasher: foldhash::fast::FixedState::with_seed(0x6E7),
-            parts: (0..PARTS).map(|_| Part::default()).collect(),
+            parts: (0..crate::cpus::WORKER_PARTS).map(|_| Part::default()).collect(),
         }
     }
 }
@@ -95,7 +94,7 @@ impl InflightGets {
     /// ticket to [`Self::end`].
     pub fn begin(&self, worker: usize, key: &[u8], version: u64) -> GetTicket {
         let hash = self.hash(key);
-        let part = worker % self.parts.len();
+        let part = crate::cpus::worker_part(worker);
         let p = &self.parts[part];
         // Counted before it is recorded: a PUT that sees zero cannot miss a recorded GET.
         p.total.fetch_add(1, Ordering::SeqCst);
@@ -151,7 +150,7 @@ mod tests {
         assert_eq!(f.min_version(b"a"), u64::MAX);
         let a7 = f.begin(0, b"a", 7);
         let a5 = f.begin(1, b"a", 5);
-        let a5_again = f.begin(PARTS + 1, b"a", 5);
+        let a5_again = f.begin(crate::cpus::WORKER_PARTS + 1, b"a", 5);
         f.begin(0, b"b", 1);
         assert_eq!(f.min_version(b"a"), 5);
         f.end(a5);

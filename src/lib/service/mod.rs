@@ -172,27 +172,25 @@ pub struct ServerCounters {
     pub over_limit: AtomicU64,
 }
 
-/// Parts of the server's counters. Worker `w` counts in part `w % COUNTER_PARTS`, and
-/// the acceptor in part 0; [`ServerCore::stats`] sums them. One shared set of counters
+/// Parts of the server's counters. Worker `w` counts in part
+/// [`crate::cpus::worker_part`]`(w)`, and the acceptor in part 0; [`ServerCore::stats`]
+/// sums them. One shared set of counters
 /// had both workers of a two-CPU server write one cache line on every GET: a line
 /// that crosses between CPUs costs as much as the look-up itself.
 pub(crate) struct Counters {
     parts: Box<[ServerCounters]>,
 }
 
-/// Parts of `Counters`: more than the workers of most machines.
-const COUNTER_PARTS: usize = 16;
-
 impl Default for Counters {
     fn default() -> Counters {
-        Counters { parts: (0..COUNTER_PARTS).map(|_| ServerCounters::default()).collect() }
+        Counters { parts: (0..crate::cpus::WORKER_PARTS).map(|_| ServerCounters::default()).collect() }
     }
 }
 
 impl Counters {
     /// The part worker `worker` counts in.
     pub(crate) fn part(&self, worker: usize) -> &ServerCounters {
-        &self.parts[worker % self.parts.len()]
+        &self.parts[crate::cpus::worker_part(worker)]
     }
 
     /// One counter summed over the parts.
@@ -608,7 +606,7 @@ mod tests {
         c.part(0).gets.fetch_add(2, Ordering::Relaxed);
         c.part(1).gets.fetch_add(3, Ordering::Relaxed);
         // A worker past the parts counts in a shared one, and is still summed.
-        c.part(COUNTER_PARTS + 1).gets.fetch_add(4, Ordering::Relaxed);
+        c.part(crate::cpus::WORKER_PARTS + 1).gets.fetch_add(4, Ordering::Relaxed);
         c.part(5).bytes_out.fetch_add(7, Ordering::Relaxed);
         assert_eq!(c.sum(|p| &p.gets), 9);
         assert_eq!(c.sum(|p| &p.bytes_out), 7);

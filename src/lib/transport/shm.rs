@@ -59,6 +59,14 @@
 //! state and the posted receives are flushed once every completion the peer wrote has
 //! been polled.
 //!
+//! # Cache lines
+//!
+//! One thread makes a process's connections one after another (the acceptor, or the
+//! runner before its client threads start), and they are then served on different
+//! CPUs: the parts of a connection written on every operation (its completion queue,
+//! queue-pair state, receive side and connection) are aligned to two cache lines, or
+//! neighbouring allocations would share lines across those CPUs.
+//!
 //! Peers on one host are trusted not to truncate the files they were given: the
 //! transport's own files are sealed against shrinking and checked for that seal, and a
 //! region's file is checked to be long enough before it is mapped.
@@ -808,8 +816,7 @@ impl std::fmt::Debug for ShmCq {
     }
 }
 
-// Aligned to two cache lines: connections are made one after another by one thread,
-// and their small parts would otherwise share lines across the CPUs that use them.
+// Two cache lines of its own: see "Cache lines" in the module docs.
 #[repr(align(128))]
 struct CqInner {
     doorbell: Mapping,
@@ -990,8 +997,7 @@ impl CompletionQueue for ShmCq {
 // ---------------------------------------------------------------------------------------
 // Queue pair
 
-// Aligned to two cache lines: connections are made one after another by one thread,
-// and their small parts would otherwise share lines across the CPUs that use them.
+// Two cache lines of its own: see "Cache lines" in the module docs.
 #[repr(align(128))]
 struct QpState {
     error: AtomicBool,
@@ -1026,8 +1032,7 @@ struct RqLocal {
 }
 
 /// The receive direction of a queue pair: our page, our posted receives.
-// Aligned to two cache lines: connections are made one after another by one thread,
-// and their small parts would otherwise share lines across the CPUs that use them.
+// Two cache lines of its own: see "Cache lines" in the module docs.
 #[repr(align(128))]
 struct RecvSide {
     qp_num: u32,
@@ -1206,8 +1211,7 @@ struct Resolved {
     file_off: u64,
 }
 
-// Aligned to two cache lines: connections are made one after another by one thread,
-// and their small parts would otherwise share lines across the CPUs that use them.
+// Two cache lines of its own: see "Cache lines" in the module docs.
 #[repr(align(128))]
 struct Conn {
     qp_num: u32,
@@ -1890,24 +1894,11 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
     // A receive buffer posted on this queue pair is fair game too: the sender of a SEND
     // copies into it.
     let posted_here = || lock(&c.recv.rq).wrs.iter().any(|&(_, k)| k == rkey);
-    let info = c
-        .t
-        .inner
-        .pd
-        .lookup(rkey)
-        .filter(|i| {
-            i.file.is_some()
-                && i.reachable_from(c.qp_num)
-                && (i.access.contains(Access::REMOTE_READ) || i.access.contains(Access::REMOTE_WRITE) || posted_here())
-        })
-        .or_else(|| {
-            // The buffer of a receive posted here whose region was deregistered under it
-            // is this side's misuse, not the peer's.
-            if !posted_here() {
-                c.t.inner.pd.count_violation();
-            }
-            None
-        });
+    let info = c.t.inner.pd.lookup(rkey).filter(|i| {
+        i.file.is_some()
+            && i.reachable_from(c.qp_num)
+            && (i.access.contains(Access::REMOTE_READ) || i.access.contains(Access::REMOTE_WRITE) || posted_here())
+    });
     let sent = match &info {
         Some(i) => {
             reply.push(0);
@@ -1923,17 +1914,22 @@ fn answer_resolve(c: &Conn, r: &mut Rd<'_>) -> std::result::Result<(), String> {
             }
         }
         None => {
+            // The buffer of a receive posted here whose region was deregistered under it
+            // is this side's misuse, not the peer's. Counted before the answer goes.
+            let own = posted_here();
+            if !own {
+                c.t.inner.pd.count_violation();
+            }
             reply.push(1);
             let _ = send_msg(&c.sock, &reply, &[]);
-            // A remote access error: the connection closes (logged by the caller).
-            if posted_here() {
-                return Err(format!(
+            // The connection closes (logged by the caller).
+            return Err(if own {
+                format!(
                     "local protection error: rkey {rkey:#x} of a posted receive names a region deregistered under it"
-                ));
-            }
-            return Err(format!(
-                "remote access error: the peer asked for rkey {rkey:#x}, which names no region it may use"
-            ));
+                )
+            } else {
+                format!("remote access error: the peer asked for rkey {rkey:#x}, which names no region it may use")
+            });
         }
     };
     sent.map_err(|e| format!("answering an rkey look-up: {e}"))
