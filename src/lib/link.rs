@@ -445,7 +445,7 @@ impl<T: Transport> Link<T> {
             return Err(Error::TooLarge { what: "request", len, limit: self.limits.server_recv as u64 });
         }
         let wr = self.wr();
-        let r = self.qp.post_send_bytes(wr, &b);
+        let r = self.qp.post_send_bytes_unsignaled(wr, &b);
         self.buf = b;
         r.map_err(|e| self.broken("sending a request", e))
     }

@@ -123,11 +123,8 @@ fn data_imm<T: Transport>(
     read: Option<ServerRead>,
 ) -> Result<()> {
     let wr = cx.conn.wr();
-    if let Some(r) = read {
-        cx.conn.hold_read(wr, r, cx.w.now);
-    }
     let imm = DataImm { status, len }.encode();
-    cx.conn.qp.post_write_imm(wr, &cx.conn.recv_mr, 0, 0, buf.addr, buf.rkey, imm)
+    cx.post_data(wr, 0, read, |c| c.qp.post_write_imm_eager(wr, &c.recv_mr, 0, 0, buf.addr, buf.rkey, imm))
 }
 
 /// A GET: WRITE_WITH_IMM the entry from PM into the client's buffer.
@@ -152,12 +149,13 @@ fn get<T: Transport>(cx: &mut Ctx<'_, T>, key: &[u8], buf: RegionDesc) -> Result
         }
     };
     let wr = cx.conn.wr();
-    // Held until the write completes (or the connection is dropped, which flushes it).
-    cx.conn.hold_read(wr, read, cx.w.now);
     let imm = DataImm { status: DataStatus::Ok, len: loc.len }.encode();
     cx.counters().gets.fetch_add(1, Ordering::Relaxed);
     cx.counters().bytes_out.fetch_add(loc.len as u64, Ordering::Relaxed);
-    let r = cx.conn.qp.post_write_imm(wr, mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm);
+    // Held until the write is done (or the connection is dropped, which flushes it).
+    let r = cx.post_data(wr, loc.len, Some(read), |c| {
+        c.qp.post_write_imm_eager(wr, mr, loc.offset as u64, loc.len, buf.addr, buf.rkey, imm)
+    });
     GetTimer::posted(timer, cx.phases());
     r
 }

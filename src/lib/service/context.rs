@@ -14,7 +14,7 @@ use super::{ConnMap, ServerCore, ServerCounters, Shared};
 use crate::error::{Error, Result};
 use crate::log::format::{self as fmt, EntryHeader};
 use crate::log::{ActiveSegment, CommitError, CommitTimes, Pool, WriteMode};
-use crate::transport::{Access, MemoryRegion, QueuePair, Transport};
+use crate::transport::{Access, Finished, MemoryRegion, QueuePair, Transport};
 use crate::wire::{ErrorCode, Msg, Protocol};
 
 /// Most GET replies one client may have in flight (written, not yet acknowledged by its
@@ -270,6 +270,35 @@ impl<T: Transport> Ctx<'_, T> {
         &self.sh.phases
     }
 
+    /// Posts the WRITE_WITH_IMM that `post` makes on the connection as work request `wr`, of `admitted`
+    /// bytes counted by [`Conn::admit_get`] (0 if none): `read`, what it and the writes
+    /// posted before it read, is released at once when the transport did the write at
+    /// the post ([`Finished::Now`]; shm), else held until its completion or the end of
+    /// the connection. A completion per GET that only says the copy is done costs a
+    /// worker a queue entry, a poll and two map operations.
+    pub(crate) fn post_data(
+        &mut self,
+        wr: u64,
+        admitted: u32,
+        read: Option<ServerRead>,
+        post: impl FnOnce(&Conn<T>) -> Result<Finished>,
+    ) -> Result<()> {
+        match (post(self.conn), read) {
+            (Ok(Finished::Now), read) => {
+                if let Some(r) = read {
+                    self.sh.end_read(r);
+                }
+                self.conn.get_bytes = self.conn.get_bytes.saturating_sub(admitted as u64);
+                Ok(())
+            }
+            (r, Some(read)) => {
+                self.conn.hold_read(wr, read, self.w.now);
+                r.map(drop)
+            }
+            (r, None) => r.map(drop),
+        }
+    }
+
     /// Sends `msg` as the reply to request `req`.
     pub(crate) fn reply(&mut self, msg: &Msg, req: u32) -> Result<()> {
         let mut b = std::mem::take(&mut self.w.buf);
@@ -280,7 +309,7 @@ impl<T: Transport> Ctx<'_, T> {
             return r;
         }
         let wr = self.conn.wr();
-        let r = self.conn.qp.post_send_bytes(wr, &b);
+        let r = self.conn.qp.post_send_bytes_unsignaled(wr, &b);
         self.w.buf = b;
         r
     }
@@ -412,7 +441,7 @@ impl<T: Transport> Ctx<'_, T> {
                 let m = Msg::PutOk { version: u64::from_le_bytes(v), min_get_version: u64::MAX }.encode(0);
                 match fetched.as_mut() {
                     Some(f) => f.put(&m)?,
-                    None => qp.post_send_bytes(WR_SEND, &m)?,
+                    None => qp.post_send_bytes_unsignaled(WR_SEND, &m)?,
                 }
             }
             coop.writeback(id, pool.media(), o, l)

@@ -36,6 +36,8 @@ macro_rules! conformance_suite {
             batched_posts,
             write_imm_and_send_consume_receives,
             completions_in_order_and_unsignaled_writes,
+            unsignaled_sends_complete_only_when_they_fail,
+            eager_write_imm_is_done_at_the_post_or_completes,
             remote_access_errors_leave_other_qps_working,
             local_protection_errors,
             rnr_without_receive_fails_bounded,
@@ -350,6 +352,89 @@ pub fn completions_in_order_and_unsignaled_writes<Tr: Transport>(make: fn() -> T
         p.cmr.read(32_768 + (i / 3) * 512, &mut b).unwrap();
         assert_eq!(b, pattern(512, (i - 2) as u8), "READ {i} must see the unsignaled WRITE before it");
     }
+}
+
+/// An unsignaled SEND delivers like a signaled one and completes nothing at the sender,
+/// in order with the signaled requests around it; when it fails (a receive too small,
+/// no receive within the RNR timeout) it completes with its error, as verbs completes
+/// a failed work request whether it was signaled or not.
+pub fn unsignaled_sends_complete_only_when_they_fail<Tr: Transport>(make: fn() -> Tr, ep: fn() -> Endpoint, _: &str) {
+    let p = pair(make, ep);
+    for i in 0..3 {
+        p.sqp.post_recv(100 + i, &p.smr, i * 64, 64).unwrap();
+    }
+    p.cmr.write(0, b"written").unwrap();
+    p.cqp.post_send_bytes_unsignaled(1, b"one").unwrap();
+    p.cqp.post_send_bytes(2, b"second").unwrap();
+    p.cqp.post_send_bytes_unsignaled(3, b"the third").unwrap();
+    p.cqp.post_write(4, &p.cmr, 0, 7, p.s_remote.at(4096), p.s_remote.rkey, true).unwrap();
+    let got: Vec<(u64, u32)> = (0..3)
+        .map(|_| {
+            let r = ok(&p.s_recv, "a SEND");
+            (r.wr_id, r.byte_len)
+        })
+        .collect();
+    assert_eq!(got, vec![(100, 3), (101, 6), (102, 9)]);
+    for (off, want) in [(0u64, &b"one"[..]), (64, b"second"), (128, b"the third")] {
+        let mut b = vec![0u8; want.len()];
+        p.smr.read(off, &mut b).unwrap();
+        assert_eq!(b, want, "the SEND at {off} landed whole");
+    }
+    let ids: Vec<u64> = (0..2).map(|_| ok(&p.c_send, "a signaled request").wr_id).collect();
+    assert_eq!(ids, vec![2, 4], "only the signaled requests complete, in posting order");
+    let mut b = [0u8; 7];
+    p.smr.read(4096, &mut b).unwrap();
+    assert_eq!(&b, b"written");
+    assert_quiet(&p.c_send, "unsignaled SENDs that were delivered");
+    // Longer than the receive: the sender's error completes it.
+    p.sqp.post_recv(103, &p.smr, 256, 4).unwrap();
+    p.cqp.post_send_bytes_unsignaled(5, b"ten bytes!").unwrap();
+    let c = expect_status(&p.c_send, WcStatus::RemoteInvalidRequest, "an unsignaled SEND too long for its receive");
+    assert_eq!(c.wr_id, 5);
+    // No receive at all: the RNR timeout's error completes it.
+    let p = pair(make, ep);
+    p.cqp.post_send_bytes_unsignaled(6, b"nobody listens").unwrap();
+    let c = expect_status(&p.c_send, WcStatus::RnrRetryExceeded, "an unsignaled SEND without a receive");
+    assert_eq!(c.wr_id, 6);
+}
+
+/// [`QueuePair::post_write_imm_eager`]: a write the backend did at the post
+/// ([`Finished::Now`]) has its data in place and its receive consumed, and completes
+/// nothing at the sender; any other ([`Finished::Later`]) completes as a
+/// WRITE_WITH_IMM does. One that waits for a receive is always `Later`, and one that
+/// fails completes with its error.
+pub fn eager_write_imm_is_done_at_the_post_or_completes<Tr: Transport>(
+    make: fn() -> Tr,
+    ep: fn() -> Endpoint,
+    _: &str,
+) {
+    let p = pair(make, ep);
+    let data = pattern(300, 9);
+    p.cmr.write(0, &data).unwrap();
+    p.sqp.post_recv(100, &p.smr, 50_000, 64).unwrap();
+    let f = p.cqp.post_write_imm_eager(1, &p.cmr, 0, 300, p.s_remote.at(2000), p.s_remote.rkey, 7).unwrap();
+    let r = ok(&p.s_recv, "the eager write's receive");
+    assert_eq!((r.wr_id, r.opcode, r.byte_len, r.imm), (100, WcOpcode::RecvWithImm, 300, Some(7)));
+    let mut got = vec![0u8; 300];
+    p.smr.read(2000, &mut got).unwrap();
+    assert_eq!(got, data);
+    match f {
+        Finished::Now => assert_quiet(&p.c_send, "a write done at the post"),
+        Finished::Later => assert_eq!(ok(&p.c_send, "a write done later").wr_id, 1),
+    }
+    // No receive yet: it waits, and completes when one comes.
+    let f = p.cqp.post_write_imm_eager(2, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, 8).unwrap();
+    assert_eq!(f, Finished::Later, "a write that waits for a receive is not done at the post");
+    p.sqp.post_recv(101, &p.smr, 50_064, 64).unwrap();
+    assert_eq!(ok(&p.c_send, "the write that waited").wr_id, 2);
+    assert_eq!(ok(&p.s_recv, "its receive").imm, Some(8));
+    // Past the peer's region: the error completes it.
+    p.sqp.post_recv(102, &p.smr, 50_128, 64).unwrap();
+    let past = p.s_remote.addr + p.s_remote.len;
+    let f = p.cqp.post_write_imm_eager(3, &p.cmr, 0, 8, past, p.s_remote.rkey, 9).unwrap();
+    assert_eq!(f, Finished::Later);
+    let c = expect_status(&p.c_send, WcStatus::RemoteAccessError, "an eager write past the region");
+    assert_eq!(c.wr_id, 3);
 }
 
 /// What a misbehaving client does in [`remote_access_errors_leave_other_qps_working`].

@@ -592,6 +592,17 @@ impl QpStats {
     }
 }
 
+/// What [`QueuePair::post_write_imm_eager`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// The data was placed and the peer's receive consumed before the post returned:
+    /// the source is not read again, and no completion follows.
+    Now,
+    /// A completion follows, as for [`QueuePair::post_write_imm`] (or the post failed
+    /// with its error completion).
+    Later,
+}
+
 /// Counters behind [`QpStats`].
 #[derive(Debug, Default)]
 pub(crate) struct StatCounters {
@@ -844,6 +855,12 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
     /// SENDs `data`, copied at post time (like a verbs inline send); for small control
     /// messages. Completes (signaled) like [`QueuePair::post_send`].
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()>;
+    /// Like [`QueuePair::post_send_bytes`], unsignaled: it completes nothing locally
+    /// unless it fails (an RNR timeout, a receive too small, a flush), and stays ordered
+    /// with the work requests around it, as an unsignaled WRITE does. For requests whose
+    /// answer is the news (a client's request, a server's reply): a completion per
+    /// message that nobody needs costs the poster a queue entry and a poll.
+    fn post_send_bytes_unsignaled(&self, wr_id: u64, data: &[u8]) -> Result<()>;
     /// Posts a receive buffer of `len` bytes at `off` of `mr` (needs [`Access::LOCAL_WRITE`]).
     /// Keep `mr` registered until the receive completes, as with verbs: a backend need
     /// not hold it, and a SEND that reaches a buffer whose region is gone fails, with
@@ -875,6 +892,28 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
         rkey: u32,
         imm: u32,
     ) -> Result<()>;
+    /// WRITE_WITH_IMM like [`QueuePair::post_write_imm`], for a poster that releases
+    /// what the write reads once it is done (a server's GET reply holds the entry's
+    /// segment until then). A backend that does the whole request before the post
+    /// returns says so with [`Finished::Now`], and then no completion follows: shm
+    /// copies at post time when nothing waits ahead of the request on its queue pair
+    /// (a receive is posted, the rkey known).
+    /// Otherwise [`Finished::Later`], and it completes as `post_write_imm` does. The
+    /// default (a NIC reads the memory after the post) is always `Later`.
+    #[allow(clippy::too_many_arguments)]
+    fn post_write_imm_eager(
+        &self,
+        wr_id: u64,
+        mr: &Self::Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<Finished> {
+        self.post_write_imm(wr_id, mr, off, len, remote_addr, rkey, imm)?;
+        Ok(Finished::Later)
+    }
     /// READs `len` bytes from the peer's `remote_addr` under `rkey` into `off` of `mr`
     /// (needs [`Access::LOCAL_WRITE`]).
     fn post_read(&self, wr_id: u64, mr: &Self::Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()>;

@@ -1315,7 +1315,7 @@ enum Work {
     /// A SEND (`write: None`) or WRITE_WITH_IMM, waiting for a receive since `since`:
     /// since it first reached the head of the queue (`None` before), as a NIC counts
     /// RNR retries from the first time it sends the message.
-    TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, since: Option<Instant> },
+    TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, signaled: bool, since: Option<Instant> },
     /// Any other work request, run when its turn comes (its errors complete it), and
     /// again while an rkey it needs is being looked up.
     Other(Later),
@@ -1986,7 +1986,9 @@ impl Drop for ShmQp {
 
 /// What a SEND or WRITE_WITH_IMM came to.
 enum Sent {
-    /// Placed and completed, or failed with its error completion.
+    /// Placed (and completed, if signaled).
+    Placed,
+    /// Failed with its error completion.
     Done,
     /// No receive posted at the peer yet: nothing happened.
     NoReceive,
@@ -2126,26 +2128,45 @@ impl ShmQp {
         Ok(())
     }
 
+    /// SENDs `data` (copied now), completing it locally only if `signaled` or it fails.
+    fn send_bytes(&self, wr_id: u64, data: &[u8], signaled: bool) -> Result<()> {
+        self.check_open()?;
+        super::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
+        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
+        self.post_two_sided(wr_id, Src::Bytes(data), None, signaled, false).map(drop)
+    }
+
     /// SEND and WRITE_WITH_IMM, unless a backlog holds earlier work requests: then it
-    /// waits behind them. Without a receive at the peer it starts the backlog.
-    fn post_two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<()> {
+    /// waits behind them. Without a receive at the peer it starts the backlog. With
+    /// `eager`, a request placed before this returns completes nothing (the caller is
+    /// told so by the `true` returned), and one that has to wait completes as
+    /// `signaled` says.
+    fn post_two_sided(
+        &self,
+        wr_id: u64,
+        src: Src<'_>,
+        write: Option<(u64, u32, u32)>,
+        signaled: bool,
+        eager: bool,
+    ) -> Result<bool> {
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
         let waiting = |since, asked| Deferred {
             wr_id,
             opcode,
-            work: Work::TwoSided { src: OwnedSrc::of(&src), write, since },
+            work: Work::TwoSided { src: OwnedSrc::of(&src), write, signaled, since },
             asked,
         };
         if self.queued(|| waiting(None, None))? {
-            return Ok(());
+            return Ok(false);
         }
-        match self.two_sided(wr_id, src.clone(), write)? {
+        match self.two_sided(wr_id, src.clone(), write, signaled && !eager)? {
+            Sent::Placed => return Ok(eager),
             Sent::Done => {}
             // An RNR wait counts from now; a look-up has a clock of its own.
             Sent::NoReceive => self.start_backlog(waiting(Some(Instant::now()), None)),
             Sent::Asked(k) => self.start_backlog(waiting(None, Some(k))),
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Queues the work request `make` builds behind a backlog if the queue pair has
@@ -2242,15 +2263,17 @@ impl ShmQp {
     /// Runs a work request from the backlog; gives it back if it still finds no receive.
     fn run(&self, mut d: Deferred) -> Ran {
         let done = match &mut d.work {
-            Work::TwoSided { src, write, .. } => match self.two_sided(d.wr_id, src.borrow(), *write) {
-                Ok(Sent::NoReceive) => return Ran::NoReceive(d),
-                Ok(Sent::Asked(k)) => {
-                    d.asked = Some(k);
-                    return Ran::Asked(d);
+            Work::TwoSided { src, write, signaled, .. } => {
+                match self.two_sided(d.wr_id, src.borrow(), *write, *signaled) {
+                    Ok(Sent::NoReceive) => return Ran::NoReceive(d),
+                    Ok(Sent::Asked(k)) => {
+                        d.asked = Some(k);
+                        return Ran::Asked(d);
+                    }
+                    Ok(Sent::Placed | Sent::Done) => Ok(()),
+                    Err(e) => Err(e),
                 }
-                Ok(Sent::Done) => Ok(()),
-                Err(e) => Err(e),
-            },
+            }
             Work::Other(f) => match f(self) {
                 Ok(Step::Asked(k)) => {
                     d.asked = Some(k);
@@ -2287,9 +2310,10 @@ impl ShmQp {
         let _ = self.error(d.wr_id, d.opcode, status, why.to_string());
     }
 
-    /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete.
+    /// SEND and WRITE_WITH_IMM: consume a receive of the peer, place the data, complete
+    /// (unless `signaled` is false: then only a failure completes).
     /// Without a receive posted it does nothing and says so.
-    fn two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>) -> Result<Sent> {
+    fn two_sided(&self, wr_id: u64, src: Src<'_>, write: Option<(u64, u32, u32)>, signaled: bool) -> Result<Sent> {
         let c = &self.conn;
         let opcode = if write.is_some() { WcOpcode::Write } else { WcOpcode::Send };
         let local = match &src {
@@ -2373,8 +2397,8 @@ impl ShmQp {
                     .error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer completion ring overrun".into())
                     .map(|()| Sent::Done);
             }
-            self.complete(true, wr_id, opcode, len);
-            return Ok(Sent::Done);
+            self.complete(signaled, wr_id, opcode, len);
+            return Ok(Sent::Placed);
         }
         // SEND: copy into the peer's receive buffer.
         if len > rlen {
@@ -2398,8 +2422,8 @@ impl ShmQp {
                 .error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer receive buffer unusable".into())
                 .map(|()| Sent::Done);
         }
-        self.complete(true, wr_id, opcode, len);
-        Ok(Sent::Done)
+        self.complete(signaled, wr_id, opcode, len);
+        Ok(Sent::Placed)
     }
 
     fn flush_op(&self, wr_id: u64, remote_addr: u64, rkey: u32, len: u32) -> Result<Step> {
@@ -2431,14 +2455,15 @@ impl QueuePair for ShmQp {
         self.check_open()?;
         super::check_len(len)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.post_two_sided(wr_id, Src::Mr(mr, off, len), None)
+        self.post_two_sided(wr_id, Src::Mr(mr, off, len), None, true, false).map(drop)
     }
 
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
-        self.check_open()?;
-        super::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
-        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.post_two_sided(wr_id, Src::Bytes(data), None)
+        self.send_bytes(wr_id, data, true)
+    }
+
+    fn post_send_bytes_unsignaled(&self, wr_id: u64, data: &[u8]) -> Result<()> {
+        self.send_bytes(wr_id, data, false)
     }
 
     fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
@@ -2502,7 +2527,24 @@ impl QueuePair for ShmQp {
         self.check_open()?;
         super::check_len(len)?;
         self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
-        self.post_two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)))
+        self.post_two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)), true, false).map(drop)
+    }
+
+    fn post_write_imm_eager(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: u64,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<super::Finished> {
+        self.check_open()?;
+        super::check_len(len)?;
+        self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
+        let now = self.post_two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)), true, true)?;
+        Ok(if now { super::Finished::Now } else { super::Finished::Later })
     }
 
     fn post_read(&self, wr_id: u64, mr: &Mr, off: u64, len: u32, remote_addr: u64, rkey: u32) -> Result<()> {
@@ -2691,6 +2733,27 @@ mod tests {
         assert_eq!(landed, [0u8; 64], "nothing was written");
         // The misuse is the receiver's own: nothing is held against the sender.
         assert_eq!(p.st.access_violations(), 0);
+    }
+
+    /// shm copies a WRITE_WITH_IMM at the post when nothing waits ahead of it (its rkey
+    /// is known, a receive is posted): the eager post says so, and the sender's queue
+    /// stays empty (a server releases the entry it read there and then, with no
+    /// completion to poll for).
+    #[test]
+    fn an_eager_write_imm_with_a_receive_posted_is_done_at_the_post() {
+        let p = conformance::pair(make, ep);
+        // The rkey's first use waits for its look-up.
+        p.cqp.post_write(9, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
+        assert_eq!(p.c_send.wait(conformance::T).unwrap().wr_id, 9);
+        p.cmr.write(0, b"entry").unwrap();
+        p.sqp.post_recv(100, &p.smr, 0, 64).unwrap();
+        let f = p.cqp.post_write_imm_eager(1, &p.cmr, 0, 5, p.s_remote.at(1024), p.s_remote.rkey, 3).unwrap();
+        assert_eq!(f, crate::transport::Finished::Now);
+        let mut got = [0u8; 5];
+        p.smr.read(1024, &mut got).unwrap();
+        assert_eq!(&got, b"entry", "in place when the post returned");
+        assert!(p.c_send.poll_one().is_none(), "no completion follows");
+        assert_eq!(p.s_recv.wait(conformance::T).unwrap().imm, Some(3));
     }
 
     /// Requests that wait for a receive complete with a flush error when their queue

@@ -1871,6 +1871,15 @@ impl TcpQp {
         Ok(())
     }
 
+    /// SENDs `data` (copied now), completing it locally only if `signaled` or it fails.
+    fn send_bytes(&self, wr_id: u64, data: &[u8], signaled: bool) -> Result<()> {
+        self.check_open()?;
+        let len = u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?;
+        super::check_len(len)?;
+        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
+        self.post(OP_SEND, wr_id, Payload::Bytes(data), 0, 0, 0, signaled, None, len)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn post(
         &self,
@@ -1979,11 +1988,11 @@ impl QueuePair for TcpQp {
     }
 
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
-        self.check_open()?;
-        let len = u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?;
-        super::check_len(len)?;
-        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.post(OP_SEND, wr_id, Payload::Bytes(data), 0, 0, 0, true, None, len)
+        self.send_bytes(wr_id, data, true)
+    }
+
+    fn post_send_bytes_unsignaled(&self, wr_id: u64, data: &[u8]) -> Result<()> {
+        self.send_bytes(wr_id, data, false)
     }
 
     fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {

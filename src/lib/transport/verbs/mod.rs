@@ -1366,7 +1366,9 @@ impl QpShared {
         for r in reqs {
             // Selective signaling: an unsignaled request is signaled now and then so
             // that its send-queue slots come back; that completion is not reported.
-            let signaled = r.report || run + 1 >= self.signal_every;
+            // One from a staging buffer is always signaled, so that the buffer comes
+            // back to the spares at once, not after a run of them had to be registered.
+            let signaled = r.report || r.staging.is_some() || run + 1 >= self.signal_every;
             wrs.push(SendWr {
                 wr_id: encode_wr_id(self.tag, false, seq),
                 op: r.op,
@@ -1718,6 +1720,28 @@ impl VerbsQp {
     pub fn max_inline(&self) -> u32 {
         self.sh.caps.max_inline
     }
+
+    /// SENDs `data` (inline, or from a staging buffer), completing it locally only if
+    /// `report` or it fails: an unreported inline one is signaled only now and then (the
+    /// selective signaling of `QpShared::post_reqs`), one from a staging buffer always,
+    /// without reporting it.
+    fn send_bytes(&self, wr_id: u64, data: &[u8], report: bool) -> Result<()> {
+        let len = u32::try_from(data.len()).ok().filter(|l| *l <= MAX_MESSAGE).ok_or_else(|| {
+            Error::invalid(format!("{} bytes is over the {MAX_MESSAGE}-byte message limit", data.len()))
+        })?;
+        self.sh.check_open()?;
+        if len <= self.sh.caps.max_inline {
+            let p = if len == 0 { Payload::None } else { Payload::Inline(data) };
+            self.sh.post(wr_id, SendOp::Send, WcOpcode::Send, p, len, (0, 0), 0, report, None)?;
+        } else {
+            let buf = self.sh.staging(data.len())?;
+            buf.write(0, data)?;
+            let p = Payload::Sge(buf.sge(0, len));
+            self.sh.post(wr_id, SendOp::Send, WcOpcode::Send, p, len, (0, 0), 0, report, Some(buf))?;
+        }
+        self.sh.stats.sends.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl QueuePair for VerbsQp {
@@ -1739,21 +1763,11 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
-        let len = u32::try_from(data.len()).ok().filter(|l| *l <= MAX_MESSAGE).ok_or_else(|| {
-            Error::invalid(format!("{} bytes is over the {MAX_MESSAGE}-byte message limit", data.len()))
-        })?;
-        self.sh.check_open()?;
-        if len <= self.sh.caps.max_inline {
-            let p = if len == 0 { Payload::None } else { Payload::Inline(data) };
-            self.sh.post(wr_id, SendOp::Send, WcOpcode::Send, p, len, (0, 0), 0, true, None)?;
-        } else {
-            let buf = self.sh.staging(data.len())?;
-            buf.write(0, data)?;
-            let p = Payload::Sge(buf.sge(0, len));
-            self.sh.post(wr_id, SendOp::Send, WcOpcode::Send, p, len, (0, 0), 0, true, Some(buf))?;
-        }
-        self.sh.stats.sends.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.send_bytes(wr_id, data, true)
+    }
+
+    fn post_send_bytes_unsignaled(&self, wr_id: u64, data: &[u8]) -> Result<()> {
+        self.send_bytes(wr_id, data, false)
     }
 
     fn post_recv(&self, wr_id: u64, mr: &VerbsMr, off: u64, len: u32) -> Result<()> {
