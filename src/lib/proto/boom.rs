@@ -113,8 +113,8 @@ fn grant<T: Transport>(cx: &mut Ctx<'_, T>, req: u32) -> Result<()> {
 }
 
 /// Tells the client's buffer `buf` the GET's `status` and length; `read`, what the
-/// data writes before it read, is held until this write completes (its completion
-/// follows theirs).
+/// data writes before it read, is held until this write is done (it is done after
+/// theirs: at its post, or at its completion; see [`Ctx::post_data`]).
 fn data_imm<T: Transport>(
     cx: &mut Ctx<'_, T>,
     buf: &RegionDesc,

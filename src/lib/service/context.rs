@@ -19,7 +19,9 @@ use crate::wire::{ErrorCode, Msg, Protocol};
 
 /// Most GET replies one client may have in flight (written, not yet acknowledged by its
 /// transport). A client that sends GETs and never reads the replies is disconnected at
-/// this bound instead of piling them up in the server's send buffers.
+/// this bound instead of piling them up in the server's send buffers. (Over shm a reply
+/// is done at its post, never in flight: there such a client runs out of posted
+/// receives, and its next reply fails with the connection.)
 pub const MAX_GETS_IN_FLIGHT: usize = 64;
 
 /// How long a GET's or SCAN's data write may stay unacknowledged by the client's
@@ -549,8 +551,9 @@ impl<T: Transport> Ctx<'_, T> {
 
     /// [`Ctx::lookup`] for a GET whose entry the server reads itself (a copy, a data
     /// write): the entry is held ([`ServerRead`]) until [`ServerCore::end_read`], which
-    /// the caller owes on every path, or, for a data write, the write's completion
-    /// (`conn.gets`).
+    /// the caller owes on every path, or, for a data write, until the write is done:
+    /// at its post when the transport did it there, else at its completion
+    /// (`conn.gets`; see [`Ctx::post_data`]).
     pub(crate) fn lookup_read(
         &mut self,
         key: &[u8],

@@ -396,19 +396,28 @@ pub fn unsignaled_sends_complete_only_when_they_fail<Tr: Transport>(make: fn() -
     p.cqp.post_send_bytes_unsignaled(6, b"nobody listens").unwrap();
     let c = expect_status(&p.c_send, WcStatus::RnrRetryExceeded, "an unsignaled SEND without a receive");
     assert_eq!(c.wr_id, 6);
+    // Waiting for a receive when its queue pair closes: flushed, with a completion.
+    let p = pair(make, ep);
+    p.cqp.post_send_bytes_unsignaled(7, b"nobody listens yet").unwrap();
+    p.cqp.close();
+    let c = expect_status(&p.c_send, WcStatus::WrFlushError, "an unsignaled SEND its queue pair's close flushed");
+    assert_eq!(c.wr_id, 7);
 }
 
 /// [`QueuePair::post_write_imm_eager`]: a write the backend did at the post
 /// ([`Finished::Now`]) has its data in place and its receive consumed, and completes
 /// nothing at the sender; any other ([`Finished::Later`]) completes as a
-/// WRITE_WITH_IMM does. One that waits for a receive is always `Later`, and one that
-/// fails completes with its error.
+/// WRITE_WITH_IMM does. One that waits for a receive, or behind a request that waits,
+/// is always `Later` and lands after it; one that fails completes with its error.
 pub fn eager_write_imm_is_done_at_the_post_or_completes<Tr: Transport>(
     make: fn() -> Tr,
     ep: fn() -> Endpoint,
     _: &str,
 ) {
     let p = pair(make, ep);
+    // The rkey known first (its first use may wait for a look-up).
+    p.cqp.post_write(10, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
+    assert_eq!(ok(&p.c_send, "a first WRITE").wr_id, 10);
     let data = pattern(300, 9);
     p.cmr.write(0, &data).unwrap();
     p.sqp.post_recv(100, &p.smr, 50_000, 64).unwrap();
@@ -428,13 +437,23 @@ pub fn eager_write_imm_is_done_at_the_post_or_completes<Tr: Transport>(
     p.sqp.post_recv(101, &p.smr, 50_064, 64).unwrap();
     assert_eq!(ok(&p.c_send, "the write that waited").wr_id, 2);
     assert_eq!(ok(&p.s_recv, "its receive").imm, Some(8));
-    // Past the peer's region: the error completes it.
+    // Behind a SEND that waits for a receive: it waits too, and lands second.
+    p.cqp.post_send_bytes(3, b"first").unwrap();
+    let f = p.cqp.post_write_imm_eager(4, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, 10).unwrap();
+    assert_eq!(f, Finished::Later, "a write behind a waiting SEND is not done at the post");
     p.sqp.post_recv(102, &p.smr, 50_128, 64).unwrap();
+    p.sqp.post_recv(103, &p.smr, 50_192, 64).unwrap();
+    let (a, b) = (ok(&p.s_recv, "the SEND's receive"), ok(&p.s_recv, "the write's receive"));
+    assert_eq!((a.wr_id, a.opcode, b.wr_id, b.imm), (102, WcOpcode::Recv, 103, Some(10)), "in posting order");
+    let ids: Vec<u64> = (0..2).map(|_| ok(&p.c_send, "the SEND, then the write").wr_id).collect();
+    assert_eq!(ids, vec![3, 4]);
+    // Past the peer's region: the error completes it.
+    p.sqp.post_recv(104, &p.smr, 50_256, 64).unwrap();
     let past = p.s_remote.addr + p.s_remote.len;
-    let f = p.cqp.post_write_imm_eager(3, &p.cmr, 0, 8, past, p.s_remote.rkey, 9).unwrap();
+    let f = p.cqp.post_write_imm_eager(5, &p.cmr, 0, 8, past, p.s_remote.rkey, 9).unwrap();
     assert_eq!(f, Finished::Later);
     let c = expect_status(&p.c_send, WcStatus::RemoteAccessError, "an eager write past the region");
-    assert_eq!(c.wr_id, 3);
+    assert_eq!(c.wr_id, 5);
 }
 
 /// What a misbehaving client does in [`remote_access_errors_leave_other_qps_working`].

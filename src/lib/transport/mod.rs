@@ -38,8 +38,10 @@
 //! - One-sided operations run no application code at the target. Only WRITE_WITH_IMM
 //!   and SEND consume a posted RECV and produce a completion at the target.
 //! - Completions of one queue pair arrive in posting order (send side) and in arrival
-//!   order (receive side). An unsignaled WRITE produces no local completion but stays
-//!   ordered with the operations around it.
+//!   order (receive side). An unsignaled WRITE or SEND produces no local completion but
+//!   stays ordered with the operations around it, and so does an eager WRITE_WITH_IMM
+//!   the backend did at its post ([`QueuePair::post_write_imm_eager`]). A request that
+//!   fails, or is flushed, completes whether it was signaled or not.
 //! - A SEND or WRITE_WITH_IMM that finds no posted RECV is retried for
 //!   [`TransportConfig::rnr_timeout`], then completes with [`WcStatus::RnrRetryExceeded`]
 //!   (connection to error). The retries never hold the posting thread: it goes on at
@@ -895,9 +897,10 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
     /// WRITE_WITH_IMM like [`QueuePair::post_write_imm`], for a poster that releases
     /// what the write reads once it is done (a server's GET reply holds the entry's
     /// segment until then). A backend that does the whole request before the post
-    /// returns says so with [`Finished::Now`], and then no completion follows: shm
-    /// copies at post time when nothing waits ahead of the request on its queue pair
-    /// (a receive is posted, the rkey known).
+    /// returns says so with [`Finished::Now`], and then no completion follows, and every
+    /// work request posted before it on the queue pair is done too: shm copies at post
+    /// time when nothing waits ahead of the request on its queue pair (a receive is
+    /// posted, the rkey known).
     /// Otherwise [`Finished::Later`], and it completes as `post_write_imm` does. The
     /// default (a NIC reads the memory after the post) is always `Later`.
     #[allow(clippy::too_many_arguments)]

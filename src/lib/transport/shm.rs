@@ -1314,7 +1314,8 @@ struct Deferred {
 enum Work {
     /// A SEND (`write: None`) or WRITE_WITH_IMM, waiting for a receive since `since`:
     /// since it first reached the head of the queue (`None` before), as a NIC counts
-    /// RNR retries from the first time it sends the message.
+    /// RNR retries from the first time it sends the message. It completes when placed
+    /// only if `signaled`; a failure or a flush completes it either way.
     TwoSided { src: OwnedSrc, write: Option<(u64, u32, u32)>, signaled: bool, since: Option<Instant> },
     /// Any other work request, run when its turn comes (its errors complete it), and
     /// again while an rkey it needs is being looked up.
@@ -2153,7 +2154,8 @@ impl ShmQp {
         let waiting = |since, asked| Deferred {
             wr_id,
             opcode,
-            work: Work::TwoSided { src: OwnedSrc::of(&src), write, signaled, since },
+            // One that waits is never done at the post: it completes even when eager.
+            work: Work::TwoSided { src: OwnedSrc::of(&src), write, signaled: signaled || eager, since },
             asked,
         };
         if self.queued(|| waiting(None, None))? {
@@ -2742,9 +2744,15 @@ mod tests {
     #[test]
     fn an_eager_write_imm_with_a_receive_posted_is_done_at_the_post() {
         let p = conformance::pair(make, ep);
-        // The rkey's first use waits for its look-up.
+        // The rkey's first use waits for its look-up, in the backlog, which the RNR
+        // thread closes a moment after the request's completion.
         p.cqp.post_write(9, &p.cmr, 0, 8, p.s_remote.addr, p.s_remote.rkey, true).unwrap();
         assert_eq!(p.c_send.wait(conformance::T).unwrap().wr_id, 9);
+        let until = Instant::now() + conformance::T;
+        while p.cqp.conn.backlogged.load(Ordering::Acquire) {
+            assert!(Instant::now() < until, "the backlog stayed open");
+            std::thread::yield_now();
+        }
         p.cmr.write(0, b"entry").unwrap();
         p.sqp.post_recv(100, &p.smr, 0, 64).unwrap();
         let f = p.cqp.post_write_imm_eager(1, &p.cmr, 0, 5, p.s_remote.at(1024), p.s_remote.rkey, 3).unwrap();

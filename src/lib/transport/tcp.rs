@@ -961,8 +961,10 @@ impl Conn {
         let _ = self.sock.shutdown(Shutdown::Both);
         self.send_cq.detach(self);
         self.recv_cq.detach(self);
+        // Every request not acknowledged is flushed, signaled or not, as a NIC flushes
+        // its send queue: an unsignaled SEND whose connection fails must not vanish.
         let flushed: Vec<Wqe> = lock(&self.sq).outstanding.drain(..).collect();
-        for w in flushed.into_iter().filter(|w| w.signaled) {
+        for w in flushed {
             self.send_cq.push(self.completion(w.wr_id, WcStatus::WrFlushError, w.opcode, 0, None));
         }
         let recvs: Vec<RecvWqe> = lock(&self.rq).drain(..).collect();

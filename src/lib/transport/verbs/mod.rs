@@ -25,10 +25,12 @@
 //!
 //! # Where the interface asks more than a NIC does
 //!
-//! - **Unsignaled WRITEs and selective signaling.** An unsignaled WRITE is posted
-//!   unsignaled. So that its send-queue slot is reclaimed, every `sq_depth / 2`-th
-//!   consecutive unsignaled request is posted signaled and its completion is consumed
-//!   by [`CompletionQueue::poll`] without being reported. Work-request ids are
+//! - **Unsignaled WRITEs and SENDs, and selective signaling.** An unsignaled WRITE or
+//!   inline SEND is posted unsignaled. So that its send-queue slot is reclaimed, every
+//!   `sq_depth / 2`-th consecutive unsignaled request is posted signaled and its
+//!   completion is consumed by [`CompletionQueue::poll`] without being reported; an
+//!   unsignaled SEND from a staging buffer is always posted signaled, unreported, so
+//!   that the buffer goes back to the spares at once. Work-request ids are
 //!   translated: the wire `wr_id` carries a per-queue-pair tag and sequence number,
 //!   which also supplies `opcode` and `byte_len` for send completions (verbs leaves
 //!   them undefined on errors and does not report `byte_len` for sends).
@@ -221,9 +223,9 @@ pub struct VerbsTuning {
     /// queue pair's `max_inline_data`): the payload travels in the work request, so the
     /// NIC skips one DMA read. Off: no inline data is asked for at all.
     pub inline: bool,
-    /// Selective signaling: of a run of unsignaled WRITEs only one in `sq_depth / 2` is
-    /// signaled (to reclaim send-queue slots) and reaped silently. Off: every one is
-    /// signaled, and every completion reaped.
+    /// Selective signaling: of a run of unsignaled WRITEs and SENDs only one in
+    /// `sq_depth / 2` is signaled (to reclaim send-queue slots) and reaped silently.
+    /// Off: every one is signaled, and every completion reaped.
     pub selective_signaling: bool,
     /// Doorbell batching: [`QueuePair::post_write_batch`] posts its WRITEs as one
     /// chained `ibv_post_send` (one doorbell). Off: one `ibv_post_send` each.
