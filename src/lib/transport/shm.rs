@@ -2137,6 +2137,16 @@ impl ShmQp {
         self.post_two_sided(wr_id, Src::Bytes(data), None, signaled, false).map(drop)
     }
 
+    /// WRITE_WITH_IMM of `src` (region, offset, length) to `(remote_addr, rkey, imm)`,
+    /// signaled; with `eager`,
+    /// true when it was done at the post (no completion follows).
+    fn write_imm(&self, wr_id: u64, src: (&Mr, u64, u32), to: (u64, u32, u32), eager: bool) -> Result<bool> {
+        self.check_open()?;
+        super::check_len(src.2)?;
+        self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
+        self.post_two_sided(wr_id, Src::Mr(src.0, src.1, src.2), Some(to), true, eager)
+    }
+
     /// SEND and WRITE_WITH_IMM, unless a backlog holds earlier work requests: then it
     /// waits behind them. Without a receive at the peer it starts the backlog. With
     /// `eager`, a request placed before this returns completes nothing (the caller is
@@ -2526,10 +2536,7 @@ impl QueuePair for ShmQp {
         rkey: u32,
         imm: u32,
     ) -> Result<()> {
-        self.check_open()?;
-        super::check_len(len)?;
-        self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
-        self.post_two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)), true, false).map(drop)
+        self.write_imm(wr_id, (mr, off, len), (remote_addr, rkey, imm), false).map(drop)
     }
 
     fn post_write_imm_eager(
@@ -2542,10 +2549,7 @@ impl QueuePair for ShmQp {
         rkey: u32,
         imm: u32,
     ) -> Result<super::Finished> {
-        self.check_open()?;
-        super::check_len(len)?;
-        self.conn.stats.writes_imm.fetch_add(1, Ordering::Relaxed);
-        let now = self.post_two_sided(wr_id, Src::Mr(mr, off, len), Some((remote_addr, rkey, imm)), true, true)?;
+        let now = self.write_imm(wr_id, (mr, off, len), (remote_addr, rkey, imm), true)?;
         Ok(if now { super::Finished::Now } else { super::Finished::Later })
     }
 
