@@ -772,7 +772,14 @@ impl Pool {
         self.index
             .get_then(key, self, &mut |l| {
                 if !l.tombstone {
-                    self.seg_lease_until[l.segment as usize].fetch_max(until, Ordering::Relaxed);
+                    // Written only when the lease grows (at most once a millisecond per
+                    // segment): a write per GET made the word's cache line cross
+                    // between the workers' CPUs on every GET of the segment. A load
+                    // never sees more than the word holds: the lease only grows.
+                    let lease = &self.seg_lease_until[l.segment as usize];
+                    if lease.load(Ordering::Relaxed) < until {
+                        lease.fetch_max(until, Ordering::Relaxed);
+                    }
                 }
             })
             .filter(|l| !l.tombstone)
