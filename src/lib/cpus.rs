@@ -10,8 +10,7 @@
 //!
 //! This module owns CPU lists and thread affinity (through `rustix`, no `unsafe`), and
 //! the rule that splits state every server worker writes into per-worker parts
-//! ([`WORKER_PARTS`]). It
-//! imports only [`crate::error`].
+//! ([`WORKER_PARTS`]). It imports only [`crate::error`].
 
 use std::fmt;
 

@@ -272,11 +272,11 @@ impl<T: Transport> Ctx<'_, T> {
         &self.sh.phases
     }
 
-    /// Posts the WRITE_WITH_IMM that `post` makes on the connection as work request `wr`, of `admitted`
-    /// bytes counted by [`Conn::admit_get`] (0 if none): `read`, what it and the writes
-    /// posted before it read, is released at once when the transport did the write at
-    /// the post ([`Finished::Now`]; shm), else held until its completion or the end of
-    /// the connection. A completion per GET that only says the copy is done costs a
+    /// Posts the WRITE_WITH_IMM that `post` makes on the connection as work request
+    /// `wr`, of `admitted` bytes counted by [`Conn::admit_get`] (0 if none): `read`,
+    /// what it and the writes posted before it read, is released at once when the
+    /// transport did the write at the post ([`Finished::Now`]; shm), else held until
+    /// its completion or the end of the connection. A completion per GET that only says the copy is done costs a
     /// worker a queue entry, a poll and two map operations.
     pub(crate) fn post_data(
         &mut self,
@@ -285,20 +285,18 @@ impl<T: Transport> Ctx<'_, T> {
         read: Option<ServerRead>,
         post: impl FnOnce(&Conn<T>) -> Result<Finished>,
     ) -> Result<()> {
-        match (post(self.conn), read) {
-            (Ok(Finished::Now), read) => {
-                if let Some(r) = read {
-                    self.sh.end_read(r);
-                }
-                self.conn.get_bytes = self.conn.get_bytes.saturating_sub(admitted as u64);
-                Ok(())
+        let r = post(self.conn);
+        if let Ok(Finished::Now) = r {
+            self.conn.get_bytes = self.conn.get_bytes.saturating_sub(admitted as u64);
+            if let Some(read) = read {
+                self.sh.end_read(read);
             }
-            (r, Some(read)) => {
-                self.conn.hold_read(wr, read, self.w.now);
-                r.map(drop)
-            }
-            (r, None) => r.map(drop),
+            return Ok(());
         }
+        if let Some(read) = read {
+            self.conn.hold_read(wr, read, self.w.now);
+        }
+        r.map(drop)
     }
 
     /// Sends `msg` as the reply to request `req`.

@@ -174,9 +174,9 @@ pub struct ServerCounters {
 
 /// Parts of the server's counters. Worker `w` counts in part
 /// [`crate::cpus::worker_part`]`(w)`, and the acceptor in part 0; [`ServerCore::stats`]
-/// sums them. One shared set of counters
-/// had both workers of a two-CPU server write one cache line on every GET: a line
-/// that crosses between CPUs costs as much as the look-up itself.
+/// sums them. One shared set of counters had both workers of a two-CPU server write one
+/// cache line on every GET: a line that crosses between CPUs costs as much as the
+/// look-up itself.
 pub(crate) struct Counters {
     parts: Box<[ServerCounters]>,
 }

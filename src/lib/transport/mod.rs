@@ -897,12 +897,12 @@ pub trait QueuePair: fmt::Debug + Send + Sync + 'static {
     /// WRITE_WITH_IMM like [`QueuePair::post_write_imm`], for a poster that releases
     /// what the write reads once it is done (a server's GET reply holds the entry's
     /// segment until then). A backend that does the whole request before the post
-    /// returns says so with [`Finished::Now`], and then no completion follows, and every
-    /// work request posted before it on the queue pair is done too: shm copies at post
+    /// returns says so with [`Finished::Now`]: then no completion follows, and every
+    /// work request posted before it on the queue pair is done too. shm copies at post
     /// time when nothing waits ahead of the request on its queue pair (a receive is
-    /// posted, the rkey known).
-    /// Otherwise [`Finished::Later`], and it completes as `post_write_imm` does. The
-    /// default (a NIC reads the memory after the post) is always `Later`.
+    /// posted, the rkey known). Otherwise [`Finished::Later`], and it completes as
+    /// `post_write_imm` does. The default (a NIC reads the memory after the post) is
+    /// always `Later`.
     #[allow(clippy::too_many_arguments)]
     fn post_write_imm_eager(
         &self,

@@ -1989,8 +1989,9 @@ impl Drop for ShmQp {
 enum Sent {
     /// Placed (and completed, if signaled).
     Placed,
-    /// Failed with its error completion.
-    Done,
+    /// Failed with its error completion (or stopped by the connection's error state,
+    /// whose flush completes it).
+    Failed,
     /// No receive posted at the peer yet: nothing happened.
     NoReceive,
     /// The rkey it needs is being looked up: nothing happened.
@@ -2129,17 +2130,16 @@ impl ShmQp {
         Ok(())
     }
 
-    /// SENDs `data` (copied now), completing it locally only if `signaled` or it fails.
-    fn send_bytes(&self, wr_id: u64, data: &[u8], signaled: bool) -> Result<()> {
+    /// SENDs `len` bytes of `src`, completing it locally only if `signaled` or it fails.
+    fn send(&self, wr_id: u64, src: Src<'_>, len: usize, signaled: bool) -> Result<()> {
         self.check_open()?;
-        super::check_len(u32::try_from(data.len()).map_err(|_| Error::invalid("message too large"))?)?;
+        super::check_len(u32::try_from(len).map_err(|_| Error::invalid("message too large"))?)?;
         self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.post_two_sided(wr_id, Src::Bytes(data), None, signaled, false).map(drop)
+        self.post_two_sided(wr_id, src, None, signaled, false).map(drop)
     }
 
     /// WRITE_WITH_IMM of `src` (region, offset, length) to `(remote_addr, rkey, imm)`,
-    /// signaled; with `eager`,
-    /// true when it was done at the post (no completion follows).
+    /// signaled; with `eager`, true when it was done at the post (no completion follows).
     fn write_imm(&self, wr_id: u64, src: (&Mr, u64, u32), to: (u64, u32, u32), eager: bool) -> Result<bool> {
         self.check_open()?;
         super::check_len(src.2)?;
@@ -2173,7 +2173,7 @@ impl ShmQp {
         }
         match self.two_sided(wr_id, src.clone(), write, signaled && !eager)? {
             Sent::Placed => return Ok(eager),
-            Sent::Done => {}
+            Sent::Failed => {}
             // An RNR wait counts from now; a look-up has a clock of its own.
             Sent::NoReceive => self.start_backlog(waiting(Some(Instant::now()), None)),
             Sent::Asked(k) => self.start_backlog(waiting(None, Some(k))),
@@ -2282,7 +2282,7 @@ impl ShmQp {
                         d.asked = Some(k);
                         return Ran::Asked(d);
                     }
-                    Ok(Sent::Placed | Sent::Done) => Ok(()),
+                    Ok(Sent::Placed | Sent::Failed) => Ok(()),
                     Err(e) => Err(e),
                 }
             }
@@ -2339,7 +2339,7 @@ impl ShmQp {
                             WcStatus::LocalProtectionError,
                             "local protection error: source buffer outside its region or not ours".into(),
                         )
-                        .map(|()| Sent::Done)
+                        .map(|()| Sent::Failed)
                 }
             },
             _ => None,
@@ -2352,11 +2352,11 @@ impl ShmQp {
         let mut s = lock(&c.send);
         if c.state.is_error() {
             drop(s);
-            return self.check_open().map(|()| Sent::Done);
+            return self.check_open().map(|()| Sent::Failed);
         }
         let refused_write = |waddr: u64, wkey: u32| {
             let why = format!("remote access error: WRITE of {len} bytes at {waddr:#x} with rkey {wkey:#x}");
-            self.error(wr_id, opcode, WcStatus::RemoteAccessError, why).map(|()| Sent::Done)
+            self.error(wr_id, opcode, WcStatus::RemoteAccessError, why).map(|()| Sent::Failed)
         };
         // The region the data goes to is looked up before a receive is consumed: while
         // the look-up is out the request waits in the backlog and the receive stays
@@ -2407,7 +2407,7 @@ impl ShmQp {
             if !ok {
                 return self
                     .error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer completion ring overrun".into())
-                    .map(|()| Sent::Done);
+                    .map(|()| Sent::Failed);
             }
             self.complete(signaled, wr_id, opcode, len);
             return Ok(Sent::Placed);
@@ -2423,7 +2423,7 @@ impl ShmQp {
                     WcStatus::RemoteInvalidRequest,
                     format!("SEND of {len} bytes into a {rlen}-byte receive buffer"),
                 )
-                .map(|()| Sent::Done);
+                .map(|()| Sent::Failed);
         }
         let placed = place(&mut s, rkey, raddr, Access::LOCAL_WRITE);
         let status = if placed { WcStatus::Success } else { WcStatus::LocalProtectionError };
@@ -2432,7 +2432,7 @@ impl ShmQp {
         if !placed || !ok {
             return self
                 .error(wr_id, opcode, WcStatus::RemoteInvalidRequest, "peer receive buffer unusable".into())
-                .map(|()| Sent::Done);
+                .map(|()| Sent::Failed);
         }
         self.complete(signaled, wr_id, opcode, len);
         Ok(Sent::Placed)
@@ -2464,18 +2464,15 @@ impl QueuePair for ShmQp {
     }
 
     fn post_send(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
-        self.check_open()?;
-        super::check_len(len)?;
-        self.conn.stats.sends.fetch_add(1, Ordering::Relaxed);
-        self.post_two_sided(wr_id, Src::Mr(mr, off, len), None, true, false).map(drop)
+        self.send(wr_id, Src::Mr(mr, off, len), len as usize, true)
     }
 
     fn post_send_bytes(&self, wr_id: u64, data: &[u8]) -> Result<()> {
-        self.send_bytes(wr_id, data, true)
+        self.send(wr_id, Src::Bytes(data), data.len(), true)
     }
 
     fn post_send_bytes_unsignaled(&self, wr_id: u64, data: &[u8]) -> Result<()> {
-        self.send_bytes(wr_id, data, false)
+        self.send(wr_id, Src::Bytes(data), data.len(), false)
     }
 
     fn post_recv(&self, wr_id: u64, mr: &Mr, off: u64, len: u32) -> Result<()> {
