@@ -334,15 +334,24 @@ impl Measurements {
                 Status::ServiceUnavailable => "-SERVICE_UNAVAILABLE",
             },
         };
-        match self.interval {
-            MeasurementInterval::Op => self.series_mut("", op, suffix).record_ns(duration_ns(latency)),
-            MeasurementInterval::Intended => self.series_mut("", op, suffix).record_ns(duration_ns(intended)),
-            MeasurementInterval::Both => {
-                self.series_mut("", op, suffix).record_ns(duration_ns(latency));
-                self.series_mut(INTENDED_PREFIX, op, suffix).record_ns(duration_ns(intended));
-            }
+        let (ns, intended_ns) = match self.interval {
+            MeasurementInterval::Op => (duration_ns(latency), None),
+            MeasurementInterval::Intended => (duration_ns(intended), None),
+            MeasurementInterval::Both => (duration_ns(latency), Some(duration_ns(intended))),
+        };
+        if suffix.is_empty() {
+            // One look-up for the latency and the status: the common case, once per
+            // operation of every client thread.
+            let s = self.series_mut("", op, "");
+            s.record_ns(ns);
+            s.statuses[status.index()] += 1;
+        } else {
+            self.series_mut("", op, suffix).record_ns(ns);
+            self.series_mut("", op, "").statuses[status.index()] += 1;
         }
-        self.series_mut("", op, "").statuses[status.index()] += 1;
+        if let Some(i) = intended_ns {
+            self.series_mut(INTENDED_PREFIX, op, suffix).record_ns(i);
+        }
     }
 
     /// Records a latency under `name` without counting a status (YCSB's
