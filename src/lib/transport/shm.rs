@@ -928,10 +928,11 @@ impl CompletionQueue for ShmCq {
             return got(&mut out);
         }
         if super::colocated() {
-            // The reply needs the worker on this CPU, which runs once this thread
-            // yields: yield and look again before reading the clock, which only a
-            // longer wait needs (its deadline, the yields' end). That is one clock
-            // reading less per operation of a colocated client.
+            // What this thread waits for needs another thread on its CPU (a client's
+            // reply, the worker; a parked worker's request, its clients), which runs
+            // once this one yields: yield and look again before reading the clock,
+            // which only a longer wait needs (its deadline, the yields' end). That is
+            // one clock reading less per operation of a colocated client.
             super::participate();
             std::thread::yield_now();
             if inner.poll(&mut out, 1) == 1 {
