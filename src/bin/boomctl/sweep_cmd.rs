@@ -113,7 +113,8 @@ pub struct SweepArgs {
     /// Flush instructions (writeback): clflush, clwb, clflushopt, none (no write-back: the store alone).
     #[arg(long, value_name = "LIST")]
     flushes: Option<String>,
-    /// Measured operations per run (transport: iterations per size).
+    /// Measured operations per run; where a run also has a time (threads, writeback: 5 s;
+    /// peers: 3 s; 1 s with --quick), the most it makes (transport: iterations per size).
     #[arg(long, value_name = "N")]
     ops: Option<String>,
     /// Keys of the space experiments (skew, segment-size).
