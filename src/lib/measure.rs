@@ -339,14 +339,14 @@ impl Measurements {
             MeasurementInterval::Intended => (duration_ns(intended), None),
             MeasurementInterval::Both => (duration_ns(latency), Some(duration_ns(intended))),
         };
+        let s = self.series_mut("", op, suffix);
+        s.record_ns(ns);
+        // The status goes under the op's own name: the same series when the operation
+        // succeeded, so the common case (once per operation of every client thread)
+        // looks it up once.
         if suffix.is_empty() {
-            // One look-up for the latency and the status: the common case, once per
-            // operation of every client thread.
-            let s = self.series_mut("", op, "");
-            s.record_ns(ns);
             s.statuses[status.index()] += 1;
         } else {
-            self.series_mut("", op, suffix).record_ns(ns);
             self.series_mut("", op, "").statuses[status.index()] += 1;
         }
         if let Some(i) = intended_ns {

@@ -108,13 +108,24 @@ pub fn pool_size_for_protocol(
     clients: u64,
     segment_size: u64,
 ) -> u64 {
-    let need = pool_need(keys.saturating_add(writes), value_size, clients, segment_size).saturating_add(passive_need(
-        p,
-        keys,
-        writes,
-        value_size,
-        segment_size,
-    ));
+    pool_size_reclaiming(p, keys, writes, writes, value_size, clients, segment_size)
+}
+
+/// [`pool_size_for_protocol`] with a log that holds `log_writes` of the `writes`: past
+/// them the cleaner reclaims what updates supersede. pDPM-Direct's cells and Clover's
+/// arena (every version, which no cleaner reclaims while clients run) still hold every
+/// write.
+pub fn pool_size_reclaiming(
+    p: Protocol,
+    keys: u64,
+    writes: u64,
+    log_writes: u64,
+    value_size: u64,
+    clients: u64,
+    segment_size: u64,
+) -> u64 {
+    let need = pool_need(keys.saturating_add(log_writes), value_size, clients, segment_size)
+        .saturating_add(passive_need(p, keys, writes, value_size, segment_size));
     need.checked_next_power_of_two().unwrap_or(need)
 }
 

@@ -276,8 +276,9 @@ impl<T: Transport> Ctx<'_, T> {
     /// `wr`, of `admitted` bytes counted by [`Conn::admit_get`] (0 if none): `read`,
     /// what it and the writes posted before it read, is released at once when the
     /// transport did the write at the post ([`Finished::Now`]; shm), else held until
-    /// its completion or the end of the connection. A completion per GET that only says the copy is done costs a
-    /// worker a queue entry, a poll and two map operations.
+    /// its completion or the end of the connection. A completion per GET that only
+    /// says the copy is done costs a worker a queue entry, a poll and two map
+    /// operations.
     pub(crate) fn post_data(
         &mut self,
         wr: u64,

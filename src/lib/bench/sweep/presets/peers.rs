@@ -24,7 +24,7 @@ use super::super::context::{f3, file_name, ms3, pick, Stat};
 use super::super::plot::{points_across, range_note, repeats, rows_with, series, LineFigure, XAxis, YAxis, PALETTE};
 use super::super::summary::{below_with_handoff, interval_note, us, Paired, TextTable, Verdict};
 use super::prelude::*;
-use crate::bench::embedded::{passive_need, pool_need, Embedded};
+use crate::bench::embedded::{pool_size_reclaiming, Embedded};
 use crate::bench::redis::{Persistence, RedisDb, RedisServer};
 use crate::bench::runner::{self, Phases, PhasesResult};
 use crate::client::ClientOptions;
@@ -462,12 +462,8 @@ fn summary(t: &Table, b: &mut Builder) -> Result<()> {
 /// writes of values up to `size` bytes by `clients` clients. The log holds the records
 /// and the writes up to as many again: past that the cleaner reclaims what updates
 /// supersede, as in a long `boomctl ycsb` run, so the pool need not grow with the run.
-/// pDPM-Direct's cells and Clover's arena (every version, which no cleaner reclaims
-/// while its clients run) come on top for every write.
 fn pool_for(p: Protocol, records: u64, writes: u64, size: u64, clients: u64) -> u64 {
-    let need = pool_need(records.saturating_add(writes.min(records)), size, clients, SEGMENT)
-        .saturating_add(passive_need(p, records, writes, size, SEGMENT));
-    need.checked_next_power_of_two().unwrap_or(need)
+    pool_size_reclaiming(p, records, writes, writes.min(records), size, clients, SEGMENT)
 }
 
 /// The writes (updates, inserts, read-modify-writes) among `n` operations of `w`'s mix,
