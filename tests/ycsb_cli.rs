@@ -843,6 +843,63 @@ fn a_target_paces_a_load_only_run_and_zero_is_no_target() {
     assert!(num(&rows(&out.stdout), "READ", "Operations") > 0.0);
 }
 
+/// `hdrhistogram.fileoutput=true` writes YCSB's own files, one per measurement
+/// (`<hdrhistogram.output.path>READ.hdr`...), in microseconds as YCSB's, beside
+/// boomkv's tagged `ycsb.hlog`: a script written for YCSB's files finds them.
+#[test]
+fn hdr_file_output_writes_ycsbs_file_per_measurement() {
+    use boomkv::bench::hlog::{HlogFile, UNTAGGED};
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("{}/h-", dir.path().display());
+    let out = run(&[
+        "ycsb",
+        "--mix",
+        "a",
+        "--quiet",
+        "--records",
+        "100",
+        "--ops",
+        "3000",
+        "--target",
+        "1500",
+        "-p",
+        "measurement.interval=both",
+        "-p",
+        "hdrhistogram.fileoutput=true",
+        "-p",
+        &format!("hdrhistogram.output.path={prefix}"),
+    ]);
+    let r = rows(&out.stdout);
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    for want in ["h-READ.hdr", "h-UPDATE.hdr", "h-Intended-READ.hdr", "h-Intended-UPDATE.hdr", "h-CLEANUP.hdr"] {
+        assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+    }
+    assert!(names.iter().any(|n| n == "h-ycsb.hlog"), "{names:?}");
+    for series in ["READ", "UPDATE", "Intended-READ", "CLEANUP"] {
+        let path = dir.path().join(format!("h-{series}.hdr"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(&format!("#[Logging for: {series}]")), "{text}");
+        let f = HlogFile::read(&path).unwrap();
+        // Untagged, as YCSB's: HistogramLogProcessor reads them with no -tag.
+        assert!(f.intervals.iter().all(|i| i.tag == UNTAGGED), "{series}");
+        // A run of two seconds at least (3000 operations at 1500 a second): an interval
+        // a second, each file from its measurement's first one on.
+        if series != "CLEANUP" {
+            assert!(f.intervals.len() >= 2, "{series}: {} intervals", f.intervals.len());
+        }
+        let mut all = boomkv::bench::measure::new_histogram();
+        for i in &f.intervals {
+            all.add(&i.histogram).unwrap();
+        }
+        // The report's operations and its microseconds: the files hold YCSB's values.
+        assert_eq!(all.len() as f64, num(&r, series, "Operations"), "{series}");
+        assert_eq!(all.max() as f64, num(&r, series, "MaxLatency(us)"), "{series}");
+        assert_eq!(all.min() as f64, num(&r, series, "MinLatency(us)"), "{series}");
+    }
+}
+
 #[test]
 fn merging_one_log_twice_is_refused() {
     let dir = tempfile::tempdir().unwrap();

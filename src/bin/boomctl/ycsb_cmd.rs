@@ -471,6 +471,12 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let (schema, _) = csv_schema(&config, &pcts, existing.as_deref());
         boomkv::bench::report::check_csv_header(csv, &schema).context("--csv")?;
     }
+    if let Some(prefix) = spec.hdr_file_prefix()? {
+        // YCSB's files are made as their measurements appear: ask of the first one's
+        // place now, not after a run.
+        let p = boomkv::bench::hlog::YcsbHdrFiles::path(&prefix, "READ");
+        crate::common::check_writable("hdrhistogram.output.path", &p)?;
+    }
     if a.hdr_log.is_none() {
         if let Some(p) = spec.hdr_file_output()? {
             crate::common::check_writable("hdrhistogram.output.path", &p)?;
@@ -556,6 +562,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         seed,
         progress,
         hlog,
+        hdr_files: spec.hdr_file_prefix()?,
         interval: Duration::from_secs(1),
         status_interval: spec.status_interval()?,
         measurement: spec.measurement_interval()?,

@@ -101,10 +101,22 @@ impl<W: Write> HlogWriter<W> {
     /// Writes the header to `out`: a comment, the format version, `StartTime` and
     /// `BaseTime` (both `start`) and the column legend, as Java's
     /// `HistogramLogWriter` does.
-    pub fn new(mut out: W, start: SystemTime) -> Result<HlogWriter<W>> {
+    pub fn new(out: W, start: SystemTime) -> Result<HlogWriter<W>> {
+        HlogWriter::with_comments(
+            out,
+            start,
+            &[format!("[Logged with boomkv {}; latencies in nanoseconds]", env!("CARGO_PKG_VERSION"))],
+        )
+    }
+
+    /// [`HlogWriter::new`] with `comments` (each `[...]`) for the first lines.
+    fn with_comments(mut out: W, start: SystemTime, comments: &[String]) -> Result<HlogWriter<W>> {
         let mut serializer = V2DeflateSerializer::new();
-        IntervalLogWriterBuilder::new()
-            .add_comment(&format!("[Logged with boomkv {}; latencies in nanoseconds]", env!("CARGO_PKG_VERSION")))
+        let mut builder = IntervalLogWriterBuilder::new();
+        for c in comments {
+            builder.add_comment(c);
+        }
+        builder
             .add_comment(&format!("[Histogram log format version {LOG_FORMAT_VERSION}]"))
             .with_start_time(start)
             .with_base_time(start)
@@ -189,6 +201,80 @@ impl<W: Write> HlogWriter<W> {
     pub fn finish(mut self) -> Result<W> {
         self.out.flush().map_err(io_err)?;
         Ok(self.out)
+    }
+}
+
+/// YCSB's own HdrHistogram logs (`hdrhistogram.fileoutput=true`): one file per
+/// measurement name, `<hdrhistogram.output.path><NAME>.hdr` (`READ.hdr`,
+/// `UPDATE.hdr`, `READ-FAILED.hdr`, `Intended-READ.hdr`, `CLEANUP.hdr`...), as YCSB's
+/// `OneMeasurementHdrHistogram` writes them: untagged intervals of latencies in
+/// **microseconds**, each truncated as YCSB records it, with the header
+/// `[Logging for: NAME]`. So scripts written for YCSB's files read these.
+///
+/// A file is made when its measurement first has a latency (as YCSB makes it with the
+/// measurement); from then on it gets a line every interval, an empty one when the
+/// interval had none. Unlike YCSB, whose intervals are its status lines' (or the whole
+/// run without `-s`), the intervals are those of the run's interval log (1 s), and
+/// every file's `StartTime` and `BaseTime` is the run's start.
+pub struct YcsbHdrFiles {
+    prefix: String,
+    start: SystemTime,
+    files: Vec<(String, HlogWriter<BufWriter<File>>)>,
+}
+
+impl YcsbHdrFiles {
+    /// Files `<prefix><NAME>.hdr`, none made yet; `start` is the run's start.
+    pub fn new(prefix: &str, start: SystemTime) -> YcsbHdrFiles {
+        YcsbHdrFiles { prefix: prefix.to_string(), start, files: Vec::new() }
+    }
+
+    /// The file of measurement `name`.
+    pub fn path(prefix: &str, name: &str) -> PathBuf {
+        PathBuf::from(format!("{prefix}{name}.hdr"))
+    }
+
+    /// Writes one interval: a line in the file of every measurement seen so far (a new
+    /// file for each one `interval` has first).
+    pub fn write_interval(
+        &mut self,
+        interval: &Measurements,
+        interval_start: SystemTime,
+        duration: Duration,
+    ) -> Result<()> {
+        for (name, series) in interval.series() {
+            if series.truncated_us().is_empty() || self.files.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            // Measurement names are the runner's (an operation, a status, a prefix),
+            // never a peer's; still, a name that would leave the prefix's directory is
+            // refused rather than followed.
+            if name.contains('/') || name.contains('\0') {
+                return Err(Error::invalid(format!("`{name}` cannot name an HdrHistogram file")));
+            }
+            let path = YcsbHdrFiles::path(&self.prefix, name);
+            let file = File::create(&path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            let comments = [
+                format!("[Logging for: {name}]"),
+                format!("[Logged with boomkv {}; latencies in microseconds, as YCSB's]", env!("CARGO_PKG_VERSION")),
+            ];
+            self.files
+                .push((name.to_string(), HlogWriter::with_comments(BufWriter::new(file), self.start, &comments)?));
+        }
+        let empty = super::measure::new_histogram();
+        for (name, w) in &mut self.files {
+            let h = interval.get(name).map_or(&empty, |s| s.truncated_us());
+            w.write_line(None, h, interval_start, duration)?;
+            w.out.flush().map_err(io_err)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes every file.
+    pub fn finish(self) -> Result<()> {
+        for (_, w) in self.files {
+            w.finish()?;
+        }
+        Ok(())
     }
 }
 

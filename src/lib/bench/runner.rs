@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::bench::hlog::HlogWriter;
+use crate::bench::hlog::{HlogWriter, YcsbHdrFiles};
 use crate::bench::measure::{MeasurementInterval, Measurements, Status};
 use crate::bench::report::RunInfo;
 use crate::bench::status;
@@ -86,6 +86,9 @@ pub struct RunOptions {
     pub progress: Progress,
     /// Interval log to write.
     pub hlog: Option<PathBuf>,
+    /// YCSB's per-measurement logs to write, `<prefix><NAME>.hdr` (the prefix is
+    /// `hdrhistogram.output.path`; see [`crate::bench::hlog::YcsbHdrFiles`]).
+    pub hdr_files: Option<String>,
     /// Reporting interval of the interval log.
     pub interval: Duration,
     /// Interval of the status lines (YCSB's `status.interval`, default 10 s).
@@ -132,6 +135,7 @@ impl Default for RunOptions {
             seed: 1,
             progress: Progress::Quiet,
             hlog: None,
+            hdr_files: None,
             interval: Duration::from_secs(1),
             status_interval: Duration::from_secs(10),
             measurement: MeasurementInterval::Op,
@@ -409,6 +413,7 @@ fn phases_with<D: Db + 'static>(
         let lo = RunOptions {
             label: "load".into(),
             hlog: None,
+            hdr_files: None,
             target: None,
             duration: None,
             warmup_ops: 0,
@@ -576,6 +581,9 @@ fn phase<D: Db + 'static>(
     let run = RunInfo { runtime, operations: sh.done() };
     if let Some(mut h) = col.hlog {
         h.write_summary(&totals, &run)?;
+        h.finish()?;
+    }
+    if let Some(h) = col.hdr_files {
         h.finish()?;
     }
     let first_error = sh.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
@@ -1016,6 +1024,7 @@ struct Collector<'a> {
     total: u64,
     t0: Instant,
     hlog: Option<HlogWriter<std::io::BufWriter<std::fs::File>>>,
+    hdr_files: Option<YcsbHdrFiles>,
     totals: Measurements,
     interval: Measurements,
     interval_start: SystemTime,
@@ -1039,6 +1048,7 @@ impl<'a> Collector<'a> {
             Some(p) => Some(HlogWriter::create(p, start_measured)?),
             None => None,
         };
+        let hdr_files = opts.hdr_files.as_deref().map(|p| YcsbHdrFiles::new(p, start_measured));
         let timed = opts.duration.filter(|_| total == u64::MAX);
         let bar_len = match timed {
             Some(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
@@ -1054,6 +1064,7 @@ impl<'a> Collector<'a> {
             total,
             t0,
             hlog,
+            hdr_files,
             totals: Measurements::new(opts.measurement),
             interval: Measurements::new(opts.measurement),
             interval_start: start_measured,
@@ -1114,6 +1125,10 @@ impl<'a> Collector<'a> {
     fn close_interval(&mut self) -> Result<()> {
         let now = SystemTime::now();
         if let Some(h) = self.hlog.as_mut() {
+            let len = now.duration_since(self.interval_start).unwrap_or_default();
+            h.write_interval(&self.interval, self.interval_start, len)?;
+        }
+        if let Some(h) = self.hdr_files.as_mut() {
             let len = now.duration_since(self.interval_start).unwrap_or_default();
             h.write_interval(&self.interval, self.interval_start, len)?;
         }

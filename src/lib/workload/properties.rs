@@ -521,16 +521,21 @@ impl WorkloadSpec {
         self.get(names::EXPORT_FILE).filter(|v| !v.trim().is_empty()).map(|v| PathBuf::from(v.trim()))
     }
 
-    /// The interval log that `hdrhistogram.fileoutput=true` asks for:
-    /// `<hdrhistogram.output.path>ycsb.hlog` (YCSB writes one file per operation,
-    /// `<path><OP>.hdr`; boomkv writes one log with every operation tagged by name and
-    /// an untagged total, which HdrHistogram's tools read by default).
-    pub fn hdr_file_output(&self) -> Result<Option<PathBuf>> {
+    /// The prefix of the files `hdrhistogram.fileoutput=true` asks for
+    /// (`hdrhistogram.output.path`, default none): YCSB's one file per measurement,
+    /// `<prefix><NAME>.hdr` (see `bench::hlog::YcsbHdrFiles`).
+    pub fn hdr_file_prefix(&self) -> Result<Option<String>> {
         if !self.get_bool(names::HDR_FILE_OUTPUT, false)? {
             return Ok(None);
         }
-        let prefix = self.get_str(names::HDR_OUTPUT_PATH, "");
-        Ok(Some(PathBuf::from(format!("{prefix}ycsb.hlog"))))
+        Ok(Some(self.get_str(names::HDR_OUTPUT_PATH, "").to_string()))
+    }
+
+    /// The interval log that `hdrhistogram.fileoutput=true` asks for besides YCSB's
+    /// files: `<hdrhistogram.output.path>ycsb.hlog`, one log with every operation
+    /// tagged by name (nanoseconds) and an untagged total, which `--merge` reads.
+    pub fn hdr_file_output(&self) -> Result<Option<PathBuf>> {
+        Ok(self.hdr_file_prefix()?.map(|prefix| PathBuf::from(format!("{prefix}ycsb.hlog"))))
     }
 
     /// `boomkv.seed`, if set.
@@ -897,6 +902,7 @@ mod tests {
         assert!(!spec.do_transactions().unwrap());
         assert_eq!(spec.export_file(), Some(PathBuf::from("/tmp/out.txt")));
         assert_eq!(spec.hdr_file_output().unwrap(), Some(PathBuf::from("/tmp/h-ycsb.hlog")));
+        assert_eq!(spec.hdr_file_prefix().unwrap().as_deref(), Some("/tmp/h-"));
 
         let mut other = WorkloadSpec::from_mix('a').unwrap();
         for kv in [
@@ -916,6 +922,7 @@ mod tests {
         assert!(other.status_interval().is_err());
         assert!(other.do_transactions().unwrap());
         assert_eq!(other.hdr_file_output().unwrap(), None);
+        assert_eq!(other.hdr_file_prefix().unwrap(), None);
     }
 
     #[test]
