@@ -859,7 +859,7 @@ fn hdr_file_output_writes_ycsbs_file_per_measurement() {
         "--records",
         "100",
         "--ops",
-        "3000",
+        "6000",
         "--target",
         "1500",
         "-p",
@@ -884,7 +884,7 @@ fn hdr_file_output_writes_ycsbs_file_per_measurement() {
         let f = HlogFile::read(&path).unwrap();
         // Untagged, as YCSB's: HistogramLogProcessor reads them with no -tag.
         assert!(f.intervals.iter().all(|i| i.tag == UNTAGGED), "{series}");
-        // A run of two seconds at least (3000 operations at 1500 a second): an interval
+        // A run of four seconds at least (6000 operations at 1500 a second): an interval
         // a second, each file from its measurement's first one on.
         if series != "CLEANUP" {
             assert!(f.intervals.len() >= 2, "{series}: {} intervals", f.intervals.len());
@@ -898,6 +898,32 @@ fn hdr_file_output_writes_ycsbs_file_per_measurement() {
         assert_eq!(all.max() as f64, num(&r, series, "MaxLatency(us)"), "{series}");
         assert_eq!(all.min() as f64, num(&r, series, "MinLatency(us)"), "{series}");
     }
+
+    // A file that cannot be made mid-run (here a directory in UPDATE's place) stops the
+    // files, not the run: the report is whole, and the exit says which file and why.
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("{}/h-", dir.path().display());
+    std::fs::create_dir(dir.path().join("h-UPDATE.hdr")).unwrap();
+    let args = ["ycsb", "--mix", "a", "--quiet", "--records", "100", "--ops", "2000"];
+    let out = boomctl()
+        .args(args)
+        .args(["-p", "hdrhistogram.fileoutput=true", "-p", &format!("hdrhistogram.output.path={prefix}")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("h-UPDATE.hdr") && err.contains("the report above is whole"), "{err}");
+    assert!(num(&rows(&out.stdout), "READ", "Operations") > 0.0, "{err}");
+    // And a prefix in no directory is refused before anything runs.
+    let out = boomctl()
+        .args(args)
+        .args(["-p", "hdrhistogram.fileoutput=true", "-p", "hdrhistogram.output.path=/nonexistent-dir/h-"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("hdrhistogram.output.path") && err.contains("cannot write there"), "{err}");
+    assert!(out.stdout.is_empty());
 }
 
 #[test]

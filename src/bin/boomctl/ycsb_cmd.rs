@@ -612,6 +612,9 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             );
         }
     }
+    if let Some(e) = &result.hdr_files_error {
+        bail!("hdrhistogram.fileoutput: {e}; the .hdr files stop there (the report above is whole)");
+    }
     Ok(())
 }
 

@@ -57,7 +57,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag};
-use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
+use hdrhistogram::serialization::{Deserializer, Serializer as _, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 use super::measure::{MeasurementInterval, Measurements, Status, INTENDED_PREFIX};
@@ -83,6 +83,10 @@ pub struct HlogWriter<W: Write> {
     out: W,
     serializer: V2DeflateSerializer,
     base: SystemTime,
+    /// What each interval's maximum is divided by on its line.
+    max_divisor: f64,
+    /// The last interval's encoding (kept for its allocation).
+    encoded: Vec<u8>,
 }
 
 impl HlogWriter<BufWriter<File>> {
@@ -106,11 +110,15 @@ impl<W: Write> HlogWriter<W> {
             out,
             start,
             &[format!("[Logged with boomkv {}; latencies in nanoseconds]", env!("CARGO_PKG_VERSION"))],
+            1.0,
         )
     }
 
-    /// [`HlogWriter::new`] with `comments` (each `[...]`) for the first lines.
-    fn with_comments(mut out: W, start: SystemTime, comments: &[String]) -> Result<HlogWriter<W>> {
+    /// [`HlogWriter::new`] with `comments` (each `[...]`) for the first lines, and
+    /// each interval's maximum written divided by `max_divisor` (Java's
+    /// `HistogramLogWriter` divides by 10^6 unless told otherwise; the histograms
+    /// themselves are whole either way).
+    fn with_comments(mut out: W, start: SystemTime, comments: &[String], max_divisor: f64) -> Result<HlogWriter<W>> {
         let mut serializer = V2DeflateSerializer::new();
         let mut builder = IntervalLogWriterBuilder::new();
         for c in comments {
@@ -120,11 +128,12 @@ impl<W: Write> HlogWriter<W> {
             .add_comment(&format!("[Histogram log format version {LOG_FORMAT_VERSION}]"))
             .with_start_time(start)
             .with_base_time(start)
+            .with_max_value_divisor(max_divisor)
             .begin_log_with(&mut out, &mut serializer)
             .map_err(io_err)?;
         out.write_all(b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n")
             .map_err(io_err)?;
-        Ok(HlogWriter { out, serializer, base: start })
+        Ok(HlogWriter { out, serializer, base: start, max_divisor, encoded: Vec::new() })
     }
 
     /// Writes one interval histogram (nanoseconds) tagged `tag`.
@@ -149,12 +158,24 @@ impl<W: Write> HlogWriter<W> {
         duration: Duration,
     ) -> Result<()> {
         let offset = interval_start.duration_since(self.base).unwrap_or(Duration::ZERO);
-        // A builder without headers writes nothing; it only lends us the crate's line writer.
-        let mut writer =
-            IntervalLogWriterBuilder::new().begin_log_with(&mut self.out, &mut self.serializer).map_err(io_err)?;
-        writer
-            .write_histogram(histogram, offset, duration, tag)
-            .map_err(|e| Error::invalid(format!("writing HdrHistogram log interval: {e}")))
+        // The line as the crate's (and Java's) writer makes it: `[Tag=T,]start,length,
+        // max,histogram`, seconds with three decimals, the histogram in the crate's V2
+        // compressed encoding, base64. Written here, not by the crate's line writer,
+        // which cannot divide the maximum without a header comment on every line.
+        self.encoded.clear();
+        self.serializer
+            .serialize(histogram, &mut self.encoded)
+            .map_err(|e| Error::invalid(format!("encoding an HdrHistogram interval: {e:?}")))?;
+        let tag = tag.map(|t| format!("Tag={},", t.as_str())).unwrap_or_default();
+        writeln!(
+            self.out,
+            "{tag}{:.3},{:.3},{:.3},{}",
+            offset.as_secs_f64(),
+            duration.as_secs_f64(),
+            histogram.max() as f64 / self.max_divisor,
+            base64::engine::general_purpose::STANDARD.encode(&self.encoded)
+        )
+        .map_err(io_err)
     }
 
     /// Writes every non-empty series of `interval` (one line per series).
@@ -211,16 +232,30 @@ impl<W: Write> HlogWriter<W> {
 /// **microseconds**, each truncated as YCSB records it, with the header
 /// `[Logging for: NAME]`. So scripts written for YCSB's files read these.
 ///
-/// A file is made when its measurement first has a latency (as YCSB makes it with the
-/// measurement); from then on it gets a line every interval, an empty one when the
-/// interval had none. Unlike YCSB, whose intervals are its status lines' (or the whole
-/// run without `-s`), the intervals are those of the run's interval log (1 s), and
-/// every file's `StartTime` and `BaseTime` is the run's start.
+/// Each line's `Interval_Max` is the maximum divided by 10^6, as Java's writer puts it
+/// by default (the histogram itself holds whole microseconds).
+///
+/// A file is made when its measurement first has a latency (YCSB makes it when the
+/// measurement is first recorded, which for a status without a latency is sooner);
+/// from then on it gets a line every interval, an empty one when the interval had
+/// none. Unlike YCSB, whose intervals are its status lines' (or the whole run without
+/// `-s`), the intervals are those of the run's interval log (1 s), and every file's
+/// `StartTime` and `BaseTime` is the run's start.
 pub struct YcsbHdrFiles {
     prefix: String,
     start: SystemTime,
-    files: Vec<(String, HlogWriter<BufWriter<File>>)>,
+    files: Vec<HdrFile>,
 }
+
+/// One measurement's file.
+struct HdrFile {
+    name: String,
+    path: PathBuf,
+    log: HlogWriter<BufWriter<File>>,
+}
+
+/// What Java's `HistogramLogWriter` divides an interval's maximum by by default.
+const JAVA_MAX_DIVISOR: f64 = 1_000_000.0;
 
 impl YcsbHdrFiles {
     /// Files `<prefix><NAME>.hdr`, none made yet; `start` is the run's start.
@@ -242,7 +277,7 @@ impl YcsbHdrFiles {
         duration: Duration,
     ) -> Result<()> {
         for (name, series) in interval.series() {
-            if series.truncated_us().is_empty() || self.files.iter().any(|(n, _)| n == name) {
+            if series.truncated_us().is_empty() || self.files.iter().any(|f| f.name == name) {
                 continue;
             }
             // Measurement names are the runner's (an operation, a status, a prefix),
@@ -257,25 +292,32 @@ impl YcsbHdrFiles {
                 format!("[Logging for: {name}]"),
                 format!("[Logged with boomkv {}; latencies in microseconds, as YCSB's]", env!("CARGO_PKG_VERSION")),
             ];
-            self.files
-                .push((name.to_string(), HlogWriter::with_comments(BufWriter::new(file), self.start, &comments)?));
+            let log = HlogWriter::with_comments(BufWriter::new(file), self.start, &comments, JAVA_MAX_DIVISOR)
+                .map_err(|e| at(&path, e))?;
+            self.files.push(HdrFile { name: name.to_string(), path, log });
         }
         let empty = super::measure::new_histogram();
-        for (name, w) in &mut self.files {
-            let h = interval.get(name).map_or(&empty, |s| s.truncated_us());
-            w.write_line(None, h, interval_start, duration)?;
-            w.out.flush().map_err(io_err)?;
+        for f in &mut self.files {
+            let h = interval.get(&f.name).map_or(&empty, |s| s.truncated_us());
+            f.log.write_line(None, h, interval_start, duration).map_err(|e| at(&f.path, e))?;
+            // On disk as the run goes, as the interval log.
+            f.log.out.flush().map_err(io_err).map_err(|e| at(&f.path, e))?;
         }
         Ok(())
     }
 
     /// Flushes every file.
     pub fn finish(self) -> Result<()> {
-        for (_, w) in self.files {
-            w.finish()?;
+        for f in self.files {
+            f.log.finish().map_err(|e| at(&f.path, e))?;
         }
         Ok(())
     }
+}
+
+/// `e`, said of the file at `path`.
+fn at(path: &Path, e: Error) -> Error {
+    Error::invalid(format!("{}: {e}", path.display()))
 }
 
 /// One interval read back from a log.
@@ -545,6 +587,55 @@ pub fn epoch(t: SystemTime) -> Duration {
 mod tests {
     use super::*;
     use crate::bench::report::ycsb_text;
+
+    #[test]
+    fn ycsb_files_are_one_per_measurement_in_microseconds_from_its_first_interval_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("{}/r-", dir.path().display());
+        let start = SystemTime::now();
+        let mut files = YcsbHdrFiles::new(&prefix, start);
+        let mut first = Measurements::new(MeasurementInterval::Op);
+        first.record("READ", Duration::from_nanos(5_999), Status::Ok);
+        first.record("READ", Duration::from_micros(1_700), Status::Ok);
+        files.write_interval(&first, start, Duration::from_secs(1)).unwrap();
+        let mut second = Measurements::new(MeasurementInterval::Op);
+        second.record("UPDATE", Duration::from_micros(9), Status::Ok);
+        files.write_interval(&second, start + Duration::from_secs(1), Duration::from_secs(1)).unwrap();
+        files.finish().unwrap();
+
+        let read = std::fs::read_to_string(YcsbHdrFiles::path(&prefix, "READ")).unwrap();
+        assert!(read.starts_with("#[Logging for: READ]\n"), "{read}");
+        // Java's writer puts the maximum in units of 10^6 (here seconds): 1700 us.
+        let lines: Vec<&str> = read.lines().filter(|l| !l.starts_with('#') && !l.starts_with('"')).collect();
+        assert_eq!(lines.len(), 2, "{read}");
+        assert!(lines[0].starts_with("0.000,1.000,0.002,"), "{read}");
+        assert!(lines[1].starts_with("1.000,1.000,0.000,"), "{read}");
+        let f = HlogFile::read(&YcsbHdrFiles::path(&prefix, "READ")).unwrap();
+        assert!(f.intervals.iter().all(|i| i.tag == UNTAGGED));
+        // Whole microseconds, truncated as YCSB's: 5999 ns is 5 us.
+        assert_eq!(f.intervals[0].histogram.len(), 2);
+        assert_eq!(f.intervals[0].histogram.min(), 5);
+        assert_eq!(f.intervals[0].histogram.max(), f.intervals[0].histogram.highest_equivalent(1_700));
+        assert!(f.intervals[1].histogram.is_empty());
+        // UPDATE's file begins with its first latency, in the second interval.
+        let update = HlogFile::read(&YcsbHdrFiles::path(&prefix, "UPDATE")).unwrap();
+        assert_eq!(update.intervals.len(), 1);
+        assert_eq!(update.intervals[0].histogram.max(), 9);
+    }
+
+    #[test]
+    fn a_ycsb_file_that_cannot_be_made_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("{}/r-", dir.path().display());
+        // A directory where UPDATE's file would go (which stops root too).
+        std::fs::create_dir(YcsbHdrFiles::path(&prefix, "UPDATE")).unwrap();
+        let start = SystemTime::now();
+        let mut files = YcsbHdrFiles::new(&prefix, start);
+        let mut m = Measurements::new(MeasurementInterval::Op);
+        m.record("UPDATE", Duration::from_micros(9), Status::Ok);
+        let e = files.write_interval(&m, start, Duration::from_secs(1)).unwrap_err().to_string();
+        assert!(e.contains("r-UPDATE.hdr"), "{e}");
+    }
 
     #[test]
     fn absurd_times_in_an_edited_log_are_no_panic() {

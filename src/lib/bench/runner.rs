@@ -162,6 +162,10 @@ pub struct RunResult {
     /// What boomkv's clients counted during the phase (warm-up excluded), summed over
     /// the threads; `None` for a store whose binding counts nothing (Redis).
     pub client: Option<ClientCounters>,
+    /// Why YCSB's per-measurement files ([`RunOptions::hdr_files`]) stopped: they are
+    /// written as the run goes, and one that cannot be (a full disk) ends them, not
+    /// the run, whose measurements are whole.
+    pub hdr_files_error: Option<Error>,
 }
 
 /// A source of values: a fixed random buffer, sliced.
@@ -583,12 +587,20 @@ fn phase<D: Db + 'static>(
         h.write_summary(&totals, &run)?;
         h.finish()?;
     }
-    if let Some(h) = col.hdr_files {
-        h.finish()?;
+    let mut hdr_files_error = col.hdr_error;
+    if let Some(Err(e)) = col.hdr_files.map(YcsbHdrFiles::finish) {
+        hdr_files_error.get_or_insert(e);
     }
     let first_error = sh.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     let client = sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-    Ok(RunResult { measurements: totals, run, errors: sh.errors.load(Ordering::Relaxed), first_error, client })
+    Ok(RunResult {
+        measurements: totals,
+        run,
+        errors: sh.errors.load(Ordering::Relaxed),
+        first_error,
+        client,
+        hdr_files_error,
+    })
 }
 
 /// Connects every client first, so connection set-up is not measured, and refuses a
@@ -1025,6 +1037,8 @@ struct Collector<'a> {
     t0: Instant,
     hlog: Option<HlogWriter<std::io::BufWriter<std::fs::File>>>,
     hdr_files: Option<YcsbHdrFiles>,
+    /// Why `hdr_files` stopped, if they did.
+    hdr_error: Option<Error>,
     totals: Measurements,
     interval: Measurements,
     interval_start: SystemTime,
@@ -1065,6 +1079,7 @@ impl<'a> Collector<'a> {
             t0,
             hlog,
             hdr_files,
+            hdr_error: None,
             totals: Measurements::new(opts.measurement),
             interval: Measurements::new(opts.measurement),
             interval_start: start_measured,
@@ -1130,7 +1145,12 @@ impl<'a> Collector<'a> {
         }
         if let Some(h) = self.hdr_files.as_mut() {
             let len = now.duration_since(self.interval_start).unwrap_or_default();
-            h.write_interval(&self.interval, self.interval_start, len)?;
+            if let Err(e) = h.write_interval(&self.interval, self.interval_start, len) {
+                // Files the run writes beside its report: not worth the run's
+                // measurements. They stop here; the caller says why after the report.
+                self.hdr_files = None;
+                self.hdr_error.get_or_insert(e);
+            }
         }
         self.totals.merge(&self.interval.take())?;
         self.interval_start = now;

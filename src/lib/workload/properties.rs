@@ -39,9 +39,10 @@ pub mod names {
     pub const DO_TRANSACTIONS: &str = "dotransactions";
     /// File for the text report.
     pub const EXPORT_FILE: &str = "exportfile";
-    /// Write an HdrHistogram interval log.
+    /// Write YCSB's HdrHistogram log per measurement (`<path><NAME>.hdr`), and
+    /// boomkv's tagged `<path>ycsb.hlog`.
     pub const HDR_FILE_OUTPUT: &str = "hdrhistogram.fileoutput";
-    /// Prefix of the interval log's path.
+    /// Prefix of those files' paths (a directory ends in `/`).
     pub const HDR_OUTPUT_PATH: &str = "hdrhistogram.output.path";
     /// YCSB `recordcount`.
     pub const RECORD_COUNT: &str = "recordcount";
