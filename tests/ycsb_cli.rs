@@ -900,7 +900,8 @@ fn hdr_file_output_writes_ycsbs_file_per_measurement() {
     }
 
     // A file that cannot be made mid-run (here a directory in UPDATE's place) stops the
-    // files, not the run: the report is whole, and the exit says which file and why.
+    // files, not the run (it once ended the run with no report): the report is whole,
+    // and the exit says which file and why.
     let dir = tempfile::tempdir().unwrap();
     let prefix = format!("{}/h-", dir.path().display());
     std::fs::create_dir(dir.path().join("h-UPDATE.hdr")).unwrap();
@@ -913,6 +914,12 @@ fn hdr_file_output_writes_ycsbs_file_per_measurement() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("h-UPDATE.hdr") && err.contains("the report above is whole"), "{err}");
+    assert!(num(&rows(&out.stdout), "READ", "Operations") > 0.0, "{err}");
+    // The same for boomkv's own log on a full disk: the report, then the error.
+    let out = boomctl().args(args).args(["--hdr-log", "/dev/full"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("/dev/full") && err.contains("the report above is whole"), "{err}");
     assert!(num(&rows(&out.stdout), "READ", "Operations") > 0.0, "{err}");
     // And a prefix in no directory is refused before anything runs.
     let out = boomctl()

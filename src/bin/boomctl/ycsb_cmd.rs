@@ -571,6 +571,8 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         bars: None,
         client_cpus: None,
         colocated: false,
+        // A full disk under --hdr-log or the .hdr files costs the log, not the report.
+        logs_may_stop: true,
     };
     let ta = &a.target_args;
     let layout = if ta.server.is_none() && ta.db.is_none() {
@@ -612,8 +614,8 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if let Some(e) = &result.hdr_files_error {
-        bail!("hdrhistogram.fileoutput: {e}; the .hdr files stop there (the report above is whole)");
+    if let Some(e) = &result.log_error {
+        bail!("{e}: the log stops there (the report above is whole)");
     }
     Ok(())
 }

@@ -112,6 +112,11 @@ pub struct RunOptions {
     /// store that does not say leaves the thread unpinned), and waits yielding it
     /// ([`crate::transport::set_colocated_wait`]).
     pub colocated: bool,
+    /// A log written as the run goes (`hlog`, `hdr_files`) that cannot be (a full
+    /// disk) stops, and the phase goes on and hands back its measurements with the
+    /// failure in [`RunResult::log_error`]. Otherwise (the default) the phase still
+    /// runs to its end, then fails with that error.
+    pub logs_may_stop: bool,
 }
 
 impl RunOptions {
@@ -144,6 +149,7 @@ impl Default for RunOptions {
             bars: None,
             client_cpus: None,
             colocated: false,
+            logs_may_stop: false,
         }
     }
 }
@@ -162,10 +168,11 @@ pub struct RunResult {
     /// What boomkv's clients counted during the phase (warm-up excluded), summed over
     /// the threads; `None` for a store whose binding counts nothing (Redis).
     pub client: Option<ClientCounters>,
-    /// Why YCSB's per-measurement files ([`RunOptions::hdr_files`]) stopped: they are
-    /// written as the run goes, and one that cannot be (a full disk) ends them, not
-    /// the run, whose measurements are whole.
-    pub hdr_files_error: Option<Error>,
+    /// Why a log written as the run goes ([`RunOptions::hlog`],
+    /// [`RunOptions::hdr_files`]) stopped, the first failure, under
+    /// [`RunOptions::logs_may_stop`]: that log stops, not the run, whose measurements
+    /// are whole.
+    pub log_error: Option<Error>,
 }
 
 /// A source of values: a fixed random buffer, sliced.
@@ -583,13 +590,17 @@ fn phase<D: Db + 'static>(
     }
     let runtime = sh.runtime().unwrap_or(collected);
     let run = RunInfo { runtime, operations: sh.done() };
+    let mut log_error = col.log_error;
     if let Some(mut h) = col.hlog {
-        h.write_summary(&totals, &run)?;
-        h.finish()?;
+        if let Err(e) = h.write_summary(&totals, &run).and_then(|()| h.finish().map(drop)) {
+            log_error.get_or_insert(hlog_error(opts, e));
+        }
     }
-    let mut hdr_files_error = col.hdr_error;
     if let Some(Err(e)) = col.hdr_files.map(YcsbHdrFiles::finish) {
-        hdr_files_error.get_or_insert(e);
+        log_error.get_or_insert(e);
+    }
+    if let Some(e) = log_error.take_if(|_| !opts.logs_may_stop) {
+        return Err(e);
     }
     let first_error = sh.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     let client = sh.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
@@ -599,8 +610,16 @@ fn phase<D: Db + 'static>(
         errors: sh.errors.load(Ordering::Relaxed),
         first_error,
         client,
-        hdr_files_error,
+        log_error,
     })
+}
+
+/// `e`, a failure of the interval log, said of its file.
+fn hlog_error(opts: &RunOptions, e: Error) -> Error {
+    match &opts.hlog {
+        Some(p) => Error::invalid(format!("{}: {e}", p.display())),
+        None => e,
+    }
 }
 
 /// Connects every client first, so connection set-up is not measured, and refuses a
@@ -1037,8 +1056,8 @@ struct Collector<'a> {
     t0: Instant,
     hlog: Option<HlogWriter<std::io::BufWriter<std::fs::File>>>,
     hdr_files: Option<YcsbHdrFiles>,
-    /// Why `hdr_files` stopped, if they did.
-    hdr_error: Option<Error>,
+    /// Why `hlog` or `hdr_files` stopped, if one did (the first failure).
+    log_error: Option<Error>,
     totals: Measurements,
     interval: Measurements,
     interval_start: SystemTime,
@@ -1079,7 +1098,7 @@ impl<'a> Collector<'a> {
             t0,
             hlog,
             hdr_files,
-            hdr_error: None,
+            log_error: None,
             totals: Measurements::new(opts.measurement),
             interval: Measurements::new(opts.measurement),
             interval_start: start_measured,
@@ -1139,17 +1158,19 @@ impl<'a> Collector<'a> {
     /// Writes the current interval to the HdrHistogram log and adds it to the totals.
     fn close_interval(&mut self) -> Result<()> {
         let now = SystemTime::now();
+        let len = now.duration_since(self.interval_start).unwrap_or_default();
+        // Logs written beside the run are not worth its measurements: one that cannot
+        // be written stops, and the phase says why at its end.
         if let Some(h) = self.hlog.as_mut() {
-            let len = now.duration_since(self.interval_start).unwrap_or_default();
-            h.write_interval(&self.interval, self.interval_start, len)?;
+            if let Err(e) = h.write_interval(&self.interval, self.interval_start, len) {
+                self.hlog = None;
+                self.log_error.get_or_insert(hlog_error(self.opts, e));
+            }
         }
         if let Some(h) = self.hdr_files.as_mut() {
-            let len = now.duration_since(self.interval_start).unwrap_or_default();
             if let Err(e) = h.write_interval(&self.interval, self.interval_start, len) {
-                // Files the run writes beside its report: not worth the run's
-                // measurements. They stop here; the caller says why after the report.
                 self.hdr_files = None;
-                self.hdr_error.get_or_insert(e);
+                self.log_error.get_or_insert(e);
             }
         }
         self.totals.merge(&self.interval.take())?;
