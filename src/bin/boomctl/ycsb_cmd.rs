@@ -471,10 +471,11 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let (schema, _) = csv_schema(&config, &pcts, existing.as_deref());
         boomkv::bench::report::check_csv_header(csv, &schema).context("--csv")?;
     }
-    if let Some(prefix) = spec.hdr_file_prefix()? {
+    let hdr_files = spec.hdr_file_prefix()?;
+    if let Some(prefix) = &hdr_files {
         // YCSB's files are made as their measurements appear: ask of the first one's
         // place now, not after a run.
-        let p = boomkv::bench::hlog::YcsbHdrFiles::path(&prefix, "READ");
+        let p = boomkv::bench::hlog::YcsbHdrFiles::path(prefix, "READ");
         crate::common::check_writable("hdrhistogram.output.path", &p)?;
     }
     if a.hdr_log.is_none() {
@@ -562,7 +563,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         seed,
         progress,
         hlog,
-        hdr_files: spec.hdr_file_prefix()?,
+        hdr_files,
         interval: Duration::from_secs(1),
         status_interval: spec.status_interval()?,
         measurement: spec.measurement_interval()?,

@@ -201,6 +201,10 @@ impl<W: Write> HlogWriter<W> {
         }
         // On disk as the run goes (one write per interval): a run that is stopped, or
         // killed, leaves the intervals it measured, and a reader can follow it.
+        self.flush()
+    }
+
+    fn flush(&mut self) -> Result<()> {
         self.out.flush().map_err(io_err)
     }
 
@@ -220,7 +224,7 @@ impl<W: Write> HlogWriter<W> {
 
     /// Flushes and returns the underlying writer.
     pub fn finish(mut self) -> Result<W> {
-        self.out.flush().map_err(io_err)?;
+        self.flush()?;
         Ok(self.out)
     }
 }
@@ -293,15 +297,17 @@ impl YcsbHdrFiles {
                 format!("[Logged with boomkv {}; latencies in microseconds, as YCSB's]", env!("CARGO_PKG_VERSION")),
             ];
             let log = HlogWriter::with_comments(BufWriter::new(file), self.start, &comments, JAVA_MAX_DIVISOR)
-                .map_err(|e| at(&path, e))?;
+                .map_err(|e| said_of(&path, e))?;
             self.files.push(HdrFile { name: name.to_string(), path, log });
         }
         let empty = super::measure::new_histogram();
         for f in &mut self.files {
             let h = interval.get(&f.name).map_or(&empty, |s| s.truncated_us());
-            f.log.write_line(None, h, interval_start, duration).map_err(|e| at(&f.path, e))?;
             // On disk as the run goes, as the interval log.
-            f.log.out.flush().map_err(io_err).map_err(|e| at(&f.path, e))?;
+            f.log
+                .write_line(None, h, interval_start, duration)
+                .and_then(|()| f.log.flush())
+                .map_err(|e| said_of(&f.path, e))?;
         }
         Ok(())
     }
@@ -309,14 +315,14 @@ impl YcsbHdrFiles {
     /// Flushes every file.
     pub fn finish(self) -> Result<()> {
         for f in self.files {
-            f.log.finish().map_err(|e| at(&f.path, e))?;
+            f.log.finish().map_err(|e| said_of(&f.path, e))?;
         }
         Ok(())
     }
 }
 
-/// `e`, said of the file at `path`.
-fn at(path: &Path, e: Error) -> Error {
+/// `e`, a failure of the log at `path`, said of that file.
+pub(crate) fn said_of(path: &Path, e: Error) -> Error {
     Error::invalid(format!("{}: {e}", path.display()))
 }
 

@@ -617,7 +617,7 @@ fn phase<D: Db + 'static>(
 /// `e`, a failure of the interval log, said of its file.
 fn hlog_error(opts: &RunOptions, e: Error) -> Error {
     match &opts.hlog {
-        Some(p) => Error::invalid(format!("{}: {e}", p.display())),
+        Some(p) => crate::bench::hlog::said_of(p, e),
         None => e,
     }
 }
