@@ -934,6 +934,77 @@ fn hdr_file_output_writes_ycsbs_file_per_measurement() {
 }
 
 #[test]
+fn an_output_that_a_measurement_file_would_overwrite_is_refused_before_the_run() {
+    // --csv, --json, exportfile or the tagged log naming one of YCSB's per-measurement
+    // files (or the tagged log itself) was written over during the run, or wrote over it.
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("{}/h-", dir.path().display());
+    let hdr = [
+        "-p".to_string(),
+        "hdrhistogram.fileoutput=true".into(),
+        "-p".into(),
+        format!("hdrhistogram.output.path={prefix}"),
+    ];
+    let base = ["ycsb", "--mix", "a", "--quiet", "--records", "50", "--ops", "100"];
+    let refused = |output: &[&str], needle: &str| {
+        let out = boomctl().args(base).args(&hdr).args(output).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{output:?}: {err}");
+        assert!(err.contains(needle), "{output:?}: {err}");
+        assert!(out.stdout.is_empty(), "{output:?}: ran");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{output:?}: {left:?}");
+    };
+    let csv = format!("{prefix}READ.hdr");
+    refused(&["--csv", &csv], "is the file hdrhistogram.fileoutput writes READ's latencies to");
+    // Through another spelling of the directory, and a failure series of an intended one.
+    let json = format!(
+        "{}/../{}/h-Intended-UPDATE-NOT_FOUND.hdr",
+        dir.path().display(),
+        dir.path().file_name().unwrap().to_str().unwrap()
+    );
+    refused(&["--json", &json], "writes Intended-UPDATE-NOT_FOUND's latencies to");
+    refused(&["-p", &format!("exportfile={prefix}CLEANUP.hdr")], "exportfile");
+    refused(&["--csv", &format!("{prefix}ycsb.hlog")], "--csv and hdrhistogram.output.path name the same file");
+    // A .hdr name no measurement takes is an ordinary output.
+    let notes = format!("{prefix}notes.hdr");
+    let out = boomctl().args(base).args(&hdr).args(["--json", &notes]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_to_string(&notes).unwrap().starts_with('{'));
+
+    // A directory that takes no new file, but holds a writable READ.hdr, passed the check
+    // before the run (it tried READ.hdr alone). Root writes through permissions, so the
+    // directory is made immutable, where the file system lets `chattr` do that.
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::write(ro.join("h-READ.hdr"), b"").unwrap();
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&ro).status().is_ok_and(|s| s.success());
+    struct Mutable<F: Fn(&str) -> bool>(F);
+    impl<F: Fn(&str) -> bool> Drop for Mutable<F> {
+        fn drop(&mut self) {
+            (self.0)("-i");
+        }
+    }
+    if chattr("+i") {
+        let _undo = Mutable(chattr);
+        let prefix = format!("hdrhistogram.output.path={}/h-", ro.display());
+        // The tagged log elsewhere: it is checked first, and would be refused first.
+        let log = dir.path().join("tagged.hlog");
+        let out = boomctl()
+            .args(base)
+            .args(["-p", "hdrhistogram.fileoutput=true", "-p", &prefix, "--hdr-log", log.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("no new file can be made there"), "{err}");
+        assert!(out.stdout.is_empty());
+    } else {
+        eprintln!("chattr +i refused here: the read-only directory case is not checked");
+    }
+}
+
+#[test]
 fn merging_one_log_twice_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("r.hlog");

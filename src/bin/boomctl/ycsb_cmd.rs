@@ -451,7 +451,16 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     }
     // Before the run, not after it: a typo in a path must not cost the run.
     let export = spec.export_file();
-    let outputs = [("--csv", &a.csv), ("--json", &a.json), ("--hdr-log", &a.hdr_log), ("exportfile", &export)];
+    let hdr_files = spec.hdr_file_prefix()?;
+    // hdrhistogram.fileoutput's tagged log, unless --hdr-log takes its place.
+    let hdr_file_log = if a.hdr_log.is_none() { spec.hdr_file_output()? } else { None };
+    let outputs = [
+        ("--csv", &a.csv),
+        ("--json", &a.json),
+        ("--hdr-log", &a.hdr_log),
+        ("exportfile", &export),
+        ("hdrhistogram.output.path", &hdr_file_log),
+    ];
     for (i, (what, p)) in outputs.iter().enumerate() {
         if let Some(p) = p {
             crate::common::check_writable(what, p)?;
@@ -460,6 +469,19 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
                 outputs[i + 1..].iter().find(|(_, q)| q.as_ref().is_some_and(|q| crate::common::same_file(p, q)))
             {
                 bail!("{what} and {other} name the same file {}: one would overwrite the other", p.display());
+            }
+            // Or one of YCSB's per-measurement files, made during the run.
+            let measurement = |prefix: &String| {
+                let name = p.file_name()?.to_str()?;
+                let m = boomkv::bench::hlog::YcsbHdrFiles::measurement_of(prefix, name)?;
+                crate::common::same_file(p, &boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &m)).then_some(m)
+            };
+            if let Some(m) = hdr_files.as_ref().and_then(measurement) {
+                bail!(
+                    "{what} {} is the file hdrhistogram.fileoutput writes {m}'s latencies to: one would overwrite \
+                     the other",
+                    p.display()
+                );
             }
         }
     }
@@ -471,16 +493,20 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let (schema, _) = csv_schema(&config, &pcts, existing.as_deref());
         boomkv::bench::report::check_csv_header(csv, &schema).context("--csv")?;
     }
-    let hdr_files = spec.hdr_file_prefix()?;
     if let Some(prefix) = &hdr_files {
-        // YCSB's files are made as their measurements appear: ask of the first one's
-        // place now, not after a run.
+        // YCSB's files are made as their measurements appear: ask of their place now,
+        // not after a run. READ.hdr may be there already, and writable, in a directory
+        // that takes no new file: a name that is not there asks that too.
         let p = boomkv::bench::hlog::YcsbHdrFiles::path(prefix, "READ");
         crate::common::check_writable("hdrhistogram.output.path", &p)?;
-    }
-    if a.hdr_log.is_none() {
-        if let Some(p) = spec.hdr_file_output()? {
-            crate::common::check_writable("hdrhistogram.output.path", &p)?;
+        let probe = boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &format!(".boomctl-{}", std::process::id()));
+        if !probe.exists() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)
+                .with_context(|| format!("hdrhistogram.output.path {prefix}: no new file can be made there"))?;
+            let _ = std::fs::remove_file(&probe);
         }
     }
     let cfg = w.config().clone();

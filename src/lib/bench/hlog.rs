@@ -272,6 +272,25 @@ impl YcsbHdrFiles {
         PathBuf::from(format!("{prefix}{name}.hdr"))
     }
 
+    /// The measurement whose file `<prefix><NAME>.hdr` would be `file_name` (a file
+    /// name, no directory), if a run can record one so named: `[Intended-]OP[-STATUS]`
+    /// for an operation the runner measures (`READ`, `UPDATE`, `INSERT`, `SCAN`,
+    /// `READ-MODIFY-WRITE`, `CLEANUP`). Lets a caller refuse another output that one of
+    /// these files would overwrite, before the run.
+    pub fn measurement_of(prefix: &str, file_name: &str) -> Option<String> {
+        let prefix_name = prefix.rsplit('/').next().unwrap_or(prefix);
+        let name = file_name.strip_prefix(prefix_name)?.strip_suffix(".hdr")?;
+        let op = name.strip_prefix(INTENDED_PREFIX).unwrap_or(name);
+        let ops = crate::workload::OpKind::ALL.map(|k| k.name());
+        let measured = ops.iter().chain(&["CLEANUP"]).any(|o| {
+            op == *o
+                || op.strip_prefix(o).and_then(|r| r.strip_prefix('-')).is_some_and(|status| {
+                    !status.is_empty() && status.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+                })
+        });
+        measured.then(|| name.to_string())
+    }
+
     /// Writes one interval: a line in the file of every measurement seen so far (a new
     /// file for each one `interval` has first).
     pub fn write_interval(
@@ -593,6 +612,26 @@ pub fn epoch(t: SystemTime) -> Duration {
 mod tests {
     use super::*;
     use crate::bench::report::ycsb_text;
+
+    #[test]
+    fn the_measurement_a_file_name_would_hold() {
+        let m = |prefix: &str, name: &str| YcsbHdrFiles::measurement_of(prefix, name);
+        assert_eq!(m("out/h-", "h-READ.hdr").as_deref(), Some("READ"));
+        assert_eq!(m("", "READ-MODIFY-WRITE.hdr").as_deref(), Some("READ-MODIFY-WRITE"));
+        assert_eq!(m("h-", "h-Intended-UPDATE-NOT_FOUND.hdr").as_deref(), Some("Intended-UPDATE-NOT_FOUND"));
+        assert_eq!(m("h-", "h-CLEANUP.hdr").as_deref(), Some("CLEANUP"));
+        for (prefix, name) in [
+            ("h-", "READ.hdr"),
+            ("h-", "h-READ.hlog"),
+            ("h-", "h-notes.hdr"),
+            ("h-", "h-READ-.hdr"),
+            ("h-", "h-READ-failed.hdr"),
+            ("h-", "h-Intended-.hdr"),
+            ("out/", "READS.hdr"),
+        ] {
+            assert_eq!(m(prefix, name), None, "{prefix} {name}");
+        }
+    }
 
     #[test]
     fn ycsb_files_are_one_per_measurement_in_microseconds_from_its_first_interval_on() {
