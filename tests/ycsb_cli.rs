@@ -966,8 +966,19 @@ fn an_output_that_a_measurement_file_would_overwrite_is_refused_before_the_run()
     refused(&["--json", &json], "writes Intended-UPDATE-NOT_FOUND's latencies to");
     refused(&["-p", &format!("exportfile={prefix}CLEANUP.hdr")], "exportfile");
     refused(&["--csv", &format!("{prefix}ycsb.hlog")], "--csv and hdrhistogram.output.path name the same file");
+    // Through a link, to a file the run has not made yet (the link is left as it was).
+    let link = dir.path().join("out.csv");
+    std::os::unix::fs::symlink("h-UPDATE.hdr", &link).unwrap();
+    let out = boomctl().args(base).args(&hdr).args(["--csv", link.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("writes UPDATE's latencies to"), "{err}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    std::fs::remove_file(&link).unwrap();
+    // A failure series' name is one the run makes; another upper-case one is not.
+    refused(&["--json", &format!("{prefix}SCAN-FAILED.hdr")], "writes SCAN-FAILED's latencies to");
     // A .hdr name no measurement takes is an ordinary output.
-    let notes = format!("{prefix}notes.hdr");
+    let notes = format!("{prefix}READ-BACKUP.hdr");
     let out = boomctl().args(base).args(&hdr).args(["--json", &notes]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(std::fs::read_to_string(&notes).unwrap().starts_with('{'));

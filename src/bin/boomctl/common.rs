@@ -352,13 +352,19 @@ pub fn clean_up_on_signal(also: Option<PathBuf>) -> anyhow::Result<()> {
 /// existing file is left as it is; a file made by the check is removed again.
 pub fn check_writable(what: &str, path: &std::path::Path) -> anyhow::Result<()> {
     let existed = path.exists();
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(path)
         .with_context(|| format!("{what} {}: cannot write there", path.display()))?;
     if !existed {
-        let _ = std::fs::remove_file(path);
+        // What the open made: the file, or through a link to nothing yet, the link's
+        // target (the link stays, for the run to write through).
+        let made = if link { std::fs::canonicalize(path).ok() } else { Some(path.to_path_buf()) };
+        if let Some(m) = made {
+            let _ = std::fs::remove_file(m);
+        }
     }
     Ok(())
 }

@@ -463,18 +463,22 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
     ];
     for (i, (what, p)) in outputs.iter().enumerate() {
         if let Some(p) = p {
-            crate::common::check_writable(what, p)?;
             // Two reports into one file: the last written would replace the other.
             if let Some((other, _)) =
                 outputs[i + 1..].iter().find(|(_, q)| q.as_ref().is_some_and(|q| crate::common::same_file(p, q)))
             {
                 bail!("{what} and {other} name the same file {}: one would overwrite the other", p.display());
             }
-            // Or one of YCSB's per-measurement files, made during the run.
+            // Or one of YCSB's per-measurement files, made during the run: by the name
+            // given, or by the one a link given resolves to.
             let measurement = |prefix: &String| {
-                let name = p.file_name()?.to_str()?;
-                let m = boomkv::bench::hlog::YcsbHdrFiles::measurement_of(prefix, name)?;
-                crate::common::same_file(p, &boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &m)).then_some(m)
+                // A link to a file not made yet resolves to nothing: read the link.
+                let target = std::fs::read_link(p).ok().map(|t| p.parent().unwrap_or(std::path::Path::new("")).join(t));
+                let resolved = std::fs::canonicalize(p).ok().or(target);
+                [Some(p.to_path_buf()), resolved].into_iter().flatten().find_map(|q| {
+                    let m = boomkv::bench::hlog::YcsbHdrFiles::measurement_of(prefix, q.file_name()?.to_str()?)?;
+                    crate::common::same_file(&q, &boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &m)).then_some(m)
+                })
             };
             if let Some(m) = hdr_files.as_ref().and_then(measurement) {
                 bail!(
@@ -483,6 +487,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
                     p.display()
                 );
             }
+            crate::common::check_writable(what, p)?;
         }
     }
     // A CSV this run could not append to: its columns are the configuration's names
@@ -500,13 +505,17 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
         let p = boomkv::bench::hlog::YcsbHdrFiles::path(prefix, "READ");
         crate::common::check_writable("hdrhistogram.output.path", &p)?;
         let probe = boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &format!(".boomctl-{}", std::process::id()));
-        if !probe.exists() {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&probe)
-                .with_context(|| format!("hdrhistogram.output.path {prefix}: no new file can be made there"))?;
-            let _ = std::fs::remove_file(&probe);
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+            }
+            // Something of that name is there (a file left behind, a dangling link): the
+            // directory took it, and it is not ours to remove.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("hdrhistogram.output.path {prefix}: no new file can be made there"))
+            }
         }
     }
     let cfg = w.config().clone();

@@ -273,8 +273,8 @@ impl YcsbHdrFiles {
     }
 
     /// The measurement whose file `<prefix><NAME>.hdr` would be `file_name` (a file
-    /// name, no directory), if a run can record one so named: `[Intended-]OP[-STATUS]`
-    /// for an operation the runner measures (`READ`, `UPDATE`, `INSERT`, `SCAN`,
+    /// name, no directory), if a run can record one so named: `[Intended-]OP[-FAILED]`
+    /// or `[Intended-]OP-STATUS` (a failed status) for an operation the runner measures (`READ`, `UPDATE`, `INSERT`, `SCAN`,
     /// `READ-MODIFY-WRITE`, `CLEANUP`). Lets a caller refuse another output that one of
     /// these files would overwrite, before the run.
     pub fn measurement_of(prefix: &str, file_name: &str) -> Option<String> {
@@ -282,12 +282,15 @@ impl YcsbHdrFiles {
         let name = file_name.strip_prefix(prefix_name)?.strip_suffix(".hdr")?;
         let op = name.strip_prefix(INTENDED_PREFIX).unwrap_or(name);
         let ops = crate::workload::OpKind::ALL.map(|k| k.name());
-        let measured = ops.iter().chain(&["CLEANUP"]).any(|o| {
-            op == *o
-                || op.strip_prefix(o).and_then(|r| r.strip_prefix('-')).is_some_and(|status| {
-                    !status.is_empty() && status.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
-                })
-        });
+        // A failure's series: `-FAILED`, or `-STATUS` with `reportlatencyforeacherror`.
+        let failed = |s: &str| {
+            Some(s) == crate::measure::FAILED_SUFFIX.strip_prefix('-')
+                || crate::measure::Status::from_name(s).is_some_and(|s| !s.is_ok())
+        };
+        let measured = ops
+            .iter()
+            .chain(&["CLEANUP"])
+            .any(|o| op == *o || op.strip_prefix(o).and_then(|r| r.strip_prefix('-')).is_some_and(failed));
         measured.then(|| name.to_string())
     }
 
@@ -619,6 +622,8 @@ mod tests {
         assert_eq!(m("out/h-", "h-READ.hdr").as_deref(), Some("READ"));
         assert_eq!(m("", "READ-MODIFY-WRITE.hdr").as_deref(), Some("READ-MODIFY-WRITE"));
         assert_eq!(m("h-", "h-Intended-UPDATE-NOT_FOUND.hdr").as_deref(), Some("Intended-UPDATE-NOT_FOUND"));
+        assert_eq!(m("h-", "h-SCAN-FAILED.hdr").as_deref(), Some("SCAN-FAILED"));
+        assert_eq!(m("h-", "h-INSERT-SERVICE_UNAVAILABLE.hdr").as_deref(), Some("INSERT-SERVICE_UNAVAILABLE"));
         assert_eq!(m("h-", "h-CLEANUP.hdr").as_deref(), Some("CLEANUP"));
         for (prefix, name) in [
             ("h-", "READ.hdr"),
@@ -626,6 +631,8 @@ mod tests {
             ("h-", "h-notes.hdr"),
             ("h-", "h-READ-.hdr"),
             ("h-", "h-READ-failed.hdr"),
+            ("h-", "h-READ-BACKUP.hdr"),
+            ("h-", "h-READ-OK.hdr"),
             ("h-", "h-Intended-.hdr"),
             ("out/", "READS.hdr"),
         ] {
