@@ -475,7 +475,7 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
                 // A link to a file not made yet resolves to nothing: read the link.
                 let target = std::fs::read_link(p).ok().map(|t| p.parent().unwrap_or(std::path::Path::new("")).join(t));
                 let resolved = std::fs::canonicalize(p).ok().or(target);
-                [Some(p.to_path_buf()), resolved].into_iter().flatten().find_map(|q| {
+                [Some(p.clone()), resolved].into_iter().flatten().find_map(|q| {
                     let m = boomkv::bench::hlog::YcsbHdrFiles::measurement_of(prefix, q.file_name()?.to_str()?)?;
                     crate::common::same_file(&q, &boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &m)).then_some(m)
                 })

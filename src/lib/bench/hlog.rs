@@ -281,11 +281,11 @@ impl YcsbHdrFiles {
         let prefix_name = prefix.rsplit('/').next().unwrap_or(prefix);
         let name = file_name.strip_prefix(prefix_name)?.strip_suffix(".hdr")?;
         let op = name.strip_prefix(INTENDED_PREFIX).unwrap_or(name);
-        let ops = crate::workload::OpKind::ALL.map(|k| k.name());
+        let ops = crate::workload::OpKind::ALL.map(crate::workload::OpKind::name);
         // A failure's series: `-FAILED`, or `-STATUS` with `reportlatencyforeacherror`.
         let failed = |s: &str| {
             Some(s) == crate::measure::FAILED_SUFFIX.strip_prefix('-')
-                || crate::measure::Status::from_name(s).is_some_and(|s| !s.is_ok())
+                || Status::from_name(s).is_some_and(|s| !s.is_ok())
         };
         let measured = ops
             .iter()
