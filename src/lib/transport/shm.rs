@@ -1157,7 +1157,7 @@ struct SendSide {
     cq_next: u64,
     /// Last known count of ring completions the peer has polled.
     cq_polled: u64,
-    regions: HashMap<u32, Arc<PeerRegion>>,
+    regions: HashMap<u32, PeerRegion>,
     /// Look-ups asked of the peer and not yet answered: rkey -> (request id, asked at).
     asking: HashMap<u32, (u64, Instant)>,
 }
@@ -1193,9 +1193,9 @@ enum Asking {
 
 /// Where a peer region stands for a work request that needs it.
 enum Lookup {
-    /// Mapped, in the send side's regions under the rkey: go on. (Not a clone of it: a
-    /// reference count written on every GET reply was a locked instruction that waited
-    /// for the previous reply's 2 KiB of stores to drain, 2% of a 16-thread run's CPU.)
+    /// Mapped, in the send side's regions under the rkey: go on. (Not a clone of it:
+    /// the reference count's locked increment on every GET reply held about 2% of a
+    /// 16-thread run's samples; why that line was slow is not measured.)
     Ready,
     /// No such region for us (or the peer did not answer in time): a remote access error.
     Refused,
@@ -1619,7 +1619,7 @@ impl Conn {
     }
 
     /// Maps the region the peer's answer for `rkey` describes, after checking it.
-    fn map_region(&self, rkey: u32, r: Resolved, file: File) -> Option<Arc<PeerRegion>> {
+    fn map_region(&self, rkey: u32, r: Resolved, file: File) -> Option<PeerRegion> {
         if r.rkey != rkey || r.slot >= super::region::SLOTS {
             return None;
         }
@@ -1640,14 +1640,7 @@ impl Conn {
         let start = r.file_off / page * page;
         let map_len = (r.file_off + r.len - start).max(1);
         let mapping = Mapping::map_file(&file, start, map_len as usize, false).ok()?;
-        Some(Arc::new(PeerRegion {
-            slot: r.slot,
-            addr: r.addr,
-            len: r.len,
-            access: r.access,
-            mapping,
-            base: r.file_off - start,
-        }))
+        Some(PeerRegion { slot: r.slot, addr: r.addr, len: r.len, access: r.access, mapping, base: r.file_off - start })
     }
 
     /// Copies between our `local` and the peer's `[raddr, raddr + len)` under `rkey`,
@@ -2374,35 +2367,31 @@ impl ShmQp {
         // The region the data goes to is looked up before a receive is consumed: while
         // the look-up is out the request waits in the backlog and the receive stays
         // posted; a refused WRITE_WITH_IMM consumes none.
-        let write_mapped = match write {
-            Some((waddr, wkey, _)) => match c.lookup(&mut s, wkey) {
+        if let Some((waddr, wkey, _)) = write {
+            match c.lookup(&mut s, wkey) {
                 Lookup::Asked => return Ok(Sent::Asked(wkey)),
-                Lookup::Ready => true,
+                Lookup::Ready => {}
                 Lookup::Refused => {
                     drop(s);
                     return refused_write(waddr, wkey);
                 }
-            },
-            None => false,
-        };
+            }
+        }
         let Some((raddr, rlen, rkey)) = c.peek_recv(&s) else {
             return Ok(Sent::NoReceive);
         };
         // A SEND's target is the receive buffer just peeked (a WRITE_WITH_IMM has its
-        // own, looked up above).
-        let mapped = write_mapped
-            || match c.lookup(&mut s, rkey) {
-                Lookup::Asked => return Ok(Sent::Asked(rkey)),
-                Lookup::Ready => true,
-                Lookup::Refused => false,
-            };
+        // own, looked up above). One the peer refused is not mapped: `place` fails it.
+        if write.is_none() {
+            if let Lookup::Asked = c.lookup(&mut s, rkey) {
+                return Ok(Sent::Asked(rkey));
+            }
+        }
         c.consume_recv(&mut s);
-        // The data into the target region: a WRITE into the client's region, a SEND into
+        // The data into the target region (looked up above; `within` finds no region
+        // for an rkey that was refused): a WRITE into the client's region, a SEND into
         // the peer's receive buffer.
         let place = |s: &mut SendSide, key: u32, addr: u64, need: Access| -> bool {
-            if !mapped {
-                return false;
-            }
             c.within(s, key, addr, len as u64, need, |m, off| match (&src, &local) {
                 (Src::Bytes(b), _) => m.write(off, b).is_ok(),
                 (_, Some((lm, lo, _))) => lm.copy_to(*lo, m, off, len as usize).is_ok(),
