@@ -975,6 +975,17 @@ fn an_output_that_a_measurement_file_would_overwrite_is_refused_before_the_run()
     assert!(err.contains("writes UPDATE's latencies to"), "{err}");
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     std::fs::remove_file(&link).unwrap();
+    // A link to a file not made yet that no measurement takes: the run writes through it
+    // (the check before the run once removed the link and left the file it made).
+    let other = dir.path().join("other.csv");
+    std::os::unix::fs::symlink("report.csv", &other).unwrap();
+    let out = boomctl().args(base).args(&hdr).args(["--csv", other.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::symlink_metadata(&other).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(dir.path().join("report.csv")).unwrap().contains("read_operations"));
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
     // A failure series' name is one the run makes; another upper-case one is not.
     refused(&["--json", &format!("{prefix}SCAN-FAILED.hdr")], "writes SCAN-FAILED's latencies to");
     // A .hdr name no measurement takes is an ordinary output.

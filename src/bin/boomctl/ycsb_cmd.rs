@@ -469,18 +469,8 @@ pub fn ycsb(a: YcsbArgs) -> anyhow::Result<()> {
             {
                 bail!("{what} and {other} name the same file {}: one would overwrite the other", p.display());
             }
-            // Or one of YCSB's per-measurement files, made during the run: by the name
-            // given, or by the one a link given resolves to.
-            let measurement = |prefix: &String| {
-                // A link to a file not made yet resolves to nothing: read the link.
-                let target = std::fs::read_link(p).ok().map(|t| p.parent().unwrap_or(std::path::Path::new("")).join(t));
-                let resolved = std::fs::canonicalize(p).ok().or(target);
-                [Some(p.clone()), resolved].into_iter().flatten().find_map(|q| {
-                    let m = boomkv::bench::hlog::YcsbHdrFiles::measurement_of(prefix, q.file_name()?.to_str()?)?;
-                    crate::common::same_file(&q, &boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &m)).then_some(m)
-                })
-            };
-            if let Some(m) = hdr_files.as_ref().and_then(measurement) {
+            // Or one of YCSB's per-measurement files, made during the run.
+            if let Some(m) = hdr_files.as_ref().and_then(|prefix| hdr_file_at(prefix, p)) {
                 bail!(
                     "{what} {} is the file hdrhistogram.fileoutput writes {m}'s latencies to: one would overwrite \
                      the other",
@@ -1070,6 +1060,19 @@ fn workload_inserts(cfg: &boomkv::workload::CoreConfig, ops: u64) -> u64 {
         (u64::MAX, true) => cfg.record_count,
         (_, true) => (ops as f64 * cfg.insert_proportion) as u64,
     }
+}
+
+/// The measurement whose `hdrhistogram.fileoutput` file (`<prefix><NAME>.hdr`) `p` is:
+/// by the name given, or by the one a link given resolves to (read, for a link to a
+/// file not made yet).
+fn hdr_file_at(prefix: &str, p: &std::path::Path) -> Option<String> {
+    let resolved = std::fs::canonicalize(p)
+        .ok()
+        .or_else(|| std::fs::read_link(p).ok().map(|t| p.parent().unwrap_or(std::path::Path::new("")).join(t)));
+    [Some(p.to_path_buf()), resolved].into_iter().flatten().find_map(|q| {
+        let m = boomkv::bench::hlog::YcsbHdrFiles::measurement_of(prefix, q.file_name()?.to_str()?)?;
+        crate::common::same_file(&q, &boomkv::bench::hlog::YcsbHdrFiles::path(prefix, &m)).then_some(m)
+    })
 }
 
 /// The embedded pool's size, from the key space (not the operation count: the cleaner
